@@ -1,0 +1,122 @@
+// The engine's internal C++ API: what bindings/c wraps and what tools (moeinfer-cli,
+// tests, benchmarks) call directly. Failures throw moe::Error (src/core/status.h).
+//
+//   ModelLoadParams mp;                       // mmap on, all devices
+//   auto model = Model::load("qwen3moe.gguf", mp);
+//   ContextParams cp;  cp.n_ctx = 4096;  cp.kv_type = KvType::F16;
+//   auto ctx = Context::create(*model, cp);
+//   std::vector<BatchToken> batch = {{tok, pos, /*seq*/0, /*logits*/true}};
+//   ctx->decode(batch.data(), batch.size());   // throws Error(ContextFull) when no cell is free
+//   const float *logits = ctx->logits(0);      // n_vocab floats, raw
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace moe {
+
+class GgufFile;
+class Vocab;
+struct Hparams;
+struct MemoryReport;
+
+struct ModelLoadParams {
+  bool use_mmap = true;                     // map weights read-only and use them in place (CPU)
+  bool vocab_only = false;                  // load metadata + tokenizer only, no weights
+  std::vector<std::string> kv_overrides;    // "key=type:value", applied before anything reads metadata
+  std::vector<std::string> devices;         // device names to use ("cpu", "cuda0"); empty = all
+  // Called with progress in [0,1]; return false to cancel the load (throws Aborted).
+  std::function<bool(float)> progress;
+};
+
+class Model {
+public:
+  static std::unique_ptr<Model> load(const std::string &path, const ModelLoadParams &params);
+  ~Model();
+
+  const GgufFile &gguf() const;
+  const Hparams &hparams() const;
+  const Vocab *vocab() const;               // nullptr when the file has no tokenizer
+  const std::string &arch_name() const;     // general.architecture
+  int32_t n_vocab() const;
+  uint64_t n_params() const;                // total weight elements
+  uint64_t weight_bytes() const;            // total weight bytes as stored
+
+  struct Impl;
+  Impl &impl() const { return *impl_; }
+
+private:
+  Model();
+  std::unique_ptr<Impl> impl_;
+};
+
+enum class KvType : int { F32 = 0, F16 = 1, Q8_0 = 2 };
+const char *kv_type_name(KvType t);
+bool kv_type_from_name(const std::string &s, KvType *out);
+
+struct ContextParams {
+  uint32_t n_ctx = 0;          // KV cells shared by all sequences; 0 = min(model context, 4096)
+  uint32_t n_batch = 512;      // most tokens one decode() call may take
+  uint32_t n_ubatch = 512;     // tokens per compiled graph run (a decode() is split into these)
+  uint32_t n_seq_max = 1;      // distinct sequence ids (0 .. n_seq_max-1), at most 64
+  KvType kv_type = KvType::F16;
+  int n_threads = 0;           // CPU worker threads; 0 = physical cores
+  std::string device = "auto"; // "cpu", "cuda", "cuda0", or "auto" (CUDA when present)
+  bool flash_attn = true;      // fused attention kernel (always on for a Q8_0 cache)
+};
+
+struct BatchToken {
+  int32_t token;
+  int32_t pos;
+  int32_t seq_id;
+  bool logits;                 // produce logits for this position
+};
+
+// Called between graph segments (layers); return true to abort the decode.
+using AbortCallback = bool (*)(void *user_data);
+
+class Context {
+public:
+  static std::unique_ptr<Context> create(const Model &model, const ContextParams &params);
+  ~Context();
+
+  // Evaluate a batch. Throws InvalidArgument (bad token id, seq id, empty/too-large batch),
+  // ContextFull (not enough free KV cells; nothing is evicted), Aborted, DeviceError.
+  // On failure the KV cache is left as it was before the call.
+  void decode(const BatchToken *tokens, size_t n_tokens);
+
+  // Logits of batch entry i of the last decode (negative i counts from the end of the
+  // entries that asked for logits). Throws InvalidArgument if i asked for none.
+  const float *logits(int32_t i) const;
+  int32_t n_vocab() const;
+  const ContextParams &params() const;
+  const Model &model() const;
+
+  // KV cache: positions [p0, p1) (p1 < 0: to the end; p0 < 0: from 0); seq < 0 = all sequences.
+  void kv_clear();
+  bool kv_seq_rm(int32_t seq, int32_t p0, int32_t p1);
+  void kv_seq_cp(int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
+  void kv_seq_keep(int32_t seq);
+  int32_t kv_seq_pos_max(int32_t seq) const;  // -1 when empty
+  uint32_t kv_used_cells() const;
+
+  void set_abort_callback(AbortCallback cb, void *user_data);
+  const MemoryReport &memory_report() const;
+
+  // Whether a sticky device error made this context unusable (and why).
+  bool unusable(std::string *why) const;
+
+  struct Impl;
+  Impl &impl() const { return *impl_; }
+
+private:
+  Context();
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moe
