@@ -6,10 +6,12 @@
 //   const CpuTypeKernels &k = cpu_type_kernels(DType::Q4_K);
 //   k.from_float(x, xq, n);              // quantize activations once per row of input
 //   float s; k.vec_dot(n, &s, wrow, xq); // one output element
+//   cpu_vec_dot_rows(DType::Q4_K, n, 64, out, w, row_size(DType::Q4_K, n), xq);  // 64 rows
 //
 // The implementation is chosen once at first use from the CPU's features (x86: AVX-512 >
 // AVX2 > scalar; aarch64: NEON), overridable for tests with set_cpu_isa().
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/dtype.h"
@@ -32,5 +34,11 @@ CpuIsa active_cpu_isa();                 // what cpu_type_kernels() currently re
 void set_cpu_isa(CpuIsa isa);            // tests/bench: force an ISA (clamped to detected)
 const char *cpu_isa_name(CpuIsa isa);
 const CpuTypeKernels &cpu_type_kernels(DType weight_type);
+
+// nrows dot products of consecutive weight rows (w_row_stride bytes apart) against one
+// activation row xq already in the weight type's vec_dot_type: out[r] = w[r] . xq.
+// Throws Status::Unsupported for a weight type without a CPU kernel.
+void cpu_vec_dot_rows(DType wtype, int n, int nrows, float *out, const void *w,
+                      size_t w_row_stride, const void *xq);
 
 }  // namespace moe

@@ -1,0 +1,20 @@
+// Internal to the CPU kernels: per-ISA kernel tables that vec_dot.cpp assembles.
+// Each returns the vec_dot for a weight type, or nullptr when that ISA has no specialised
+// kernel for it (the dispatcher then falls back to the next lower ISA, ending at scalar).
+//
+//   VecDotFn f = vec_dot_kernel_avx512(DType::Q4_K);   // may be nullptr
+#pragma once
+#include "backends/cpu/kernels/vec_dot.h"
+
+namespace moe {
+
+VecDotFn vec_dot_kernel_scalar(DType t);
+VecDotFn vec_dot_kernel_avx2(DType t);    // nullptr everywhere on non-x86 builds
+VecDotFn vec_dot_kernel_avx512(DType t);  // nullptr everywhere on non-x86 builds
+VecDotFn vec_dot_kernel_neon(DType t);    // nullptr everywhere on non-aarch64 builds
+
+// SIMD activation quantizers; same bytes as the reference ones (tests check it).
+FromFloatFn from_float_kernel_avx2(DType act_type);    // nullptr when none
+FromFloatFn from_float_kernel_avx512(DType act_type);  // nullptr when none
+
+}  // namespace moe
