@@ -1,0 +1,305 @@
+// C ABI: model load, info, metadata, vocabulary.
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+#include "c_api_internal.h"
+#include "gguf/gguf_reader.h"
+#include "model/hparams.h"
+
+#if __has_include("tokenizer/vocab.h")
+#include "tokenizer/vocab.h"
+#define MOEINFER_HAVE_VOCAB 1
+#else
+#define MOEINFER_HAVE_VOCAB 0
+#endif
+
+using namespace moe_c;
+
+namespace {
+
+constexpr size_t kModelParamsV1 = sizeof(moe_model_params);
+constexpr size_t kModelInfoV1 = sizeof(moe_model_info);
+
+moe_model_params default_model_params() {
+  moe_model_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  p.use_mmap = 1;
+  p.vocab_only = 0;
+  return p;
+}
+
+std::string scalar_text(const moe::GgufValue &v) {
+  using moe::GgufType;
+  switch (v.type) {
+    case GgufType::F32:
+    case GgufType::F64: return moe::strfmt("%.9g", v.f);
+    case GgufType::BOOL: return v.u ? "true" : "false";
+    case GgufType::STRING: return v.str;
+    case GgufType::U8: case GgufType::U16: case GgufType::U32: case GgufType::U64:
+      return moe::strfmt("%" PRIu64, v.u);
+    default: return moe::strfmt("%" PRId64, v.i);
+  }
+}
+
+// Text form of a metadata value; arrays show their first 16 elements.
+std::string value_text(const moe::GgufValue &v) {
+  using moe::GgufType;
+  if (!v.is_array()) return scalar_text(v);
+  constexpr uint64_t kShow = 16;
+  std::string s = "[";
+  const uint64_t n = v.count;
+  for (uint64_t k = 0; k < n && k < kShow; ++k) {
+    if (k) s += ", ";
+    if (v.elem_type == GgufType::STRING) {
+      s += k < v.strs.size() ? v.strs[k] : std::string();
+    } else if (v.elem_type == GgufType::ARRAY) {
+      s += k < v.arrays.size() ? value_text(v.arrays[k]) : std::string();
+    } else if (v.elem_type == GgufType::F32 || v.elem_type == GgufType::F64) {
+      s += moe::strfmt("%.9g", v.elem_f64(k));
+    } else {
+      s += moe::strfmt("%" PRId64, v.elem_i64(k));
+    }
+  }
+  if (n > kShow) s += moe::strfmt(", ... (%" PRIu64 " total)", n);
+  s += "]";
+  return s;
+}
+
+#if MOEINFER_HAVE_VOCAB
+const moe::Vocab &need_vocab(const moe_model *m) {
+  const moe::Vocab *v = m->model->vocab();
+  if (!v) throw moe::Error(moe::Status::InvalidVocab, "model has no tokenizer");
+  return *v;
+}
+#endif
+
+}  // namespace
+
+extern "C" {
+
+MOE_API moe_model_params moe_model_default_params(void) { return default_model_params(); }
+
+MOE_API moe_status moe_model_load(const char *path, const moe_model_params *params, moe_model **out_model) {
+  return guard([&] {
+    MOE_CHECK_ARG(out_model, "moe_model_load: out_model is NULL");
+    *out_model = nullptr;
+    MOE_CHECK_ARG(path, "moe_model_load: path is NULL");
+    moe_model_params p;
+    MOE_CHECK_ARG(read_params(params, default_model_params(), kModelParamsV1, &p),
+                  "moe_model_load: params->struct_size %zu invalid (expected %zu)",
+                  params ? params->struct_size : 0, sizeof(moe_model_params));
+    MOE_CHECK_ARG(p.n_devices == 0 || p.devices, "moe_model_load: n_devices %zu but devices is NULL", p.n_devices);
+    MOE_CHECK_ARG(p.n_kv_overrides == 0 || p.kv_overrides,
+                  "moe_model_load: n_kv_overrides %zu but kv_overrides is NULL", p.n_kv_overrides);
+    moe::ModelLoadParams mp;
+    mp.use_mmap = p.use_mmap != 0;
+    mp.vocab_only = p.vocab_only != 0;
+    for (size_t i = 0; i < p.n_devices; ++i) {
+      MOE_CHECK_ARG(p.devices[i], "moe_model_load: devices[%zu] is NULL", i);
+      mp.devices.emplace_back(p.devices[i]);
+    }
+    for (size_t i = 0; i < p.n_kv_overrides; ++i) {
+      MOE_CHECK_ARG(p.kv_overrides[i], "moe_model_load: kv_overrides[%zu] is NULL", i);
+      mp.kv_overrides.emplace_back(p.kv_overrides[i]);
+    }
+    if (p.progress) {
+      moe_progress_callback cb = p.progress;
+      void *ud = p.progress_user_data;
+      mp.progress = [cb, ud](float f) { return cb(f, ud) != 0; };
+    }
+    std::unique_ptr<moe::Model> m = moe::Model::load(path, mp);
+    auto h = std::make_unique<moe_model>();
+    h->model = std::shared_ptr<moe::Model>(std::move(m));
+    *out_model = h.release();
+    return MOE_STATUS_OK;
+  });
+}
+
+MOE_API void moe_model_free(moe_model *model) { delete model; }
+
+MOE_API moe_status moe_model_get_info(const moe_model *model, moe_model_info *out) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_model_get_info: model is NULL");
+    MOE_CHECK_ARG(out, "moe_model_get_info: out is NULL");
+    MOE_CHECK_ARG(out->struct_size >= kModelInfoV1 && out->struct_size <= sizeof(moe_model_info),
+                  "moe_model_get_info: struct_size %zu, expected %zu", out->struct_size, sizeof(moe_model_info));
+    const moe::Model &m = *model->model;
+    const moe::Hparams &hp = m.hparams();
+    moe_model_info r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    r.n_vocab = m.n_vocab();
+    r.n_ctx_train = static_cast<int32_t>(hp.n_ctx_train);
+    r.n_embd = static_cast<int32_t>(hp.n_embd);
+    r.n_layer = static_cast<int32_t>(hp.n_layer);
+    r.n_head = static_cast<int32_t>(hp.n_head);
+    r.n_head_kv = static_cast<int32_t>(hp.n_head_kv);
+    r.n_expert = static_cast<int32_t>(hp.n_expert);
+    r.n_expert_used = static_cast<int32_t>(hp.n_expert_used);
+    r.n_params = m.n_params();
+    r.weight_bytes = m.weight_bytes();
+    std::snprintf(r.arch, sizeof r.arch, "%s", m.arch_name().c_str());
+    write_result(r, out);
+    return MOE_STATUS_OK;
+  });
+}
+
+MOE_API moe_status moe_model_meta_count(const moe_model *model, size_t *out_count) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_model_meta_count: model is NULL");
+    MOE_CHECK_ARG(out_count, "moe_model_meta_count: out_count is NULL");
+    *out_count = model->model->gguf().metadata().size();
+    return MOE_STATUS_OK;
+  });
+}
+
+MOE_API moe_status moe_model_meta_key(const moe_model *model, size_t index, char *buf, size_t buf_size,
+                                      size_t *out_len) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_model_meta_key: model is NULL");
+    MOE_CHECK_ARG(out_len, "moe_model_meta_key: out_len is NULL");
+    const auto &md = model->model->gguf().metadata();
+    MOE_CHECK_ARG(index < md.size(), "moe_model_meta_key: index %zu out of range (%zu entries)", index, md.size());
+    return copy_string(md[index].first, buf, buf_size, out_len);
+  });
+}
+
+MOE_API moe_status moe_model_meta_value(const moe_model *model, const char *key, char *buf, size_t buf_size,
+                                        size_t *out_len) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_model_meta_value: model is NULL");
+    MOE_CHECK_ARG(key, "moe_model_meta_value: key is NULL");
+    MOE_CHECK_ARG(out_len, "moe_model_meta_value: out_len is NULL");
+    const moe::GgufValue *v = model->model->gguf().find(key);
+    MOE_CHECK_ARG(v, "moe_model_meta_value: no metadata key '%s'", key);
+    return copy_string(value_text(*v), buf, buf_size, out_len);
+  });
+}
+
+#if MOEINFER_HAVE_VOCAB
+
+// Plain queries: no allocation, but vocab() may be absent; never throw out.
+MOE_API int32_t moe_token_bos(const moe_model *model) {
+  if (!model || !model->model->vocab()) return -1;
+  try {
+    return model->model->vocab()->bos();
+  } catch (...) {
+    return -1;
+  }
+}
+MOE_API int32_t moe_token_eos(const moe_model *model) {
+  if (!model || !model->model->vocab()) return -1;
+  try {
+    return model->model->vocab()->eos();
+  } catch (...) {
+    return -1;
+  }
+}
+MOE_API int32_t moe_token_eot(const moe_model *model) {
+  if (!model || !model->model->vocab()) return -1;
+  try {
+    return model->model->vocab()->eot();
+  } catch (...) {
+    return -1;
+  }
+}
+MOE_API int32_t moe_token_is_eog(const moe_model *model, int32_t token) {
+  if (!model || !model->model->vocab()) return 0;
+  if (token < 0 || token >= model->model->n_vocab()) return 0;
+  try {
+    return model->model->vocab()->is_eog(token) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+MOE_API moe_status moe_tokenize(const moe_model *model, const char *text, size_t text_len, int32_t *tokens,
+                                size_t max_tokens, size_t *out_n_tokens, uint32_t flags) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_tokenize: model is NULL");
+    MOE_CHECK_ARG(out_n_tokens, "moe_tokenize: out_n_tokens is NULL");
+    *out_n_tokens = 0;
+    MOE_CHECK_ARG(text || text_len == 0, "moe_tokenize: text is NULL");
+    MOE_CHECK_ARG(tokens || max_tokens == 0, "moe_tokenize: tokens is NULL but max_tokens is %zu", max_tokens);
+    MOE_CHECK_ARG((flags & ~uint32_t(MOE_TOKENIZE_ADD_SPECIAL | MOE_TOKENIZE_PARSE_SPECIAL)) == 0,
+                  "moe_tokenize: unknown flags 0x%x", flags);
+    const moe::Vocab &v = need_vocab(model);
+    std::vector<int32_t> ids = v.encode(std::string_view(text ? text : "", text_len),
+                                        (flags & MOE_TOKENIZE_ADD_SPECIAL) != 0,
+                                        (flags & MOE_TOKENIZE_PARSE_SPECIAL) != 0);
+    *out_n_tokens = ids.size();
+    if (ids.size() > max_tokens)
+      return fail(MOE_STATUS_BUFFER_TOO_SMALL, "moe_tokenize: %zu tokens needed, buffer holds %zu", ids.size(),
+                  max_tokens);
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+    return MOE_STATUS_OK;
+  });
+}
+
+MOE_API moe_status moe_token_to_piece(const moe_model *model, int32_t token, char *buf, size_t buf_size,
+                                      size_t *out_len, uint32_t flags) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_token_to_piece: model is NULL");
+    MOE_CHECK_ARG(out_len, "moe_token_to_piece: out_len is NULL");
+    *out_len = 0;
+    MOE_CHECK_ARG(token >= 0 && token < model->model->n_vocab(), "moe_token_to_piece: token %d out of range [0,%d)",
+                  token, model->model->n_vocab());
+    MOE_CHECK_ARG((flags & ~uint32_t(MOE_DETOKENIZE_RENDER_SPECIAL)) == 0, "moe_token_to_piece: unknown flags 0x%x",
+                  flags);
+    const moe::Vocab &v = need_vocab(model);
+    return copy_string(v.token_to_piece(token, (flags & MOE_DETOKENIZE_RENDER_SPECIAL) != 0), buf, buf_size,
+                       out_len);
+  });
+}
+
+MOE_API moe_status moe_detokenize(const moe_model *model, const int32_t *tokens, size_t n_tokens, char *buf,
+                                  size_t buf_size, size_t *out_len, uint32_t flags) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_detokenize: model is NULL");
+    MOE_CHECK_ARG(out_len, "moe_detokenize: out_len is NULL");
+    *out_len = 0;
+    MOE_CHECK_ARG(tokens || n_tokens == 0, "moe_detokenize: tokens is NULL");
+    MOE_CHECK_ARG((flags & ~uint32_t(MOE_DETOKENIZE_RENDER_SPECIAL)) == 0, "moe_detokenize: unknown flags 0x%x",
+                  flags);
+    const moe::Vocab &v = need_vocab(model);
+    const int32_t nv = model->model->n_vocab();
+    std::string text;
+    for (size_t i = 0; i < n_tokens; ++i) {
+      MOE_CHECK_ARG(tokens[i] >= 0 && tokens[i] < nv, "moe_detokenize: tokens[%zu] = %d out of range [0,%d)", i,
+                    tokens[i], nv);
+      text += v.token_to_piece(tokens[i], (flags & MOE_DETOKENIZE_RENDER_SPECIAL) != 0);
+    }
+    return copy_string(text, buf, buf_size, out_len);
+  });
+}
+
+#else  // tokenizer not built yet: the entry points exist and say so.
+
+MOE_API int32_t moe_token_bos(const moe_model *) { return -1; }
+MOE_API int32_t moe_token_eos(const moe_model *) { return -1; }
+MOE_API int32_t moe_token_eot(const moe_model *) { return -1; }
+MOE_API int32_t moe_token_is_eog(const moe_model *, int32_t) { return 0; }
+MOE_API moe_status moe_tokenize(const moe_model *model, const char *, size_t, int32_t *, size_t, size_t *out_n,
+                                uint32_t) {
+  if (out_n) *out_n = 0;
+  if (!model || !out_n) return fail(MOE_STATUS_INVALID_ARGUMENT, "moe_tokenize: NULL argument");
+  return fail(MOE_STATUS_UNSUPPORTED, "tokenizer not built");
+}
+MOE_API moe_status moe_token_to_piece(const moe_model *model, int32_t, char *, size_t, size_t *out_len, uint32_t) {
+  if (out_len) *out_len = 0;
+  if (!model || !out_len) return fail(MOE_STATUS_INVALID_ARGUMENT, "moe_token_to_piece: NULL argument");
+  return fail(MOE_STATUS_UNSUPPORTED, "tokenizer not built");
+}
+MOE_API moe_status moe_detokenize(const moe_model *model, const int32_t *, size_t, char *, size_t, size_t *out_len,
+                                  uint32_t) {
+  if (out_len) *out_len = 0;
+  if (!model || !out_len) return fail(MOE_STATUS_INVALID_ARGUMENT, "moe_detokenize: NULL argument");
+  return fail(MOE_STATUS_UNSUPPORTED, "tokenizer not built");
+}
+
+#endif
+
+}  // extern "C"

@@ -1,0 +1,417 @@
+/* moeinfer: stable C ABI.
+ *
+ * Conventions (they hold for every function below):
+ *  - Every fallible function returns a moe_status. Nothing ever aborts, exits or throws
+ *    across this boundary; an allocation failure is MOE_STATUS_OUT_OF_MEMORY.
+ *  - On failure, moe_last_error() returns a message for the calling thread.
+ *  - Handles are opaque. moe_*_free(NULL) is a no-op. Passing NULL where a handle is
+ *    required returns MOE_STATUS_INVALID_ARGUMENT.
+ *  - Params structs begin with struct_size. Get them from moe_*_default_params() (which
+ *    fills struct_size) and change fields; callers built against an older header pass a
+ *    smaller struct_size and the library uses defaults for the fields they lack.
+ *  - Output strings/arrays go to caller buffers. When a buffer is too small the call
+ *    returns MOE_STATUS_BUFFER_TOO_SMALL and stores the required count, so the caller can
+ *    retry; passing a NULL buffer with capacity 0 is the way to query the size.
+ *  - A model or context is used by one thread at a time; moe_decode_cancel() and the
+ *    moe_decode_poll()/moe_decode_wait() pair are the exceptions (see below).
+ *  - The library is silent: it writes nothing to stdout/stderr. Install a log callback
+ *    with moe_set_log_callback() to receive its messages.
+ */
+#ifndef MOEINFER_H
+#define MOEINFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moeinfer/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ABI major version: bumped on any incompatible change of this header. */
+#define MOE_ABI_VERSION 1
+
+/* ------------------------------------------------------------------ status / errors */
+
+typedef enum moe_status {
+  MOE_STATUS_OK = 0,
+  MOE_STATUS_INVALID_ARGUMENT = 1,  /* bad parameter (NULL handle, wrong struct_size, out of range) */
+  MOE_STATUS_OUT_OF_MEMORY = 2,     /* host or device allocation failed */
+  MOE_STATUS_IO_ERROR = 3,          /* open/read/mmap failed */
+  MOE_STATUS_INVALID_GGUF = 4,      /* malformed GGUF file */
+  MOE_STATUS_UNSUPPORTED = 5,       /* valid input this build does not implement */
+  MOE_STATUS_INVALID_MODEL = 6,     /* GGUF is fine but the model is inconsistent */
+  MOE_STATUS_CONTEXT_FULL = 7,      /* decoding would exceed n_ctx; nothing was evicted */
+  MOE_STATUS_TIMEOUT = 8,           /* moe_decode_wait ran out of time; the decode continues */
+  MOE_STATUS_ABORTED = 9,           /* abort callback, cancel or progress callback stopped it */
+  MOE_STATUS_DEVICE_ERROR = 10,     /* backend / device failure */
+  MOE_STATUS_INVALID_VOCAB = 11,    /* tokenizer data missing or inconsistent */
+  MOE_STATUS_BUFFER_TOO_SMALL = 12, /* caller buffer too small; required size reported */
+  MOE_STATUS_BUSY = 13,             /* the context has an asynchronous decode in flight */
+  MOE_STATUS_CONTEXT_UNUSABLE = 14, /* an earlier device error disabled this context */
+  MOE_STATUS_INTERNAL = 15          /* a bug in moeinfer */
+} moe_status;
+
+/* Static English name of a status ("ok", "context full", ...). Never NULL. */
+MOE_API const char *moe_status_string(moe_status status);
+
+/* Message of the last failed call on this thread ("" if none).
+ * Borrowed; valid until the next moe_* call on the same thread. */
+MOE_API const char *moe_last_error(void);
+
+/* Clears this thread's last-error message. */
+MOE_API void moe_clear_last_error(void);
+
+/* ------------------------------------------------------------------ version */
+
+/* Library version, e.g. "0.1.0". Static string; never NULL. */
+MOE_API const char *moe_version_string(void);
+
+/* ABI major version of the loaded library (MOE_ABI_VERSION it was built with, >= 1). */
+MOE_API uint32_t moe_abi_version(void);
+
+/* ------------------------------------------------------------------ logging */
+
+typedef enum moe_log_level {
+  MOE_LOG_LEVEL_DEBUG = 0,
+  MOE_LOG_LEVEL_INFO = 1,
+  MOE_LOG_LEVEL_WARN = 2,
+  MOE_LOG_LEVEL_ERROR = 3
+} moe_log_level;
+
+/* level is a moe_log_level. message is borrowed for the duration of the call.
+ * May be called from any thread the library uses (calls are serialized). */
+typedef void (*moe_log_callback)(int level, const char *message, void *user_data);
+
+/* Process-wide log sink; NULL silences the library (the default). user_data is borrowed
+ * and must stay valid until the callback is replaced. */
+MOE_API void moe_set_log_callback(moe_log_callback callback, void *user_data);
+
+/* ------------------------------------------------------------------ devices */
+
+typedef enum moe_device_kind {
+  MOE_DEVICE_KIND_CPU = 0,
+  MOE_DEVICE_KIND_GPU = 1
+} moe_device_kind;
+
+typedef struct moe_device_info {
+  size_t struct_size;      /* set to sizeof(moe_device_info) before the call */
+  char id[32];             /* NUL-terminated id used in moe_model_params.devices ("cpu", "cuda0") */
+  char name[128];          /* NUL-terminated human-readable name (CPU model, GPU name) */
+  int32_t kind;            /* moe_device_kind */
+  int32_t integrated;      /* 1 when the device uses host memory (CPU, integrated GPU) */
+  uint64_t memory_total;   /* bytes; 0 if unknown */
+  uint64_t memory_free;    /* bytes available now; 0 if unknown */
+} moe_device_info;
+
+/* Number of devices this build can use (the CPU is always device 0). */
+MOE_API moe_status moe_device_count(size_t *out_count);
+
+/* Fills *out for device index (0 .. count-1). out->struct_size must be set. */
+MOE_API moe_status moe_device_get_info(size_t index, moe_device_info *out);
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct moe_model moe_model;
+
+/* Load progress in [0,1]. Return nonzero to continue, 0 to cancel the load
+ * (moe_model_load then returns MOE_STATUS_ABORTED). */
+typedef int (*moe_progress_callback)(float progress, void *user_data);
+
+typedef struct moe_model_params {
+  size_t struct_size;                 /* sizeof(moe_model_params); set by moe_model_default_params */
+  const char *const *devices;         /* device ids to use (borrowed during load); NULL = all devices */
+  size_t n_devices;                   /* entries in devices; 0 = all devices */
+  const char *const *kv_overrides;    /* "key=type:value" metadata overrides (borrowed during load); NULL = none */
+  size_t n_kv_overrides;              /* entries in kv_overrides; default 0 */
+  moe_progress_callback progress;     /* called during load; NULL = none (default) */
+  void *progress_user_data;           /* passed to progress; borrowed; default NULL */
+  int32_t use_mmap;                   /* 1 (default): map weights read-only; 0 = read into memory */
+  int32_t vocab_only;                 /* 1: load metadata + tokenizer only; default 0 */
+} moe_model_params;
+
+MOE_API moe_model_params moe_model_default_params(void);
+
+/* Loads a GGUF model. params may be NULL (defaults).
+ * On success *out_model is the caller's; free with moe_model_free (after every context
+ * created from it). On failure *out_model is set to NULL. */
+MOE_API moe_status moe_model_load(const char *path, const moe_model_params *params,
+                                  moe_model **out_model);
+
+/* Frees a model. NULL is a no-op. All contexts of the model must be freed first. */
+MOE_API void moe_model_free(moe_model *model);
+
+typedef struct moe_model_info {
+  size_t struct_size;      /* set to sizeof(moe_model_info) before the call */
+  int32_t n_vocab;         /* vocabulary size (logits per position) */
+  int32_t n_ctx_train;     /* context length the model was trained with */
+  int32_t n_embd;          /* hidden size */
+  int32_t n_layer;         /* transformer blocks */
+  int32_t n_head;          /* attention heads */
+  int32_t n_head_kv;       /* KV heads */
+  int32_t n_expert;        /* experts per MoE layer (0 = dense) */
+  int32_t n_expert_used;   /* experts chosen per token */
+  uint64_t n_params;       /* total weight elements */
+  uint64_t weight_bytes;   /* total weight bytes as stored */
+  char arch[64];           /* NUL-terminated general.architecture ("qwen3moe", ...) */
+} moe_model_info;
+
+/* Fills *out; out->struct_size must be set. */
+MOE_API moe_status moe_model_get_info(const moe_model *model, moe_model_info *out);
+
+/* Number of GGUF metadata entries. */
+MOE_API moe_status moe_model_meta_count(const moe_model *model, size_t *out_count);
+
+/* Key of metadata entry index, copied NUL-terminated into buf. *out_len receives the key
+ * length without the NUL (buf needs *out_len + 1 bytes; else BUFFER_TOO_SMALL). */
+MOE_API moe_status moe_model_meta_key(const moe_model *model, size_t index, char *buf,
+                                      size_t buf_size, size_t *out_len);
+
+/* Value of metadata key as text (numbers in decimal, arrays as "[a, b, ...]" truncated to
+ * 16 elements), same buffer protocol as moe_model_meta_key. Unknown key: INVALID_ARGUMENT. */
+MOE_API moe_status moe_model_meta_value(const moe_model *model, const char *key, char *buf,
+                                        size_t buf_size, size_t *out_len);
+
+/* ------------------------------------------------------------------ vocabulary */
+
+/* Special tokens; -1 when the model has none (or model is NULL). */
+MOE_API int32_t moe_token_bos(const moe_model *model);
+MOE_API int32_t moe_token_eos(const moe_model *model);
+MOE_API int32_t moe_token_eot(const moe_model *model);
+/* 1 when token ends generation (eos, eot, ...), 0 otherwise (also for NULL / out of range). */
+MOE_API int32_t moe_token_is_eog(const moe_model *model, int32_t token);
+
+enum {
+  MOE_TOKENIZE_ADD_SPECIAL = 1u << 0,    /* add BOS/EOS as the model's metadata asks */
+  MOE_TOKENIZE_PARSE_SPECIAL = 1u << 1   /* recognise special-token text ("<|im_start|>") */
+};
+
+/* Tokenizes text[0..text_len). Writes up to max_tokens ids into tokens (may be NULL when
+ * max_tokens is 0) and the count into *out_n_tokens; if max_tokens is too small returns
+ * BUFFER_TOO_SMALL with the required count in *out_n_tokens. flags: MOE_TOKENIZE_*. */
+MOE_API moe_status moe_tokenize(const moe_model *model, const char *text, size_t text_len,
+                                int32_t *tokens, size_t max_tokens, size_t *out_n_tokens,
+                                uint32_t flags);
+
+enum {
+  MOE_DETOKENIZE_RENDER_SPECIAL = 1u << 0  /* emit special tokens' text instead of nothing */
+};
+
+/* Text of one token (raw bytes, possibly a partial UTF-8 sequence). Writes the bytes plus a
+ * NUL into buf; *out_len receives the length without the NUL (buf needs *out_len + 1). */
+MOE_API moe_status moe_token_to_piece(const moe_model *model, int32_t token, char *buf,
+                                      size_t buf_size, size_t *out_len, uint32_t flags);
+
+/* Text of a token sequence; same buffer protocol as moe_token_to_piece. */
+MOE_API moe_status moe_detokenize(const moe_model *model, const int32_t *tokens, size_t n_tokens,
+                                  char *buf, size_t buf_size, size_t *out_len, uint32_t flags);
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct moe_context moe_context;
+
+typedef enum moe_kv_type {
+  MOE_KV_TYPE_F32 = 0,
+  MOE_KV_TYPE_F16 = 1,
+  MOE_KV_TYPE_Q8_0 = 2
+} moe_kv_type;
+
+typedef struct moe_context_params {
+  size_t struct_size;      /* sizeof(moe_context_params); set by moe_context_default_params */
+  uint32_t n_ctx;          /* KV cells shared by all sequences; 0 (default) = min(trained, 4096) */
+  uint32_t n_batch;        /* most tokens one decode may take; default 512; 0 = default */
+  uint32_t n_ubatch;       /* tokens per graph run (decodes are split into these); default 512; 0 = default */
+  uint32_t n_seq_max;      /* distinct sequence ids 0..n_seq_max-1, at most 64; default 1; 0 = default */
+  int32_t kv_type;         /* moe_kv_type of the KV cache; default MOE_KV_TYPE_F16 */
+  int32_t n_threads;       /* CPU worker threads; 0 (default) = physical cores */
+  const char *device;      /* "cpu", "cuda", "cuda0" or "auto"; NULL (default) = "auto"; borrowed during create */
+  int32_t flash_attn;      /* 1 (default): fused attention kernel; 0 = off (Q8_0 cache forces on) */
+} moe_context_params;
+
+MOE_API moe_context_params moe_context_default_params(void);
+
+/* Creates an inference context (KV cache, buffers) over model. params may be NULL.
+ * The model is borrowed and must outlive the context. On success *out_ctx is the
+ * caller's; free with moe_context_free. On failure *out_ctx is NULL. */
+MOE_API moe_status moe_context_create(moe_model *model, const moe_context_params *params,
+                                      moe_context **out_ctx);
+
+/* Frees a context; an in-flight asynchronous decode is cancelled and joined first.
+ * NULL is a no-op. */
+MOE_API void moe_context_free(moe_context *ctx);
+
+/* Context sizes actually in effect (after defaults were resolved); 0 for NULL. */
+MOE_API uint32_t moe_context_n_ctx(const moe_context *ctx);
+MOE_API uint32_t moe_context_n_batch(const moe_context *ctx);
+MOE_API uint32_t moe_context_n_ubatch(const moe_context *ctx);
+MOE_API int32_t moe_context_n_vocab(const moe_context *ctx);
+
+/* Polled by the engine between graph segments (layers) during a decode: return nonzero to
+ * abort it (the decode then returns MOE_STATUS_ABORTED and the KV cache is unchanged).
+ * Called on the thread running the decode (the worker for asynchronous decodes). */
+typedef int (*moe_abort_callback)(void *user_data);
+
+/* Installs (or with NULL removes) the abort callback. user_data is borrowed. BUSY while an
+ * asynchronous decode is in flight. */
+MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_callback callback,
+                                                  void *user_data);
+
+/* Why the context is unusable (MOE_STATUS_CONTEXT_UNUSABLE + message in moe_last_error)
+ * or MOE_STATUS_OK when it is usable. */
+MOE_API moe_status moe_context_check(const moe_context *ctx);
+
+/* ------------------------------------------------------------------ batch */
+
+typedef struct moe_batch moe_batch;
+
+/* Creates a batch able to hold capacity tokens (1 .. 1<<24). Caller owns *out_batch;
+ * free with moe_batch_free. */
+MOE_API moe_status moe_batch_create(size_t capacity, moe_batch **out_batch);
+MOE_API void moe_batch_free(moe_batch *batch);
+
+/* Removes all tokens (capacity is kept). */
+MOE_API moe_status moe_batch_clear(moe_batch *batch);
+
+/* Appends one token at position pos of sequence seq_id; want_logits nonzero asks for its
+ * logits. INVALID_ARGUMENT when the batch is full or token/pos/seq_id is negative. */
+MOE_API moe_status moe_batch_add(moe_batch *batch, int32_t token, int32_t pos, int32_t seq_id,
+                                 int32_t want_logits);
+
+/* Appends tokens[0..n) at positions pos0, pos0+1, ... of seq_id; only the last one gets
+ * logits when logits_last is nonzero. Nothing is appended on failure. */
+MOE_API moe_status moe_batch_add_sequence(moe_batch *batch, const int32_t *tokens, size_t n,
+                                          int32_t pos0, int32_t seq_id, int32_t logits_last);
+
+/* Tokens currently in the batch (0 for NULL). */
+MOE_API size_t moe_batch_size(const moe_batch *batch);
+
+/* ------------------------------------------------------------------ decode */
+
+/* Evaluates batch synchronously. MOE_STATUS_CONTEXT_FULL when the KV cache has no room
+ * (nothing is shifted or dropped: remove a range with moe_kv_seq_rm and retry);
+ * MOE_STATUS_ABORTED when the abort callback stopped it; BUSY while an asynchronous
+ * decode is in flight. On failure the KV cache is as it was before the call. */
+MOE_API moe_status moe_decode(moe_context *ctx, const moe_batch *batch);
+
+/* Starts evaluating batch on the context's worker thread (created on first use) and
+ * returns at once. The batch is copied; it may be reused immediately. BUSY when a decode
+ * is already in flight or its result has not been collected with moe_decode_wait. */
+MOE_API moe_status moe_decode_submit(moe_context *ctx, const moe_batch *batch);
+
+typedef enum moe_async_state {
+  MOE_ASYNC_IDLE = 0,      /* nothing submitted (or the result was collected) */
+  MOE_ASYNC_RUNNING = 1,   /* decode in progress */
+  MOE_ASYNC_DONE = 2       /* finished; collect the result with moe_decode_wait */
+} moe_async_state;
+
+/* Current asynchronous state into *out_state (a moe_async_state). Never blocks. */
+MOE_API moe_status moe_decode_poll(const moe_context *ctx, int32_t *out_state);
+
+/* Waits at most timeout_ms milliseconds (0 = just check; negative = until done) for the
+ * submitted decode. Returns MOE_STATUS_TIMEOUT if it is still running (the context stays
+ * usable: wait again, or cancel); otherwise collects and returns the decode's own status
+ * (OK, CONTEXT_FULL, ABORTED, ...) and the state becomes IDLE. INVALID_ARGUMENT when
+ * nothing was submitted. */
+MOE_API moe_status moe_decode_wait(moe_context *ctx, int64_t timeout_ms);
+
+/* Asks the in-flight decode to stop at the next graph segment boundary; its result
+ * becomes MOE_STATUS_ABORTED (unless it had already finished). No-op when idle.
+ * Callable from any thread. */
+MOE_API moe_status moe_decode_cancel(moe_context *ctx);
+
+/* Logits (n_vocab raw floats) of batch entry i of the last completed decode; negative i
+ * counts from the end of the entries that asked for logits (-1 = last). Borrowed; valid
+ * until the next decode or KV operation on ctx. *out_n_vocab may be NULL. */
+MOE_API moe_status moe_get_logits(moe_context *ctx, int32_t i, const float **out_logits,
+                                  int32_t *out_n_vocab);
+
+/* ------------------------------------------------------------------ KV cache */
+/* Ranges are positions [p0, p1): p0 < 0 means from 0, p1 < 0 means to the end.
+ * seq < 0 means every sequence (where noted). All return BUSY during an async decode. */
+
+MOE_API moe_status moe_kv_clear(moe_context *ctx);
+/* Removes [p0,p1) of seq (seq < 0: all sequences). */
+MOE_API moe_status moe_kv_seq_rm(moe_context *ctx, int32_t seq, int32_t p0, int32_t p1);
+/* Makes [p0,p1) of seq_src also belong to seq_dst (no copy of data). */
+MOE_API moe_status moe_kv_seq_cp(moe_context *ctx, int32_t seq_src, int32_t seq_dst, int32_t p0,
+                                 int32_t p1);
+/* Removes every sequence except seq. */
+MOE_API moe_status moe_kv_seq_keep(moe_context *ctx, int32_t seq);
+/* Largest position stored for seq into *out_pos (-1 when empty). */
+MOE_API moe_status moe_kv_seq_pos_max(moe_context *ctx, int32_t seq, int32_t *out_pos);
+/* KV cells in use into *out_cells. */
+MOE_API moe_status moe_kv_used_cells(moe_context *ctx, uint32_t *out_cells);
+
+/* ------------------------------------------------------------------ sampling */
+
+typedef struct moe_sampler moe_sampler;
+
+typedef struct moe_sampler_params {
+  size_t struct_size;      /* sizeof(moe_sampler_params); set by moe_sampler_default_params */
+  uint64_t seed;           /* PRNG seed for dist; default 0x5EED; same seed + inputs = same tokens */
+} moe_sampler_params;
+
+MOE_API moe_sampler_params moe_sampler_default_params(void);
+
+/* Creates an empty sampler chain. params may be NULL. Caller owns *out_sampler; free with
+ * moe_sampler_free. Stages run in the order they are added; a chain that does not end in
+ * greedy or dist samples from the remaining distribution as dist would. */
+MOE_API moe_status moe_sampler_create(const moe_sampler_params *params, moe_sampler **out_sampler);
+MOE_API void moe_sampler_free(moe_sampler *sampler);
+
+/* Picks the most likely token (ties: lowest id). */
+MOE_API moe_status moe_sampler_add_greedy(moe_sampler *sampler);
+/* Draws from softmax of the remaining candidates with the chain's seeded PRNG. */
+MOE_API moe_status moe_sampler_add_dist(moe_sampler *sampler);
+/* Divides logits by temperature (> 0); temperature <= 0 keeps only the best token. */
+MOE_API moe_status moe_sampler_add_temperature(moe_sampler *sampler, float temperature);
+/* Keeps the k most likely tokens; k <= 0 keeps all. */
+MOE_API moe_status moe_sampler_add_top_k(moe_sampler *sampler, int32_t k);
+/* Keeps the smallest set whose probability reaches p (0 < p <= 1; p >= 1 keeps all), at
+ * least min_keep tokens. */
+MOE_API moe_status moe_sampler_add_top_p(moe_sampler *sampler, float p, size_t min_keep);
+/* Keeps tokens with probability >= p * max probability (0 <= p <= 1; 0 keeps all). */
+MOE_API moe_status moe_sampler_add_min_p(moe_sampler *sampler, float p, size_t min_keep);
+/* Locally typical sampling: keeps the tokens whose surprise is closest to the entropy
+ * until their probability reaches p (0 < p <= 1; p >= 1 keeps all). */
+MOE_API moe_status moe_sampler_add_typical(moe_sampler *sampler, float p, size_t min_keep);
+/* Penalties over the last last_n accepted tokens (last_n 0 = off, -1 = whole history up
+ * to 4096): logit = logit > 0 ? logit / repeat : logit * repeat (repeat 1 = off; must be > 0),
+ * then logit -= count * frequency + (count > 0) * presence (0 = off). */
+MOE_API moe_status moe_sampler_add_penalties(moe_sampler *sampler, int32_t last_n, float repeat,
+                                             float frequency, float presence);
+
+typedef struct moe_logit_bias {
+  int32_t token;           /* token id (>= 0) */
+  float bias;              /* added to the token's logit; -INFINITY bans it */
+} moe_logit_bias;
+
+/* Adds biases[i].bias to the logit of biases[i].token (copied). Tokens >= n_vocab at
+ * sampling time are ignored. */
+MOE_API moe_status moe_sampler_add_logit_bias(moe_sampler *sampler, const moe_logit_bias *biases,
+                                              size_t n_biases);
+
+/* Samples a token from logits[0..n_vocab) into *out_token and records it in the history
+ * (as moe_sampler_accept). */
+MOE_API moe_status moe_sampler_sample(moe_sampler *sampler, const float *logits, int32_t n_vocab,
+                                      int32_t *out_token);
+
+/* moe_sampler_sample on moe_get_logits(ctx, i). */
+MOE_API moe_status moe_sampler_sample_context(moe_sampler *sampler, moe_context *ctx, int32_t i,
+                                              int32_t *out_token);
+
+/* Records token in the penalty history (e.g. the prompt's tokens). */
+MOE_API moe_status moe_sampler_accept(moe_sampler *sampler, int32_t token);
+
+/* Clears the history and reseeds the PRNG with the chain's seed. */
+MOE_API moe_status moe_sampler_reset(moe_sampler *sampler);
+
+/* Replaces the seed and restarts the PRNG from it. */
+MOE_API moe_status moe_sampler_set_seed(moe_sampler *sampler, uint64_t seed);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* MOEINFER_H */
