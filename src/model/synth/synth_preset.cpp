@@ -1,0 +1,116 @@
+#include "model/synth/synth_preset.h"
+
+#include "core/status.h"
+
+namespace moe {
+
+// Minimal ChatML template (Qwen style) so chat-template code paths have something to read.
+static const char *kChatMl =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+static SynthPreset qwen3moe_base() {
+  SynthPreset p;
+  p.arch = "qwen3moe";
+  p.n_vocab = 151936; p.n_vocab_real = 151669; p.n_ctx = 40960;
+  p.rope_base = 1e6f; p.rms_eps = 1e-6f;
+  p.tok_pre = "qwen2";
+  p.controls = {{151643, "<|endoftext|>"}, {151644, "<|im_start|>"}, {151645, "<|im_end|>"}};
+  p.bos = 151643; p.eos = 151645; p.pad = 151643; p.add_bos = 0;
+  p.chat_template = kChatMl;
+  return p;
+}
+
+static std::vector<SynthPreset> make_presets() {
+  std::vector<SynthPreset> v;
+  {  // tiny: fast tests; 512-token byte-level vocab
+    SynthPreset p = qwen3moe_base();
+    p.name = "tiny"; p.model_name = "synthetic-qwen3moe-tiny";
+    p.n_vocab = 512; p.n_vocab_real = 512; p.n_ctx = 4096;
+    p.n_embd = 64; p.n_layer = 2; p.n_head = 4; p.n_head_kv = 2; p.head_dim = 32;
+    p.n_ff = 128; p.n_expert = 8; p.n_expert_used = 2; p.n_ff_exp = 32;
+    p.controls = {{509, "<|endoftext|>"}, {510, "<|im_start|>"}, {511, "<|im_end|>"}};
+    p.bos = 509; p.eos = 511; p.pad = 509;
+    v.push_back(p);
+  }
+  {  // medium: 2.81 B parameters, fits comfortably on one GPU in any mix
+    SynthPreset p = qwen3moe_base();
+    p.name = "medium"; p.model_name = "synthetic-qwen3moe-medium";
+    p.n_embd = 1024; p.n_layer = 16; p.n_head = 16; p.n_head_kv = 4; p.head_dim = 128;
+    p.n_ff = 3072; p.n_expert = 64; p.n_expert_used = 8; p.n_ff_exp = 768;
+    v.push_back(p);
+  }
+  {  // Qwen3-30B-A3B (config.json of Qwen/Qwen3-30B-A3B)
+    SynthPreset p = qwen3moe_base();
+    p.name = "qwen3-30b-a3b"; p.model_name = "synthetic-Qwen3-30B-A3B";
+    p.n_embd = 2048; p.n_layer = 48; p.n_head = 32; p.n_head_kv = 4; p.head_dim = 128;
+    p.n_ff = 6144; p.n_expert = 128; p.n_expert_used = 8; p.n_ff_exp = 768;
+    v.push_back(p);
+  }
+  {  // DeepSeek-V2-Lite: no q low-rank, 64 experts (6 used) + 2 shared, softmax gating, 1 dense block
+    SynthPreset p;
+    p.name = "deepseek-v2-lite"; p.arch = "deepseek2"; p.model_name = "synthetic-DeepSeek-V2-Lite";
+    p.n_vocab = 102400; p.n_vocab_real = 100015; p.n_ctx = 163840;
+    p.n_embd = 2048; p.n_layer = 27; p.n_head = 16; p.n_ff = 10944;
+    p.n_expert = 64; p.n_expert_used = 6; p.n_ff_exp = 1408; p.n_expert_shared = 2;
+    p.n_leading_dense = 1; p.n_group = 1; p.n_group_used = 1; p.gating = 1;
+    p.weights_scale = 1.0f; p.weights_norm = false; p.has_weights_norm_key = true;
+    p.q_lora_rank = 0; p.kv_lora_rank = 512; p.qk_nope = 128; p.qk_rope = 64; p.v_head = 128;
+    p.rope_base = 10000.0f; p.rms_eps = 1e-6f;
+    p.rope_scaling = "yarn"; p.rope_factor = 40.0f; p.rope_orig_ctx = 4096; p.yarn_log_mul = 0.0707f;
+    p.tok_pre = "deepseek-llm";
+    p.controls = {{100000, "<｜begin▁of▁sentence｜>"}, {100001, "<｜end▁of▁sentence｜>"}};
+    p.bos = 100000; p.eos = 100001; p.pad = 100001; p.add_bos = 1; p.add_eos = 0;
+    v.push_back(p);
+  }
+  {  // GLM-4.7-Flash (deepseek2 in llama.cpp): MLA with q low-rank, sigmoid gating + bias,
+     // 64 experts (4 used) + 1 shared, 1 dense block
+    SynthPreset p;
+    p.name = "glm-4.7-flash"; p.arch = "deepseek2"; p.model_name = "synthetic-GLM-4.7-Flash";
+    p.n_vocab = 154880; p.n_vocab_real = 154856; p.n_ctx = 202752;
+    p.n_embd = 2048; p.n_layer = 47; p.n_head = 20; p.n_ff = 10240;
+    p.n_expert = 64; p.n_expert_used = 4; p.n_ff_exp = 1536; p.n_expert_shared = 1;
+    p.n_leading_dense = 1; p.n_group = 1; p.n_group_used = 1; p.gating = 2;
+    p.weights_scale = 1.8f; p.weights_norm = true; p.has_weights_norm_key = true; p.exp_probs_b = true;
+    p.q_lora_rank = 768; p.kv_lora_rank = 512; p.qk_nope = 192; p.qk_rope = 64; p.v_head = 256;
+    p.rope_base = 1e6f; p.rms_eps = 1e-5f;
+    p.tok_pre = "glm4";
+    p.controls = {{154820, "<|endoftext|>"}, {154821, "[MASK]"}, {154822, "[gMASK]"}, {154823, "[sMASK]"},
+                  {154824, "<sop>"}, {154825, "<eop>"}, {154826, "<|system|>"}, {154827, "<|user|>"},
+                  {154828, "<|assistant|>"}, {154829, "<|observation|>"}};
+    p.bos = 154822; p.eos = 154820; p.pad = 154820;
+    v.push_back(p);
+  }
+  {  // gpt-oss-20b: alternating sliding-window attention, attention sinks, MXFP4 experts
+    SynthPreset p;
+    p.name = "gpt-oss-20b"; p.arch = "gpt-oss"; p.model_name = "synthetic-gpt-oss-20b";
+    p.n_vocab = 201088; p.n_vocab_real = 200019; p.n_ctx = 131072;
+    p.n_embd = 2880; p.n_layer = 24; p.n_head = 64; p.n_head_kv = 8; p.head_dim = 64;
+    p.n_ff = 2880; p.n_expert = 32; p.n_expert_used = 4; p.n_ff_exp = 2880;
+    p.sliding_window = 128;
+    p.rope_base = 150000.0f; p.rms_eps = 1e-5f;
+    p.rope_scaling = "yarn"; p.rope_factor = 32.0f; p.rope_orig_ctx = 4096;
+    p.tok_pre = "gpt-4o";
+    p.controls = {{199998, "<|startoftext|>"}, {199999, "<|endoftext|>"}, {200002, "<|return|>"},
+                  {200003, "<|constrain|>"}, {200005, "<|channel|>"}, {200006, "<|start|>"},
+                  {200007, "<|end|>"}, {200008, "<|message|>"}, {200012, "<|call|>"}};
+    p.bos = 199998; p.eos = 200002; p.pad = 199999;
+    v.push_back(p);
+  }
+  return v;
+}
+
+const std::vector<SynthPreset> &synth_presets() {
+  static const std::vector<SynthPreset> presets = make_presets();
+  return presets;
+}
+
+const SynthPreset &synth_preset(const std::string &name) {
+  for (const auto &p : synth_presets())
+    if (p.name == name) return p;
+  std::string names;
+  for (const auto &p : synth_presets()) names += (names.empty() ? "" : ", ") + p.name;
+  fail(Status::InvalidArgument, "unknown synthetic model preset '%s' (known: %s)", name.c_str(), names.c_str());
+}
+
+}  // namespace moe
