@@ -143,35 +143,41 @@ MOE_API moe_status moe_batch_create(size_t capacity, moe_batch **out_batch) {
 MOE_API void moe_batch_free(moe_batch *batch) { delete batch; }
 
 MOE_API moe_status moe_batch_clear(moe_batch *batch) {
-  MOE_CHECK_ARG(batch, "moe_batch_clear: batch is NULL");
-  batch->tokens.clear();
-  return MOE_STATUS_OK;
+  return guard([&] {
+    MOE_CHECK_ARG(batch, "moe_batch_clear: batch is NULL");
+    batch->tokens.clear();
+    return MOE_STATUS_OK;
+  });
 }
 
 MOE_API moe_status moe_batch_add(moe_batch *batch, int32_t token, int32_t pos, int32_t seq_id, int32_t want_logits) {
-  MOE_CHECK_ARG(batch, "moe_batch_add: batch is NULL");
-  MOE_CHECK_ARG(batch->tokens.size() < batch->capacity, "moe_batch_add: batch is full (capacity %zu)", batch->capacity);
-  MOE_CHECK_ARG(token >= 0 && pos >= 0 && seq_id >= 0, "moe_batch_add: negative token %d / pos %d / seq_id %d", token,
-                pos, seq_id);
-  // Capacity was reserved at creation, so this push_back never allocates.
-  batch->tokens.push_back(moe::BatchToken{token, pos, seq_id, want_logits != 0});
-  return MOE_STATUS_OK;
+  return guard([&] {
+    MOE_CHECK_ARG(batch, "moe_batch_add: batch is NULL");
+    MOE_CHECK_ARG(batch->tokens.size() < batch->capacity, "moe_batch_add: batch is full (capacity %zu)", batch->capacity);
+    MOE_CHECK_ARG(token >= 0 && pos >= 0 && seq_id >= 0, "moe_batch_add: negative token %d / pos %d / seq_id %d", token,
+                  pos, seq_id);
+    // Capacity was reserved at creation, so this push_back never allocates.
+    batch->tokens.push_back(moe::BatchToken{token, pos, seq_id, want_logits != 0});
+    return MOE_STATUS_OK;
+  });
 }
 
 MOE_API moe_status moe_batch_add_sequence(moe_batch *batch, const int32_t *tokens, size_t n, int32_t pos0,
                                           int32_t seq_id, int32_t logits_last) {
-  MOE_CHECK_ARG(batch, "moe_batch_add_sequence: batch is NULL");
-  MOE_CHECK_ARG(tokens || n == 0, "moe_batch_add_sequence: tokens is NULL");
-  MOE_CHECK_ARG(n <= batch->capacity - batch->tokens.size(), "moe_batch_add_sequence: %zu tokens do not fit (%zu free)", n,
-                batch->capacity - batch->tokens.size());
-  MOE_CHECK_ARG(pos0 >= 0 && seq_id >= 0, "moe_batch_add_sequence: negative pos0 %d / seq_id %d", pos0, seq_id);
-  MOE_CHECK_ARG(static_cast<int64_t>(pos0) + static_cast<int64_t>(n) <= INT32_MAX, "moe_batch_add_sequence: position overflow");
-  for (size_t i = 0; i < n; ++i)
-    MOE_CHECK_ARG(tokens[i] >= 0, "moe_batch_add_sequence: tokens[%zu] = %d is negative", i, tokens[i]);
-  for (size_t i = 0; i < n; ++i)
-    batch->tokens.push_back(
-        moe::BatchToken{tokens[i], pos0 + static_cast<int32_t>(i), seq_id, logits_last != 0 && i + 1 == n});
-  return MOE_STATUS_OK;
+  return guard([&] {
+    MOE_CHECK_ARG(batch, "moe_batch_add_sequence: batch is NULL");
+    MOE_CHECK_ARG(tokens || n == 0, "moe_batch_add_sequence: tokens is NULL");
+    MOE_CHECK_ARG(n <= batch->capacity - batch->tokens.size(), "moe_batch_add_sequence: %zu tokens do not fit (%zu free)", n,
+                  batch->capacity - batch->tokens.size());
+    MOE_CHECK_ARG(pos0 >= 0 && seq_id >= 0, "moe_batch_add_sequence: negative pos0 %d / seq_id %d", pos0, seq_id);
+    MOE_CHECK_ARG(static_cast<int64_t>(pos0) + static_cast<int64_t>(n) <= INT32_MAX, "moe_batch_add_sequence: position overflow");
+    for (size_t i = 0; i < n; ++i)
+      MOE_CHECK_ARG(tokens[i] >= 0, "moe_batch_add_sequence: tokens[%zu] = %d is negative", i, tokens[i]);
+    for (size_t i = 0; i < n; ++i)
+      batch->tokens.push_back(
+          moe::BatchToken{tokens[i], pos0 + static_cast<int32_t>(i), seq_id, logits_last != 0 && i + 1 == n});
+    return MOE_STATUS_OK;
+  });
 }
 
 MOE_API size_t moe_batch_size(const moe_batch *batch) { return batch ? batch->tokens.size() : 0; }

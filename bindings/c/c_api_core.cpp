@@ -39,6 +39,8 @@ thread_local char t_last_error[1024] = "";
 
 const char *last_error() noexcept { return t_last_error; }
 
+void clear_last_error() noexcept { t_last_error[0] = '\0'; }
+
 void set_last_error(const char *msg) noexcept {
   if (!msg) msg = "";
   std::snprintf(t_last_error, sizeof t_last_error, "%s", msg);

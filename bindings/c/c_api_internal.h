@@ -44,6 +44,7 @@ namespace moe_c {
 // Thread-local last error (fixed buffer: setting it never allocates, so never throws).
 void set_last_error(const char *msg) noexcept;
 const char *last_error() noexcept;
+void clear_last_error() noexcept;
 moe_status fail(moe_status s, const char *fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
 
 inline moe_status to_c(moe::Status s) { return static_cast<moe_status>(static_cast<int>(s)); }
@@ -52,6 +53,7 @@ inline moe_status to_c(moe::Status s) { return static_cast<moe_status>(static_ca
 // This is the only way C entry points reach C++ code: nothing escapes the ABI.
 template <class F>
 moe_status guard(F &&f) noexcept {
+  clear_last_error();  // the message always describes the most recent status-returning call
   try {
     return f();
   } catch (const moe::Error &e) {

@@ -3,7 +3,8 @@
  * Conventions (they hold for every function below):
  *  - Every fallible function returns a moe_status. Nothing ever aborts, exits or throws
  *    across this boundary; an allocation failure is MOE_STATUS_OUT_OF_MEMORY.
- *  - On failure, moe_last_error() returns a message for the calling thread.
+ *  - On failure, moe_last_error() returns a message for the calling thread ("" after a
+ *    call that succeeded).
  *  - Handles are opaque. moe_*_free(NULL) is a no-op. Passing NULL where a handle is
  *    required returns MOE_STATUS_INVALID_ARGUMENT.
  *  - Params structs begin with struct_size. Get them from moe_*_default_params() (which
@@ -56,8 +57,8 @@ typedef enum moe_status {
 /* Static English name of a status ("ok", "context full", ...). Never NULL. */
 MOE_API const char *moe_status_string(moe_status status);
 
-/* Message of the last failed call on this thread ("" if none).
- * Borrowed; valid until the next moe_* call on the same thread. */
+/* Why the most recent status-returning moe_* call on this thread failed ("" when it
+ * succeeded). Borrowed; valid until the next moe_* call on the same thread. */
 MOE_API const char *moe_last_error(void);
 
 /* Clears this thread's last-error message. */

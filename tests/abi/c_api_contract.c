@@ -1,0 +1,413 @@
+/* C ABI contract test (plain C99, linked against the shared library):
+ * every public function gets NULL handles, wrong struct sizes and out-of-range arguments
+ * and must return the documented status without crashing. With a model path argument it
+ * also checks range errors on a live model/context, context-full, and that a wait with
+ * timeout on a long asynchronous decode returns in time with the context still usable. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "moeinfer/moeinfer.h"
+
+static int g_fail = 0;
+static int g_checks = 0;
+
+#define EXPECT(expr, want)                                                              \
+  do {                                                                                  \
+    moe_status got_ = (expr);                                                           \
+    ++g_checks;                                                                         \
+    if (got_ != (want)) {                                                               \
+      fprintf(stderr, "%s:%d: %s -> %s (%d), want %s (%d); last error: %s\n", __FILE__, \
+              __LINE__, #expr, moe_status_string(got_), (int)got_,                      \
+              moe_status_string(want), (int)(want), moe_last_error());                  \
+      g_fail = 1;                                                                       \
+    }                                                                                   \
+  } while (0)
+
+#define TRUE_(cond)                                                          \
+  do {                                                                       \
+    ++g_checks;                                                              \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);    \
+      g_fail = 1;                                                            \
+    }                                                                        \
+  } while (0)
+
+#define BAD MOE_STATUS_INVALID_ARGUMENT
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int slow_abort(void *user) {
+  /* Makes every graph segment take >= 20 ms so a decode is reliably "long". */
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  int *calls = (int *)user;
+  ++*calls;
+  nanosleep(&ts, NULL);
+  return 0;
+}
+
+static int cancel_load(float p, void *user) {
+  (void)p;
+  (void)user;
+  return 0;
+}
+
+static void null_handles(void) {
+  char buf[16];
+  size_t n = 7;
+  int32_t tok = 0, st = 0;
+  uint32_t cells = 0;
+  const float *lg = NULL;
+  moe_model *m = (moe_model *)&n; /* poison: must be overwritten with NULL on failure */
+  moe_context *c = (moe_context *)&n;
+  moe_batch *b = (moe_batch *)&n;
+  moe_sampler *s = (moe_sampler *)&n;
+  moe_model_info mi;
+  moe_device_info di;
+  moe_logit_bias lb = {0, 1.0f};
+  float logits[4] = {0, 1, 2, 3};
+  int32_t toks[2] = {1, 2};
+
+  /* errors / version */
+  TRUE_(strcmp(moe_status_string(MOE_STATUS_OK), "ok") == 0);
+  TRUE_(strcmp(moe_status_string((moe_status)999), "unknown status") == 0);
+  TRUE_(strcmp(moe_status_string((moe_status)-1), "unknown status") == 0);
+  TRUE_(moe_abi_version() >= 1 && moe_abi_version() == MOE_ABI_VERSION);
+  TRUE_(moe_version_string() != NULL && moe_version_string()[0] != '\0');
+  moe_clear_last_error();
+  TRUE_(moe_last_error() != NULL && moe_last_error()[0] == '\0');
+  moe_set_log_callback(NULL, NULL);
+
+  /* devices */
+  EXPECT(moe_device_count(NULL), BAD);
+  EXPECT(moe_device_count(&n), MOE_STATUS_OK);
+  TRUE_(n >= 1);
+  TRUE_(moe_last_error()[0] == '\0'); /* success leaves no message behind */
+  EXPECT(moe_device_get_info(0, NULL), BAD);
+  TRUE_(moe_last_error()[0] != '\0');
+  memset(&di, 0, sizeof di);
+  EXPECT(moe_device_get_info(0, &di), BAD); /* struct_size 0 */
+  di.struct_size = sizeof di + 8;
+  EXPECT(moe_device_get_info(0, &di), BAD);
+  di.struct_size = sizeof di;
+  EXPECT(moe_device_get_info(n, &di), BAD);
+  EXPECT(moe_device_get_info((size_t)-1, &di), BAD);
+  EXPECT(moe_device_get_info(0, &di), MOE_STATUS_OK);
+  TRUE_(strcmp(di.id, "cpu") == 0 && di.kind == MOE_DEVICE_KIND_CPU && di.integrated == 1);
+
+  /* model */
+  {
+    moe_model_params mp = moe_model_default_params();
+    TRUE_(mp.struct_size == sizeof mp && mp.use_mmap == 1 && mp.vocab_only == 0);
+    EXPECT(moe_model_load("x.gguf", NULL, NULL), BAD);
+    EXPECT(moe_model_load(NULL, NULL, &m), BAD);
+    TRUE_(m == NULL);
+    mp.struct_size = 0;
+    EXPECT(moe_model_load("x.gguf", &mp, &m), BAD);
+    mp.struct_size = sizeof mp + 1;
+    EXPECT(moe_model_load("x.gguf", &mp, &m), BAD);
+    mp.struct_size = sizeof mp;
+    mp.n_devices = 2; /* devices NULL */
+    EXPECT(moe_model_load("x.gguf", &mp, &m), BAD);
+    mp.n_devices = 0;
+    mp.n_kv_overrides = 1;
+    EXPECT(moe_model_load("x.gguf", &mp, &m), BAD);
+    mp.n_kv_overrides = 0;
+    EXPECT(moe_model_load("/nonexistent/dir/x.gguf", &mp, &m), MOE_STATUS_IO_ERROR);
+    TRUE_(m == NULL);
+  }
+  moe_model_free(NULL);
+  mi.struct_size = sizeof mi;
+  EXPECT(moe_model_get_info(NULL, &mi), BAD);
+  EXPECT(moe_model_meta_count(NULL, &n), BAD);
+  EXPECT(moe_model_meta_key(NULL, 0, buf, sizeof buf, &n), BAD);
+  EXPECT(moe_model_meta_value(NULL, "general.architecture", buf, sizeof buf, &n), BAD);
+  TRUE_(moe_token_bos(NULL) == -1 && moe_token_eos(NULL) == -1 && moe_token_eot(NULL) == -1);
+  TRUE_(moe_token_is_eog(NULL, 0) == 0);
+  EXPECT(moe_tokenize(NULL, "a", 1, toks, 2, &n, 0), BAD);
+  EXPECT(moe_token_to_piece(NULL, 0, buf, sizeof buf, &n, 0), BAD);
+  EXPECT(moe_detokenize(NULL, toks, 2, buf, sizeof buf, &n, 0), BAD);
+
+  /* context */
+  {
+    moe_context_params cp = moe_context_default_params();
+    TRUE_(cp.struct_size == sizeof cp && cp.n_batch == 512 && cp.n_seq_max == 1 && cp.kv_type == MOE_KV_TYPE_F16);
+    EXPECT(moe_context_create(NULL, &cp, &c), BAD);
+    TRUE_(c == NULL);
+    EXPECT(moe_context_create(NULL, &cp, NULL), BAD);
+  }
+  moe_context_free(NULL);
+  TRUE_(moe_context_n_ctx(NULL) == 0 && moe_context_n_batch(NULL) == 0 && moe_context_n_ubatch(NULL) == 0 &&
+        moe_context_n_vocab(NULL) == 0);
+  EXPECT(moe_context_set_abort_callback(NULL, NULL, NULL), BAD);
+  EXPECT(moe_context_check(NULL), BAD);
+
+  /* batch */
+  EXPECT(moe_batch_create(4, NULL), BAD);
+  EXPECT(moe_batch_create(0, &b), BAD);
+  TRUE_(b == NULL);
+  EXPECT(moe_batch_create((size_t)1 << 40, &b), BAD);
+  moe_batch_free(NULL);
+  EXPECT(moe_batch_clear(NULL), BAD);
+  EXPECT(moe_batch_add(NULL, 1, 0, 0, 1), BAD);
+  EXPECT(moe_batch_add_sequence(NULL, toks, 2, 0, 0, 1), BAD);
+  TRUE_(moe_batch_size(NULL) == 0);
+  EXPECT(moe_batch_create(2, &b), MOE_STATUS_OK);
+  EXPECT(moe_batch_add(b, -1, 0, 0, 1), BAD);
+  EXPECT(moe_batch_add(b, 1, -1, 0, 1), BAD);
+  EXPECT(moe_batch_add(b, 1, 0, -1, 1), BAD);
+  EXPECT(moe_batch_add_sequence(b, NULL, 2, 0, 0, 1), BAD);
+  EXPECT(moe_batch_add_sequence(b, toks, 3, 0, 0, 1), BAD); /* does not fit */
+  EXPECT(moe_batch_add_sequence(b, toks, 2, 0x7fffffff, 0, 1), BAD);
+  TRUE_(moe_batch_size(b) == 0);
+  EXPECT(moe_batch_add_sequence(b, toks, 2, 0, 0, 1), MOE_STATUS_OK);
+  EXPECT(moe_batch_add(b, 3, 2, 0, 1), BAD); /* full */
+  TRUE_(moe_batch_size(b) == 2);
+  EXPECT(moe_batch_clear(b), MOE_STATUS_OK);
+  TRUE_(moe_batch_size(b) == 0);
+
+  /* decode / async / logits / kv */
+  EXPECT(moe_decode(NULL, b), BAD);
+  EXPECT(moe_decode_submit(NULL, b), BAD);
+  EXPECT(moe_decode_poll(NULL, &st), BAD);
+  EXPECT(moe_decode_wait(NULL, 0), BAD);
+  EXPECT(moe_decode_cancel(NULL), BAD);
+  EXPECT(moe_get_logits(NULL, 0, &lg, NULL), BAD);
+  EXPECT(moe_get_logits(NULL, 0, NULL, NULL), BAD);
+  EXPECT(moe_kv_clear(NULL), BAD);
+  EXPECT(moe_kv_seq_rm(NULL, 0, 0, -1), BAD);
+  EXPECT(moe_kv_seq_cp(NULL, 0, 1, 0, -1), BAD);
+  EXPECT(moe_kv_seq_keep(NULL, 0), BAD);
+  EXPECT(moe_kv_seq_pos_max(NULL, 0, &tok), BAD);
+  EXPECT(moe_kv_used_cells(NULL, &cells), BAD);
+
+  /* sampler */
+  {
+    moe_sampler_params sp = moe_sampler_default_params();
+    TRUE_(sp.struct_size == sizeof sp);
+    EXPECT(moe_sampler_create(&sp, NULL), BAD);
+    sp.struct_size = 3;
+    EXPECT(moe_sampler_create(&sp, &s), BAD);
+    TRUE_(s == NULL);
+    sp.struct_size = sizeof sp + 16;
+    EXPECT(moe_sampler_create(&sp, &s), BAD);
+  }
+  moe_sampler_free(NULL);
+  EXPECT(moe_sampler_add_greedy(NULL), BAD);
+  EXPECT(moe_sampler_add_dist(NULL), BAD);
+  EXPECT(moe_sampler_add_temperature(NULL, 1.0f), BAD);
+  EXPECT(moe_sampler_add_top_k(NULL, 4), BAD);
+  EXPECT(moe_sampler_add_top_p(NULL, 0.9f, 1), BAD);
+  EXPECT(moe_sampler_add_min_p(NULL, 0.1f, 1), BAD);
+  EXPECT(moe_sampler_add_typical(NULL, 0.9f, 1), BAD);
+  EXPECT(moe_sampler_add_penalties(NULL, 64, 1.1f, 0.0f, 0.0f), BAD);
+  EXPECT(moe_sampler_add_logit_bias(NULL, &lb, 1), BAD);
+  EXPECT(moe_sampler_sample(NULL, logits, 4, &tok), BAD);
+  EXPECT(moe_sampler_sample_context(NULL, NULL, 0, &tok), BAD);
+  EXPECT(moe_sampler_accept(NULL, 1), BAD);
+  EXPECT(moe_sampler_reset(NULL), BAD);
+  EXPECT(moe_sampler_set_seed(NULL, 1), BAD);
+
+  EXPECT(moe_sampler_create(NULL, &s), MOE_STATUS_OK);
+  EXPECT(moe_sampler_add_top_p(s, 0.0f, 1), BAD);
+  EXPECT(moe_sampler_add_top_p(s, -1.0f, 1), BAD);
+  EXPECT(moe_sampler_add_min_p(s, 1.5f, 1), BAD);
+  EXPECT(moe_sampler_add_typical(s, 0.0f, 1), BAD);
+  EXPECT(moe_sampler_add_penalties(s, -2, 1.1f, 0.0f, 0.0f), BAD);
+  EXPECT(moe_sampler_add_penalties(s, 64, 0.0f, 0.0f, 0.0f), BAD);
+  lb.token = -3;
+  EXPECT(moe_sampler_add_logit_bias(s, &lb, 1), BAD);
+  EXPECT(moe_sampler_add_logit_bias(s, NULL, 1), BAD);
+  EXPECT(moe_sampler_add_greedy(s), MOE_STATUS_OK);
+  EXPECT(moe_sampler_sample(s, NULL, 4, &tok), BAD);
+  EXPECT(moe_sampler_sample(s, logits, 0, &tok), BAD);
+  EXPECT(moe_sampler_sample(s, logits, -5, &tok), BAD);
+  EXPECT(moe_sampler_sample(s, logits, 4, NULL), BAD);
+  EXPECT(moe_sampler_sample(s, logits, 4, &tok), MOE_STATUS_OK);
+  TRUE_(tok == 3);
+  EXPECT(moe_sampler_sample_context(s, NULL, 0, &tok), BAD);
+  EXPECT(moe_sampler_accept(s, -1), BAD);
+  moe_sampler_free(s);
+  moe_batch_free(b);
+}
+
+static void with_model(const char *path) {
+  moe_model *m = NULL;
+  moe_context *c = NULL;
+  moe_batch *b = NULL;
+  moe_model_info mi;
+  moe_model_params mp = moe_model_default_params();
+  moe_context_params cp = moe_context_default_params();
+  char buf[256];
+  size_t n = 0;
+  int32_t toks[64], st = 0, pos = 0;
+  const float *lg = NULL;
+  int32_t nv = 0;
+  int calls = 0;
+  double t0, dt;
+  int i;
+
+  mp.progress = cancel_load;
+  EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_ABORTED);
+  TRUE_(m == NULL);
+  mp.progress = NULL;
+  EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_OK);
+  if (!m) return;
+
+  memset(&mi, 0, sizeof mi);
+  EXPECT(moe_model_get_info(m, &mi), BAD);
+  mi.struct_size = sizeof mi;
+  EXPECT(moe_model_get_info(m, &mi), MOE_STATUS_OK);
+  TRUE_(mi.n_vocab > 0 && mi.n_layer > 0 && mi.arch[0] != '\0');
+  EXPECT(moe_model_meta_count(m, NULL), BAD);
+  EXPECT(moe_model_meta_count(m, &n), MOE_STATUS_OK);
+  EXPECT(moe_model_meta_key(m, n, buf, sizeof buf, &n), BAD);
+  EXPECT(moe_model_meta_value(m, "no.such.key", buf, sizeof buf, &n), BAD);
+  EXPECT(moe_model_meta_value(m, "general.architecture", NULL, 0, &n), MOE_STATUS_BUFFER_TOO_SMALL);
+  TRUE_(n == strlen(mi.arch));
+  EXPECT(moe_model_meta_value(m, "general.architecture", buf, n, &n), MOE_STATUS_BUFFER_TOO_SMALL);
+  EXPECT(moe_model_meta_value(m, "general.architecture", buf, n + 1, &n), MOE_STATUS_OK);
+  TRUE_(strcmp(buf, mi.arch) == 0);
+
+  /* tokenizer: size query, too small, exact */
+  EXPECT(moe_tokenize(m, "hello world hello", 17, NULL, 0, &n, 0), MOE_STATUS_BUFFER_TOO_SMALL);
+  TRUE_(n > 0);
+  if (n > 1) EXPECT(moe_tokenize(m, "hello world hello", 17, toks, n - 1, &n, 0), MOE_STATUS_BUFFER_TOO_SMALL);
+  EXPECT(moe_tokenize(m, "hello world hello", 17, toks, 64, &n, 0), MOE_STATUS_OK);
+  EXPECT(moe_tokenize(m, "x", 1, toks, 64, &n, 0x80), BAD);
+  EXPECT(moe_tokenize(m, NULL, 3, toks, 64, &n, 0), BAD);
+  EXPECT(moe_token_to_piece(m, -1, buf, sizeof buf, &n, 0), BAD);
+  EXPECT(moe_token_to_piece(m, mi.n_vocab, buf, sizeof buf, &n, 0), BAD);
+  EXPECT(moe_detokenize(m, toks, 1, NULL, 0, &n, 0), MOE_STATUS_BUFFER_TOO_SMALL);
+  toks[0] = mi.n_vocab + 5;
+  EXPECT(moe_detokenize(m, toks, 1, buf, sizeof buf, &n, 0), BAD);
+
+  /* context params */
+  cp.struct_size = 8;
+  EXPECT(moe_context_create(m, &cp, &c), BAD);
+  cp = moe_context_default_params();
+  cp.kv_type = 9;
+  EXPECT(moe_context_create(m, &cp, &c), BAD);
+  cp.kv_type = MOE_KV_TYPE_F32;
+  cp.n_seq_max = 65;
+  EXPECT(moe_context_create(m, &cp, &c), BAD);
+  cp.n_seq_max = 2;
+  cp.n_threads = -3;
+  EXPECT(moe_context_create(m, &cp, &c), BAD);
+  cp.n_threads = 2;
+  cp.n_ctx = 64;
+  cp.n_batch = 32;
+  cp.n_ubatch = 32;
+  EXPECT(moe_context_create(m, &cp, &c), MOE_STATUS_OK);
+  if (!c) {
+    moe_model_free(m);
+    return;
+  }
+  TRUE_(moe_context_n_ctx(c) == 64 && moe_context_n_batch(c) == 32);
+  nv = moe_context_n_vocab(c);
+  TRUE_(nv == mi.n_vocab);
+  EXPECT(moe_context_check(c), MOE_STATUS_OK);
+
+  EXPECT(moe_batch_create(64, &b), MOE_STATUS_OK);
+  EXPECT(moe_decode(c, b), BAD); /* empty */
+  EXPECT(moe_decode_submit(c, b), BAD);
+  for (i = 0; i < 40; ++i) moe_batch_add(b, i % nv, i, 0, i == 39);
+  EXPECT(moe_decode(c, b), BAD); /* 40 > n_batch 32 */
+  moe_batch_clear(b);
+  moe_batch_add(b, nv, 0, 0, 1); /* token out of range */
+  EXPECT(moe_decode(c, b), BAD);
+  moe_batch_clear(b);
+  moe_batch_add(b, 1, 0, 5, 1); /* seq >= n_seq_max */
+  EXPECT(moe_decode(c, b), BAD);
+  EXPECT(moe_decode_wait(c, 0), BAD); /* nothing submitted */
+  EXPECT(moe_decode_poll(c, NULL), BAD);
+  EXPECT(moe_decode_poll(c, &st), MOE_STATUS_OK);
+  TRUE_(st == MOE_ASYNC_IDLE);
+  EXPECT(moe_decode_cancel(c), MOE_STATUS_OK); /* idle: no-op */
+
+  /* fill the context: 2 x 32 = 64 cells, then one more must be CONTEXT_FULL */
+  for (pos = 0; pos < 64; pos += 32) {
+    moe_batch_clear(b);
+    for (i = 0; i < 32; ++i) moe_batch_add(b, (pos + i) % nv, pos + i, 0, i == 31);
+    EXPECT(moe_decode(c, b), MOE_STATUS_OK);
+  }
+  EXPECT(moe_get_logits(c, -1, &lg, &nv), MOE_STATUS_OK);
+  TRUE_(lg != NULL);
+  EXPECT(moe_get_logits(c, 5, &lg, NULL), BAD); /* entry 5 asked for no logits */
+  moe_batch_clear(b);
+  moe_batch_add(b, 1, 64, 0, 1);
+  EXPECT(moe_decode(c, b), MOE_STATUS_CONTEXT_FULL);
+  {
+    uint32_t cells = 0;
+    EXPECT(moe_kv_used_cells(c, &cells), MOE_STATUS_OK);
+    TRUE_(cells == 64); /* nothing was evicted */
+  }
+  EXPECT(moe_kv_seq_pos_max(c, 0, &pos), MOE_STATUS_OK);
+  TRUE_(pos == 63);
+  EXPECT(moe_kv_seq_pos_max(c, 7, &pos), BAD);
+  EXPECT(moe_kv_seq_cp(c, 0, 2, 0, -1), BAD);
+  EXPECT(moe_kv_seq_keep(c, -1), BAD);
+  EXPECT(moe_kv_seq_rm(c, 0, 32, -1), MOE_STATUS_OK);
+  moe_kv_clear(c);
+
+  /* async: a long decode (20 ms per graph segment) and a short wait */
+  EXPECT(moe_context_set_abort_callback(c, slow_abort, &calls), MOE_STATUS_OK);
+  moe_batch_clear(b);
+  for (i = 0; i < 16; ++i) moe_batch_add(b, i % nv, i, 0, i == 15);
+  EXPECT(moe_decode_submit(c, b), MOE_STATUS_OK);
+  EXPECT(moe_decode_submit(c, b), MOE_STATUS_BUSY);
+  EXPECT(moe_decode(c, b), MOE_STATUS_BUSY);
+  EXPECT(moe_kv_clear(c), MOE_STATUS_BUSY);
+  EXPECT(moe_get_logits(c, -1, &lg, NULL), MOE_STATUS_BUSY);
+  EXPECT(moe_context_set_abort_callback(c, NULL, NULL), MOE_STATUS_BUSY);
+  t0 = now_ms();
+  EXPECT(moe_decode_wait(c, 5), MOE_STATUS_TIMEOUT);
+  dt = now_ms() - t0;
+  printf("wait(5 ms) on a long decode returned after %.2f ms\n", dt);
+  TRUE_(dt < 5 + 45); /* returns in time: < one 20 ms segment + slack past the deadline */
+  EXPECT(moe_decode_poll(c, &st), MOE_STATUS_OK);
+  TRUE_(st == MOE_ASYNC_RUNNING);
+  EXPECT(moe_decode_wait(c, -1), MOE_STATUS_OK);
+  TRUE_(calls > 0);
+  EXPECT(moe_get_logits(c, -1, &lg, NULL), MOE_STATUS_OK);
+  EXPECT(moe_decode_poll(c, &st), MOE_STATUS_OK);
+  TRUE_(st == MOE_ASYNC_IDLE);
+
+  /* cancel: the decode stops at the next segment boundary and the cache is unchanged */
+  moe_batch_clear(b);
+  for (i = 0; i < 8; ++i) moe_batch_add(b, i % nv, 16 + i, 0, i == 7);
+  EXPECT(moe_decode_submit(c, b), MOE_STATUS_OK);
+  EXPECT(moe_decode_wait(c, 1), MOE_STATUS_TIMEOUT);
+  EXPECT(moe_decode_cancel(c), MOE_STATUS_OK);
+  t0 = now_ms();
+  EXPECT(moe_decode_wait(c, 1000), MOE_STATUS_ABORTED);
+  printf("cancel took effect after %.2f ms\n", now_ms() - t0);
+  EXPECT(moe_kv_seq_pos_max(c, 0, &pos), MOE_STATUS_OK);
+  TRUE_(pos == 15);
+  EXPECT(moe_context_check(c), MOE_STATUS_OK);
+  EXPECT(moe_context_set_abort_callback(c, NULL, NULL), MOE_STATUS_OK);
+  EXPECT(moe_decode(c, b), MOE_STATUS_OK); /* still usable */
+  EXPECT(moe_kv_seq_pos_max(c, 0, &pos), MOE_STATUS_OK);
+  TRUE_(pos == 23);
+
+  /* free with a decode in flight: cancelled and joined, no crash */
+  EXPECT(moe_context_set_abort_callback(c, slow_abort, &calls), MOE_STATUS_OK);
+  moe_batch_clear(b);
+  moe_batch_add(b, 1, 24, 0, 1);
+  EXPECT(moe_decode_submit(c, b), MOE_STATUS_OK);
+  moe_model_free(m); /* the context keeps the model alive */
+  moe_context_free(c);
+  moe_batch_free(b);
+}
+
+int main(int argc, char **argv) {
+  null_handles();
+  if (argc > 1) with_model(argv[1]);
+  printf("%d checks, %s\n", g_checks, g_fail ? "FAILED" : "all passed");
+  return g_fail;
+}
