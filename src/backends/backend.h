@@ -1,0 +1,92 @@
+// Backend interface: a device that can hold buffers and run graph nodes. The context owns a
+// BackendRegistry listing every usable device (CPU always; CUDA when built and present).
+// The compiler asks each backend which ops it supports, places nodes, plans arenas per
+// device, then each device's Executor runs its nodes.
+//
+//   BackendRegistry reg;                        // enumerates devices
+//   Backend *cpu = reg.find("cpu");
+//   auto buf = cpu->alloc(bytes, "kv cache");   // device memory
+//   auto ex = cpu->make_executor(n_threads);    // per-context thread pool / stream
+//   ex->run(graph, begin, end, env);            // nodes [begin, end) in schedule order
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace moe {
+
+class KvCache;
+struct UbatchInfo;
+
+struct DeviceInfo {
+  std::string name;         // "cpu", "cuda0"
+  std::string description;  // CPU model / GPU product name
+  bool is_gpu = false;
+  bool integrated = false;  // shares memory with the host (Jetson, CPU)
+  size_t total_memory = 0;
+  size_t free_memory = 0;
+  int compute_major = 0, compute_minor = 0;  // GPUs
+};
+
+class DeviceBuffer {
+public:
+  virtual ~DeviceBuffer() = default;
+  virtual void *data() = 0;
+  virtual size_t size() const = 0;
+  virtual void upload(size_t offset, const void *src, size_t n) = 0;    // host -> buffer
+  virtual void download(size_t offset, void *dst, size_t n) const = 0;  // buffer -> host
+  virtual void clear() = 0;
+};
+
+// What kernels may read at run time besides their node: the current ubatch and KV cache.
+struct ExecEnv {
+  const UbatchInfo *ub = nullptr;
+  KvCache *kv = nullptr;
+};
+
+class Executor {
+public:
+  virtual ~Executor() = default;
+  // Run nodes [begin, end) of g (already placed on this device and bound to memory).
+  virtual void run(const Graph &g, int begin, int end, const ExecEnv &env) = 0;
+  virtual void synchronize() = 0;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual const DeviceInfo &info() const = 0;
+  // Supported-op query used by placement.
+  virtual bool supports(const Graph &g, int node) const = 0;
+  // True when buffers are ordinary host memory (weights are then used in place from mmap).
+  virtual bool host_memory() const = 0;
+  virtual std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) = 0;
+  // Scratch bytes a node's kernel needs (quantized activations, routing tables).
+  virtual size_t work_size(const Graph &g, int node, int n_threads) const = 0;
+  virtual std::unique_ptr<Executor> make_executor(int n_threads) = 0;
+};
+
+class BackendRegistry {
+public:
+  BackendRegistry();  // CPU + every CUDA device found (when built with CUDA)
+  ~BackendRegistry();
+  size_t size() const { return backends_.size(); }
+  Backend *at(size_t i) const { return backends_[i].get(); }
+  Backend *find(const std::string &name) const;  // "cpu", "cuda", "cuda0"
+  Backend *cpu() const { return backends_[0].get(); }
+
+private:
+  std::vector<std::unique_ptr<Backend>> backends_;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+#ifdef MOEINFER_WITH_CUDA
+// Appends one Backend per CUDA device (none when no device or driver is present).
+void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);
+#endif
+
+}  // namespace moe

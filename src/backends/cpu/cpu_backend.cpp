@@ -1,0 +1,159 @@
+// The CPU backend: host buffers, the per-context thread pool, and kernel dispatch.
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "backends/backend.h"
+#include "backends/cpu/kernels/vec_dot.h"
+#include "backends/cpu/ops/cpu_ops.h"
+#include "backends/cpu/thread_pool.h"
+#include "core/status.h"
+
+namespace moe {
+
+CpuKernel cpu_kernel_for(Op op) {
+  switch (op) {
+    case Op::GetRows: return cpu_get_rows;
+    case Op::MatMul: return cpu_matmul;
+    case Op::MatMulId: return cpu_matmul_id;
+    case Op::RmsNorm: return cpu_rms_norm;
+    case Op::Mul: return cpu_mul;
+    case Op::Add: return cpu_add;
+    case Op::Scale: return cpu_scale;
+    case Op::Rope: return cpu_rope;
+    case Op::Softmax: return cpu_softmax;
+    case Op::Sigmoid: return cpu_sigmoid;
+    case Op::TopK: return cpu_top_k;
+    case Op::GatherCols: return cpu_gather_cols;
+    case Op::NormSum: return cpu_norm_sum;
+    case Op::SwiGLU: return cpu_swiglu;
+    case Op::MoeCombine: return cpu_moe_combine;
+    case Op::KvStore: return cpu_kv_store;
+    case Op::Attention: return cpu_attention;
+    case Op::Copy: return cpu_copy;
+    default: return nullptr;
+  }
+}
+
+size_t cpu_work_size(const Graph &g, int id, int n_threads) {
+  const Node &n = g.node(id);
+  switch (n.op) {
+    case Op::MatMul: {
+      const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
+      const CpuTypeKernels &k = cpu_type_kernels(w.type);
+      if (k.vec_dot_type == DType::F32) return 0;
+      return row_size(k.vec_dot_type, w.ne[0]) * static_cast<size_t>(x.ne[1] * x.ne[2] * x.ne[3]);
+    }
+    case Op::MatMulId: {
+      const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]), &ids = g.node(n.src[2]);
+      const CpuTypeKernels &k = cpu_type_kernels(w.type);
+      size_t act = k.vec_dot_type == DType::F32 ? 0 : row_size(k.vec_dot_type, w.ne[0]) * static_cast<size_t>(x.ne[1] * x.ne[2]);
+      act = (act + 63) / 64 * 64;
+      return act + static_cast<size_t>(2 * w.ne[2] + ids.ne[0] * ids.ne[1]) * 4;
+    }
+    case Op::Attention: return cpu_attention_work(n, n_threads);
+    default: return 0;
+  }
+}
+
+namespace {
+
+class HostBuffer final : public DeviceBuffer {
+public:
+  explicit HostBuffer(size_t n) : size_(n) {
+    if (posix_memalign(&p_, 64, n ? n : 64) != 0) fail(Status::OutOfMemory, "cannot allocate %zu bytes of host memory", n);
+  }
+  ~HostBuffer() override { std::free(p_); }
+  void *data() override { return p_; }
+  size_t size() const override { return size_; }
+  void upload(size_t off, const void *src, size_t n) override { std::memcpy(static_cast<uint8_t *>(p_) + off, src, n); }
+  void download(size_t off, void *dst, size_t n) const override { std::memcpy(dst, static_cast<const uint8_t *>(p_) + off, n); }
+  void clear() override { std::memset(p_, 0, size_); }
+
+private:
+  void *p_ = nullptr;
+  size_t size_;
+};
+
+class CpuExecutor final : public Executor {
+public:
+  explicit CpuExecutor(int n_threads) : pool_(n_threads) {}
+  void run(const Graph &g, int begin, int end, const ExecEnv &env) override {
+    struct Job {
+      const Graph *g;
+      int begin, end;
+      const ExecEnv *env;
+      ThreadPool *pool;
+      std::atomic<int> error{0};
+    } job{&g, begin, end, &env, &pool_};
+    Job *jp = &job;  // one-pointer capture: std::function stores it inline (no heap allocation)
+    pool_.run([jp](int ith, int nth) {
+      for (int i = jp->begin; i < jp->end; ++i) {
+        const Node &n = jp->g->node(i);
+        if (n.op == Op::Leaf || n.op == Op::View) continue;
+        CpuKernelArgs args{*jp->g, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), *jp->env, &jp->error};
+        cpu_kernel_for(n.op)(args);
+        jp->pool->barrier();
+      }
+    });
+    if (int e = job.error.load()) {
+      if (e == kErrBadExpertId) fail(Status::Internal, "an expert id out of range reached a MoE matmul");
+      fail(Status::InvalidArgument, "a token id out of the vocabulary reached the embedding lookup");
+    }
+  }
+  void synchronize() override {}
+
+private:
+  ThreadPool pool_;
+};
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "CPU";
+}
+
+size_t meminfo_bytes(const char *key) {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return static_cast<size_t>(std::strtoull(line.c_str() + std::strlen(key), nullptr, 10)) * 1024;
+  return 0;
+}
+
+class CpuBackend final : public Backend {
+public:
+  CpuBackend() {
+    info_.name = "cpu";
+    info_.description = cpu_model_name() + " (" + cpu_isa_name(active_cpu_isa()) + ")";
+    info_.is_gpu = false;
+    info_.integrated = true;
+    info_.total_memory = meminfo_bytes("MemTotal:");
+    info_.free_memory = meminfo_bytes("MemAvailable:");
+  }
+  const DeviceInfo &info() const override { return info_; }
+  bool supports(const Graph &g, int id) const override {
+    const Node &n = g.node(id);
+    if (n.op == Op::Leaf || n.op == Op::View) return true;
+    if (!cpu_kernel_for(n.op)) return false;
+    if (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::GetRows)
+      return cpu_type_kernels(g.node(n.src[0]).type).vec_dot != nullptr || n.op == Op::GetRows;
+    return true;
+  }
+  bool host_memory() const override { return true; }
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *) override { return std::make_unique<HostBuffer>(bytes); }
+  size_t work_size(const Graph &g, int node, int n_threads) const override { return cpu_work_size(g, node, n_threads); }
+  std::unique_ptr<Executor> make_executor(int n_threads) override { return std::make_unique<CpuExecutor>(n_threads); }
+
+private:
+  DeviceInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace moe

@@ -1,0 +1,139 @@
+// KV cache writes and causal GQA attention over the cache.
+//
+// Numerics follow the reference engine per cache type, because the conformance data was
+// produced that way: F32 cache - plain f32 dots and softmax; F16 cache - q and the softmax
+// probabilities rounded to f16 before meeting f16 K/V; Q8_0 cache (flash attention) - q
+// quantized to Q8_0 for the K dots, online softmax, V dequantized and accumulated in f32.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels/vec_dot.h"
+#include "backends/cpu/ops/cpu_ops.h"
+#include "core/fp16.h"
+#include "kv/kv_cache.h"
+
+namespace moe {
+
+void cpu_kv_store(const CpuKernelArgs &a) {
+  const Node &x = a.src(0);
+  const UbatchInfo &ub = *a.env.ub;
+  KvCache &kv = *a.env.kv;
+  const int layer = a.n.kv_layer;
+  const int64_t row = a.n.ip[0];
+  uint8_t *base = static_cast<uint8_t *>(a.n.kv_which == 0 ? kv.k_data(layer) : kv.v_data(layer));
+  const size_t rb = a.n.kv_which == 0 ? kv.k_row_bytes(layer) : kv.v_row_bytes(layer);
+  int64_t r0, r1;
+  split_rows(ub.n_tokens, a.ith, a.nth, r0, r1);
+  for (int64_t t = r0; t < r1; ++t) {
+    const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[2]);
+    quantize_row(kv.dtype(), src, base + static_cast<size_t>(ub.cells[t]) * rb, row);
+  }
+}
+
+size_t cpu_attention_work(const Node &n, int n_threads) {
+  // scores for every cell, then f32 accumulator, a dequantized V row and the converted q,
+  // each sized for the largest head the builder allows (kMaxHeadDim).
+  const int64_t n_cells = n.ip[1];
+  const size_t per_thread = (static_cast<size_t>(n_cells) * 4 + kMaxHeadDim * 4 * 2 + row_size(DType::F32, kMaxHeadDim) + 63) / 64 * 64;
+  return per_thread * static_cast<size_t>(n_threads);
+}
+
+void cpu_attention(const CpuKernelArgs &a) {
+  const Node &q = a.src(0);
+  const UbatchInfo &ub = *a.env.ub;
+  KvCache &kv = *a.env.kv;
+  const int layer = a.n.kv_layer;
+  const int64_t hd_k = q.ne[0], n_head = q.ne[1], T = q.ne[2], hd_v = a.n.ne[0];
+  const int64_t n_head_kv = kv.dims(layer).k_row / hd_k;
+  const int64_t group = n_head / n_head_kv;
+  const float scale = a.n.fp[0];
+  const DType kt = kv.dtype();
+  const uint8_t *kbase = static_cast<const uint8_t *>(kv.k_data(layer));
+  const uint8_t *vbase = static_cast<const uint8_t *>(kv.v_data(layer));
+  const size_t krb = kv.k_row_bytes(layer), vrb = kv.v_row_bytes(layer);
+  const size_t k_head_bytes = row_size(kt, hd_k), v_head_bytes = row_size(kt, hd_v);
+  const int32_t n_kv = ub.n_kv;
+  const KvCell *cells = ub.cell_state;
+
+  const size_t per_thread = a.n.work_size / static_cast<size_t>(a.nth);
+  uint8_t *scratch = a.work + per_thread * static_cast<size_t>(a.ith);
+  float *scores = reinterpret_cast<float *>(scratch);
+  float *acc = scores + a.n.ip[1];
+  float *vtmp = acc + kMaxHeadDim;
+  uint8_t *qconv = reinterpret_cast<uint8_t *>(vtmp + kMaxHeadDim);
+
+  const CpuTypeKernels &kk = cpu_type_kernels(kt);
+  int64_t r0, r1;
+  split_rows(T * n_head, a.ith, a.nth, r0, r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t t = r / n_head, h = r % n_head, hk = h / group;
+    const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
+    float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(a.n.data) + h * a.n.nb[1] + t * a.n.nb[2]);
+    const uint64_t seq_bit = 1ull << ub.seq[t];
+    const int32_t pos = ub.pos[t];
+    // q in the K cache's dot type (f32 stays f32, f16 rounds, q8_0 quantizes).
+    const void *qk = qrow;
+    if (kt != DType::F32) { kk.from_float(qrow, qconv, hd_k); qk = qconv; }
+
+    if (kt == DType::Q8_0) {
+      // Online softmax (flash-attention order), V dequantized to f32.
+      float M = -INFINITY, S = 0.0f;
+      for (int64_t i = 0; i < hd_v; ++i) acc[i] = 0.0f;
+      for (int32_t c = 0; c < n_kv; ++c) {
+        if (cells[c].pos < 0 || !(cells[c].seq & seq_bit) || cells[c].pos > pos) continue;
+        float s;
+        kk.vec_dot(static_cast<int>(hd_k), &s, kbase + c * krb + hk * k_head_bytes, qk);
+        s *= scale;
+        const float Mold = M;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+          M = s;
+          ms = std::exp(Mold - M);
+          for (int64_t i = 0; i < hd_v; ++i) acc[i] *= ms;
+        } else {
+          vs = std::exp(s - M);
+        }
+        dequantize_row(kt, vbase + c * vrb + hk * v_head_bytes, vtmp, hd_v);
+        for (int64_t i = 0; i < hd_v; ++i) acc[i] += vtmp[i] * vs;
+        S = S * ms + vs;
+      }
+      const float inv = S > 0.0f ? 1.0f / S : 0.0f;
+      for (int64_t i = 0; i < hd_v; ++i) out[i] = acc[i] * inv;
+      continue;
+    }
+
+    // Two-pass softmax over the visible cells.
+    float mx = -INFINITY;
+    for (int32_t c = 0; c < n_kv; ++c) {
+      if (cells[c].pos < 0 || !(cells[c].seq & seq_bit) || cells[c].pos > pos) { scores[c] = -INFINITY; continue; }
+      float s;
+      kk.vec_dot(static_cast<int>(hd_k), &s, kbase + c * krb + hk * k_head_bytes, qk);
+      s *= scale;
+      scores[c] = s;
+      if (s > mx) mx = s;
+    }
+    double sum = 0.0;
+    for (int32_t c = 0; c < n_kv; ++c) {
+      const float e = scores[c] == -INFINITY ? 0.0f : std::exp(scores[c] - mx);
+      scores[c] = e;
+      sum += e;
+    }
+    const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
+    for (int64_t i = 0; i < hd_v; ++i) acc[i] = 0.0f;
+    for (int32_t c = 0; c < n_kv; ++c) {
+      float p = scores[c] * inv;
+      if (p == 0.0f) continue;
+      if (kt == DType::F16) {
+        p = round_fp16(p);
+        const uint16_t *v = reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes);
+        for (int64_t i = 0; i < hd_v; ++i) acc[i] += fp16_to_fp32(v[i]) * p;
+      } else {
+        const float *v = reinterpret_cast<const float *>(vbase + c * vrb + hk * v_head_bytes);
+        for (int64_t i = 0; i < hd_v; ++i) acc[i] += v[i] * p;
+      }
+    }
+    for (int64_t i = 0; i < hd_v; ++i) out[i] = acc[i];
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,64 @@
+// CPU kernels for the graph IR ops. Each kernel runs on every pool thread (ith of nth),
+// splits its own work, and may call args.pool.barrier() between phases. Kernels assume a
+// validated graph (the builder checked shapes); run-time data errors (e.g. an expert id
+// out of range) are reported through args.error, never by throwing across threads.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "backends/backend.h"
+#include "backends/cpu/thread_pool.h"
+#include "graph/ir.h"
+
+namespace moe {
+
+struct CpuKernelArgs {
+  const Graph &g;
+  const Node &n;
+  int ith, nth;
+  ThreadPool &pool;
+  uint8_t *work;              // node scratch (n.work_size bytes), shared by the threads
+  const ExecEnv &env;
+  std::atomic<int> *error;    // set to a non-zero code on bad run-time data
+  const Node &src(int k) const { return g.node(n.src[k]); }
+};
+
+using CpuKernel = void (*)(const CpuKernelArgs &);
+
+CpuKernel cpu_kernel_for(Op op);           // nullptr: not supported on CPU
+size_t cpu_work_size(const Graph &g, int node, int n_threads);
+
+// Individual kernels (defined in ops/*.cpp).
+void cpu_get_rows(const CpuKernelArgs &a);
+void cpu_matmul(const CpuKernelArgs &a);
+void cpu_matmul_id(const CpuKernelArgs &a);
+void cpu_rms_norm(const CpuKernelArgs &a);
+void cpu_mul(const CpuKernelArgs &a);
+void cpu_add(const CpuKernelArgs &a);
+void cpu_scale(const CpuKernelArgs &a);
+void cpu_rope(const CpuKernelArgs &a);
+void cpu_softmax(const CpuKernelArgs &a);
+void cpu_sigmoid(const CpuKernelArgs &a);
+void cpu_top_k(const CpuKernelArgs &a);
+void cpu_gather_cols(const CpuKernelArgs &a);
+void cpu_norm_sum(const CpuKernelArgs &a);
+void cpu_swiglu(const CpuKernelArgs &a);
+void cpu_moe_combine(const CpuKernelArgs &a);
+void cpu_kv_store(const CpuKernelArgs &a);
+void cpu_attention(const CpuKernelArgs &a);
+void cpu_copy(const CpuKernelArgs &a);
+
+// Row range [r0, r1) of nrows for thread ith of nth.
+inline void split_rows(int64_t nrows, int ith, int nth, int64_t &r0, int64_t &r1) {
+  const int64_t per = (nrows + nth - 1) / nth;
+  r0 = per * ith;
+  r1 = r0 + per < nrows ? r0 + per : nrows;
+  if (r0 > nrows) r0 = nrows;
+}
+
+constexpr int64_t kMaxHeadDim = 1024;  // attention scratch bound; larger heads are rejected at build
+size_t cpu_attention_work(const Node &n, int n_threads);
+
+enum CpuKernelError : int { kErrNone = 0, kErrBadExpertId = 1, kErrBadTokenId = 2 };
+
+}  // namespace moe

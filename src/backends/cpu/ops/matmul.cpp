@@ -1,0 +1,127 @@
+// Matrix products against weights of any supported type. Activations are first converted
+// to the weight type's vec_dot_type (Q8_0 / Q8_K blocks, F16, BF16), exactly as the
+// reference engine does, then each output is one vec_dot against a weight row.
+#include <cstring>
+
+#include "backends/cpu/kernels/vec_dot.h"
+#include "backends/cpu/ops/cpu_ops.h"
+
+namespace moe {
+
+namespace {
+
+// Convert rows [0, nrows) of x (row stride x_nb1) into work; threads split rows.
+// Returns the base of the converted rows and their stride.
+const uint8_t *prepare_activations(const CpuKernelArgs &a, const Node &x, int64_t nrows, int64_t K,
+                                   const CpuTypeKernels &k, uint8_t *work, size_t *stride) {
+  if (k.vec_dot_type == DType::F32) {
+    *stride = x.nb[1];
+    return static_cast<const uint8_t *>(x.data);
+  }
+  const size_t rs = row_size(k.vec_dot_type, K);
+  int64_t r0, r1;
+  split_rows(nrows, a.ith, a.nth, r0, r1);
+  for (int64_t r = r0; r < r1; ++r)
+    k.from_float(reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + r * x.nb[1]), work + r * rs, K);
+  a.pool.barrier();
+  *stride = rs;
+  return work;
+}
+
+constexpr int64_t kRowChunk = 16;  // weight rows per work item: stays in L1 across tokens
+
+}  // namespace
+
+void cpu_matmul(const CpuKernelArgs &a) {
+  const Node &w = a.src(0), &x = a.src(1);
+  const int64_t K = w.ne[0], M = w.ne[1];
+  const int64_t N = x.ne[1] * x.ne[2] * x.ne[3];
+  const CpuTypeKernels &k = cpu_type_kernels(w.type);
+  size_t xs;
+  const uint8_t *xq = prepare_activations(a, x, N, K, k, a.work, &xs);
+  const uint8_t *wd = static_cast<const uint8_t *>(w.data);
+  float *dst = static_cast<float *>(a.n.data);
+  // Threads split the weight rows (each weight byte is read by one thread only).
+  const int64_t n_chunks = (M + kRowChunk - 1) / kRowChunk;
+  for (int64_t c = a.ith; c < n_chunks; c += a.nth) {
+    const int64_t m0 = c * kRowChunk, m1 = m0 + kRowChunk < M ? m0 + kRowChunk : M;
+    for (int64_t n = 0; n < N; ++n)
+      cpu_vec_dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + n * M + m0, wd + m0 * w.nb[1], w.nb[1], xq + n * xs);
+  }
+}
+
+// MoE: out[:, j, t] = W[ids[j, t]] @ x[:, j or 0, t]. Tokens are grouped by expert so each
+// expert's weight rows are read once for all the tokens routed to it.
+void cpu_matmul_id(const CpuKernelArgs &a) {
+  const Node &w = a.src(0), &x = a.src(1), &ids = a.src(2);
+  const int64_t K = w.ne[0], M = w.ne[1], E = w.ne[2];
+  const int64_t n_used = ids.ne[0], T = ids.ne[1], X = x.ne[1];
+  const CpuTypeKernels &k = cpu_type_kernels(w.type);
+  // Work layout: [converted activations][counts E][offsets E][entries n_used*T].
+  const size_t act_bytes = k.vec_dot_type == DType::F32 ? 0 : row_size(k.vec_dot_type, K) * static_cast<size_t>(X * T);
+  const size_t act_pad = (act_bytes + 63) / 64 * 64;
+  int32_t *counts = reinterpret_cast<int32_t *>(a.work + act_pad);
+  int32_t *offsets = counts + E;
+  int32_t *entries = offsets + E;  // (j * T + t) grouped by expert
+  if (a.ith == 0) {
+    std::memset(counts, 0, static_cast<size_t>(E) * 4);
+    const int32_t *id = static_cast<const int32_t *>(ids.data);
+    bool bad = false;
+    for (int64_t i = 0; i < n_used * T; ++i) {
+      const int32_t e = id[i];
+      if (e < 0 || e >= E) { bad = true; continue; }
+      counts[e]++;
+    }
+    if (bad) a.error->store(kErrBadExpertId);
+    int32_t acc = 0;
+    for (int64_t e = 0; e < E; ++e) { offsets[e] = acc; acc += counts[e]; }
+    std::memset(counts, 0, static_cast<size_t>(E) * 4);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < n_used; ++j) {
+        const int32_t e = id[t * n_used + j];
+        if (e < 0 || e >= E) continue;
+        entries[offsets[e] + counts[e]++] = static_cast<int32_t>(j * T + t);
+      }
+  }
+  size_t xs;
+  const uint8_t *xq = prepare_activations(a, x, X * T, K, k, a.work, &xs);
+  a.pool.barrier();  // routing tables (thread 0) and converted activations are ready
+  const uint8_t *wd = static_cast<const uint8_t *>(w.data);
+  float *dst = static_cast<float *>(a.n.data);
+  const int64_t n_chunks = (M + kRowChunk - 1) / kRowChunk;
+  // Work items: (expert with tokens, row chunk), dealt round-robin so every thread gets a
+  // share of every active expert (balanced for batch 1 where only n_used experts are live).
+  int64_t item = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int32_t cnt = counts[e];
+    if (!cnt) continue;
+    const uint8_t *we = wd + e * w.nb[2];
+    for (int64_t c = 0; c < n_chunks; ++c, ++item) {
+      if (item % a.nth != a.ith) continue;
+      const int64_t m0 = c * kRowChunk, m1 = m0 + kRowChunk < M ? m0 + kRowChunk : M;
+      for (int32_t q = 0; q < cnt; ++q) {
+        const int32_t jt = entries[offsets[e] + q];
+        const int64_t j = jt / T, t = jt % T;
+        const uint8_t *xrow = xq + (X == 1 ? t : t * X + j) * xs;
+        cpu_vec_dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + (t * n_used + j) * M + m0,
+                         we + m0 * w.nb[1], w.nb[1], xrow);
+      }
+    }
+  }
+}
+
+void cpu_get_rows(const CpuKernelArgs &a) {
+  const Node &t = a.src(0), &ids = a.src(1);
+  const int32_t *id = static_cast<const int32_t *>(ids.data);
+  const int64_t n = ids.ne[0];
+  int64_t r0, r1;
+  split_rows(n, a.ith, a.nth, r0, r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t row = id[r];
+    float *dst = reinterpret_cast<float *>(static_cast<uint8_t *>(a.n.data) + r * a.n.nb[1]);
+    if (row < 0 || row >= t.ne[1]) { a.error->store(kErrBadTokenId); std::memset(dst, 0, static_cast<size_t>(t.ne[0]) * 4); continue; }
+    dequantize_row(t.type, static_cast<const uint8_t *>(t.data) + row * t.nb[1], dst, t.ne[0]);
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,103 @@
+#include "backends/cpu/thread_pool.h"
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MOE_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define MOE_CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define MOE_CPU_RELAX() ((void)0)
+#endif
+
+namespace moe {
+
+ThreadPool::ThreadPool(int n_threads) : n_(n_threads < 1 ? 1 : n_threads) {
+  for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto &t : threads_) t.join();
+}
+
+void ThreadPool::run(const std::function<void(int, int)> &fn) {
+  if (n_ == 1) { fn(0, 1); return; }
+  job_ = &fn;
+  done_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
+  fn(0, n_);
+  // Wait for the workers to finish this job.
+  int spins = 0;
+  while (done_.load(std::memory_order_acquire) != n_ - 1) {
+    if (++spins > 1000) std::this_thread::yield();
+    else MOE_CPU_RELAX();
+  }
+  job_ = nullptr;
+}
+
+void ThreadPool::worker(int ith) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin for a short while (decode steps come back to back), then sleep.
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen) {
+      if (++spins < 20000) { MOE_CPU_RELAX(); continue; }
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_sub(1);
+      break;
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
+    (*job_)(ith, n_);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::barrier() {
+  if (n_ == 1) return;
+  const uint32_t phase = bar_phase_.load(std::memory_order_acquire);
+  if (bar_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+    bar_count_.store(0, std::memory_order_relaxed);
+    bar_phase_.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  int spins = 0;
+  while (bar_phase_.load(std::memory_order_acquire) == phase) {
+    if (++spins > 2000) std::this_thread::yield();
+    else MOE_CPU_RELAX();
+  }
+}
+
+int physical_core_count() {
+  // Count distinct (physical id, core id) pairs; fall back to hardware_concurrency.
+  std::ifstream f("/proc/cpuinfo");
+  std::set<std::pair<int, int>> cores;
+  std::string line;
+  int phys = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("physical id", 0) == 0) phys = std::atoi(line.substr(line.find(':') + 1).c_str());
+    else if (line.rfind("core id", 0) == 0) cores.insert({phys, std::atoi(line.substr(line.find(':') + 1).c_str())});
+  }
+  int n = static_cast<int>(cores.size());
+  int hw = static_cast<int>(std::thread::hardware_concurrency());
+  if (n <= 0) n = hw > 0 ? hw : 1;
+  return n;
+}
+
+}  // namespace moe

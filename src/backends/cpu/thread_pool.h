@@ -1,0 +1,50 @@
+// Persistent worker threads for one context's CPU work. A job runs on every thread
+// (the caller is thread 0) and may synchronise with barrier(); between jobs workers spin
+// briefly and then sleep, so an idle host application costs no CPU.
+//
+//   ThreadPool pool(4);
+//   pool.run([&](int ith, int nth) { ... pool.barrier(); ... });
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moe {
+
+class ThreadPool {
+public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool &) = delete;
+  ThreadPool &operator=(const ThreadPool &) = delete;
+
+  int size() const { return n_; }
+  // Runs fn(ith, nth) on all threads and returns when all are done. fn must not throw
+  // (kernels record errors instead); not reentrant.
+  void run(const std::function<void(int, int)> &fn);
+  // All threads of the current job meet here.
+  void barrier();
+
+private:
+  void worker(int ith);
+  int n_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int, int)> *job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<int> sleepers_{0};
+  // Barrier state (sense-reversing).
+  alignas(64) std::atomic<int> bar_count_{0};
+  alignas(64) std::atomic<uint32_t> bar_phase_{0};
+};
+
+// Number of physical cores (default thread count).
+int physical_core_count();
+
+}  // namespace moe

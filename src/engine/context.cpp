@@ -1,0 +1,245 @@
+// Context: owns the backend registry, KV cache, compiled plans (one per batch bucket) and
+// their activation arenas; decode() splits a batch into ubatches and runs the plan.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/thread_pool.h"
+#include "core/log.h"
+#include "engine/context_impl.h"
+#include "gguf/gguf_reader.h"
+#include "model/arch/arch.h"
+#include "model/model_impl.h"
+
+namespace moe {
+
+Context::Context() : impl_(std::make_unique<Impl>()) {}
+Context::~Context() = default;
+
+static Backend *pick_device(const BackendRegistry &reg, const std::string &want) {
+  if (want == "auto" || want.empty()) {
+    for (size_t i = 0; i < reg.size(); ++i)
+      if (reg.at(i)->info().is_gpu) return reg.at(i);
+    return reg.cpu();
+  }
+  Backend *b = reg.find(want);
+  if (!b) {
+    std::string names;
+    for (size_t i = 0; i < reg.size(); ++i) names += (i ? ", " : "") + reg.at(i)->info().name;
+    fail(Status::InvalidArgument, "device '%s' is not available (devices: %s)", want.c_str(), names.c_str());
+  }
+  return b;
+}
+
+std::unique_ptr<Context> Context::create(const Model &model, const ContextParams &params) {
+  const Model::Impl &m = model.impl();
+  if (m.vocab_only) fail(Status::InvalidArgument, "model was loaded vocab-only; it cannot run");
+  std::unique_ptr<Context> ctx(new Context());
+  Impl &c = *ctx->impl_;
+  c.model = &model;
+  c.params = params;
+  ContextParams &p = c.params;
+  if (p.n_ctx == 0) p.n_ctx = std::min<uint32_t>(m.hp.n_ctx_train ? m.hp.n_ctx_train : 4096, 4096);
+  if (p.n_batch == 0) p.n_batch = 512;
+  if (p.n_ubatch == 0 || p.n_ubatch > p.n_batch) p.n_ubatch = std::min<uint32_t>(p.n_batch, 512);
+  if (p.n_seq_max == 0 || p.n_seq_max > 64) fail(Status::InvalidArgument, "n_seq_max %u must be 1..64", p.n_seq_max);
+  if (p.n_threads <= 0) p.n_threads = physical_core_count();
+  if (p.n_ctx > (1u << 24)) fail(Status::InvalidArgument, "n_ctx %u is too large", p.n_ctx);
+
+  Backend *main = pick_device(c.registry, p.device);
+  c.devices.push_back(main);
+  if (main != c.registry.cpu()) c.devices.push_back(c.registry.cpu());
+  for (Backend *b : c.devices) c.executors.push_back(b->make_executor(p.n_threads));
+  c.arenas.resize(c.devices.size());
+  c.arena_bytes.assign(c.devices.size(), 0);
+  c.kv = std::make_unique<KvCache>(p.n_ctx, p.n_seq_max, p.kv_type, m.arch->kv_layout(m.hp), *main);
+
+  c.ub_tokens.resize(p.n_ubatch);
+  c.ub_pos.resize(p.n_ubatch);
+  c.ub_seq.resize(p.n_ubatch);
+  c.ub_cells.resize(p.n_ubatch);
+  c.ub_out_ids.resize(p.n_ubatch);
+  c.claimed.reserve(p.n_batch);
+  c.logit_row.assign(p.n_batch, -1);
+  // Compile the buckets every generation loop uses, so arenas are sized up front and a
+  // steady-state decode neither compiles nor allocates.
+  c.plan_for(1, 1);
+  c.plan_for(p.n_ubatch, 1);
+  c.update_report();
+  return ctx;
+}
+
+CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
+  auto key = std::make_pair(n_tokens, n_outputs);
+  auto it = plans.find(key);
+  if (it != plans.end()) return *it->second;
+  const Model::Impl &m = model->impl();
+  GraphBuildParams gp;
+  gp.n_tokens = n_tokens;
+  gp.n_outputs = n_outputs;
+  gp.n_cells = kv->n_cells();
+  gp.kv_type = params.kv_type;
+  Graph g;
+  m.arch->build(m, gp, g);
+  CompileOptions co;
+  co.devices = devices;
+  co.n_threads = params.n_threads;
+  auto plan = compile_graph(std::move(g), co);
+  if (plan->input_tokens < 0 || plan->input_pos < 0 || plan->input_out_ids < 0 || plan->output_logits < 0)
+    fail(Status::Internal, "%s graph lacks tokens/pos/out_ids inputs or logits output", m.hp.arch.c_str());
+  bool grow = false;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    if (plan->arena_bytes[d] > arena_bytes[d]) {
+      arena_bytes[d] = plan->arena_bytes[d];
+      arenas[d] = devices[d]->alloc(arena_bytes[d], "activations");
+      grow = true;
+    }
+  }
+  CompiledPlan &ref = *plan;
+  plans.emplace(key, std::move(plan));
+  if (grow) rebind_all();
+  else {
+    std::vector<void *> bases(devices.size());
+    for (size_t d = 0; d < devices.size(); ++d) bases[d] = arenas[d] ? arenas[d]->data() : nullptr;
+    bind_plan(ref, bases.data(), [](const Node &n) { return const_cast<uint8_t *>(n.weight->data); });
+  }
+  MOE_LOG_DEBUG("compiled plan for %lld tokens / %lld outputs: %zu nodes, %zu segments, arena %zu bytes, %d in place",
+                (long long)n_tokens, (long long)n_outputs, ref.graph.nodes().size(), ref.segments.size(), ref.arena_bytes[0], ref.n_inplace);
+  return ref;
+}
+
+void Context::Impl::rebind_all() {
+  std::vector<void *> bases(devices.size());
+  for (size_t d = 0; d < devices.size(); ++d) bases[d] = arenas[d] ? arenas[d]->data() : nullptr;
+  for (auto &kv_plan : plans)
+    bind_plan(*kv_plan.second, bases.data(), [](const Node &n) { return const_cast<uint8_t *>(n.weight->data); });
+  update_report();
+}
+
+void Context::Impl::update_report() {
+  report.devices.clear();
+  for (size_t d = 0; d < devices.size(); ++d) {
+    DeviceMemory dm;
+    dm.device = devices[d]->info().name;
+    dm.activations = arena_bytes[d];
+    if (d == 0) dm.kv_cache = kv->bytes();
+    if (devices[d]->host_memory()) dm.weights = model->weight_bytes();
+    if (devices[d] == registry.cpu()) dm.other = logits.capacity() * sizeof(float);
+    report.devices.push_back(dm);
+  }
+}
+
+void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base) {
+  int32_t n_out = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    ub_tokens[static_cast<size_t>(i)] = toks[i].token;
+    ub_pos[static_cast<size_t>(i)] = toks[i].pos;
+    ub_seq[static_cast<size_t>(i)] = toks[i].seq_id;
+    if (toks[i].logits) ub_out_ids[static_cast<size_t>(n_out++)] = i;
+  }
+  const bool discard = n_out == 0;  // graphs always produce >= 1 row; drop it
+  if (discard) ub_out_ids[static_cast<size_t>(n_out++)] = n - 1;
+  if (!kv->find_slots(static_cast<uint32_t>(n), ub_cells.data()))
+    fail(Status::ContextFull, "context full: %u of %u KV cells in use, %d more needed", kv->used(), kv->n_cells(), n);
+  kv->claim(ub_cells.data(), ub_pos.data(), ub_seq.data(), static_cast<uint32_t>(n));
+  claimed.insert(claimed.end(), ub_cells.begin(), ub_cells.begin() + n);
+
+  CompiledPlan &plan = plan_for(n, n_out);
+  const Graph &g = plan.graph;
+  auto upload = [&](int node, const void *src, size_t bytes) {
+    const Node &nd = g.node(node);
+    arenas[static_cast<size_t>(nd.device)]->upload(nd.offset, src, bytes);
+  };
+  upload(plan.input_tokens, ub_tokens.data(), static_cast<size_t>(n) * 4);
+  upload(plan.input_pos, ub_pos.data(), static_cast<size_t>(n) * 4);
+  upload(plan.input_out_ids, ub_out_ids.data(), static_cast<size_t>(n_out) * 4);
+
+  UbatchInfo ub;
+  ub.n_tokens = n;
+  ub.cells = ub_cells.data();
+  ub.pos = ub_pos.data();
+  ub.seq = ub_seq.data();
+  ub.n_kv = kv->n_kv();
+  ub.cell_state = kv->cells();
+  ExecEnv env{&ub, kv.get()};
+  for (const Segment &s : plan.segments) {
+    if (abort_cb && abort_cb(abort_data)) fail(Status::Aborted, "decode aborted by the abort callback (layer %d)", s.layer);
+    executors[static_cast<size_t>(s.device)]->run(g, s.begin, s.end, env);
+  }
+  for (auto &e : executors) e->synchronize();
+  if (discard) return;
+  const Node &lg = g.node(plan.output_logits);
+  const size_t nv = static_cast<size_t>(lg.ne[0]);
+  arenas[static_cast<size_t>(lg.device)]->download(lg.offset, logits.data() + static_cast<size_t>(out_base) * nv,
+                                                    static_cast<size_t>(n_out) * nv * sizeof(float));
+}
+
+void Context::decode(const BatchToken *toks, size_t n_tokens) {
+  Impl &c = *impl_;
+  if (c.broken) fail(Status::ContextUnusable, "context unusable: %s", c.broken_why.c_str());
+  if (!toks || n_tokens == 0) fail(Status::InvalidArgument, "decode: empty batch");
+  if (n_tokens > c.params.n_batch) fail(Status::InvalidArgument, "decode: batch of %zu tokens exceeds n_batch %u", n_tokens, c.params.n_batch);
+  const int32_t n_vocab = c.model->n_vocab();
+  int32_t n_out = 0;
+  for (size_t i = 0; i < n_tokens; ++i) {
+    const BatchToken &t = toks[i];
+    if (t.token < 0 || t.token >= n_vocab) fail(Status::InvalidArgument, "decode: token %d at batch index %zu is outside the vocabulary [0, %d)", t.token, i, n_vocab);
+    if (t.seq_id < 0 || t.seq_id >= static_cast<int32_t>(c.params.n_seq_max)) fail(Status::InvalidArgument, "decode: seq_id %d at batch index %zu is outside [0, %u)", t.seq_id, i, c.params.n_seq_max);
+    if (t.pos < 0) fail(Status::InvalidArgument, "decode: negative position %d at batch index %zu", t.pos, i);
+    n_out += t.logits ? 1 : 0;
+  }
+  if (n_tokens > c.kv->n_cells() - c.kv->used())
+    fail(Status::ContextFull, "context full: %u of %u KV cells in use, batch needs %zu", c.kv->used(), c.kv->n_cells(), n_tokens);
+  const size_t need = static_cast<size_t>(n_out) * static_cast<size_t>(n_vocab);
+  if (c.logits.size() < need) { c.logits.resize(need); c.update_report(); }  // grows only
+  c.claimed.clear();
+  c.n_outputs = 0;
+  try {
+    int32_t out_base = 0;
+    for (size_t b = 0; b < n_tokens; b += c.params.n_ubatch) {
+      const int32_t n = static_cast<int32_t>(std::min<size_t>(c.params.n_ubatch, n_tokens - b));
+      c.run_ubatch(toks + b, n, out_base);
+      for (int32_t i = 0; i < n; ++i)
+        c.logit_row[b + static_cast<size_t>(i)] = toks[b + static_cast<size_t>(i)].logits ? out_base++ : -1;
+    }
+    for (size_t i = n_tokens; i < c.logit_row.size(); ++i) c.logit_row[i] = -1;
+    c.n_outputs = out_base;
+  } catch (const Error &e) {
+    // Leave the cache as it was before the call.
+    c.kv->release(c.claimed.data(), static_cast<uint32_t>(c.claimed.size()));
+    std::fill(c.logit_row.begin(), c.logit_row.end(), -1);
+    if (e.code() == Status::DeviceError) { c.broken = true; c.broken_why = e.what(); }
+    throw;
+  }
+}
+
+const float *Context::logits(int32_t i) const {
+  const Impl &c = *impl_;
+  int32_t row = -1;
+  if (i < 0) {
+    row = c.n_outputs + i;
+    if (row < 0) fail(Status::InvalidArgument, "logits(%d): only %d rows of logits", i, c.n_outputs);
+  } else {
+    if (static_cast<size_t>(i) >= c.logit_row.size() || c.logit_row[static_cast<size_t>(i)] < 0)
+      fail(Status::InvalidArgument, "logits(%d): that batch entry did not ask for logits", i);
+    row = c.logit_row[static_cast<size_t>(i)];
+  }
+  return c.logits.data() + static_cast<size_t>(row) * static_cast<size_t>(c.model->n_vocab());
+}
+
+int32_t Context::n_vocab() const { return impl_->model->n_vocab(); }
+const ContextParams &Context::params() const { return impl_->params; }
+const Model &Context::model() const { return *impl_->model; }
+void Context::kv_clear() { impl_->kv->clear(); }
+bool Context::kv_seq_rm(int32_t seq, int32_t p0, int32_t p1) { return impl_->kv->seq_rm(seq, p0, p1); }
+void Context::kv_seq_cp(int32_t s, int32_t d, int32_t p0, int32_t p1) { impl_->kv->seq_cp(s, d, p0, p1); }
+void Context::kv_seq_keep(int32_t seq) { impl_->kv->seq_keep(seq); }
+int32_t Context::kv_seq_pos_max(int32_t seq) const { return impl_->kv->seq_pos_max(seq); }
+uint32_t Context::kv_used_cells() const { return impl_->kv->used(); }
+void Context::set_abort_callback(AbortCallback cb, void *user_data) { impl_->abort_cb = cb; impl_->abort_data = user_data; }
+const MemoryReport &Context::memory_report() const { return impl_->report; }
+bool Context::unusable(std::string *why) const {
+  if (why) *why = impl_->broken_why;
+  return impl_->broken;
+}
+
+}  // namespace moe

@@ -1,0 +1,47 @@
+// Context internals: the pimpl behind moe::Context (and so behind moe_context).
+#pragma once
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "graph/compiler.h"
+#include "kv/kv_cache.h"
+#include "memory/memory_report.h"
+
+namespace moe {
+
+struct Context::Impl {
+  const Model *model = nullptr;
+  ContextParams params;
+  BackendRegistry registry;
+  std::vector<Backend *> devices;                   // index = Node::device; last is the CPU
+  std::vector<std::unique_ptr<Executor>> executors;
+  std::unique_ptr<KvCache> kv;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CompiledPlan>> plans;  // (n_tokens, n_outputs)
+  std::vector<std::unique_ptr<DeviceBuffer>> arenas;  // per device
+  std::vector<size_t> arena_bytes;
+  MemoryReport report;
+
+  // Logits of the last decode: rows in output order; batch index -> row.
+  std::vector<float> logits;
+  std::vector<int32_t> logit_row;  // n_batch entries, -1 = none
+  int32_t n_outputs = 0;
+
+  // Preallocated ubatch staging (no allocation per decode).
+  std::vector<int32_t> ub_tokens, ub_pos, ub_seq, ub_cells, ub_out_ids, claimed;
+
+  AbortCallback abort_cb = nullptr;
+  void *abort_data = nullptr;
+  bool broken = false;
+  std::string broken_why;
+
+  CompiledPlan &plan_for(int64_t n_tokens, int64_t n_outputs);
+  void rebind_all();
+  void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base);
+  void update_report();
+};
+
+}  // namespace moe

@@ -1,0 +1,274 @@
+#include "graph/ir.h"
+
+#include "core/status.h"
+#include "gguf/gguf_reader.h"
+
+namespace moe {
+
+const char *op_name(Op op) {
+  static const char *names[] = {"leaf", "view", "get_rows", "matmul", "matmul_id", "rms_norm", "mul",
+                                "add", "scale", "rope", "softmax", "sigmoid", "top_k", "gather_cols",
+                                "norm_sum", "swiglu", "moe_combine", "kv_store", "attention", "copy"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Op::Count), "op names");
+  return names[static_cast<size_t>(op)];
+}
+
+static void set_contiguous_strides(Node &n) {
+  const TypeTraits &tr = type_traits(n.type);
+  n.nb[0] = tr.type_size;
+  n.nb[1] = row_size(n.type, n.ne[0]);
+  n.nb[2] = n.nb[1] * static_cast<size_t>(n.ne[1]);
+  n.nb[3] = n.nb[2] * static_cast<size_t>(n.ne[2]);
+}
+
+size_t Node::nbytes() const { return nb[3] * static_cast<size_t>(ne[3]); }
+
+bool Node::is_contiguous() const {
+  const TypeTraits &tr = type_traits(type);
+  return nb[0] == tr.type_size && nb[1] == row_size(type, ne[0]) &&
+         nb[2] == nb[1] * static_cast<size_t>(ne[1]) && nb[3] == nb[2] * static_cast<size_t>(ne[2]);
+}
+
+int Graph::push(Node n) {
+  if (n.op != Op::View) set_contiguous_strides(n);
+  n.segment = segment_;
+  nodes_.push_back(std::move(n));
+  return static_cast<int>(nodes_.size()) - 1;
+}
+
+static std::string shape_str(const Node &n) {
+  return strfmt("[%lld,%lld,%lld,%lld]", (long long)n.ne[0], (long long)n.ne[1], (long long)n.ne[2], (long long)n.ne[3]);
+}
+
+[[noreturn]] static void shape_fail(const char *op, const Node &a, const Node &b, const char *why) {
+  fail(Status::InvalidModel, "%s: %s (%s %s vs %s %s)", op, why, a.name.c_str(), shape_str(a).c_str(),
+       b.name.c_str(), shape_str(b).c_str());
+}
+
+int Graph::weight(const GgufTensorInfo *t) {
+  Node n;
+  n.leaf = LeafKind::Weight;
+  n.type = t->type;
+  for (int d = 0; d < 4; ++d) n.ne[d] = t->ne[d];
+  n.weight = t;
+  n.name = t->name;
+  return push(std::move(n));
+}
+
+int Graph::input(const std::string &name, DType type, std::vector<int64_t> ne) {
+  Node n;
+  n.leaf = LeafKind::Input;
+  n.type = type;
+  for (size_t d = 0; d < ne.size() && d < 4; ++d) n.ne[d] = ne[d];
+  n.name = name;
+  return push(std::move(n));
+}
+
+int Graph::get_rows(int table, int ids) {
+  const Node &t = node(table), &i = node(ids);
+  if (i.type != DType::I32) fail(Status::Internal, "get_rows: ids must be i32");
+  if (t.type != DType::F32 && !type_traits(t.type).supported) fail(Status::Unsupported, "get_rows: %s has unsupported type %s", t.name.c_str(), dtype_name(t.type));
+  Node n;
+  n.op = Op::GetRows;
+  n.ne[0] = t.ne[0];
+  n.ne[1] = i.ne[0];
+  n.src[0] = table;
+  n.src[1] = ids;
+  return push(std::move(n));
+}
+
+int Graph::matmul(int w, int x) {
+  const Node &a = node(w), &b = node(x);
+  if (a.ne[0] != b.ne[0]) shape_fail("matmul", a, b, "inner dimensions differ");
+  if (b.type != DType::F32) fail(Status::Internal, "matmul: activation %s must be f32", b.name.c_str());
+  if (a.ne[2] != 1 || a.ne[3] != 1) shape_fail("matmul", a, b, "weight must be 2-D");
+  Node n;
+  n.op = Op::MatMul;
+  n.ne[0] = a.ne[1];
+  n.ne[1] = b.ne[1];
+  n.ne[2] = b.ne[2];
+  n.ne[3] = b.ne[3];
+  n.src[0] = w;
+  n.src[1] = x;
+  return push(std::move(n));
+}
+
+int Graph::matmul_id(int w, int x, int ids) {
+  const Node &a = node(w), &b = node(x), &c = node(ids);
+  if (a.ne[0] != b.ne[0]) shape_fail("matmul_id", a, b, "inner dimensions differ");
+  if (c.type != DType::I32) fail(Status::Internal, "matmul_id: ids must be i32");
+  if (b.ne[2] != c.ne[1]) shape_fail("matmul_id", b, c, "token counts differ");
+  if (b.ne[1] != 1 && b.ne[1] != c.ne[0]) shape_fail("matmul_id", b, c, "input must have 1 or n_used rows per token");
+  Node n;
+  n.op = Op::MatMulId;
+  n.ne[0] = a.ne[1];
+  n.ne[1] = c.ne[0];
+  n.ne[2] = c.ne[1];
+  n.src[0] = w;
+  n.src[1] = x;
+  n.src[2] = ids;
+  n.ip[0] = static_cast<int32_t>(a.ne[2]);  // number of experts, for bounds checks
+  return push(std::move(n));
+}
+
+static Node unary(Op op, const Node &a, int src) {
+  Node n;
+  n.op = op;
+  for (int d = 0; d < 4; ++d) n.ne[d] = a.ne[d];
+  n.src[0] = src;
+  return n;
+}
+
+int Graph::rms_norm(int x, float eps) {
+  Node n = unary(Op::RmsNorm, node(x), x);
+  n.fp[0] = eps;
+  return push(std::move(n));
+}
+
+static void check_broadcast(const char *op, const Node &a, const Node &b) {
+  if (b.type != DType::F32 || a.type != DType::F32) {
+    if (!(b.leaf == LeafKind::Weight && b.type == DType::F32)) shape_fail(op, a, b, "operands must be f32");
+  }
+  if (a.ne[0] != b.ne[0]) shape_fail(op, a, b, "row lengths differ");
+  for (int d = 1; d < 4; ++d)
+    if (b.ne[d] != a.ne[d] && b.ne[d] != 1) shape_fail(op, a, b, "cannot broadcast");
+}
+
+int Graph::mul(int a, int b) {
+  check_broadcast("mul", node(a), node(b));
+  Node n = unary(Op::Mul, node(a), a);
+  n.src[1] = b;
+  return push(std::move(n));
+}
+
+int Graph::add(int a, int b) {
+  check_broadcast("add", node(a), node(b));
+  Node n = unary(Op::Add, node(a), a);
+  n.src[1] = b;
+  return push(std::move(n));
+}
+
+int Graph::scale(int a, float s, float bias) {
+  Node n = unary(Op::Scale, node(a), a);
+  n.fp[0] = s;
+  n.fp[1] = bias;
+  return push(std::move(n));
+}
+
+int Graph::rope(int x, int pos, const RopeParams &p) {
+  const Node &a = node(x), &b = node(pos);
+  if (b.type != DType::I32 || b.ne[0] != a.ne[2]) shape_fail("rope", a, b, "positions must be i32 [n_tokens]");
+  if (p.n_rot <= 0 || p.n_rot > a.ne[0] || p.n_rot % 2 || p.n_rot > kMaxRopeDims) fail(Status::InvalidModel, "rope: n_rot %d invalid for head dim %lld", p.n_rot, (long long)a.ne[0]);
+  Node n = unary(Op::Rope, a, x);
+  n.src[1] = pos;
+  n.rope = p;
+  return push(std::move(n));
+}
+
+int Graph::softmax(int x) { return push(unary(Op::Softmax, node(x), x)); }
+int Graph::sigmoid(int x) { return push(unary(Op::Sigmoid, node(x), x)); }
+
+int Graph::top_k(int x, int k) {
+  const Node &a = node(x);
+  if (k <= 0 || k > a.ne[0]) fail(Status::InvalidModel, "top_k: k=%d but only %lld candidates", k, (long long)a.ne[0]);
+  Node n = unary(Op::TopK, a, x);
+  n.type = DType::I32;
+  n.ne[0] = k;
+  n.ip[0] = k;
+  return push(std::move(n));
+}
+
+int Graph::gather_cols(int x, int ids) {
+  const Node &a = node(x), &b = node(ids);
+  if (b.type != DType::I32 || b.ne[1] != a.ne[1]) shape_fail("gather_cols", a, b, "ids must be i32 [k, T]");
+  Node n = unary(Op::GatherCols, a, x);
+  n.ne[0] = b.ne[0];
+  n.src[1] = ids;
+  return push(std::move(n));
+}
+
+int Graph::norm_sum(int x) { return push(unary(Op::NormSum, node(x), x)); }
+
+int Graph::swiglu(int gate, int up) {
+  const Node &a = node(gate), &b = node(up);
+  for (int d = 0; d < 4; ++d)
+    if (a.ne[d] != b.ne[d]) shape_fail("swiglu", a, b, "shapes differ");
+  Node n = unary(Op::SwiGLU, a, gate);
+  n.src[1] = up;
+  return push(std::move(n));
+}
+
+int Graph::moe_combine(int experts, int weights) {
+  const Node &a = node(experts), &b = node(weights);
+  if (a.ne[1] != b.ne[0] || a.ne[2] != b.ne[1]) shape_fail("moe_combine", a, b, "expert outputs and weights disagree");
+  Node n;
+  n.op = Op::MoeCombine;
+  n.ne[0] = a.ne[0];
+  n.ne[1] = a.ne[2];
+  n.src[0] = experts;
+  n.src[1] = weights;
+  return push(std::move(n));
+}
+
+int Graph::kv_store(int x, int layer, int which) {
+  Node n;
+  n.op = Op::KvStore;
+  n.ne[0] = 0;  // produces no data: an ordering token
+  n.src[0] = x;
+  n.kv_layer = layer;
+  n.kv_which = which;
+  n.ip[0] = static_cast<int32_t>(node(x).ne[0] * node(x).ne[1]);  // values per token row
+  return push(std::move(n));
+}
+
+int Graph::attention(int q, int k_token, int v_token, int64_t head_dim_v, float scale) {
+  const Node &a = node(q);
+  Node n;
+  n.op = Op::Attention;
+  n.ne[0] = head_dim_v;
+  n.ne[1] = a.ne[1];
+  n.ne[2] = a.ne[2];
+  n.src[0] = q;
+  n.src[1] = k_token;
+  n.src[2] = v_token;
+  n.kv_layer = node(k_token).kv_layer;
+  n.fp[0] = scale;
+  return push(std::move(n));
+}
+
+int Graph::view(int x, std::vector<int64_t> ne, size_t byte_offset) {
+  const Node &a = node(x);
+  if (!a.is_contiguous()) fail(Status::Internal, "view of non-contiguous %s", a.name.c_str());
+  Node n;
+  n.op = Op::View;
+  n.type = a.type;
+  for (size_t d = 0; d < 4; ++d) n.ne[d] = d < ne.size() ? ne[d] : 1;
+  set_contiguous_strides(n);
+  if (byte_offset + n.nbytes() > a.nbytes()) fail(Status::Internal, "view of %s out of range", a.name.c_str());
+  n.src[0] = x;
+  n.view_offset = byte_offset;
+  n.leaf = a.leaf == LeafKind::Weight ? LeafKind::Weight : LeafKind::None;
+  n.weight = a.weight;
+  return push(std::move(n));
+}
+
+int Graph::copy(int x) { return push(unary(Op::Copy, node(x), x)); }
+
+void Graph::mark_output(int id, const std::string &name) {
+  nodes_[static_cast<size_t>(id)].name = name;
+  outputs_.push_back(id);
+}
+
+int Graph::find_input(const std::string &name) const {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    if (nodes_[i].leaf == LeafKind::Input && nodes_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+int Graph::find_output(const std::string &name) const {
+  for (int id : outputs_)
+    if (nodes_[static_cast<size_t>(id)].name == name) return id;
+  return -1;
+}
+
+}  // namespace moe

@@ -1,0 +1,148 @@
+// Graph IR: a model forward pass as a DAG of typed tensor ops, built once per batch-size
+// bucket by an architecture's graph builder (src/model/arch/*.cpp), then compiled
+// (src/graph/compiler.h): device placement, memory planning, scheduling.
+//
+//   Graph g;
+//   int x   = g.input("tokens", DType::I32, {n_tokens});
+//   int emb = g.get_rows(g.weight(tok_embd), x);          // [n_embd, n_tokens]
+//   int h   = g.rms_norm(emb, eps);  h = g.mul(h, g.weight(norm_w));
+//   g.mark_output(g.matmul(g.weight(out_w), h), "logits");
+//
+// Shapes follow GGML's convention: ne[0] is the contiguous (row) dimension; a matrix
+// weight of GGUF shape {K, M} maps K inputs to M outputs. Every builder call infers and
+// checks its output shape, so a malformed model fails at graph build, not in a kernel.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "quant/dtype.h"
+
+namespace moe {
+
+struct GgufTensorInfo;
+struct KvLayerRef;
+
+enum class Op : uint8_t {
+  Leaf,        // weight, input or external buffer (no computation)
+  View,        // reshape/offset view of src0 (no computation)
+  GetRows,     // src0 table [ne0, rows] (any type), src1 ids I32 [n] -> F32 [ne0, n]
+  MatMul,      // src0 weight [K, M] (any type), src1 F32 [K, N...] -> F32 [M, N...]
+  MatMulId,    // src0 experts [K, M, E], src1 F32 [K, 1 or n_used, T], src2 ids I32 [n_used, T] -> F32 [M, n_used, T]
+  RmsNorm,     // over ne0; f[0] = eps
+  Mul,         // src0 * src1, src1 broadcast over dims where its extent is 1
+  Add,         // src0 + src1, same broadcast
+  Scale,       // src0 * f[0] + f[1]
+  Rope,        // src0 F32 [head_dim, n_head, T], src1 positions I32 [T]; see RopeParams
+  Softmax,     // over ne0
+  Sigmoid,
+  TopK,        // src0 F32 [E, T] -> I32 [k, T], descending, ties -> lower index; i[0] = k
+  GatherCols,  // src0 F32 [E, T], src1 I32 [k, T] -> F32 [k, T]: out[j,t] = src0[src1[j,t], t]
+  NormSum,     // rows divided by their sum (expert weight renormalisation)
+  SwiGLU,      // silu(src0) * src1
+  MoeCombine,  // src0 F32 [M, k, T] * src1 weights F32 [k, T], summed over k -> [M, T]
+  KvStore,     // write src0 F32 [row, T] into the KV cache tensor named by kv (K or V) at the
+               // batch's cells; output is a zero-size token for ordering
+  Attention,   // src0 q F32 [hd_k, n_head, T], src1 = KvStore token of K, src2 = of V ->
+               // F32 [hd_v, n_head, T]; f[0] = scale; causal + per-sequence mask from cells
+  Copy,        // contiguous F32 copy of src0 (materialises a view)
+  Count
+};
+const char *op_name(Op op);
+
+enum class LeafKind : uint8_t { None, Weight, Input, Output };
+
+// RoPE parameters (GGML semantics, including YaRN).
+struct RopeParams {
+  int n_rot = 0;          // rotated dims per head (<= head_dim)
+  bool neox = true;       // NeoX: pairs (i, i + n_rot/2); normal/GPT-J: pairs (2i, 2i+1)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;   // 1 / scaling factor
+  float ext_factor = 0.0f;   // YaRN ramp mix (0 = off)
+  float attn_factor = 1.0f;  // magnitude scale of cos/sin
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int n_ctx_orig = 0;
+};
+
+constexpr int kMaxSrc = 3;
+constexpr int kMaxRopeDims = 1024;
+
+struct Node {
+  Op op = Op::Leaf;
+  DType type = DType::F32;
+  int64_t ne[4] = {1, 1, 1, 1};
+  size_t nb[4] = {0, 0, 0, 0};  // byte strides (set by finalize_strides; views may differ)
+  int src[kMaxSrc] = {-1, -1, -1};
+  int32_t ip[4] = {0, 0, 0, 0};
+  float fp[4] = {0, 0, 0, 0};
+  RopeParams rope;
+  std::string name;
+  LeafKind leaf = LeafKind::None;
+  const GgufTensorInfo *weight = nullptr;  // Leaf/Weight
+  int kv_layer = -1;                       // KvStore/Attention: which layer's cache
+  int kv_which = 0;                        // KvStore: 0 = K, 1 = V
+  size_t view_offset = 0;                  // View: byte offset into src0
+  int segment = 0;                         // scheduling segment (e.g. layer); abort is polled between segments
+
+  // Filled by the compiler.
+  int device = 0;
+  int storage = -1;                        // node whose memory this node uses (self, or a view/in-place root)
+  size_t offset = 0;                       // byte offset in its device's activation arena
+  size_t work_offset = 0, work_size = 0;   // per-node scratch in the arena (e.g. quantized activations)
+  void *data = nullptr;                    // resolved address (host or device) after binding
+  void *work = nullptr;                    // resolved scratch address (work_size bytes)
+
+  int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  size_t nbytes() const;
+  bool is_contiguous() const;
+};
+
+class Graph {
+public:
+  // Leaves
+  int weight(const GgufTensorInfo *t);
+  int input(const std::string &name, DType type, std::vector<int64_t> ne);
+
+  // Ops (each infers/validates shapes and returns the new node id)
+  int get_rows(int table, int ids);
+  int matmul(int w, int x);
+  int matmul_id(int w, int x, int ids);
+  int rms_norm(int x, float eps);
+  int mul(int a, int b);
+  int add(int a, int b);
+  int scale(int a, float s, float bias = 0.0f);
+  int rope(int x, int pos, const RopeParams &p);
+  int softmax(int x);
+  int sigmoid(int x);
+  int top_k(int x, int k);
+  int gather_cols(int x, int ids);
+  int norm_sum(int x);
+  int swiglu(int gate, int up);
+  int moe_combine(int experts, int weights);
+  int kv_store(int x, int layer, int which);
+  int attention(int q, int k_token, int v_token, int64_t head_dim_v, float scale);
+  int view(int x, std::vector<int64_t> ne, size_t byte_offset = 0);  // contiguous reinterpretation
+  int copy(int x);
+
+  void mark_output(int id, const std::string &name);
+  void set_segment(int s) { segment_ = s; }
+  void name(int id, const std::string &n) { nodes_[static_cast<size_t>(id)].name = n; }
+
+  const std::vector<Node> &nodes() const { return nodes_; }
+  std::vector<Node> &nodes() { return nodes_; }
+  const Node &node(int id) const { return nodes_[static_cast<size_t>(id)]; }
+  Node &node(int id) { return nodes_[static_cast<size_t>(id)]; }
+  const std::vector<int> &outputs() const { return outputs_; }
+  int find_input(const std::string &name) const;
+  int find_output(const std::string &name) const;
+
+private:
+  int push(Node n);
+  std::vector<Node> nodes_;
+  std::vector<int> outputs_;
+  int segment_ = 0;
+};
+
+}  // namespace moe

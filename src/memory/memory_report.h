@@ -1,0 +1,25 @@
+// Bytes per device and kind (weights, KV cache, activations), as planned for a context.
+// Weights used in place from a memory-mapped file are counted as weights of the CPU
+// (they are file-backed pages, not anonymous memory).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+struct DeviceMemory {
+  std::string device;
+  size_t weights = 0;
+  size_t kv_cache = 0;
+  size_t activations = 0;  // activation arena (max over compiled batch buckets)
+  size_t other = 0;        // logits buffer, staging
+  size_t total() const { return weights + kv_cache + activations + other; }
+};
+
+struct MemoryReport {
+  std::vector<DeviceMemory> devices;
+  std::string to_text() const;  // one line per device, MiB
+};
+
+}  // namespace moe

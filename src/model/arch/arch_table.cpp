@@ -1,0 +1,21 @@
+#include "model/arch/arch.h"
+
+namespace moe {
+
+static const ArchSpec *const kArchs[] = {
+    &kArchQwen3Moe,
+};
+
+const ArchSpec *find_arch(const std::string &name) {
+  for (const ArchSpec *a : kArchs)
+    if (name == a->name) return a;
+  return nullptr;
+}
+
+std::string supported_archs() {
+  std::string s;
+  for (const ArchSpec *a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  return s;
+}
+
+}  // namespace moe

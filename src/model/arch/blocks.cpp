@@ -1,0 +1,56 @@
+#include "model/arch/blocks.h"
+
+#include <cmath>
+
+namespace moe {
+
+BlockInputs make_block_inputs(Graph &g, const GraphBuildParams &p) {
+  BlockInputs in;
+  in.tokens = g.input("tokens", DType::I32, {p.n_tokens});
+  in.pos = g.input("pos", DType::I32, {p.n_tokens});
+  in.out_ids = g.input("out_ids", DType::I32, {p.n_outputs});
+  return in;
+}
+
+RopeParams rope_params_from(const Hparams &h, int n_rot, bool neox) {
+  RopeParams r;
+  r.n_rot = n_rot;
+  r.neox = neox;
+  r.freq_base = h.rope_theta;
+  r.n_ctx_orig = static_cast<int>(h.rope_orig_ctx ? h.rope_orig_ctx : h.n_ctx_train);
+  r.beta_fast = h.yarn_beta_fast;
+  r.beta_slow = h.yarn_beta_slow;
+  r.attn_factor = h.yarn_attn_factor;
+  if (h.rope_scaling != RopeScaling::None) r.freq_scale = 1.0f / h.rope_scale_factor;
+  r.ext_factor = h.yarn_ext_factor >= 0.0f ? h.yarn_ext_factor : (h.rope_scaling == RopeScaling::Yarn ? 1.0f : 0.0f);
+  return r;
+}
+
+int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v, float scale, const GraphBuildParams &p) {
+  int ks = g.kv_store(k, layer, 0);
+  int vs = g.kv_store(v, layer, 1);
+  int a = g.attention(q, ks, vs, head_dim_v, scale);
+  g.node(a).ip[1] = static_cast<int32_t>(p.n_cells);
+  return a;
+}
+
+int moe_experts(Graph &g, int x, const MoeWeights &w, int ids, int weights) {
+  const int64_t E = g.node(x).ne[0], T = g.node(x).ne[1];
+  int x3 = g.view(x, {E, 1, T});
+  int up = g.matmul_id(w.up, x3, ids);
+  int gate = g.matmul_id(w.gate, x3, ids);
+  int act = g.swiglu(gate, up);
+  int down = g.matmul_id(w.down, act, ids);
+  return g.moe_combine(down, weights);
+}
+
+int moe_ffn_softmax(Graph &g, int x, const MoeWeights &w, int n_used, bool norm_weights) {
+  int logits = g.matmul(w.router, x);
+  int probs = g.softmax(logits);
+  int ids = g.top_k(probs, n_used);
+  int weights = g.gather_cols(probs, ids);
+  if (norm_weights) weights = g.norm_sum(weights);
+  return moe_experts(g, x, w, ids, weights);
+}
+
+}  // namespace moe

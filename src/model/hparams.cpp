@@ -1,0 +1,62 @@
+#include "model/hparams.h"
+
+#include "core/status.h"
+#include "gguf/gguf_reader.h"
+
+namespace moe {
+
+Hparams Hparams::from_gguf(const GgufFile &f) {
+  Hparams h;
+  h.arch = f.get_str("general.architecture");
+  const std::string a = h.arch + ".";
+  auto u32 = [&](const char *k, uint32_t def) { return f.get_u32(a + k, def); };
+  h.n_ctx_train = u32("context_length", 0);
+  h.n_embd = f.get_u32(a + "embedding_length");
+  h.n_layer = f.get_u32(a + "block_count");
+  h.n_head = f.get_u32(a + "attention.head_count");
+  h.n_head_kv = u32("attention.head_count_kv", h.n_head);
+  if (h.n_head == 0 || h.n_layer == 0 || h.n_embd == 0)
+    fail(Status::InvalidModel, "%s: head_count, block_count and embedding_length must be non-zero", h.arch.c_str());
+  h.head_dim_k = u32("attention.key_length", h.n_embd / h.n_head);
+  h.head_dim_v = u32("attention.value_length", h.n_embd / h.n_head);
+  h.n_ff = u32("feed_forward_length", 0);
+  h.n_expert = u32("expert_count", 0);
+  h.n_expert_used = u32("expert_used_count", 0);
+  h.n_ff_exp = u32("expert_feed_forward_length", 0);
+  h.n_ff_shexp = u32("expert_shared_feed_forward_length", 0);
+  h.n_expert_shared = u32("expert_shared_count", 0);
+  h.expert_weights_norm = f.get_bool(a + "expert_weights_norm", false);
+  h.expert_weights_scale = f.get_f32(a + "expert_weights_scale", 1.0f);
+  const uint32_t gating = u32("expert_gating_func", 1);
+  if (gating != 1 && gating != 2) fail(Status::InvalidModel, "%sexpert_gating_func = %u (1 softmax, 2 sigmoid)", a.c_str(), gating);
+  h.gating = static_cast<ExpertGating>(gating);
+  h.n_expert_groups = u32("expert_group_count", 0);
+  h.n_group_used = u32("expert_group_used_count", 0);
+  h.n_leading_dense = u32("leading_dense_block_count", 0);
+  h.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+  h.n_rot = u32("rope.dimension_count", h.head_dim_k);
+  h.rope_theta = f.get_f32(a + "rope.freq_base", 10000.0f);
+  const std::string scaling = f.get_str(a + "rope.scaling.type", "none");
+  if (scaling == "yarn") h.rope_scaling = RopeScaling::Yarn;
+  else if (scaling == "linear") h.rope_scaling = RopeScaling::Linear;
+  else if (scaling != "none") fail(Status::Unsupported, "%srope.scaling.type '%s' is not supported", a.c_str(), scaling.c_str());
+  h.rope_scale_factor = f.get_f32(a + "rope.scaling.factor", 1.0f);
+  if (h.rope_scale_factor <= 0.0f) h.rope_scale_factor = 1.0f;
+  h.rope_orig_ctx = u32("rope.scaling.original_context_length", h.n_ctx_train);
+  h.yarn_log_mul = f.get_f32(a + "rope.scaling.yarn_log_multiplier", 0.0f);
+  h.q_lora_rank = u32("attention.q_lora_rank", 0);
+  h.kv_lora_rank = u32("attention.kv_lora_rank", 0);
+  h.head_dim_k_mla = u32("attention.key_length_mla", 0);
+  h.head_dim_v_mla = u32("attention.value_length_mla", 0);
+  h.sliding_window = u32("attention.sliding_window", 0);
+  if (h.n_expert && (h.n_expert_used == 0 || h.n_expert_used > h.n_expert))
+    fail(Status::InvalidModel, "%sexpert_used_count = %u but expert_count = %u", a.c_str(), h.n_expert_used, h.n_expert);
+  if (h.n_head_kv == 0 || h.n_head % h.n_head_kv)
+    fail(Status::InvalidModel, "%sattention.head_count %u is not a multiple of head_count_kv %u", a.c_str(), h.n_head, h.n_head_kv);
+  h.tied_output = f.tensor("output.weight") == nullptr;
+  if (const GgufValue *v = f.find("tokenizer.ggml.tokens")) h.n_vocab = static_cast<uint32_t>(v->count);
+  if (const GgufTensorInfo *t = f.tensor("token_embd.weight")) h.n_vocab = static_cast<uint32_t>(t->ne[1]);
+  return h;
+}
+
+}  // namespace moe

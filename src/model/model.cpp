@@ -1,0 +1,97 @@
+// Model loading: GGUF (mmap, overrides) -> hparams -> architecture checks -> vocabulary.
+#include "core/log.h"
+#include "engine/engine.h"
+#include "model/arch/arch.h"
+#include "model/model_impl.h"
+#include "tokenizer/vocab.h"
+
+namespace moe {
+
+static std::string shape_str(const int64_t *ne, int n) {
+  std::string s = "{";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+  return s + "}";
+}
+
+const GgufTensorInfo *Model::Impl::optional(const std::string &name, std::initializer_list<int64_t> shape) const {
+  const GgufTensorInfo *t = gguf->tensor(name);
+  if (!t) return nullptr;
+  int64_t want[4] = {1, 1, 1, 1};
+  int n = 0;
+  for (int64_t d : shape) want[n++] = d;
+  for (int d = 0; d < 4; ++d)
+    if (t->ne[d] != want[d])
+      fail(Status::InvalidModel, "tensor '%s' has shape %s, expected %s", name.c_str(), shape_str(t->ne, static_cast<int>(t->n_dims)).c_str(),
+           shape_str(want, n).c_str());
+  if (!type_traits(t->type).supported) fail(Status::Unsupported, "tensor '%s' has type %s, which is not supported", name.c_str(), dtype_name(t->type));
+  return t;
+}
+
+const GgufTensorInfo *Model::Impl::require(const std::string &name, std::initializer_list<int64_t> shape) const {
+  const GgufTensorInfo *t = optional(name, shape);
+  if (!t) fail(Status::InvalidModel, "%s model: tensor '%s' is missing", hp.arch.c_str(), name.c_str());
+  return t;
+}
+
+Model::Model() : impl_(std::make_unique<Impl>()) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParams &params) {
+  std::unique_ptr<Model> model(new Model());
+  Impl &m = *model->impl_;
+  auto progress = [&](float f) {
+    if (params.progress && !params.progress(f)) fail(Status::Aborted, "model load cancelled by the progress callback");
+  };
+  progress(0.0f);
+  GgufOpenOptions o;
+  o.use_mmap = params.use_mmap;
+  o.overrides = params.kv_overrides;
+  m.gguf = GgufFile::open(path, o);
+  m.vocab = Vocab::from_gguf(*m.gguf);
+  m.vocab_only = params.vocab_only;
+  m.hp = Hparams::from_gguf(*m.gguf);
+  m.arch = find_arch(m.hp.arch);
+  if (!m.arch && !params.vocab_only)
+    fail(Status::Unsupported, "architecture '%s' is not supported (supported: %s)", m.hp.arch.c_str(), supported_archs().c_str());
+  if (!params.vocab_only) {
+    m.arch->validate(m);
+    const size_t n_t = m.gguf->tensors().size();
+    size_t i = 0;
+    for (const auto &t : m.gguf->tensors()) {
+      m.n_params += static_cast<uint64_t>(t.n_elements());
+      m.weight_bytes += t.nbytes;
+      if (++i % 64 == 0) progress(0.1f + 0.9f * static_cast<float>(i) / static_cast<float>(n_t));
+    }
+  }
+  progress(1.0f);
+  MOE_LOG_INFO("loaded %s (%s): %zu tensors, %.2f MiB", path.c_str(), m.hp.arch.c_str(), m.gguf->tensors().size(),
+               static_cast<double>(m.weight_bytes) / 1048576.0);
+  return model;
+}
+
+const GgufFile &Model::gguf() const { return *impl_->gguf; }
+const Hparams &Model::hparams() const { return impl_->hp; }
+const Vocab *Model::vocab() const { return impl_->vocab.get(); }
+const std::string &Model::arch_name() const { return impl_->hp.arch; }
+int32_t Model::n_vocab() const { return static_cast<int32_t>(impl_->hp.n_vocab); }
+uint64_t Model::n_params() const { return impl_->n_params; }
+uint64_t Model::weight_bytes() const { return impl_->weight_bytes; }
+
+const char *kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F32: return "f32";
+    case KvType::F16: return "f16";
+    case KvType::Q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+bool kv_type_from_name(const std::string &s, KvType *out) {
+  if (s == "f32") *out = KvType::F32;
+  else if (s == "f16") *out = KvType::F16;
+  else if (s == "q8_0") *out = KvType::Q8_0;
+  else return false;
+  return true;
+}
+
+}  // namespace moe

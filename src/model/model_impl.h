@@ -1,0 +1,31 @@
+// Model internals shared by the loader, the architecture graph builders and the context.
+#pragma once
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "gguf/gguf_reader.h"
+#include "model/hparams.h"
+
+namespace moe {
+
+struct ArchSpec;
+
+struct Model::Impl {
+  std::unique_ptr<GgufFile> gguf;
+  Hparams hp;
+  std::unique_ptr<Vocab> vocab;
+  const ArchSpec *arch = nullptr;
+  uint64_t n_params = 0;
+  uint64_t weight_bytes = 0;
+  bool vocab_only = false;
+
+  const GgufTensorInfo *find(const std::string &name) const { return gguf->tensor(name); }
+  // The tensor with this exact shape (ne[0] first) or an InvalidModel error naming it.
+  const GgufTensorInfo *require(const std::string &name, std::initializer_list<int64_t> shape) const;
+  // Same, but a missing tensor returns nullptr (optional weights such as biases).
+  const GgufTensorInfo *optional(const std::string &name, std::initializer_list<int64_t> shape) const;
+};
+
+}  // namespace moe
