@@ -278,3 +278,49 @@ TEST_CASE("synth: Hugging Face tokenizer.json is read and padded", "[synth]") {
   std::ofstream(tmp.path) << "{\"model\": {\"vocab\": {\"a\": 0}";
   CHECK_THROWS_AS(load_hf_vocab(tmp.path, p), Error);
 }
+
+// Cross-check against the conformance files (real llama.cpp conversions): every metadata key
+// and every per-layer tensor suffix we write also appears in the real file of that arch.
+TEST_CASE("synth: keys and tensor names are those of the real conformance files", "[synth][conformance]") {
+  const std::string dir = std::string(MOEINFER_CONFORMANCE_DIR) + "/models/";
+  struct Pair { const char *preset; const char *file; bool exact; };
+  const Pair pairs[] = {{"tiny", "qwen3moe-f16.gguf", true},        {"qwen3-30b-a3b", "qwen3moe-f16.gguf", true},
+                        {"medium", "qwen3moe-f16.gguf", true},      {"glm-4.7-flash", "deepseek2-f16.gguf", false},
+                        {"deepseek-v2-lite", "deepseek2-f16.gguf", false}, {"gpt-oss-20b", "gpt-oss-f16.gguf", true}};
+  for (const auto &pr : pairs) {
+    INFO(pr.preset << " vs " << pr.file);
+    std::unique_ptr<GgufFile> f;
+    try { f = GgufFile::open(dir + pr.file); } catch (const Error &) { WARN("conformance file missing"); continue; }
+    std::set<std::string> theirs;
+    for (const auto &kv : f->metadata()) theirs.insert(kv.first);
+    SynthSpec spec;
+    spec.preset = pr.preset;
+    std::set<std::string> ours;
+    for (const auto &k : synthetic_model_keys(spec)) ours.insert(k);
+    for (const auto &k : ours) {
+      INFO(k);
+      if (k != "general.quantization_version") CHECK(theirs.count(k) == 1);  // written for quantized files
+    }
+    if (pr.exact) {
+      for (const auto &k : theirs) {
+        INFO(k);
+        if (k != "tokenizer.ggml.add_bos_token" || std::string(pr.preset) != "gpt-oss-20b") CHECK(ours.count(k) == 1);
+      }
+    }
+    auto suffix = [](const std::string &n) {
+      if (n.compare(0, 4, "blk.") != 0) return n;
+      return n.substr(n.find('.', 4) + 1);
+    };
+    std::set<std::string> their_suffixes, our_suffixes;
+    for (const auto &t : f->tensors()) their_suffixes.insert(suffix(t.name));
+    for (const auto &t : synthetic_model_plan(spec)) our_suffixes.insert(suffix(t.name));
+    our_suffixes.erase("output.weight");  // the conformance models are tied (except gpt-oss)
+    their_suffixes.erase("output.weight");
+    if (std::string(pr.preset) == "deepseek-v2-lite") {  // no q low-rank: plain attn_q, as llama.cpp names it
+      CHECK(our_suffixes.erase("attn_q.weight") == 1);
+      CHECK(our_suffixes.count("attn_q_a.weight") == 0);
+    }
+    for (const auto &s : our_suffixes) { INFO(s); CHECK(their_suffixes.count(s) == 1); }
+    if (pr.exact) CHECK(our_suffixes == their_suffixes);
+  }
+}

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/status.h"
+#include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "model/synth/synth_plan.h"
 #include "model/synth/synth_preset.h"
@@ -281,6 +282,17 @@ uint64_t synthetic_model_size(const SynthSpec &spec) {
   GgufWriter w;
   build_writer(w, spec, pr, false);
   return w.total_bytes();
+}
+
+std::vector<std::string> synthetic_model_keys(const SynthSpec &spec) {
+  Prepared pr = prepare(spec);
+  GgufWriter w;
+  set_metadata(w, spec, pr);  // metadata only: no tensors, so the image stays small
+  auto bytes = w.write_memory();
+  auto f = GgufFile::from_memory(bytes.data(), bytes.size());
+  std::vector<std::string> keys;
+  for (const auto &kv : f->metadata()) keys.push_back(kv.first);
+  return keys;
 }
 
 void write_synthetic_model(const SynthSpec &spec, const std::string &path,

@@ -49,5 +49,7 @@ std::vector<SynthTensorInfo> synthetic_model_plan(const SynthSpec &spec);
 void write_synthetic_model(const SynthSpec &spec, const std::string &path,
                            const std::function<bool(uint64_t, uint64_t)> &progress = nullptr);
 uint64_t synthetic_model_size(const SynthSpec &spec);  // exact file size, no writing
+// Metadata keys the file will carry, in file order.
+std::vector<std::string> synthetic_model_keys(const SynthSpec &spec);
 
 }  // namespace moe

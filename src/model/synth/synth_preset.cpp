@@ -9,6 +9,18 @@ static const char *kChatMl =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
     "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+// Short templates in each family's format (the real ones are long and license-bound).
+static const char *kDeepSeekChat =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ 'User: ' + message['content'] + '\n\n' }}"
+    "{% else %}{{ 'Assistant: ' + message['content'] + '<｜end▁of▁sentence｜>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}";
+static const char *kGlmChat =
+    "[gMASK]<sop>{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}";
+static const char *kHarmonyChat =
+    "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
+
 static SynthPreset qwen3moe_base() {
   SynthPreset p;
   p.arch = "qwen3moe";
@@ -61,6 +73,7 @@ static std::vector<SynthPreset> make_presets() {
     p.tok_pre = "deepseek-llm";
     p.controls = {{100000, "<｜begin▁of▁sentence｜>"}, {100001, "<｜end▁of▁sentence｜>"}};
     p.bos = 100000; p.eos = 100001; p.pad = 100001; p.add_bos = 1; p.add_eos = 0;
+    p.chat_template = kDeepSeekChat;
     v.push_back(p);
   }
   {  // GLM-4.7-Flash (deepseek2 in llama.cpp): MLA with q low-rank, sigmoid gating + bias,
@@ -79,6 +92,7 @@ static std::vector<SynthPreset> make_presets() {
                   {154824, "<sop>"}, {154825, "<eop>"}, {154826, "<|system|>"}, {154827, "<|user|>"},
                   {154828, "<|assistant|>"}, {154829, "<|observation|>"}};
     p.bos = 154822; p.eos = 154820; p.pad = 154820;
+    p.chat_template = kGlmChat;
     v.push_back(p);
   }
   {  // gpt-oss-20b: alternating sliding-window attention, attention sinks, MXFP4 experts
@@ -95,6 +109,7 @@ static std::vector<SynthPreset> make_presets() {
                   {200003, "<|constrain|>"}, {200005, "<|channel|>"}, {200006, "<|start|>"},
                   {200007, "<|end|>"}, {200008, "<|message|>"}, {200012, "<|call|>"}};
     p.bos = 199998; p.eos = 200002; p.pad = 199999;
+    p.chat_template = kHarmonyChat;
     v.push_back(p);
   }
   return v;
