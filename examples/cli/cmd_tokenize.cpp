@@ -1,4 +1,95 @@
-// TEMPORARY placeholder until the owning work lands.
+// moeinfer-cli tokenize: JSON lines in, token ids out (one line per input line, in order).
+//
+//   echo '{"text": "Hello", "add_special": true, "parse_special": false}' | moeinfer-cli tokenize -m model.gguf
+//   -> {"ids":[9707]}
 #include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
-int cmd_tokenize(int, char **) { std::fprintf(stderr, "moeinfer-cli tokenize: not built yet\n"); return 2; }
+#include "core/status.h"
+#include "gguf/gguf_reader.h"
+#include "tokenizer/vocab.h"
+
+namespace {
+
+void usage(FILE *out) {
+  std::fprintf(out,
+               "usage: moeinfer-cli tokenize -m MODEL.gguf [--allow-unknown-pre]\n\n"
+               "Reads JSON lines {\"text\": str, \"add_special\": bool, \"parse_special\": bool} on stdin and\n"
+               "prints one line {\"ids\": [...]} per input line. Only the GGUF metadata is read.\n\n"
+               "  -m, --model PATH        GGUF file whose tokenizer.ggml.* vocabulary is used\n"
+               "  --allow-unknown-pre     fall back to the gpt2 pre-tokenizer for an unknown tokenizer.ggml.pre\n"
+               "  -h, --help              this text\n");
+}
+
+}  // namespace
+
+int cmd_tokenize(int argc, char **argv) {
+  std::string model;
+  bool allow_unknown_pre = false;
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i];
+    if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if ((!std::strcmp(a, "-m") || !std::strcmp(a, "--model")) && i + 1 < argc) {
+      model = argv[++i];
+    } else if (!std::strcmp(a, "--allow-unknown-pre")) {
+      allow_unknown_pre = true;
+    } else {
+      std::fprintf(stderr, "moeinfer-cli tokenize: unknown or incomplete option '%s'\n\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (model.empty()) {
+    std::fprintf(stderr, "moeinfer-cli tokenize: -m MODEL is required\n\n");
+    usage(stderr);
+    return 2;
+  }
+
+  std::unique_ptr<moe::Vocab> vocab;
+  try {
+    auto f = moe::GgufFile::open(model);
+    vocab = moe::Vocab::from_gguf(*f, allow_unknown_pre);
+  } catch (const moe::Error &e) {
+    std::fprintf(stderr, "moeinfer-cli tokenize: %s: %s (%s)\n", model.c_str(), e.what(), moe::status_name(e.code()));
+    return 1;
+  }
+  if (!vocab) {
+    std::fprintf(stderr, "moeinfer-cli tokenize: %s has no tokenizer (tokenizer.ggml.model missing)\n", model.c_str());
+    return 1;
+  }
+
+  std::string line, out;
+  size_t line_no = 0;
+  while (std::getline(std::cin, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line: nothing to answer
+    std::vector<int32_t> ids;
+    try {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
+        throw std::runtime_error("expected an object with a string \"text\"");
+      bool add_special = j.value("add_special", true);
+      bool parse_special = j.value("parse_special", false);
+      ids = vocab->encode(j["text"].get_ref<const std::string &>(), add_special, parse_special);
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "moeinfer-cli tokenize: line %zu: %s\n", line_no, e.what());
+      return 1;
+    }
+    out = "{\"ids\":[";
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (k) out += ',';
+      out += std::to_string(ids[k]);
+    }
+    out += "]}\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  std::fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,295 @@
+// Encoding: special/added tokens are cut out first (reference order: longest token text first,
+// leftmost non-overlapping occurrences), the remaining text goes through the pre-tokenizer and
+// BPE (byte-level) or the SentencePiece merge loop.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <queue>
+
+#include "core/status.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/vocab.h"
+
+namespace moe {
+
+namespace {
+
+struct Fragment {
+  size_t begin, end;  // raw text span, or
+  int32_t token;      // >= 0: a special token
+};
+
+}  // namespace
+
+// Split text into raw spans and special tokens. Equivalent to the reference's sequential
+// algorithm (for each special token, longest first, split every remaining raw span at its
+// leftmost non-overlapping occurrences), but finds all candidate occurrences in one pass.
+static void partition(const std::vector<int32_t> &specials, const std::vector<std::string> &texts,
+                      const std::vector<int32_t> &types, std::string_view text, bool parse_special,
+                      std::vector<Fragment> &out) {
+  out.clear();
+  // active specials, in priority order, indexed by text
+  bool first_byte[256] = {};
+  std::vector<size_t> lengths;
+  std::unordered_map<std::string_view, size_t> prio;  // text -> priority (index in specials order)
+  for (size_t k = 0; k < specials.size(); ++k) {
+    int32_t id = specials[k];
+    int32_t t = types[size_t(id)];
+    if (!parse_special && (t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_UNKNOWN)) continue;  // user-defined still match
+    const std::string &s = texts[size_t(id)];
+    if (s.size() > text.size()) continue;
+    first_byte[uint8_t(s[0])] = true;
+    prio.emplace(std::string_view(s), k);
+    lengths.push_back(s.size());
+  }
+  if (prio.empty()) {
+    if (!text.empty()) out.push_back({0, text.size(), -1});
+    return;
+  }
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+
+  struct Cand { size_t prio, pos, len; };
+  std::vector<Cand> cands;
+  for (size_t p = 0; p < text.size(); ++p) {
+    if (!first_byte[uint8_t(text[p])]) continue;
+    for (size_t len : lengths) {
+      if (p + len > text.size()) break;
+      auto it = prio.find(text.substr(p, len));
+      if (it != prio.end()) cands.push_back({it->second, p, len});
+    }
+  }
+  std::sort(cands.begin(), cands.end(), [](const Cand &a, const Cand &b) {
+    return a.prio != b.prio ? a.prio < b.prio : a.pos < b.pos;
+  });
+  std::map<size_t, std::pair<size_t, int32_t>> taken;  // start -> (end, token)
+  for (const Cand &c : cands) {
+    size_t e = c.pos + c.len;
+    auto it = taken.lower_bound(c.pos);
+    if (it != taken.end() && it->first < e) continue;
+    if (it != taken.begin() && std::prev(it)->second.first > c.pos) continue;
+    taken.emplace(c.pos, std::make_pair(e, specials[c.prio]));
+  }
+  size_t at = 0;
+  for (const auto &t : taken) {
+    if (t.first > at) out.push_back({at, t.first, -1});
+    out.push_back({t.first, t.second.first, t.second.second});
+    at = t.second.first;
+  }
+  if (at < text.size()) out.push_back({at, text.size(), -1});
+}
+
+std::vector<int32_t> Vocab::encode(std::string_view text, bool add_special, bool parse_special) const {
+  std::vector<int32_t> out;
+  if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
+  std::vector<Fragment> frags;
+  partition(specials_, texts_, types_, text, parse_special, frags);
+  bool prev_special = true;  // SentencePiece: a space is prefixed at the start and after specials
+  for (const Fragment &fr : frags) {
+    if (fr.token >= 0) {
+      out.push_back(fr.token);
+      prev_special = true;
+      continue;
+    }
+    std::string_view raw = text.substr(fr.begin, fr.end - fr.begin);
+    if (kind_ == VocabKind::BPE) {
+      encode_text_bpe(raw, out);
+    } else {
+      std::string s;
+      if (add_space_prefix_ && prev_special) s.push_back(' ');
+      s.append(raw);
+      encode_text_spm(s, out);
+    }
+    prev_special = false;
+  }
+  if (add_special && add_eos_ && eos_ >= 0) out.push_back(eos_);
+  return out;
+}
+
+// ---- byte-level BPE -------------------------------------------------------------------------
+
+void Vocab::encode_text_bpe(std::string_view text, std::vector<int32_t> &out) const {
+  std::vector<uint32_t> cps;
+  cps.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    size_t len;
+    cps.push_back(utf8_decode(text.data() + i, text.size() - i, &len));
+    i += len;
+  }
+  std::vector<uint32_t> words;
+  pre_.split(cps.data(), cps.size(), words);
+  std::string bytes, encoded;
+  size_t at = 0;
+  for (uint32_t wl : words) {
+    // The reference re-encodes the decoded code points, so ill-formed input becomes U+FFFD.
+    bytes.clear();
+    for (size_t k = at; k < at + wl; ++k) utf8_append(bytes, cps[k]);
+    at += wl;
+    if (pre_.ignore_merges()) {
+      encoded.clear();
+      for (unsigned char b : bytes) utf8_append(encoded, byte_to_cp_table()[b]);
+      int32_t id = text_to_token(encoded);
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    bpe_word(bytes, out);
+  }
+}
+
+// Merge loop of one word: always merge the adjacent pair with the lowest rank (leftmost on
+// ties), like the reference's priority queue. Symbols carry the byte offset they start at.
+void Vocab::bpe_word(const std::string &bytes, std::vector<int32_t> &out) const {
+  const size_t n = bytes.size();
+  constexpr uint32_t kNone = 0xFFFFFFFFu;
+  auto lookup = [&](int32_t a, int32_t b, int32_t *merged) -> uint32_t {
+    if (a < 0 || b < 0) return kNone;
+    auto it = merges_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
+    if (it == merges_.end()) return kNone;
+    *merged = int32_t(uint32_t(it->second));
+    return uint32_t(it->second >> 32);
+  };
+  auto emit = [&](int32_t id, size_t pos) {
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
+    // Not a token: a single byte whose byte-level character is missing from the vocabulary;
+    // the reference then looks up each byte of that character's text on its own.
+    std::string ch;
+    utf8_append(ch, byte_to_cp_table()[uint8_t(bytes[pos])]);
+    for (char c : ch) {
+      int32_t b = text_to_token(std::string_view(&c, 1));
+      if (b >= 0) out.push_back(b);
+    }
+  };
+  if (n == 0) return;
+  if (n == 1) {
+    emit(byte_token_[uint8_t(bytes[0])], 0);
+    return;
+  }
+
+  if (n <= 64) {
+    // short words: linear scan over the pair ranks, arrays compacted after each merge
+    int32_t sym[64], merged[64];
+    uint32_t rank[64];
+    uint8_t pos[64];
+    size_t m = n;
+    for (size_t i = 0; i < n; ++i) { sym[i] = byte_token_[uint8_t(bytes[i])]; pos[i] = uint8_t(i); }
+    for (size_t i = 0; i + 1 < m; ++i) rank[i] = lookup(sym[i], sym[i + 1], &merged[i]);
+    while (m > 1) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < m; ++i)
+        if (rank[i] < rank[best]) best = i;
+      if (rank[best] == kNone) break;
+      sym[best] = merged[best];
+      for (size_t i = best + 1; i + 1 < m; ++i) { sym[i] = sym[i + 1]; pos[i] = pos[i + 1]; }
+      for (size_t i = best + 1; i + 2 < m; ++i) { rank[i] = rank[i + 1]; merged[i] = merged[i + 1]; }
+      --m;
+      if (best > 0) rank[best - 1] = lookup(sym[best - 1], sym[best], &merged[best - 1]);
+      if (best + 1 < m) rank[best] = lookup(sym[best], sym[best + 1], &merged[best]);
+    }
+    for (size_t i = 0; i < m; ++i) emit(sym[i], pos[i]);
+    return;
+  }
+
+  // long words: linked list over byte positions + priority queue with stale-entry checks
+  struct Node { int32_t id; int prev, next; };
+  std::vector<Node> nodes(n);
+  for (size_t i = 0; i < n; ++i) nodes[i] = {byte_token_[uint8_t(bytes[i])], int(i) - 1, i + 1 < n ? int(i) + 1 : -1};
+  struct Item { uint32_t rank; int left; int32_t a, b, merged; };
+  auto cmp = [](const Item &x, const Item &y) { return x.rank != y.rank ? x.rank > y.rank : x.left > y.left; };
+  std::priority_queue<Item, std::vector<Item>, decltype(cmp)> q(cmp);
+  auto push = [&](int l) {
+    if (l < 0 || nodes[size_t(l)].next < 0) return;
+    int r = nodes[size_t(l)].next;
+    int32_t mid = -1;
+    uint32_t rk = lookup(nodes[size_t(l)].id, nodes[size_t(r)].id, &mid);
+    if (rk != kNone) q.push({rk, l, nodes[size_t(l)].id, nodes[size_t(r)].id, mid});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(int(i));
+  while (!q.empty()) {
+    Item it = q.top();
+    q.pop();
+    Node &L = nodes[size_t(it.left)];
+    if (L.id != it.a || L.next < 0 || nodes[size_t(L.next)].id != it.b) continue;  // stale
+    int r = L.next;
+    L.id = it.merged;
+    L.next = nodes[size_t(r)].next;
+    if (L.next >= 0) nodes[size_t(L.next)].prev = it.left;
+    nodes[size_t(r)].id = -2;  // unlinked
+    push(L.prev);
+    push(it.left);
+  }
+  for (int i = 0; i >= 0; i = nodes[size_t(i)].next) emit(nodes[size_t(i)].id, size_t(i));
+}
+
+// ---- SentencePiece BPE ----------------------------------------------------------------------
+
+int32_t Vocab::spm_byte_token(uint8_t b) const {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+  int32_t id = text_to_token(buf);
+  if (id >= 0) return id;
+  char c = char(b);
+  id = text_to_token(std::string_view(&c, 1));
+  return id >= 0 ? id : unk_;
+}
+
+void Vocab::encode_text_spm(std::string_view in, std::vector<int32_t> &out) const {
+  std::string text;
+  text.reserve(in.size() + 8);
+  for (char c : in) {
+    if (c == ' ') text.append("\xe2\x96\x81");
+    else text.push_back(c);
+  }
+  struct Sym { size_t off, n; int prev, next; };
+  std::vector<Sym> syms;
+  static const uint8_t kLen[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  for (size_t off = 0; off < text.size();) {
+    size_t len = std::min<size_t>(kLen[uint8_t(text[off]) >> 4], text.size() - off);
+    int idx = int(syms.size());
+    syms.push_back({off, len, idx - 1, off + len == text.size() ? -1 : idx + 1});
+    off += len;
+  }
+  struct Big { float score; int left, right; size_t size; };
+  auto cmp = [](const Big &a, const Big &b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+  std::priority_queue<Big, std::vector<Big>, decltype(cmp)> q(cmp);
+  auto try_add = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    std::string_view t(text.data() + syms[size_t(l)].off, syms[size_t(l)].n + syms[size_t(r)].n);
+    int32_t id = text_to_token(t);
+    if (id < 0) return;
+    q.push({scores_[size_t(id)], l, r, t.size()});
+  };
+  for (size_t i = 1; i < syms.size(); ++i) try_add(int(i) - 1, int(i));
+  while (!q.empty()) {
+    Big b = q.top();
+    q.pop();
+    Sym &L = syms[size_t(b.left)];
+    Sym &R = syms[size_t(b.right)];
+    if (L.n == 0 || R.n == 0 || L.n + R.n != b.size) continue;
+    L.n += R.n;
+    R.n = 0;
+    L.next = R.next;
+    if (R.next >= 0) syms[size_t(R.next)].prev = b.left;
+    try_add(L.prev, b.left);
+    try_add(b.left, L.next);
+  }
+  for (int i = syms.empty() ? -1 : 0; i != -1; i = syms[size_t(i)].next) {
+    const Sym &s = syms[size_t(i)];
+    int32_t id = text_to_token(std::string_view(text.data() + s.off, s.n));
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    for (size_t k = 0; k < s.n; ++k) {
+      int32_t bt = spm_byte_token(uint8_t(text[s.off + k]));
+      if (bt >= 0) out.push_back(bt);
+    }
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,101 @@
+// Tokenizer vocabulary loaded from GGUF metadata (tokenizer.ggml.*): byte-level BPE ("gpt2") and
+// SentencePiece-style BPE with byte fallback ("llama"); encode, decode and streaming decode.
+//
+//   auto f = GgufFile::open("model.gguf");
+//   std::unique_ptr<Vocab> v = Vocab::from_gguf(*f);            // nullptr: file has no tokenizer
+//   std::vector<int32_t> ids = v->encode("Hello", /*add_special=*/true, /*parse_special=*/false);
+//   std::string text = v->decode(ids.data(), ids.size(), /*render_special=*/false);
+//   StreamDetokenizer sd(*v, false);  for (int32_t id : generated) emit(sd.push(id));  emit(sd.flush());
+//
+// Behaviour follows the reference implementation (llama.cpp) token for token; inconsistent
+// vocabularies throw Error(Status::InvalidVocab) naming the offending token, merge or key.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/stream_detokenizer.h"
+
+namespace moe {
+
+class GgufFile;
+
+// tokenizer.ggml.token_type values.
+enum TokenType : int32_t {
+  TOKEN_TYPE_UNDEFINED = 0,
+  TOKEN_TYPE_NORMAL = 1,
+  TOKEN_TYPE_UNKNOWN = 2,
+  TOKEN_TYPE_CONTROL = 3,
+  TOKEN_TYPE_USER_DEFINED = 4,
+  TOKEN_TYPE_UNUSED = 5,
+  TOKEN_TYPE_BYTE = 6,
+};
+
+enum class VocabKind { BPE, SPM };
+
+class Vocab {
+public:
+  // nullptr when the file has no tokenizer.ggml.model. allow_unknown_pre: an unrecognised
+  // tokenizer.ggml.pre falls back to the gpt2 pattern instead of failing.
+  static std::unique_ptr<Vocab> from_gguf(const GgufFile &f, bool allow_unknown_pre = false);
+  ~Vocab();
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  // Bytes of one token. render_special=false hides control/unknown tokens (empty string).
+  std::string token_to_piece(int32_t id, bool render_special) const;
+  std::string decode(const int32_t *ids, size_t n, bool render_special) const;
+
+  int32_t n_tokens() const { return int32_t(texts_.size()); }
+  int32_t bos() const { return bos_; }
+  int32_t eos() const { return eos_; }
+  int32_t eot() const { return eot_; }
+  int32_t eom() const { return eom_; }
+  int32_t pad() const { return pad_; }
+  int32_t unk() const { return unk_; }
+  bool is_eog(int32_t id) const { return eog_.count(id) != 0; }
+  const std::vector<int32_t> &eog_ids() const { return eog_list_; }
+  // Effective type after the reference's load-time re-flagging (see vocab.cpp).
+  int32_t token_type(int32_t id) const;
+  const std::string &token_text(int32_t id) const;
+  int32_t text_to_token(std::string_view text) const;  // -1 if absent
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  VocabKind kind() const { return kind_; }
+  const PreTokenizer &pre_tokenizer() const { return pre_; }
+  size_t n_merges() const { return n_merges_; }
+
+private:
+  Vocab() = default;
+  void check_id(int32_t id) const;
+  void load_bpe_merges(const GgufFile &f);
+  void finish_specials();
+  void encode_text_bpe(std::string_view text, std::vector<int32_t> &out) const;
+  void encode_text_spm(std::string_view text, std::vector<int32_t> &out) const;
+  void bpe_word(const std::string &bytes, std::vector<int32_t> &out) const;
+  int32_t spm_byte_token(uint8_t b) const;
+
+  VocabKind kind_ = VocabKind::BPE;
+  PreTokenizer pre_;
+  std::vector<std::string> texts_;
+  std::vector<int32_t> types_;
+  std::vector<float> scores_;
+  std::unordered_map<std::string_view, int32_t> to_id_;  // views into texts_
+  std::vector<std::string> pieces_;                       // decoded bytes of each token
+  // BPE: merges keyed by the pair of token ids; value = rank << 32 | merged id.
+  std::unordered_map<uint64_t, uint64_t> merges_;
+  size_t n_merges_ = 0;
+  int32_t byte_token_[256];  // byte-level BPE: token of each single byte (-1 if absent)
+  std::vector<int32_t> specials_;  // matched before BPE, longest text first
+  int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1, unk_ = -1;
+  std::unordered_set<int32_t> eog_;
+  std::vector<int32_t> eog_list_;
+  bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
+};
+
+}  // namespace moe
