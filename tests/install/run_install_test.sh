@@ -1,0 +1,40 @@
+#!/bin/sh
+# Installs the build into a temporary prefix, then builds and runs consumers against it:
+# C via pkg-config (moeinfer.pc shared, moeinfer-static.pc static) and C++ via
+# find_package (moeinfer::moeinfer, moeinfer::moeinfer_static), each on the fixture model.
+# Usage: run_install_test.sh BUILD_DIR SOURCE_DIR WORK_DIR LIBDIR [MODEL]
+set -eu
+build=$1; src=$2; work=$3; libdir=$4; model=${5:-}
+rm -rf "$work"; mkdir -p "$work"
+prefix="$work/prefix"
+cmake --install "$build" --prefix "$prefix" > "$work/install.log"
+for f in include/moeinfer/moeinfer.h include/moeinfer/moeinfer.hpp include/moeinfer/export.h \
+         "$libdir/libmoeinfer.so.1" "$libdir/pkgconfig/moeinfer.pc" \
+         "$libdir/cmake/moeinfer/moeinferConfig.cmake" "$libdir/cmake/moeinfer/moeinferConfigVersion.cmake"; do
+  [ -e "$prefix/$f" ] || { echo "missing from install: $f"; exit 1; }
+done
+has_static=0; [ -e "$prefix/$libdir/libmoeinfer.a" ] && has_static=1
+export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
+run() {  # run BINARY: prints and checks the output
+  echo "== $*"
+  LD_LIBRARY_PATH="$prefix/$libdir" "$@" $model
+}
+
+make -s -f "$src/examples/consumers/c-pkgconfig/Makefile" OUT="$work/c-shared" PKG=moeinfer
+ldd "$work/c-shared" | grep -q "libmoeinfer.so.1" || { echo "c-shared does not use libmoeinfer.so.1"; exit 1; }
+run "$work/c-shared"
+if [ $has_static = 1 ]; then
+  make -s -f "$src/examples/consumers/c-pkgconfig/Makefile" OUT="$work/c-static" PKG=moeinfer-static
+  if ldd "$work/c-static" | grep -q libmoeinfer; then echo "c-static links the shared library"; exit 1; fi
+  run "$work/c-static"
+fi
+
+for kind in shared static; do
+  [ $kind = static ] && [ $has_static = 0 ] && continue
+  st=OFF; [ $kind = static ] && st=ON
+  cmake -S "$src/examples/consumers/cxx-cmake" -B "$work/cxx-$kind" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DMOEINFER_CONSUMER_STATIC=$st -DCMAKE_BUILD_TYPE=Release > "$work/cxx-$kind.cfg.log"
+  cmake --build "$work/cxx-$kind" > "$work/cxx-$kind.build.log" || { cat "$work/cxx-$kind.build.log"; exit 1; }
+  run "$work/cxx-$kind/consumer"
+done
+echo "install test passed (static: $has_static, model: ${model:-none})"
