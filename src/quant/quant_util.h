@@ -30,17 +30,32 @@ inline void get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   }
 }
 
+// Same result as get_scale_min_k4 for j = 0..7, done on 32-bit words (the hot kernels
+// call this once per block).
 inline void unpack_q4k_scales(const uint8_t *q, uint8_t *sc, uint8_t *mn) {
-  for (int j = 0; j < 8; ++j) get_scale_min_k4(j, q, &sc[j], &mn[j]);
+  uint32_t w[3];
+  std::memcpy(w, q, 12);
+  const uint32_t s_lo = w[0] & 0x3f3f3f3fu, m_lo = w[1] & 0x3f3f3f3fu;
+  const uint32_t s_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+  std::memcpy(sc, &s_lo, 4);
+  std::memcpy(sc + 4, &s_hi, 4);
+  std::memcpy(mn, &m_lo, 4);
+  std::memcpy(mn + 4, &m_hi, 4);
 }
 
 // Q3_K: 16 six-bit scales (low 4 bits in bytes 0..7, high 2 bits in bytes 8..11), biased by 32.
 inline void unpack_q3k_scales(const uint8_t *q, int8_t *out) {
-  for (int j = 0; j < 16; ++j) {
-    const int lo = j < 8 ? (q[j] & 0xF) : (q[j - 8] >> 4);
-    const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
-    out[j] = static_cast<int8_t>((lo | (hi << 4)) - 32);
-  }
+  uint32_t w[3];
+  std::memcpy(w, q, 12);
+  const uint32_t u[4] = {
+      (w[0] & 0x0f0f0f0fu) | (((w[2] >> 0) & 0x03030303u) << 4),
+      (w[1] & 0x0f0f0f0fu) | (((w[2] >> 2) & 0x03030303u) << 4),
+      ((w[0] >> 4) & 0x0f0f0f0fu) | (((w[2] >> 4) & 0x03030303u) << 4),
+      ((w[1] >> 4) & 0x0f0f0f0fu) | (((w[2] >> 6) & 0x03030303u) << 4)};
+  uint8_t b[16];
+  std::memcpy(b, u, 16);
+  for (int j = 0; j < 16; ++j) out[j] = static_cast<int8_t>(b[j] - 32);
 }
 
 // E2M1 code -> 2x its value (GGML stores doubled values and halves the E8M0 scale instead).

@@ -251,3 +251,36 @@ TEST_CASE("re-quantizing a dequantized row reproduces it", "[quant]") {
     CHECK(rel_rmse(y1, y2) <= rel_rmse(x, y1));
   }
 }
+
+TEST_CASE("word-wise K-quant scale unpacking equals the byte-wise definition", "[quant]") {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint8_t q[12];
+    for (auto &b : q) b = static_cast<uint8_t>(rng());
+    BlockQ4_K b4{};
+    std::memcpy(b4.scales, q, 12);
+    b4.d = kHalfOne;
+    b4.dmin = kHalfOne;
+    for (auto &v : b4.qs) v = 0x10;  // low code 0, high code 1
+    // Byte-wise spec: j<4: sc=q[j]&63, m=q[j+4]&63; j>=4: from q[j+4] nibbles + top bits.
+    auto y = dequant(DType::Q4_K, &b4, 256);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      if (j < 4) { sc = q[j] & 63; m = q[j + 4] & 63; }
+      else { sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4); m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+      const int e = 64 * (j / 2) + 32 * (j % 2);  // first element of sub-block j
+      CHECK(y[e] == static_cast<float>((j % 2) * sc - m));
+    }
+    BlockQ3_K b3{};
+    std::memcpy(b3.scales, q, 12);
+    b3.d = kHalfOne;
+    std::memset(b3.hmask, 0xFF, sizeof b3.hmask);
+    std::memset(b3.qs, 0x55, sizeof b3.qs);  // every code 1
+    y = dequant(DType::Q3_K, &b3, 256);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j < 8 ? (q[j] & 0xF) : (q[j - 8] >> 4);
+      const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+      CHECK(y[16 * j] == static_cast<float>((lo | (hi << 4)) - 32));
+    }
+  }
+}

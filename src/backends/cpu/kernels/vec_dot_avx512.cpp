@@ -1,7 +1,343 @@
-// avx512 kernels (placeholder until the SIMD kernels land; dispatcher falls back).
+// AVX-512 (F/BW/VL/DQ + VNNI) kernels. Only selected when cpuid reports all of these.
+// 32-value block formats: two blocks per 512-bit vector, products with VNNI dpbusd
+// (unsigned x signed bytes -> int32). K-quants: 64 values per vector, maddubs + madd with
+// per-16 scales broadcast by permutexvar, so each block needs one horizontal sum at most.
 #include "backends/cpu/kernels/vec_dot_impl.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VL__) && defined(__FMA__) && defined(__F16C__)
+// GCC 12 reports the intrinsics' own _mm512_undefined_* placeholders as uninitialized.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "core/fp16.h"
+#include "quant/quant_util.h"
+
+namespace moe {
+
+namespace {
+
+// F16C conversion: exact, like fp16_to_fp32, but one instruction.
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
+inline __m256i load256(const void *p) { return _mm256_loadu_si256(static_cast<const __m256i *>(p)); }
+inline __m512i cat256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1); }
+
+inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// ---- plain float types ----
+
+template <int kKind>  // 0 f32, 1 f16, 2 bf16
+inline __m512 load16(const void *p) {
+  if (kKind == 0) return _mm512_loadu_ps(p);
+  const __m256i h = load256(p);
+  if (kKind == 1) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <int kKind>
+inline float scalar_at(const void *p, int i) {
+  if (kKind == 0) return static_cast<const float *>(p)[i];
+  const uint16_t h = static_cast<const uint16_t *>(p)[i];
+  return kKind == 1 ? h2f(h) : bf16_to_fp32(h);
+}
+
+template <int kKind>
+void dot_float(int n, float *s, const void *w, const void *x) {
+  const size_t es = kKind == 0 ? 4 : 2;
+  const uint8_t *a = static_cast<const uint8_t *>(w), *b = static_cast<const uint8_t *>(x);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  int i = 0;
+  for (; i + 64 <= n; i += 64) {
+    acc0 = _mm512_fmadd_ps(load16<kKind>(a + es * i), load16<kKind>(b + es * i), acc0);
+    acc1 = _mm512_fmadd_ps(load16<kKind>(a + es * (i + 16)), load16<kKind>(b + es * (i + 16)), acc1);
+    acc2 = _mm512_fmadd_ps(load16<kKind>(a + es * (i + 32)), load16<kKind>(b + es * (i + 32)), acc2);
+    acc3 = _mm512_fmadd_ps(load16<kKind>(a + es * (i + 48)), load16<kKind>(b + es * (i + 48)), acc3);
+  }
+  for (; i + 16 <= n; i += 16) acc0 = _mm512_fmadd_ps(load16<kKind>(a + es * i), load16<kKind>(b + es * i), acc0);
+  float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+  for (; i < n; ++i) sum += scalar_at<kKind>(w, i) * scalar_at<kKind>(x, i);
+  *s = sum;
+}
+
+// ---- 32-value blocks against Q8_0 ----
+
+// Per-lane scale vector: lanes 0-7 d0, lanes 8-15 d1.
+inline __m512 two_scales(float d0, float d1) {
+  return _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
+}
+
+// Signed x signed bytes via VNNI: |a| as unsigned, b negated where a < 0.
+inline __m512i dot_i8_vnni(__m512i a, __m512i b) {
+  const __m512i nb = _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), nb);
+}
+
+inline __m256i nibbles32(const uint8_t *q) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+void dot_q8_0(int n, float *s, const void *w, const void *x) {
+  const BlockQ8_0 *a = static_cast<const BlockQ8_0 *>(w);
+  const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  const int nb = n / QK8_0;
+  __m512 acc = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const __m512i p = dot_i8_vnni(cat256(load256(a[i].qs), load256(a[i + 1].qs)),
+                                  cat256(load256(b[i].qs), load256(b[i + 1].qs)));
+    const __m512 d = two_scales(h2f(a[i].d) * h2f(b[i].d),
+                                h2f(a[i + 1].d) * h2f(b[i + 1].d));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+  }
+  float sum = _mm512_reduce_add_ps(acc);
+  for (; i < nb; ++i) {
+    int si = 0;
+    for (int j = 0; j < QK8_0; ++j) si += a[i].qs[j] * b[i].qs[j];
+    sum += si * (h2f(a[i].d) * h2f(b[i].d));
+  }
+  *s = sum;
+}
+
+void dot_q4_0(int n, float *s, const void *w, const void *x) {
+  const BlockQ4_0 *a = static_cast<const BlockQ4_0 *>(w);
+  const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  const int nb = n / QK4_0;
+  const __m512i eight = _mm512_set1_epi8(8);
+  __m512 acc = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const __m512i q = cat256(nibbles32(a[i].qs), nibbles32(a[i + 1].qs));
+    const __m512i y = cat256(load256(b[i].qs), load256(b[i + 1].qs));
+    // (q - 8) . y = q . y - 8 . y, both as unsigned x signed dpbusd
+    const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, y));
+    const __m512 d = two_scales(h2f(a[i].d) * h2f(b[i].d),
+                                h2f(a[i + 1].d) * h2f(b[i + 1].d));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+  }
+  float sum = _mm512_reduce_add_ps(acc);
+  for (; i < nb; ++i) {
+    int si = 0;
+    for (int j = 0; j < 16; ++j)
+      si += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
+    sum += si * (h2f(a[i].d) * h2f(b[i].d));
+  }
+  *s = sum;
+}
+
+void dot_mxfp4(int n, float *s, const void *w, const void *x) {
+  const BlockMXFP4 *a = static_cast<const BlockMXFP4 *>(w);
+  const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  const int nb = n / QK_MXFP4;
+  // |value| table and the sign taken from bit 3 of the code: avoids an abs per block.
+  const __m512i abs_table = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
+  const __m512i sign_bit = _mm512_set1_epi8(8);
+  __m512 acc = _mm512_setzero_ps();
+  int i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const __m512i code = cat256(nibbles32(a[i].qs), nibbles32(a[i + 1].qs));
+    const __m512i y = cat256(load256(b[i].qs), load256(b[i + 1].qs));
+    const __m512i u = _mm512_shuffle_epi8(abs_table, code);
+    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_test_epi8_mask(code, sign_bit), _mm512_setzero_si512(), y);
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sy);
+    const __m512 d = two_scales(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e),
+                                h2f(b[i + 1].d) * e8m0_to_fp32_half(a[i + 1].e));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+  }
+  float sum = _mm512_reduce_add_ps(acc);
+  for (; i < nb; ++i) {
+    int si = 0;
+    for (int j = 0; j < 16; ++j)
+      si += kMxfp4Values[a[i].qs[j] & 0xF] * b[i].qs[j] + kMxfp4Values[a[i].qs[j] >> 4] * b[i].qs[j + 16];
+    sum += si * (h2f(b[i].d) * e8m0_to_fp32_half(a[i].e));
+  }
+  *s = sum;
+}
+
+// ---- K-quants against Q8_K ----
+// Each block becomes 4 runs of 64 unsigned codes u_k (aligned with q8[64k..64k+63]) and 16
+// per-16-value scales gs. isum = sum_k madd(maddubs(u_k, y_k), expand(gs, k)).
+
+// Lane i of run k uses group 4k + i/8 (maddubs pairs: 8 int16 lanes per 16 values).
+inline __m512i expand_scales(__m512i gs16, int k) {
+  alignas(64) static const int16_t idx[4][32] = {
+      {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+      {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+      {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+       14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+  return _mm512_permutexvar_epi16(_mm512_load_si512(idx[k]), gs16);
+}
+
+inline __m512i run_dot(__m512i u, const int8_t *q8, __m512i scales) {
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(u, load512(q8)), scales);
+}
+
+// sum_g bsums[g] * m[g] for 16 int16 m.
+inline int bsums_dot(const int16_t *bsums, __m256i m16) {
+  return hsum_i32(_mm256_madd_epi16(load256(bsums), m16));
+}
+
+inline __m256i srl_and(__m256i v, int sh, __m256i mask) { return _mm256_and_si256(_mm256_srli_epi16(v, sh), mask); }
+
+void dot_q2_K(int n, float *s, const void *w, const void *x) {
+  const BlockQ2_K *a = static_cast<const BlockQ2_K *>(w);
+  const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m512 acc = _mm512_setzero_ps();
+  float sum_min = 0;
+  for (int i = 0; i < n / QK_K; ++i) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(a[i].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
+    const __m512i gs = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm_set1_epi8(0xF))));
+    __m512i isum = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q2 = load256(a[i].qs + 32 * (k / 2));
+      const int sh = 4 * (k % 2);
+      const __m512i u = cat256(srl_and(q2, sh, m3), srl_and(q2, sh + 2, m3));
+      isum = _mm512_add_epi32(isum, run_dot(u, b[i].qs + 64 * k, expand_scales(gs, k)));
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(b[i].d * h2f(a[i].d)), _mm512_cvtepi32_ps(isum), acc);
+    sum_min += (b[i].d * h2f(a[i].dmin)) * bsums_dot(b[i].bsums, mins);
+  }
+  *s = _mm512_reduce_add_ps(acc) - sum_min;
+}
+
+void dot_q3_K(int n, float *s, const void *w, const void *x) {
+  const BlockQ3_K *a = static_cast<const BlockQ3_K *>(w);
+  const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m512 acc = _mm512_setzero_ps();
+  for (int i = 0; i < n / QK_K; ++i) {
+    int8_t sc[16];
+    unpack_q3k_scales(a[i].scales, sc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc)));
+    const __m512i gs = _mm512_zextsi256_si512(sc16);
+    const __m256i hm = load256(a[i].hmask);
+    __m512i isum = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q3 = load256(a[i].qs + 32 * (k / 2));
+      const int s0 = 2 * (k % 2), bit0 = 2 * k;  // shift index and hmask bit of the first 32
+      const __m256i u0 = _mm256_or_si256(srl_and(q3, 2 * s0, m3), _mm256_slli_epi16(srl_and(hm, bit0, one), 2));
+      const __m256i u1 = _mm256_or_si256(srl_and(q3, 2 * s0 + 2, m3), _mm256_slli_epi16(srl_and(hm, bit0 + 1, one), 2));
+      isum = _mm512_add_epi32(isum, run_dot(cat256(u0, u1), b[i].qs + 64 * k, expand_scales(gs, k)));
+    }
+    // codes are q+4 (q in [-4,3]); remove 4 * sum_g sc[g] * bsums[g]
+    const int offset = 4 * bsums_dot(b[i].bsums, sc16);
+    const __m512i corr = _mm512_mask_set1_epi32(_mm512_setzero_si512(), 1, -offset);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(a[i].d) * b[i].d),
+                          _mm512_cvtepi32_ps(_mm512_add_epi32(isum, corr)), acc);
+  }
+  *s = _mm512_reduce_add_ps(acc);
+}
+
+template <bool kFive>
+void dot_q45_K(int n, float *s, const void *w, const void *x) {
+  const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
+  const size_t stride = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+  const uint8_t *base = static_cast<const uint8_t *>(w);
+  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+  __m512 acc = _mm512_setzero_ps();
+  float sum_min = 0;
+  for (int i = 0; i < n / QK_K; ++i) {
+    const uint8_t *blk = base + i * stride;
+    uint16_t dh, dminh;
+    std::memcpy(&dh, blk, 2);
+    std::memcpy(&dminh, blk + 2, 2);
+    uint8_t sc[8], mn[8];
+    unpack_q4k_scales(blk + 4, sc, mn);
+    const uint8_t *qh = blk + 4 + K_SCALE_SIZE;
+    const uint8_t *qs = qh + (kFive ? QK_K / 8 : 0);
+    // 32-value sub-block scales -> per-16 groups by duplicating each byte
+    const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sc));
+    const __m512i gs = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8)));
+    const __m128i mn8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(mn));
+    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
+    const __m256i hbits = kFive ? load256(qh) : _mm256_setzero_si256();
+    __m512i isum = _mm512_setzero_si512();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i q4 = load256(qs + 32 * k);
+      __m256i lo = _mm256_and_si256(q4, m4), hi = srl_and(q4, 4, m4);
+      if (kFive) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(srl_and(hbits, 2 * k, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(srl_and(hbits, 2 * k + 1, one), 4));
+      }
+      isum = _mm512_add_epi32(isum, run_dot(cat256(lo, hi), b[i].qs + 64 * k, expand_scales(gs, k)));
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(dh) * b[i].d), _mm512_cvtepi32_ps(isum), acc);
+    sum_min += (h2f(dminh) * b[i].d) * bsums_dot(b[i].bsums, mn16);
+  }
+  *s = _mm512_reduce_add_ps(acc) - sum_min;
+}
+
+void dot_q6_K(int n, float *s, const void *w, const void *x) {
+  const BlockQ6_K *a = static_cast<const BlockQ6_K *>(w);
+  const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
+  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+  __m512 acc = _mm512_setzero_ps();
+  for (int i = 0; i < n / QK_K; ++i) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a[i].scales)));
+    const __m512i gs = _mm512_zextsi256_si512(sc16);
+    __m512i isum = _mm512_setzero_si512();
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t *ql = a[i].ql + 64 * half;
+      const __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(a[i].qh + 32 * half);
+      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(srl_and(qh, 2, m3), 4));
+      const __m256i q3 = _mm256_or_si256(srl_and(l0, 4, m4), _mm256_slli_epi16(srl_and(qh, 4, m3), 4));
+      const __m256i q4 = _mm256_or_si256(srl_and(l1, 4, m4), _mm256_slli_epi16(srl_and(qh, 6, m3), 4));
+      isum = _mm512_add_epi32(isum, run_dot(cat256(q1, q2), b[i].qs + 128 * half, expand_scales(gs, 2 * half)));
+      isum = _mm512_add_epi32(isum, run_dot(cat256(q3, q4), b[i].qs + 128 * half + 64, expand_scales(gs, 2 * half + 1)));
+    }
+    // codes are q+32; remove 32 * sum_g sc[g] * bsums[g]
+    const int offset = 32 * bsums_dot(b[i].bsums, sc16);
+    const __m512i corr = _mm512_mask_set1_epi32(_mm512_setzero_si512(), 1, -offset);
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(a[i].d) * b[i].d),
+                          _mm512_cvtepi32_ps(_mm512_add_epi32(isum, corr)), acc);
+  }
+  *s = _mm512_reduce_add_ps(acc);
+}
+
+}  // namespace
+
+VecDotFn vec_dot_kernel_avx512(DType t) {
+  switch (t) {
+    case DType::F32: return dot_float<0>;
+    case DType::F16: return dot_float<1>;
+    case DType::BF16: return dot_float<2>;
+    case DType::Q4_0: return dot_q4_0;
+    case DType::Q8_0: return dot_q8_0;
+    case DType::MXFP4: return dot_mxfp4;
+    case DType::Q2_K: return dot_q2_K;
+    case DType::Q3_K: return dot_q3_K;
+    case DType::Q4_K: return dot_q45_K<false>;
+    case DType::Q5_K: return dot_q45_K<true>;
+    case DType::Q6_K: return dot_q6_K;
+    default: return nullptr;
+  }
+}
+
+// The AVX2 activation quantizers are already memory-bound; reuse them.
+FromFloatFn from_float_kernel_avx512(DType) { return nullptr; }
+
+}  // namespace moe
+
+#else
 
 namespace moe {
 VecDotFn vec_dot_kernel_avx512(DType) { return nullptr; }
 FromFloatFn from_float_kernel_avx512(DType) { return nullptr; }
 }  // namespace moe
+
+#endif
