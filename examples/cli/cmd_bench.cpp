@@ -1,4 +1,292 @@
-// TEMPORARY placeholder until the owning work lands.
+// moeinfer-cli bench: prompt processing (pp) and generation (tg) throughput, reported with
+// llama-bench's test names ("pp512", "tg128", "pp512 @ d4096") and markdown columns so the two
+// tools' results can be laid side by side. Each test: one warm-up run, then -r timed runs,
+// each starting from an empty KV cache (refilled with DEPTH tokens first, untimed).
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
 #include "cli/commands.h"
-int cmd_bench(int, char **) { std::fprintf(stderr, "moeinfer-cli bench: not built yet\n"); return 2; }
+#include "core/status.h"
+#include "engine/engine.h"
+#include "gguf/gguf_reader.h"
+#include "memory/memory_report.h"
+
+using namespace moe;
+
+namespace {
+
+void usage(FILE *out) {
+  std::fprintf(out,
+               "usage: moeinfer-cli bench -m FILE [options]\n"
+               "  -m, --model FILE     GGUF model\n"
+               "  -p N[,N..]           prompt tokens per pp test (default 512; 0 = no pp test)\n"
+               "  -n N[,N..]           generated tokens per tg test (default 128; 0 = no tg test)\n"
+               "  -d N[,N..]           depth: tokens already in the KV cache before the test (default 0)\n"
+               "  -b N                 tokens per decode() call (default 2048)\n"
+               "  -ub N                tokens per graph run (default 512)\n"
+               "  -r N                 timed repetitions after one warm-up run (default 5)\n"
+               "  --device DEV         cpu | cuda | cuda0 | auto (default auto)\n"
+               "  -t, --threads N      CPU threads (default: physical cores)\n"
+               "  --kv-type TYPE       f32 | f16 | q8_0 (default f16)\n"
+               "  -fa 0|1              flash attention (default 1)\n"
+               "  --no-mmap            read weights into memory instead of mapping the file\n"
+               "  --seed S             seed of the random prompt tokens (default 1)\n"
+               "  -o md|json           output format (default md)\n");
+}
+
+std::vector<int> int_list(const char *s, const char *opt) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(static_cast<int>(cli::to_int(item.c_str(), opt)));
+  if (v.empty()) { std::fprintf(stderr, "option %s: empty list\n", opt); std::exit(2); }
+  return v;
+}
+
+// Peak resident set of this process (VmHWM), bytes; 0 where /proc is unavailable.
+uint64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.compare(0, 6, "VmHWM:") == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024ull;
+  return 0;
+}
+
+const char *ftype_name(uint32_t ft) {
+  switch (ft) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 7: return "Q8_0";
+    case 15: return "Q4_K - Medium";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    case 38: return "MXFP4 MoE";
+    default: return "?";
+  }
+}
+
+struct Test {
+  int n_prompt = 0, n_gen = 0, depth = 0;
+  std::string name() const {
+    std::string s = n_prompt ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+    if (depth) s += " @ d" + std::to_string(depth);
+    return s;
+  }
+  std::vector<double> samples_ns;
+  double mean_ts = 0, sd_ts = 0, mean_ns = 0, sd_ns = 0;
+};
+
+struct Runner {
+  Context &ctx;
+  std::mt19937 rng;
+  int32_t n_vocab;
+  uint32_t n_batch;
+  int32_t random_token() { return static_cast<int32_t>(rng() % uint32_t(n_vocab)); }
+
+  // n tokens from position pos0 in decode() calls of n_batch; logits for the last token only.
+  void prompt(int32_t pos0, int n) {
+    std::vector<BatchToken> batch;
+    for (int done = 0; done < n;) {
+      int k = std::min<int>(int(n_batch), n - done);
+      batch.clear();
+      for (int j = 0; j < k; ++j)
+        batch.push_back({random_token(), pos0 + done + j, 0, done + j == n - 1});
+      ctx.decode(batch.data(), batch.size());
+      done += k;
+    }
+  }
+  void generate(int32_t pos0, int n) {
+    for (int j = 0; j < n; ++j) {
+      BatchToken t{random_token(), pos0 + j, 0, true};
+      ctx.decode(&t, 1);
+    }
+  }
+  // One run of a test; returns the timed nanoseconds (depth fill excluded).
+  double run(const Test &t) {
+    ctx.kv_clear();
+    if (t.depth) prompt(0, t.depth);
+    auto t0 = std::chrono::steady_clock::now();
+    if (t.n_prompt) prompt(t.depth, t.n_prompt);
+    else generate(t.depth, t.n_gen);
+    (void)ctx.logits(-1);  // results are ready when decode returns; touch them anyway
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+void stats(Test &t) {
+  const int n_tok = t.n_prompt ? t.n_prompt : t.n_gen;
+  std::vector<double> ts;
+  for (double ns : t.samples_ns) ts.push_back(1e9 * n_tok / ns);
+  auto mean_sd = [](const std::vector<double> &v, double &mean, double &sd) {
+    mean = 0;
+    for (double x : v) mean += x / double(v.size());
+    sd = 0;
+    if (v.size() > 1) {
+      for (double x : v) sd += (x - mean) * (x - mean);
+      sd = std::sqrt(sd / double(v.size() - 1));
+    }
+  };
+  mean_sd(ts, t.mean_ts, t.sd_ts);
+  mean_sd(t.samples_ns, t.mean_ns, t.sd_ns);
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char **argv) {
+  std::string model_path, device = "auto", format = "md";
+  std::vector<int> ps = {512}, ns = {128}, ds = {0};
+  int n_batch = 2048, n_ubatch = 512, reps = 5, threads = 0;
+  unsigned seed = 1;
+  bool fa = true, mmap = true;
+  KvType kv = KvType::F16;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
+    else if (a == "-p" || a == "--n-prompt") ps = int_list(cli::value(argc, argv, i), "-p");
+    else if (a == "-n" || a == "--n-gen") ns = int_list(cli::value(argc, argv, i), "-n");
+    else if (a == "-d" || a == "--n-depth") ds = int_list(cli::value(argc, argv, i), "-d");
+    else if (a == "-b" || a == "--batch-size") n_batch = int(cli::to_int(cli::value(argc, argv, i), "-b"));
+    else if (a == "-ub" || a == "--ubatch-size") n_ubatch = int(cli::to_int(cli::value(argc, argv, i), "-ub"));
+    else if (a == "-r" || a == "--repetitions") reps = int(cli::to_int(cli::value(argc, argv, i), "-r"));
+    else if (a == "--device") device = cli::value(argc, argv, i);
+    else if (a == "-t" || a == "--threads") threads = int(cli::to_int(cli::value(argc, argv, i), "--threads"));
+    else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(cli::value(argc, argv, i), "-fa") != 0;
+    else if (a == "--no-mmap") mmap = false;
+    else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));
+    else if (a == "-o" || a == "--output") format = cli::value(argc, argv, i);
+    else if (a == "--kv-type") {
+      const char *v = cli::value(argc, argv, i);
+      if (!kv_type_from_name(v, &kv)) { std::fprintf(stderr, "--kv-type: '%s' is not f32, f16 or q8_0\n", v); return 2; }
+    } else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
+    else { std::fprintf(stderr, "bench: unknown option '%s'\n\n", a.c_str()); usage(stderr); return 2; }
+  }
+  if (model_path.empty() || (format != "md" && format != "json") || reps < 1 || n_batch < 1 || n_ubatch < 1) {
+    usage(stderr);
+    return 2;
+  }
+
+  std::vector<Test> tests;
+  for (int d : ds) {
+    for (int p : ps) if (p > 0) { Test t; t.n_prompt = p; t.depth = d; tests.push_back(t); }
+    for (int n : ns) if (n > 0) { Test t; t.n_gen = n; t.depth = d; tests.push_back(t); }
+  }
+  if (tests.empty()) { std::fprintf(stderr, "bench: no test selected (-p and -n are all 0)\n"); return 2; }
+
+  try {
+    ModelLoadParams mp;
+    mp.use_mmap = mmap;
+    auto t0 = std::chrono::steady_clock::now();
+    auto model = Model::load(model_path, mp);
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    uint32_t need = 0;
+    for (const auto &t : tests) need = std::max<uint32_t>(need, uint32_t(t.depth + t.n_prompt + t.n_gen));
+    ContextParams cp;
+    cp.n_ctx = need;
+    cp.n_batch = uint32_t(n_batch);
+    cp.n_ubatch = uint32_t(std::min(n_ubatch, n_batch));
+    cp.n_threads = threads;
+    cp.device = device;
+    cp.kv_type = kv;
+    cp.flash_attn = fa;
+    t0 = std::chrono::steady_clock::now();
+    auto ctx = Context::create(*model, cp);
+    const double ctx_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    Runner r{*ctx, std::mt19937(seed), ctx->n_vocab(), ctx->params().n_batch};
+    for (auto &t : tests) {
+      std::fprintf(stderr, "bench: %s ...\n", t.name().c_str());
+      Test warm = t;  // llama-bench warms up with the same shape (tg: one token)
+      if (warm.n_gen) warm.n_gen = 1;
+      r.run(warm);
+      for (int k = 0; k < reps; ++k) t.samples_ns.push_back(r.run(t));
+      stats(t);
+    }
+
+    const MemoryReport &mem = ctx->memory_report();
+    std::string backend = "CPU";
+    for (const auto &d : mem.devices)
+      if (d.device.compare(0, 4, "cuda") == 0) backend = "CUDA";
+    const GgufFile &g = model->gguf();
+    const uint32_t ftype = g.get_u32("general.file_type", 0xFFFFFFFFu);
+    char model_type[160];
+    const double np = double(model->n_params());
+    if (np >= 1e9) std::snprintf(model_type, sizeof model_type, "%s %.1fB %s", model->arch_name().c_str(), np / 1e9, ftype_name(ftype));
+    else std::snprintf(model_type, sizeof model_type, "%s %.1fM %s", model->arch_name().c_str(), np / 1e6, ftype_name(ftype));
+    const uint64_t size = model->weight_bytes(), params = model->n_params(), rss = peak_rss_bytes();
+    const int n_threads = ctx->params().n_threads;
+
+    if (format == "json") {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto &t : tests) {
+        nlohmann::json j;
+        j["model_filename"] = model_path;
+        j["model_type"] = model_type;
+        j["model_size"] = size;
+        j["model_n_params"] = params;
+        j["backend"] = backend;
+        j["n_threads"] = n_threads;
+        j["n_batch"] = ctx->params().n_batch;
+        j["n_ubatch"] = ctx->params().n_ubatch;
+        j["type_kv"] = kv_type_name(kv);
+        j["flash_attn"] = fa;
+        j["test"] = t.name();
+        j["n_prompt"] = t.n_prompt;
+        j["n_gen"] = t.n_gen;
+        j["n_depth"] = t.depth;
+        j["avg_ns"] = t.mean_ns;
+        j["stddev_ns"] = t.sd_ns;
+        j["avg_ts"] = t.mean_ts;
+        j["stddev_ts"] = t.sd_ts;
+        j["samples_ns"] = t.samples_ns;
+        j["load_ms"] = load_ms;
+        j["context_ms"] = ctx_ms;
+        j["peak_rss_bytes"] = rss;
+        nlohmann::json devs = nlohmann::json::array();
+        for (const auto &d : mem.devices)
+          devs.push_back({{"device", d.device}, {"weights", d.weights}, {"kv_cache", d.kv_cache},
+                          {"activations", d.activations}, {"other", d.other}, {"total", d.total()}});
+        j["memory"] = devs;
+        out.push_back(j);
+      }
+      std::printf("%s\n", out.dump(2).c_str());
+      return 0;
+    }
+
+    std::printf("| model | size | params | backend | threads | test | t/s |\n");
+    std::printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
+    for (const auto &t : tests) {
+      char sz[32], pr[32], ts[64];
+      if (size >= (1ull << 30)) std::snprintf(sz, sizeof sz, "%.2f GiB", double(size) / double(1ull << 30));
+      else std::snprintf(sz, sizeof sz, "%.2f MiB", double(size) / double(1ull << 20));
+      if (params >= 1000000000ull) std::snprintf(pr, sizeof pr, "%.2f B", double(params) / 1e9);
+      else std::snprintf(pr, sizeof pr, "%.2f M", double(params) / 1e6);
+      std::snprintf(ts, sizeof ts, "%.2f ± %.2f", t.mean_ts, t.sd_ts);
+      std::printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %20s |\n", model_type, sz, pr, backend.c_str(), n_threads,
+                  t.name().c_str(), ts);
+    }
+    std::printf("\nload %.0f ms, context %.0f ms; peak host RSS %.1f MiB (VmHWM)\n", load_ms, ctx_ms,
+                double(rss) / double(1 << 20));
+    for (const auto &d : mem.devices)
+      std::printf("  %-8s weights %.1f MiB, kv %.1f MiB, activations %.1f MiB, other %.1f MiB\n", d.device.c_str(),
+                  double(d.weights) / (1 << 20), double(d.kv_cache) / (1 << 20), double(d.activations) / (1 << 20),
+                  double(d.other) / (1 << 20));
+  } catch (const Error &e) {
+    std::fprintf(stderr, "bench: %s: %s\n", status_name(e.code()), e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -205,7 +205,9 @@ TEST_CASE("synth: every preset plans consistent shapes; 8-expert rules hit attn_
         CHECK(t.type == DType::Q8_0);
     }
   }
-  CHECK_THROWS_AS(synthetic_model_plan(SynthSpec{"no-such-model"}), Error);
+  SynthSpec unknown;
+  unknown.preset = "no-such-model";
+  CHECK_THROWS_AS(synthetic_model_plan(unknown), Error);
   SynthSpec bad;
   bad.preset = "tiny";
   bad.type_mix = "q3_z";
