@@ -8,12 +8,17 @@
 #include "gguf/gguf_reader.h"
 #include "model/hparams.h"
 
-#if __has_include("tokenizer/vocab.h")
+#include "tokenizer/stream_detokenizer.h"
 #include "tokenizer/vocab.h"
-#define MOEINFER_HAVE_VOCAB 1
-#else
-#define MOEINFER_HAVE_VOCAB 0
-#endif
+
+// Holds the model (and so its vocabulary) alive for as long as the stream exists.
+struct moe_detokenizer {
+  std::shared_ptr<moe::Model> model;
+  moe::StreamDetokenizer stream;
+  std::string out;  // text returned by the last push/flush (borrowed by the caller)
+  moe_detokenizer(std::shared_ptr<moe::Model> m, const moe::Vocab &v, bool render_special)
+      : model(std::move(m)), stream(v, render_special) {}
+};
 
 using namespace moe_c;
 
@@ -68,13 +73,11 @@ std::string value_text(const moe::GgufValue &v) {
   return s;
 }
 
-#if MOEINFER_HAVE_VOCAB
 const moe::Vocab &need_vocab(const moe_model *m) {
   const moe::Vocab *v = m->model->vocab();
   if (!v) throw moe::Error(moe::Status::InvalidVocab, "model has no tokenizer");
   return *v;
 }
-#endif
 
 }  // namespace
 
@@ -179,8 +182,6 @@ MOE_API moe_status moe_model_meta_value(const moe_model *model, const char *key,
   });
 }
 
-#if MOEINFER_HAVE_VOCAB
-
 // Plain queries: no allocation, but vocab() may be absent; never throw out.
 MOE_API int32_t moe_token_bos(const moe_model *model) {
   if (!model || !model->model->vocab()) return -1;
@@ -276,30 +277,51 @@ MOE_API moe_status moe_detokenize(const moe_model *model, const int32_t *tokens,
   });
 }
 
-#else  // tokenizer not built yet: the entry points exist and say so.
-
-MOE_API int32_t moe_token_bos(const moe_model *) { return -1; }
-MOE_API int32_t moe_token_eos(const moe_model *) { return -1; }
-MOE_API int32_t moe_token_eot(const moe_model *) { return -1; }
-MOE_API int32_t moe_token_is_eog(const moe_model *, int32_t) { return 0; }
-MOE_API moe_status moe_tokenize(const moe_model *model, const char *, size_t, int32_t *, size_t, size_t *out_n,
-                                uint32_t) {
-  if (out_n) *out_n = 0;
-  if (!model || !out_n) return fail(MOE_STATUS_INVALID_ARGUMENT, "moe_tokenize: NULL argument");
-  return fail(MOE_STATUS_UNSUPPORTED, "tokenizer not built");
-}
-MOE_API moe_status moe_token_to_piece(const moe_model *model, int32_t, char *, size_t, size_t *out_len, uint32_t) {
-  if (out_len) *out_len = 0;
-  if (!model || !out_len) return fail(MOE_STATUS_INVALID_ARGUMENT, "moe_token_to_piece: NULL argument");
-  return fail(MOE_STATUS_UNSUPPORTED, "tokenizer not built");
-}
-MOE_API moe_status moe_detokenize(const moe_model *model, const int32_t *, size_t, char *, size_t, size_t *out_len,
-                                  uint32_t) {
-  if (out_len) *out_len = 0;
-  if (!model || !out_len) return fail(MOE_STATUS_INVALID_ARGUMENT, "moe_detokenize: NULL argument");
-  return fail(MOE_STATUS_UNSUPPORTED, "tokenizer not built");
+MOE_API moe_status moe_detokenizer_create(const moe_model *model, uint32_t flags, moe_detokenizer **out_detok) {
+  return guard([&] {
+    MOE_CHECK_ARG(out_detok, "moe_detokenizer_create: out_detok is NULL");
+    *out_detok = nullptr;
+    MOE_CHECK_ARG(model, "moe_detokenizer_create: model is NULL");
+    MOE_CHECK_ARG((flags & ~uint32_t(MOE_DETOKENIZE_RENDER_SPECIAL)) == 0,
+                  "moe_detokenizer_create: unknown flags 0x%x", flags);
+    const moe::Vocab &v = need_vocab(model);
+    *out_detok = new moe_detokenizer(model->model, v, (flags & MOE_DETOKENIZE_RENDER_SPECIAL) != 0);
+    return MOE_STATUS_OK;
+  });
 }
 
-#endif
+MOE_API void moe_detokenizer_free(moe_detokenizer *detok) { delete detok; }
+
+MOE_API moe_status moe_detokenizer_push(moe_detokenizer *detok, int32_t token, const char **out_text,
+                                        size_t *out_len) {
+  return guard([&] {
+    MOE_CHECK_ARG(out_text && out_len, "moe_detokenizer_push: out_text / out_len is NULL");
+    *out_text = "";
+    *out_len = 0;
+    MOE_CHECK_ARG(detok, "moe_detokenizer_push: detok is NULL");
+    const int32_t nv = detok->model->n_vocab();
+    MOE_CHECK_ARG(token >= 0 && token < nv, "moe_detokenizer_push: token %d out of range [0,%d)", token, nv);
+    detok->out = detok->stream.push(token);
+    *out_text = detok->out.c_str();
+    *out_len = detok->out.size();
+    return MOE_STATUS_OK;
+  });
+}
+
+MOE_API moe_status moe_detokenizer_flush(moe_detokenizer *detok, const char **out_text, size_t *out_len) {
+  return guard([&] {
+    MOE_CHECK_ARG(out_text && out_len, "moe_detokenizer_flush: out_text / out_len is NULL");
+    *out_text = "";
+    *out_len = 0;
+    MOE_CHECK_ARG(detok, "moe_detokenizer_flush: detok is NULL");
+    detok->out = detok->stream.flush();
+    detok->stream.reset();
+    *out_text = detok->out.c_str();
+    *out_len = detok->out.size();
+    return MOE_STATUS_OK;
+  });
+}
+
+
 
 }  // extern "C"

@@ -1,7 +1,7 @@
 /* simple-c: a complete greedy generation loop in plain C over the moeinfer C ABI.
  *   moeinfer-simple-c MODEL.gguf ["prompt"] [n_predict]
  * Loads the model, tokenizes the prompt, decodes it, then samples greedily one token at
- * a time, printing each token's bytes as soon as it is produced (streaming). */
+ * a time, printing each token's text as soon as it is complete (streaming detokenizer). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +31,10 @@ int main(int argc, char **argv) {
   moe_context *ctx = NULL;
   moe_batch *batch = NULL;
   moe_sampler *sampler = NULL;
+  moe_detokenizer *detok = NULL;
+  const char *text = NULL;
   int32_t *tokens = NULL;
   size_t n_tokens = 0, len = 0, cap = 0;
-  char piece[256];
   int32_t pos = 0, tok = 0;
   int i, rc = 1;
   moe_context_params cparams;
@@ -68,6 +69,7 @@ int main(int argc, char **argv) {
 
   CHECK(moe_sampler_create(NULL, &sampler));
   CHECK(moe_sampler_add_greedy(sampler));
+  CHECK(moe_detokenizer_create(model, 0, &detok));
 
   printf("%s", prompt);
   for (i = 0; i < n_predict; ++i) {
@@ -79,18 +81,20 @@ int main(int argc, char **argv) {
     CHECK(st);
     CHECK(moe_sampler_sample_context(sampler, ctx, -1, &tok));
     if (moe_token_is_eog(model, tok)) break;
-    /* Stream: write the token's bytes now (a multi-byte character may span tokens; the
-     * terminal reassembles it). */
-    CHECK(moe_token_to_piece(model, tok, piece, sizeof piece, &len, 0));
-    fwrite(piece, 1, len, stdout);
+    /* Stream: print what this token completes (a character split across tokens waits). */
+    CHECK(moe_detokenizer_push(detok, tok, &text, &len));
+    fwrite(text, 1, len, stdout);
     fflush(stdout);
     CHECK(moe_batch_clear(batch));
     CHECK(moe_batch_add(batch, tok, pos++, 0, 1));
   }
+  CHECK(moe_detokenizer_flush(detok, &text, &len));
+  fwrite(text, 1, len, stdout);
   printf("\n");
   rc = 0;
 
 done:
+  moe_detokenizer_free(detok);
   moe_sampler_free(sampler);
   moe_batch_free(batch);
   moe_context_free(ctx);

@@ -208,6 +208,25 @@ MOE_API moe_status moe_token_to_piece(const moe_model *model, int32_t token, cha
 MOE_API moe_status moe_detokenize(const moe_model *model, const int32_t *tokens, size_t n_tokens,
                                   char *buf, size_t buf_size, size_t *out_len, uint32_t flags);
 
+/* Streaming detokenizer for generation loops: text comes out piece by piece and never as
+ * a broken UTF-8 sequence (a character split across tokens is held back until complete;
+ * bytes that can never form a character become U+FFFD). */
+typedef struct moe_detokenizer moe_detokenizer;
+
+/* flags: MOE_DETOKENIZE_*. Keeps the model's vocabulary alive (the model handle may be freed
+ * first). Caller owns *out_detok; free with moe_detokenizer_free. */
+MOE_API moe_status moe_detokenizer_create(const moe_model *model, uint32_t flags, moe_detokenizer **out_detok);
+MOE_API void moe_detokenizer_free(moe_detokenizer *detok);
+
+/* Feeds one token; *out_text / *out_len receive the text completed by it (possibly empty).
+ * The text is borrowed, valid until the next call on detok, and NUL-terminated. */
+MOE_API moe_status moe_detokenizer_push(moe_detokenizer *detok, int32_t token, const char **out_text,
+                                        size_t *out_len);
+
+/* Ends the stream: returns whatever is still held (an unfinished character as U+FFFD) with
+ * the same borrowing rule, and resets the detokenizer for reuse. */
+MOE_API moe_status moe_detokenizer_flush(moe_detokenizer *detok, const char **out_text, size_t *out_len);
+
 /* ------------------------------------------------------------------ context */
 
 typedef struct moe_context moe_context;

@@ -17,7 +17,7 @@
 // and every fallible function returns moeinfer::Result<T> instead: check ok()/status(),
 // then value().
 //
-// Owners (Model, Context, Batch, Sampler) are move-only and exactly one pointer in size.
+// Owners (Model, Context, Batch, Sampler, Detokenizer) are move-only and exactly one pointer in size.
 #ifndef MOEINFER_HPP
 #define MOEINFER_HPP
 
@@ -272,6 +272,34 @@ public:
   }
 };
 
+// Streaming detokenizer: push() returns the text each token completes (never a broken
+// UTF-8 sequence); flush() returns what is held at the end.
+class Detokenizer : public detail::Handle<moe_detokenizer, moe_detokenizer_free> {
+public:
+  using Handle::Handle;
+  static Ret<Detokenizer> create(const Model &model, uint32_t flags = 0) {
+    moe_detokenizer *d = nullptr;
+    moe_status s = moe_detokenizer_create(model.get(), flags, &d);
+    if (s != MOE_STATUS_OK) return detail::fail<Detokenizer>(s);
+    return Detokenizer(d);
+  }
+  // Borrowed view, valid until the next call on this detokenizer.
+  Ret<std::string_view> push(int32_t token) {
+    const char *t = nullptr;
+    size_t n = 0;
+    moe_status s = moe_detokenizer_push(get(), token, &t, &n);
+    if (s != MOE_STATUS_OK) return detail::fail<std::string_view>(s);
+    return std::string_view(t, n);
+  }
+  Ret<std::string_view> flush() {
+    const char *t = nullptr;
+    size_t n = 0;
+    moe_status s = moe_detokenizer_flush(get(), &t, &n);
+    if (s != MOE_STATUS_OK) return detail::fail<std::string_view>(s);
+    return std::string_view(t, n);
+  }
+};
+
 class Batch : public detail::Handle<moe_batch, moe_batch_free> {
 public:
   using Handle::Handle;
@@ -407,6 +435,7 @@ static_assert(sizeof(Model) == sizeof(void *), "owners are one pointer");
 static_assert(sizeof(Context) == sizeof(void *), "owners are one pointer");
 static_assert(sizeof(Batch) == sizeof(void *), "owners are one pointer");
 static_assert(sizeof(Sampler) == sizeof(void *), "owners are one pointer");
+static_assert(sizeof(Detokenizer) == sizeof(void *), "owners are one pointer");
 
 }  // namespace moeinfer
 

@@ -132,6 +132,17 @@ static void null_handles(void) {
   EXPECT(moe_tokenize(NULL, "a", 1, toks, 2, &n, 0), BAD);
   EXPECT(moe_token_to_piece(NULL, 0, buf, sizeof buf, &n, 0), BAD);
   EXPECT(moe_detokenize(NULL, toks, 2, buf, sizeof buf, &n, 0), BAD);
+  {
+    moe_detokenizer *d = (moe_detokenizer *)&n;
+    const char *txt = NULL;
+    EXPECT(moe_detokenizer_create(NULL, 0, &d), BAD);
+    TRUE_(d == NULL);
+    EXPECT(moe_detokenizer_create(NULL, 0, NULL), BAD);
+    EXPECT(moe_detokenizer_push(NULL, 0, &txt, &n), BAD);
+    TRUE_(txt != NULL && n == 0);
+    EXPECT(moe_detokenizer_flush(NULL, &txt, &n), BAD);
+    moe_detokenizer_free(NULL);
+  }
 
   /* context */
   {
@@ -284,6 +295,29 @@ static void with_model(const char *path) {
   EXPECT(moe_token_to_piece(m, -1, buf, sizeof buf, &n, 0), BAD);
   EXPECT(moe_token_to_piece(m, mi.n_vocab, buf, sizeof buf, &n, 0), BAD);
   EXPECT(moe_detokenize(m, toks, 1, NULL, 0, &n, 0), MOE_STATUS_BUFFER_TOO_SMALL);
+  {
+    /* streaming detokenizer: same text as moe_detokenize, pieces concatenated */
+    moe_detokenizer *d = NULL;
+    const char *txt = NULL;
+    char whole[256], streamed[256] = "";
+    size_t nt = 0, k;
+    EXPECT(moe_tokenize(m, "h\xc3\xa9llo w\xc3\xb6rld \xe2\x82\xac", 17, toks, 64, &nt, 0), MOE_STATUS_OK);
+    EXPECT(moe_detokenize(m, toks, nt, whole, sizeof whole, &n, 0), MOE_STATUS_OK);
+    EXPECT(moe_detokenizer_create(m, 0x10, &d), BAD);
+    EXPECT(moe_detokenizer_create(m, 0, &d), MOE_STATUS_OK);
+    EXPECT(moe_detokenizer_push(d, -1, &txt, &n), BAD);
+    EXPECT(moe_detokenizer_push(d, mi.n_vocab, &txt, &n), BAD);
+    EXPECT(moe_detokenizer_push(d, 0, NULL, &n), BAD);
+    for (k = 0; k < nt; ++k) {
+      EXPECT(moe_detokenizer_push(d, toks[k], &txt, &n), MOE_STATUS_OK);
+      strncat(streamed, txt, n);
+    }
+    EXPECT(moe_detokenizer_flush(d, &txt, &n), MOE_STATUS_OK);
+    strncat(streamed, txt, n);
+    TRUE_(strcmp(streamed, whole) == 0);
+    TRUE_(strcmp(whole, "h\xc3\xa9llo w\xc3\xb6rld \xe2\x82\xac") == 0);
+    moe_detokenizer_free(d);
+  }
   toks[0] = mi.n_vocab + 5;
   EXPECT(moe_detokenize(m, toks, 1, buf, sizeof buf, &n, 0), BAD);
 

@@ -67,6 +67,13 @@ int main(int argc, char **argv) {
   auto toks = TAKE(moved.tokenize(text, 0));
   CHECK(!toks.empty());
   CHECK(TAKE(moved.detokenize(toks)) == text);
+  {
+    moeinfer::Detokenizer dt = TAKE(moeinfer::Detokenizer::create(moved));
+    std::string streamed;
+    for (int32_t t : toks) streamed += TAKE(dt.push(t));
+    streamed += TAKE(dt.flush());
+    CHECK(streamed == text);
+  }
 
   auto params = moeinfer::Context::default_params();
   params.n_ctx = 128;
