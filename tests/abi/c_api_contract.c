@@ -267,6 +267,23 @@ static void with_model(const char *path) {
   EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_ABORTED);
   TRUE_(m == NULL);
   mp.progress = NULL;
+  {
+    /* metadata overrides are applied before anything reads the metadata */
+    const char *ov[1] = {"general.name=str:overridden"};
+    const char *bad_ov[1] = {"general.name"};
+    mp.kv_overrides = bad_ov;
+    mp.n_kv_overrides = 1;
+    EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_INVALID_GGUF);
+    TRUE_(m == NULL);
+    mp.kv_overrides = ov;
+    EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_OK);
+    EXPECT(moe_model_meta_value(m, "general.name", buf, sizeof buf, &n), MOE_STATUS_OK);
+    TRUE_(strcmp(buf, "overridden") == 0);
+    moe_model_free(m);
+    m = NULL;
+    mp.kv_overrides = NULL;
+    mp.n_kv_overrides = 0;
+  }
   EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_OK);
   if (!m) return;
 
