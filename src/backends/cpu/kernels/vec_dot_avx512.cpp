@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) kernels. Only selected when cpuid reports all of these.
-// 32-value block formats: two blocks per 512-bit vector, products with VNNI dpbusd
-// (unsigned x signed bytes -> int32). K-quants: 64 values per vector, maddubs + madd with
-// per-16 scales broadcast by permutexvar, so each block needs one horizontal sum at most.
+// 32-value block formats: one block per 256-bit VNNI dpbusd (unsigned x signed bytes ->
+// int32), which replaces AVX2's maddubs + madd pair. K-quants: 64 values per 512-bit vector,
+// maddubs + madd with per-16 scales broadcast by permutexvar, one float FMA per block.
 #include "backends/cpu/kernels/vec_dot_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
@@ -71,98 +71,95 @@ void dot_float(int n, float *s, const void *w, const void *x) {
 
 // ---- 32-value blocks against Q8_0 ----
 
-// Per-lane scale vector: lanes 0-7 d0, lanes 8-15 d1.
-inline __m512 two_scales(float d0, float d1) {
-  return _mm512_insertf32x8(_mm512_zextps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
-}
-
-// Signed x signed bytes via VNNI: |a| as unsigned, b negated where a < 0.
-inline __m512i dot_i8_vnni(__m512i a, __m512i b) {
-  const __m512i nb = _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
-  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(a), nb);
-}
 
 inline __m256i nibbles32(const uint8_t *q) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
 }
 
+// 256-bit VNNI per block: the 512-bit two-block variant needed three lane inserts per
+// vector and measured slower than this on the dev machine (see docs/perf/quant_kernels.md).
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 void dot_q8_0(int n, float *s, const void *w, const void *x) {
   const BlockQ8_0 *a = static_cast<const BlockQ8_0 *>(w);
   const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   const int nb = n / QK8_0;
-  __m512 acc = _mm512_setzero_ps();
   int i = 0;
   for (; i + 2 <= nb; i += 2) {
-    const __m512i p = dot_i8_vnni(cat256(load256(a[i].qs), load256(a[i + 1].qs)),
-                                  cat256(load256(b[i].qs), load256(b[i + 1].qs)));
-    const __m512 d = two_scales(h2f(a[i].d) * h2f(b[i].d),
-                                h2f(a[i + 1].d) * h2f(b[i + 1].d));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+    const __m256i x0 = load256(a[i].qs), x1 = load256(a[i + 1].qs);
+    const __m256i y0 = _mm256_mask_sub_epi8(load256(b[i].qs), _mm256_movepi8_mask(x0), _mm256_setzero_si256(), load256(b[i].qs));
+    const __m256i y1 = _mm256_mask_sub_epi8(load256(b[i + 1].qs), _mm256_movepi8_mask(x1), _mm256_setzero_si256(), load256(b[i + 1].qs));
+    const __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), y0);
+    const __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x1), y1);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
   }
-  float sum = _mm512_reduce_add_ps(acc);
   for (; i < nb; ++i) {
-    int si = 0;
-    for (int j = 0; j < QK8_0; ++j) si += a[i].qs[j] * b[i].qs[j];
-    sum += si * (h2f(a[i].d) * h2f(b[i].d));
+    const __m256i x0 = load256(a[i].qs);
+    const __m256i y0 = _mm256_mask_sub_epi8(load256(b[i].qs), _mm256_movepi8_mask(x0), _mm256_setzero_si256(), load256(b[i].qs));
+    const __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), y0);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), _mm256_cvtepi32_ps(p0), acc0);
   }
-  *s = sum;
+  *s = hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+// (q - 8) . y = q . y - 8 . y with q unsigned: two dpbusd, no sign fix-ups.
+template <bool kMx>
+inline __m256i block32_dot(const uint8_t *qs, const int8_t *ys) {
+  const __m256i code = nibbles32(qs);
+  const __m256i y = load256(ys);
+  if (kMx) {
+    const __m256i abs_table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12,
+                                               0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
+    const __m256i u = _mm256_shuffle_epi8(abs_table, code);
+    const __m256i sy = _mm256_mask_sub_epi8(y, _mm256_test_epi8_mask(code, _mm256_set1_epi8(8)), _mm256_setzero_si256(), y);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, sy);
+  }
+  return _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), code, y),
+                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), y));
 }
 
 void dot_q4_0(int n, float *s, const void *w, const void *x) {
   const BlockQ4_0 *a = static_cast<const BlockQ4_0 *>(w);
   const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   const int nb = n / QK4_0;
-  const __m512i eight = _mm512_set1_epi8(8);
-  __m512 acc = _mm512_setzero_ps();
   int i = 0;
   for (; i + 2 <= nb; i += 2) {
-    const __m512i q = cat256(nibbles32(a[i].qs), nibbles32(a[i + 1].qs));
-    const __m512i y = cat256(load256(b[i].qs), load256(b[i + 1].qs));
-    // (q - 8) . y = q . y - 8 . y, both as unsigned x signed dpbusd
-    const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), q, y),
-                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, y));
-    const __m512 d = two_scales(h2f(a[i].d) * h2f(b[i].d),
-                                h2f(a[i + 1].d) * h2f(b[i + 1].d));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+                           _mm256_cvtepi32_ps(block32_dot<false>(a[i].qs, b[i].qs)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)),
+                           _mm256_cvtepi32_ps(block32_dot<false>(a[i + 1].qs, b[i + 1].qs)), acc1);
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; i < nb; ++i) {
-    int si = 0;
-    for (int j = 0; j < 16; ++j)
-      si += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-    sum += si * (h2f(a[i].d) * h2f(b[i].d));
-  }
-  *s = sum;
+  for (; i < nb; ++i)
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)),
+                           _mm256_cvtepi32_ps(block32_dot<false>(a[i].qs, b[i].qs)), acc0);
+  *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
 
 void dot_mxfp4(int n, float *s, const void *w, const void *x) {
   const BlockMXFP4 *a = static_cast<const BlockMXFP4 *>(w);
   const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
   const int nb = n / QK_MXFP4;
-  // |value| table and the sign taken from bit 3 of the code: avoids an abs per block.
-  const __m512i abs_table = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12));
-  const __m512i sign_bit = _mm512_set1_epi8(8);
-  __m512 acc = _mm512_setzero_ps();
   int i = 0;
   for (; i + 2 <= nb; i += 2) {
-    const __m512i code = cat256(nibbles32(a[i].qs), nibbles32(a[i + 1].qs));
-    const __m512i y = cat256(load256(b[i].qs), load256(b[i + 1].qs));
-    const __m512i u = _mm512_shuffle_epi8(abs_table, code);
-    const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_test_epi8_mask(code, sign_bit), _mm512_setzero_si512(), y);
-    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sy);
-    const __m512 d = two_scales(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e),
-                                h2f(b[i + 1].d) * e8m0_to_fp32_half(a[i + 1].e));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e)),
+                           _mm256_cvtepi32_ps(block32_dot<true>(a[i].qs, b[i].qs)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i + 1].d) * e8m0_to_fp32_half(a[i + 1].e)),
+                           _mm256_cvtepi32_ps(block32_dot<true>(a[i + 1].qs, b[i + 1].qs)), acc1);
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; i < nb; ++i) {
-    int si = 0;
-    for (int j = 0; j < 16; ++j)
-      si += kMxfp4Values[a[i].qs[j] & 0xF] * b[i].qs[j] + kMxfp4Values[a[i].qs[j] >> 4] * b[i].qs[j + 16];
-    sum += si * (h2f(b[i].d) * e8m0_to_fp32_half(a[i].e));
-  }
-  *s = sum;
+  for (; i < nb; ++i)
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e)),
+                           _mm256_cvtepi32_ps(block32_dot<true>(a[i].qs, b[i].qs)), acc0);
+  *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
 
 // ---- K-quants against Q8_K ----
