@@ -8,7 +8,8 @@ namespace moe {
 const char *op_name(Op op) {
   static const char *names[] = {"leaf", "view", "get_rows", "matmul", "matmul_id", "rms_norm", "mul",
                                 "add", "scale", "rope", "softmax", "sigmoid", "top_k", "gather_cols",
-                                "norm_sum", "swiglu", "moe_combine", "kv_store", "attention", "copy"};
+                                "norm_sum", "swiglu", "moe_combine", "kv_store", "attention", "copy",
+                                "slice", "concat", "matmul_heads", "grouped_top_k", "add_id", "swiglu_oai"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Op::Count), "op names");
   return names[static_cast<size_t>(op)];
 }
@@ -253,6 +254,101 @@ int Graph::view(int x, std::vector<int64_t> ne, size_t byte_offset) {
 }
 
 int Graph::copy(int x) { return push(unary(Op::Copy, node(x), x)); }
+
+int Graph::attention_ext(int q, int k_token, int v_token, int64_t head_dim_v, float scale, const AttentionOptions &o) {
+  const Node &a = node(q);
+  if (o.v_from_k && head_dim_v > a.ne[0]) shape_fail("attention", a, a, "latent V longer than the K row");
+  if (o.window < 0) fail(Status::InvalidModel, "attention: negative sliding window %d", o.window);
+  if (o.sinks >= 0) {
+    const Node &s = node(o.sinks);
+    if (s.type != DType::F32 || s.ne[0] != a.ne[1] || s.nelements() != a.ne[1]) shape_fail("attention", a, s, "sinks must be f32 [n_head]");
+  }
+  int id = attention(q, k_token, o.v_from_k ? k_token : v_token, head_dim_v, scale);
+  Node &n = node(id);
+  n.ip[2] = o.v_from_k ? 1 : 0;
+  n.ip[3] = o.window;
+  n.src[3] = o.sinks;
+  return id;
+}
+
+int Graph::slice(int x, int64_t start, int64_t len) {
+  const Node &a = node(x);
+  if (a.type != DType::F32 || start < 0 || len <= 0 || start + len > a.ne[0]) shape_fail("slice", a, a, "range outside the row");
+  Node n = unary(Op::Slice, a, x);
+  n.ne[0] = len;
+  n.ip[0] = static_cast<int32_t>(start);
+  n.ip[1] = static_cast<int32_t>(len);
+  return push(std::move(n));
+}
+
+int Graph::concat(int a, int b) {
+  const Node &x = node(a), &y = node(b);
+  if (x.type != DType::F32 || y.type != DType::F32) shape_fail("concat", x, y, "operands must be f32");
+  for (int d = 1; d < 4; ++d)
+    if (x.ne[d] != y.ne[d]) shape_fail("concat", x, y, "outer dimensions differ");
+  Node n = unary(Op::Concat, x, a);
+  n.ne[0] = x.ne[0] + y.ne[0];
+  n.src[1] = b;
+  return push(std::move(n));
+}
+
+int Graph::matmul_heads(int w, int x) {
+  const Node &a = node(w), &b = node(x);
+  if (a.ne[0] != b.ne[0]) shape_fail("matmul_heads", a, b, "inner dimensions differ");
+  if (a.ne[2] != b.ne[1] || a.ne[3] != 1) shape_fail("matmul_heads", a, b, "one matrix per head expected");
+  if (b.type != DType::F32) fail(Status::Internal, "matmul_heads: activation %s must be f32", b.name.c_str());
+  Node n;
+  n.op = Op::MatMulHeads;
+  n.ne[0] = a.ne[1];
+  n.ne[1] = b.ne[1];
+  n.ne[2] = b.ne[2];
+  n.src[0] = w;
+  n.src[1] = x;
+  return push(std::move(n));
+}
+
+// Groups of E / n_groups consecutive experts are ranked by the sum of their two best
+// scores; the best n_groups_used groups are kept, then the k best experts of the kept
+// groups are chosen. Ties go to the lower index at both stages, so no -inf masking (whose
+// meaning would depend on a backend's handling of infinities) is involved.
+int Graph::grouped_top_k(int x, int k, int n_groups, int n_groups_used) {
+  const Node &a = node(x);
+  if (n_groups <= 0 || a.ne[0] % n_groups)
+    fail(Status::InvalidModel, "grouped_top_k: %lld experts do not split into %d groups", (long long)a.ne[0], n_groups);
+  if (n_groups_used <= 0 || n_groups_used > n_groups)
+    fail(Status::InvalidModel, "grouped_top_k: %d groups used of %d", n_groups_used, n_groups);
+  if (k <= 0 || k > a.ne[0] / n_groups * n_groups_used)
+    fail(Status::InvalidModel, "grouped_top_k: k=%d but the %d kept groups hold only %lld experts", k, n_groups_used,
+         (long long)(a.ne[0] / n_groups * n_groups_used));
+  Node n = unary(Op::GroupedTopK, a, x);
+  n.type = DType::I32;
+  n.ne[0] = k;
+  n.ip[0] = k;
+  n.ip[1] = n_groups;
+  n.ip[2] = n_groups_used;
+  return push(std::move(n));
+}
+
+int Graph::add_id(int x, int bias, int ids) {
+  const Node &a = node(x), &b = node(bias), &c = node(ids);
+  if (b.type != DType::F32 || b.ne[0] != a.ne[0] || b.ne[2] != 1) shape_fail("add_id", a, b, "bias must be f32 [M, E]");
+  if (c.type != DType::I32 || c.ne[0] != a.ne[1] || c.ne[1] != a.ne[2]) shape_fail("add_id", a, c, "ids must be i32 [k, T]");
+  Node n = unary(Op::AddId, a, x);
+  n.src[1] = bias;
+  n.src[2] = ids;
+  return push(std::move(n));
+}
+
+int Graph::swiglu_oai(int gate, int up, float alpha, float limit) {
+  const Node &a = node(gate), &b = node(up);
+  for (int d = 0; d < 4; ++d)
+    if (a.ne[d] != b.ne[d]) shape_fail("swiglu_oai", a, b, "shapes differ");
+  Node n = unary(Op::SwiGLUOai, a, gate);
+  n.src[1] = up;
+  n.fp[0] = alpha;
+  n.fp[1] = limit;
+  return push(std::move(n));
+}
 
 void Graph::mark_output(int id, const std::string &name) {
   nodes_[static_cast<size_t>(id)].name = name;

@@ -45,8 +45,16 @@ enum class Op : uint8_t {
   KvStore,     // write src0 F32 [row, T] into the KV cache tensor named by kv (K or V) at the
                // batch's cells; output is a zero-size token for ordering
   Attention,   // src0 q F32 [hd_k, n_head, T], src1 = KvStore token of K, src2 = of V ->
-               // F32 [hd_v, n_head, T]; f[0] = scale; causal + per-sequence mask from cells
+               // F32 [hd_v, n_head, T]; f[0] = scale; causal + per-sequence mask from cells.
+               // Optional (AttentionOptions): i[2] bit 0 = V is the first hd_v values of the K
+               // row (MLA latent; src2 unused), i[3] = sliding window, src3 = per-head sinks F32 [n_head]
   Copy,        // contiguous F32 copy of src0 (materialises a view)
+  Slice,       // src0 F32 [n0, n1, n2] -> contiguous [ip[1], n1, n2] from element ip[0] of each row
+  Concat,      // src0 F32 [a, n1, n2], src1 F32 [b, n1, n2] -> [a + b, n1, n2] (rows joined)
+  MatMulHeads, // src0 weight [K, M, H], src1 F32 [K, H, T] -> F32 [M, H, T]: one matrix per head
+  GroupedTopK, // src0 F32 [E, T] -> I32 [k, T]: i[0] = k, i[1] = groups, i[2] = groups kept; see ir.cpp
+  AddId,       // src0 F32 [M, k, T] + src1 [M, E] columns picked by src2 ids I32 [k, T]
+  SwiGLUOai,   // gpt-oss clamped SwiGLU: min(g, lim) * sigmoid(alpha * min(g, lim)) * (clamp(u, -lim, lim) + 1)
   Count
 };
 const char *op_name(Op op);
@@ -66,7 +74,13 @@ struct RopeParams {
   int n_ctx_orig = 0;
 };
 
-constexpr int kMaxSrc = 3;
+constexpr int kMaxSrc = 4;
+
+struct AttentionOptions {
+  bool v_from_k = false;   // MLA: V = first head_dim_v values of the (single-head) K row
+  int32_t window = 0;      // sliding window: cell visible iff query_pos - cell_pos < window (0 = off)
+  int sinks = -1;          // node id of F32 [n_head] sink logits, or -1
+};
 constexpr int kMaxRopeDims = 1024;
 
 struct Node {
@@ -74,7 +88,7 @@ struct Node {
   DType type = DType::F32;
   int64_t ne[4] = {1, 1, 1, 1};
   size_t nb[4] = {0, 0, 0, 0};  // byte strides (set by finalize_strides; views may differ)
-  int src[kMaxSrc] = {-1, -1, -1};
+  int src[kMaxSrc] = {-1, -1, -1, -1};
   int32_t ip[4] = {0, 0, 0, 0};
   float fp[4] = {0, 0, 0, 0};
   RopeParams rope;
@@ -125,6 +139,14 @@ public:
   int attention(int q, int k_token, int v_token, int64_t head_dim_v, float scale);
   int view(int x, std::vector<int64_t> ne, size_t byte_offset = 0);  // contiguous reinterpretation
   int copy(int x);
+  // Attention with MLA latent-as-V, sliding window and sinks (see Op::Attention).
+  int attention_ext(int q, int k_token, int v_token, int64_t head_dim_v, float scale, const AttentionOptions &o);
+  int slice(int x, int64_t start, int64_t len);
+  int concat(int a, int b);
+  int matmul_heads(int w, int x);
+  int grouped_top_k(int x, int k, int n_groups, int n_groups_used);
+  int add_id(int x, int bias, int ids);
+  int swiglu_oai(int gate, int up, float alpha, float limit);
 
   void mark_output(int id, const std::string &name);
   void set_segment(int s) { segment_ = s; }

@@ -32,6 +32,12 @@ CpuKernel cpu_kernel_for(Op op) {
     case Op::KvStore: return cpu_kv_store;
     case Op::Attention: return cpu_attention;
     case Op::Copy: return cpu_copy;
+    case Op::Slice: return cpu_slice;
+    case Op::Concat: return cpu_concat;
+    case Op::MatMulHeads: return cpu_matmul_heads;
+    case Op::GroupedTopK: return cpu_grouped_top_k;
+    case Op::AddId: return cpu_add_id;
+    case Op::SwiGLUOai: return cpu_swiglu_oai;
     default: return nullptr;
   }
 }
@@ -53,6 +59,8 @@ size_t cpu_work_size(const Graph &g, int id, int n_threads) {
       return act + static_cast<size_t>(2 * w.ne[2] + ids.ne[0] * ids.ne[1]) * 4;
     }
     case Op::Attention: return cpu_attention_work(n, n_threads);
+    case Op::MatMulHeads: return cpu_matmul_heads_work(g, n);
+    case Op::GroupedTopK: return cpu_grouped_top_k_work(n, n_threads);
     default: return 0;
   }
 }
@@ -139,7 +147,7 @@ public:
     const Node &n = g.node(id);
     if (n.op == Op::Leaf || n.op == Op::View) return true;
     if (!cpu_kernel_for(n.op)) return false;
-    if (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::GetRows)
+    if (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::GetRows || n.op == Op::MatMulHeads)
       return cpu_type_kernels(g.node(n.src[0]).type).vec_dot != nullptr || n.op == Op::GetRows;
     return true;
   }

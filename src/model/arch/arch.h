@@ -35,5 +35,7 @@ const ArchSpec *find_arch(const std::string &name);
 std::string supported_archs();  // "qwen3moe, ..." for error messages
 
 extern const ArchSpec kArchQwen3Moe;
+extern const ArchSpec kArchDeepseek2;
+extern const ArchSpec kArchGptOss;
 
 }  // namespace moe

@@ -4,6 +4,7 @@ namespace moe {
 
 static const ArchSpec *const kArchs[] = {
     &kArchQwen3Moe,
+    &kArchDeepseek2,
 };
 
 const ArchSpec *find_arch(const std::string &name) {

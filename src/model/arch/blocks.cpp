@@ -53,4 +53,38 @@ int moe_ffn_softmax(Graph &g, int x, const MoeWeights &w, int n_used, bool norm_
   return moe_experts(g, x, w, ids, weights);
 }
 
+int ffn_swiglu(Graph &g, int x, int gate, int up, int down) {
+  int u = g.matmul(up, x);
+  int gt = g.matmul(gate, x);
+  return g.matmul(down, g.swiglu(gt, u));
+}
+
+int moe_ffn_routed(Graph &g, int x, const MoeWeights &w, int n_used, const MoeRouting &r) {
+  int logits = g.matmul(w.router, x);
+  int probs = r.gating == ExpertGating::Sigmoid ? g.sigmoid(logits) : g.softmax(logits);
+  int sel = r.selection_bias >= 0 ? g.add(probs, r.selection_bias) : probs;
+  int ids = r.n_groups > 1 ? g.grouped_top_k(sel, n_used, r.n_groups, r.n_groups_used) : g.top_k(sel, n_used);
+  int weights = g.gather_cols(probs, ids);  // unbiased scores
+  if (r.norm_weights) weights = g.norm_sum(weights);
+  if (r.weights_scale != 0.0f && r.weights_scale != 1.0f) weights = g.scale(weights, r.weights_scale);
+  return moe_experts(g, x, w, ids, weights);
+}
+
+float yarn_rope_attn_factor(const Hparams &h, float log_mul, bool deepseek2) {
+  float f = h.yarn_attn_factor;
+  const float ext = h.yarn_ext_factor >= 0.0f ? h.yarn_ext_factor : (h.rope_scaling == RopeScaling::Yarn ? 1.0f : 0.0f);
+  if (ext != 0.0f && h.rope_scaling != RopeScaling::None) {
+    const float factor = h.rope_scale_factor;
+    auto get_mscale = [](float s, float m) { return s <= 1.0f ? 1.0f : 0.1f * m * std::log(s) + 1.0f; };
+    if (log_mul != 0.0f) {
+      const float mscale = deepseek2 && log_mul != 1.0f ? log_mul : 1.0f;
+      f = get_mscale(factor, mscale) / get_mscale(factor, log_mul);
+    } else {
+      f = get_mscale(factor, 1.0f);
+    }
+    f *= 1.0f / (1.0f + 0.1f * std::log(factor));  // the RoPE kernel multiplies this back in
+  }
+  return f;
+}
+
 }  // namespace moe

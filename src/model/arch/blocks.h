@@ -29,4 +29,23 @@ int moe_ffn_softmax(Graph &g, int x, const MoeWeights &w, int n_used, bool norm_
 // Experts for already selected ids [k, T] and weights [k, T].
 int moe_experts(Graph &g, int x, const MoeWeights &w, int ids, int weights);
 
+// Dense SwiGLU FFN: down(silu(gate x) * up x) (deepseek2 leading dense blocks, shared experts).
+int ffn_swiglu(Graph &g, int x, int gate, int up, int down);
+
+// Router options of DeepSeek-V3-style MoE layers.
+struct MoeRouting {
+  ExpertGating gating = ExpertGating::Softmax;
+  int selection_bias = -1;        // exp_probs_b [n_expert]: added to the scores for selection only
+  int n_groups = 0, n_groups_used = 0;  // grouped selection when n_groups > 1
+  bool norm_weights = false;      // renormalise the selected weights to sum 1
+  float weights_scale = 1.0f;     // then multiply them by this
+};
+// Router (softmax or sigmoid) -> biased (grouped) top-k -> unbiased weights -> experts.
+int moe_ffn_routed(Graph &g, int x, const MoeWeights &w, int n_used, const MoeRouting &r);
+
+// The attn_factor the reference engine hands to RoPE (llama.cpp cparams.yarn_attn_factor):
+// YaRN's mscale ratio divided by the factor the RoPE kernel multiplies back in.
+// log_mul is mscale_all_dim; deepseek2 uses it as mscale too when it is not 1.
+float yarn_rope_attn_factor(const Hparams &h, float log_mul, bool deepseek2);
+
 }  // namespace moe

@@ -49,9 +49,13 @@ void cpu_attention(const CpuKernelArgs &a) {
   const float scale = a.n.fp[0];
   const DType kt = kv.dtype();
   const uint8_t *kbase = static_cast<const uint8_t *>(kv.k_data(layer));
-  const uint8_t *vbase = static_cast<const uint8_t *>(kv.v_data(layer));
-  const size_t krb = kv.k_row_bytes(layer), vrb = kv.v_row_bytes(layer);
-  const size_t k_head_bytes = row_size(kt, hd_k), v_head_bytes = row_size(kt, hd_v);
+  // MLA: V is the leading latent part of the single K head (no V cache at all).
+  const bool v_from_k = (a.n.ip[2] & 1) != 0;
+  const uint8_t *vbase = static_cast<const uint8_t *>(v_from_k ? kv.k_data(layer) : kv.v_data(layer));
+  const size_t krb = kv.k_row_bytes(layer), vrb = v_from_k ? krb : kv.v_row_bytes(layer);
+  const size_t k_head_bytes = row_size(kt, hd_k), v_head_bytes = v_from_k ? k_head_bytes : row_size(kt, hd_v);
+  const int32_t window = a.n.ip[3];
+  const float *sinks = a.n.src[3] >= 0 ? static_cast<const float *>(a.src(3).data) : nullptr;
   const int32_t n_kv = ub.n_kv;
   const KvCell *cells = ub.cell_state;
 
@@ -71,6 +75,10 @@ void cpu_attention(const CpuKernelArgs &a) {
     float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(a.n.data) + h * a.n.nb[1] + t * a.n.nb[2]);
     const uint64_t seq_bit = 1ull << ub.seq[t];
     const int32_t pos = ub.pos[t];
+    // Sliding window (reference rule): a cell is hidden once pos - cell_pos >= window.
+    auto hidden = [&](int32_t c) {
+      return cells[c].pos < 0 || !(cells[c].seq & seq_bit) || cells[c].pos > pos || (window > 0 && pos - cells[c].pos >= window);
+    };
     // q in the K cache's dot type (f32 stays f32, f16 rounds, q8_0 quantizes).
     const void *qk = qrow;
     if (kt != DType::F32) { kk.from_float(qrow, qconv, hd_k); qk = qconv; }
@@ -80,7 +88,7 @@ void cpu_attention(const CpuKernelArgs &a) {
       float M = -INFINITY, S = 0.0f;
       for (int64_t i = 0; i < hd_v; ++i) acc[i] = 0.0f;
       for (int32_t c = 0; c < n_kv; ++c) {
-        if (cells[c].pos < 0 || !(cells[c].seq & seq_bit) || cells[c].pos > pos) continue;
+        if (hidden(c)) continue;
         float s;
         kk.vec_dot(static_cast<int>(hd_k), &s, kbase + c * krb + hk * k_head_bytes, qk);
         s *= scale;
@@ -97,6 +105,16 @@ void cpu_attention(const CpuKernelArgs &a) {
         for (int64_t i = 0; i < hd_v; ++i) acc[i] += vtmp[i] * vs;
         S = S * ms + vs;
       }
+      if (sinks) {  // a sink is one more logit with a zero value vector
+        const float sk = sinks[h];
+        if (sk > M) {
+          const float ms = std::exp(M - sk);
+          for (int64_t i = 0; i < hd_v; ++i) acc[i] *= ms;
+          S = S * ms + 1.0f;
+        } else {
+          S += std::exp(sk - M);
+        }
+      }
       const float inv = S > 0.0f ? 1.0f / S : 0.0f;
       for (int64_t i = 0; i < hd_v; ++i) out[i] = acc[i] * inv;
       continue;
@@ -105,19 +123,21 @@ void cpu_attention(const CpuKernelArgs &a) {
     // Two-pass softmax over the visible cells.
     float mx = -INFINITY;
     for (int32_t c = 0; c < n_kv; ++c) {
-      if (cells[c].pos < 0 || !(cells[c].seq & seq_bit) || cells[c].pos > pos) { scores[c] = -INFINITY; continue; }
+      if (hidden(c)) { scores[c] = -INFINITY; continue; }
       float s;
       kk.vec_dot(static_cast<int>(hd_k), &s, kbase + c * krb + hk * k_head_bytes, qk);
       s *= scale;
       scores[c] = s;
       if (s > mx) mx = s;
     }
+    if (sinks && sinks[h] > mx) mx = sinks[h];
     double sum = 0.0;
     for (int32_t c = 0; c < n_kv; ++c) {
       const float e = scores[c] == -INFINITY ? 0.0f : std::exp(scores[c] - mx);
       scores[c] = e;
       sum += e;
     }
+    if (sinks) sum += static_cast<double>(std::exp(sinks[h] - mx));
     const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
     for (int64_t i = 0; i < hd_v; ++i) acc[i] = 0.0f;
     for (int32_t c = 0; c < n_kv; ++c) {

@@ -47,6 +47,14 @@ void cpu_moe_combine(const CpuKernelArgs &a);
 void cpu_kv_store(const CpuKernelArgs &a);
 void cpu_attention(const CpuKernelArgs &a);
 void cpu_copy(const CpuKernelArgs &a);
+void cpu_slice(const CpuKernelArgs &a);
+void cpu_concat(const CpuKernelArgs &a);
+void cpu_matmul_heads(const CpuKernelArgs &a);
+void cpu_grouped_top_k(const CpuKernelArgs &a);
+void cpu_add_id(const CpuKernelArgs &a);
+void cpu_swiglu_oai(const CpuKernelArgs &a);
+size_t cpu_matmul_heads_work(const Graph &g, const Node &n);
+size_t cpu_grouped_top_k_work(const Node &n, int n_threads);
 
 // Row range [r0, r1) of nrows for thread ith of nth.
 inline void split_rows(int64_t nrows, int ith, int nth, int64_t &r0, int64_t &r1) {
