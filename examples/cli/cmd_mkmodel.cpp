@@ -55,8 +55,12 @@ void size_report(const moe::SynthSpec &spec, FILE *out) {
     tensor_bytes += t.nbytes;
   }
   const uint64_t file = moe::synthetic_model_size(spec);
-  std::fprintf(out, "preset %s, type mix %s: %zu tensors, %.3f B parameters\n", spec.preset.c_str(),
-               spec.type_mix.c_str(), plan.size(), double(params) / 1e9);
+  if (params >= 1000000000ull)
+    std::fprintf(out, "preset %s, type mix %s: %zu tensors, %.3f B parameters\n", spec.preset.c_str(),
+                 spec.type_mix.c_str(), plan.size(), double(params) / 1e9);
+  else
+    std::fprintf(out, "preset %s, type mix %s: %zu tensors, %.3f M parameters\n", spec.preset.c_str(),
+                 spec.type_mix.c_str(), plan.size(), double(params) / 1e6);
   std::fprintf(out, "  %-6s %8s %16s %18s %12s\n", "type", "tensors", "elements", "bytes", "");
   for (const auto &kv : by_type)
     std::fprintf(out, "  %-6s %8d %16" PRIu64 " %18" PRIu64 " %12s\n", kv.first.c_str(), kv.second.n,
