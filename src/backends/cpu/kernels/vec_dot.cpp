@@ -76,6 +76,7 @@ CpuIsa detect() {
 
 struct Tables {
   CpuTypeKernels k[kNumIsa][kMaxTypeId];
+  VecDot4Fn k4[kNumIsa][kMaxTypeId] = {};
   Tables() {
     for (int isa = 0; isa < kNumIsa; ++isa) {
       for (int id = 0; id < kMaxTypeId; ++id) {
@@ -103,6 +104,10 @@ struct Tables {
         if (!f) f = vec_dot_kernel_scalar(t);
         if (!q) q = scalar_from_float(e.vec_dot_type);
         if (f && q) { e.vec_dot = f; e.from_float = q; }
+        // A 4-row kernel is only valid next to the single-row kernel of the same ISA file.
+        if (static_cast<CpuIsa>(isa) == CpuIsa::Avx512 && f == vec_dot_kernel_avx512(t)) k4[isa][id] = vec_dot4_kernel_avx512(t);
+        if (static_cast<CpuIsa>(isa) == CpuIsa::Avx2 || (static_cast<CpuIsa>(isa) == CpuIsa::Avx512 && !vec_dot_kernel_avx512(t)))
+          if (f == vec_dot_kernel_avx2(t)) k4[isa][id] = vec_dot4_kernel_avx2(t);
       }
     }
   }
@@ -162,7 +167,12 @@ void cpu_vec_dot_rows(DType wtype, int n, int nrows, float *out, const void *w,
   const CpuTypeKernels &k = cpu_type_kernels(wtype);
   if (!k.vec_dot) fail(Status::Unsupported, "cpu: no dot kernel for %s", dtype_name(wtype));
   const uint8_t *row = static_cast<const uint8_t *>(w);
-  for (int r = 0; r < nrows; ++r, row += w_row_stride) k.vec_dot(n, &out[r], row, xq);
+  int r = 0;
+  const uint32_t id = static_cast<uint32_t>(wtype);
+  if (const VecDot4Fn k4 = tables().k4[static_cast<int>(active_cpu_isa())][id]) {
+    for (; r + 4 <= nrows; r += 4, row += 4 * w_row_stride) k4(n, &out[r], row, w_row_stride, xq);
+  }
+  for (; r < nrows; ++r, row += w_row_stride) k.vec_dot(n, &out[r], row, xq);
 }
 
 }  // namespace moe

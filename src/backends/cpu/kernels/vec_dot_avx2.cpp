@@ -136,6 +136,45 @@ void dot_mxfp4(int n, float *s, const void *w, const void *x) {
   *s = hsum(acc);
 }
 
+// 4 rows at once with the single-row accumulation order (one accumulator per row, one FMA
+// per block), sharing the activation block load/scale and, for Q4_0, the 8*sum(y) term.
+template <int kKind>  // 0 q8_0, 1 q4_0, 2 mxfp4
+void dot4_b32(int n, float *s, const void *w, size_t stride, const void *x) {
+  const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  const uint8_t *base = static_cast<const uint8_t *>(w);
+  const size_t bsz = kKind == 0 ? sizeof(BlockQ8_0) : kKind == 1 ? sizeof(BlockQ4_0) : sizeof(BlockMXFP4);
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i *>(kMxfp4Values));
+  const __m256i table = _mm256_set_m128i(t, t);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int i = 0; i < n / QK8_0; ++i) {
+    const __m256i y = load256(b[i].qs);
+    const float dy = h2f(b[i].d);
+    __m256i y8 = _mm256_setzero_si256();
+    if (kKind == 1) y8 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), y), ones16);
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t *blk = base + r * stride + static_cast<size_t>(i) * bsz;
+      __m256i p;
+      float d;
+      uint16_t h;
+      if (kKind == 0) {
+        p = dot_i8(load256(blk + 2), y);
+        std::memcpy(&h, blk, 2);
+        d = h2f(h) * dy;
+      } else if (kKind == 1) {
+        p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(unpack_nibbles(blk + 2), y), ones16), y8);
+        std::memcpy(&h, blk, 2);
+        d = h2f(h) * dy;
+      } else {
+        p = dot_i8(_mm256_shuffle_epi8(table, unpack_nibbles(blk + 1)), y);
+        d = dy * e8m0_to_fp32_half(blk[0]);
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) s[r] = hsum(acc[r]);
+}
+
 // Scale vector for a 32-value run made of two 16-value groups with scales s0, s1.
 inline __m256i scale_pair(int s0, int s1) {
   return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)), _mm_set1_epi16(static_cast<int16_t>(s0)));
@@ -379,6 +418,15 @@ VecDotFn vec_dot_kernel_avx2(DType t) {
   }
 }
 
+VecDot4Fn vec_dot4_kernel_avx2(DType t) {
+  switch (t) {
+    case DType::Q8_0: return dot4_b32<0>;
+    case DType::Q4_0: return dot4_b32<1>;
+    case DType::MXFP4: return dot4_b32<2>;
+    default: return nullptr;
+  }
+}
+
 FromFloatFn from_float_kernel_avx2(DType act) {
   switch (act) {
     case DType::Q8_0: return from_float_q8_0;
@@ -393,6 +441,7 @@ FromFloatFn from_float_kernel_avx2(DType act) {
 
 namespace moe {
 VecDotFn vec_dot_kernel_avx2(DType) { return nullptr; }
+VecDot4Fn vec_dot4_kernel_avx2(DType) { return nullptr; }
 FromFloatFn from_float_kernel_avx2(DType) { return nullptr; }
 }  // namespace moe
 

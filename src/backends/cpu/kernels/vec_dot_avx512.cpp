@@ -162,6 +162,55 @@ void dot_mxfp4(int n, float *s, const void *w, const void *x) {
   *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
 
+// 4 rows at once, same per-row accumulation order as the single-row kernels above (even
+// blocks into acc0, odd into acc1): the activation block, its scale and for Q4_0 the 8*sum(y)
+// term are computed once per block instead of once per row.
+template <int kKind>  // 0 q8_0, 1 q4_0, 2 mxfp4
+void dot4_b32(int n, float *s, const void *w, size_t stride, const void *x) {
+  const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
+  const uint8_t *base = static_cast<const uint8_t *>(w);
+  const size_t bsz = kKind == 0 ? sizeof(BlockQ8_0) : kKind == 1 ? sizeof(BlockQ4_0) : sizeof(BlockMXFP4);
+  const __m256i abs_table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12,
+                                             0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
+  const __m256i eight = _mm256_set1_epi8(8);
+  __m256 acc[4][2];
+  for (auto &r : acc) r[0] = r[1] = _mm256_setzero_ps();
+  const int nb = n / QK8_0;
+  for (int i = 0; i < nb; ++i) {
+    const __m256i y = load256(b[i].qs);
+    const float dy = h2f(b[i].d);
+    __m256i y8 = _mm256_setzero_si256();
+    if (kKind == 1) y8 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, y);
+    // single-row kernels pair blocks (i, i+1) into acc0/acc1 and put an odd tail into acc0
+    const int slot = (i % 2 == 1) ? 1 : 0;
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t *blk = base + r * stride + static_cast<size_t>(i) * bsz;
+      __m256i p;
+      float d;
+      if (kKind == 0) {
+        const __m256i q = load256(blk + 2);
+        const __m256i sy = _mm256_mask_sub_epi8(y, _mm256_movepi8_mask(q), _mm256_setzero_si256(), y);
+        p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(q), sy);
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        d = h2f(h) * dy;
+      } else if (kKind == 1) {
+        p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles32(blk + 2), y), y8);
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        d = h2f(h) * dy;
+      } else {
+        const __m256i code = nibbles32(blk + 1);
+        const __m256i sy = _mm256_mask_sub_epi8(y, _mm256_test_epi8_mask(code, eight), _mm256_setzero_si256(), y);
+        p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi8(abs_table, code), sy);
+        d = dy * e8m0_to_fp32_half(blk[0]);
+      }
+      acc[r][slot] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r][slot]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) s[r] = hsum256(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+
 // ---- K-quants against Q8_K ----
 // Each block becomes 4 runs of 64 unsigned codes u_k (aligned with q8[64k..64k+63]) and 16
 // per-16-value scales gs. isum = sum_k madd(maddubs(u_k, y_k), expand(gs, k)).
@@ -325,6 +374,15 @@ VecDotFn vec_dot_kernel_avx512(DType t) {
   }
 }
 
+VecDot4Fn vec_dot4_kernel_avx512(DType t) {
+  switch (t) {
+    case DType::Q8_0: return dot4_b32<0>;
+    case DType::Q4_0: return dot4_b32<1>;
+    case DType::MXFP4: return dot4_b32<2>;
+    default: return nullptr;
+  }
+}
+
 // The AVX2 activation quantizers are already memory-bound; reuse them.
 FromFloatFn from_float_kernel_avx512(DType) { return nullptr; }
 
@@ -334,6 +392,7 @@ FromFloatFn from_float_kernel_avx512(DType) { return nullptr; }
 
 namespace moe {
 VecDotFn vec_dot_kernel_avx512(DType) { return nullptr; }
+VecDot4Fn vec_dot4_kernel_avx512(DType) { return nullptr; }
 FromFloatFn from_float_kernel_avx512(DType) { return nullptr; }
 }  // namespace moe
 

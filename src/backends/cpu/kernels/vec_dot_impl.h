@@ -13,6 +13,13 @@ VecDotFn vec_dot_kernel_avx2(DType t);    // nullptr everywhere on non-x86 build
 VecDotFn vec_dot_kernel_avx512(DType t);  // nullptr everywhere on non-x86 builds
 VecDotFn vec_dot_kernel_neon(DType t);    // nullptr everywhere on non-aarch64 builds
 
+// Optional 4-row kernels: s[r] = (row r of w, rows stride bytes apart) . x for r = 0..3.
+// They share the activation loads and scales across rows and must give results
+// bit-identical to four vec_dot calls (so output never depends on how rows are grouped).
+using VecDot4Fn = void (*)(int n, float *s, const void *w, size_t stride, const void *x);
+VecDot4Fn vec_dot4_kernel_avx2(DType t);    // nullptr when none
+VecDot4Fn vec_dot4_kernel_avx512(DType t);  // nullptr when none
+
 // SIMD activation quantizers; same bytes as the reference ones (tests check it).
 FromFloatFn from_float_kernel_avx2(DType act_type);    // nullptr when none
 FromFloatFn from_float_kernel_avx512(DType act_type);  // nullptr when none
