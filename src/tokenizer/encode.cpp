@@ -25,40 +25,24 @@ struct Fragment {
 // Split text into raw spans and special tokens. Equivalent to the reference's sequential
 // algorithm (for each special token, longest first, split every remaining raw span at its
 // leftmost non-overlapping occurrences), but finds all candidate occurrences in one pass.
-static void partition(const std::vector<int32_t> &specials, const std::vector<std::string> &texts,
-                      const std::vector<int32_t> &types, std::string_view text, bool parse_special,
-                      std::vector<Fragment> &out) {
+template <typename Set>
+static void partition(const Set &set, std::string_view text, std::vector<Fragment> &out) {
   out.clear();
-  // active specials, in priority order, indexed by text
-  bool first_byte[256] = {};
-  std::vector<size_t> lengths;
-  std::unordered_map<std::string_view, size_t> prio;  // text -> priority (index in specials order)
-  for (size_t k = 0; k < specials.size(); ++k) {
-    int32_t id = specials[k];
-    int32_t t = types[size_t(id)];
-    if (!parse_special && (t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_UNKNOWN)) continue;  // user-defined still match
-    const std::string &s = texts[size_t(id)];
-    if (s.size() > text.size()) continue;
-    first_byte[uint8_t(s[0])] = true;
-    prio.emplace(std::string_view(s), k);
-    lengths.push_back(s.size());
-  }
-  if (prio.empty()) {
-    if (!text.empty()) out.push_back({0, text.size(), -1});
-    return;
-  }
-  std::sort(lengths.begin(), lengths.end());
-  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
-
   struct Cand { size_t prio, pos, len; };
   std::vector<Cand> cands;
-  for (size_t p = 0; p < text.size(); ++p) {
-    if (!first_byte[uint8_t(text[p])]) continue;
-    for (size_t len : lengths) {
-      if (p + len > text.size()) break;
-      auto it = prio.find(text.substr(p, len));
-      if (it != prio.end()) cands.push_back({it->second, p, len});
+  if (!set.ids.empty()) {
+    for (size_t p = 0; p < text.size(); ++p) {
+      if (!set.first_byte[uint8_t(text[p])]) continue;
+      for (size_t len : set.lengths) {
+        if (p + len > text.size()) break;
+        int32_t prio = set.index.find(text.substr(p, len));
+        if (prio >= 0) cands.push_back({size_t(prio), p, len});
+      }
     }
+  }
+  if (cands.empty()) {
+    if (!text.empty()) out.push_back({0, text.size(), -1});
+    return;
   }
   std::sort(cands.begin(), cands.end(), [](const Cand &a, const Cand &b) {
     return a.prio != b.prio ? a.prio < b.prio : a.pos < b.pos;
@@ -69,7 +53,7 @@ static void partition(const std::vector<int32_t> &specials, const std::vector<st
     auto it = taken.lower_bound(c.pos);
     if (it != taken.end() && it->first < e) continue;
     if (it != taken.begin() && std::prev(it)->second.first > c.pos) continue;
-    taken.emplace(c.pos, std::make_pair(e, specials[c.prio]));
+    taken.emplace(c.pos, std::make_pair(e, set.ids[c.prio]));
   }
   size_t at = 0;
   for (const auto &t : taken) {
@@ -84,7 +68,7 @@ std::vector<int32_t> Vocab::encode(std::string_view text, bool add_special, bool
   std::vector<int32_t> out;
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
   std::vector<Fragment> frags;
-  partition(specials_, texts_, types_, text, parse_special, frags);
+  partition(parse_special ? specials_all_ : specials_user_, text, frags);
   bool prev_special = true;  // SentencePiece: a space is prefixed at the start and after specials
   for (const Fragment &fr : frags) {
     if (fr.token >= 0) {
@@ -146,10 +130,10 @@ void Vocab::bpe_word(const std::string &bytes, std::vector<int32_t> &out) const 
   constexpr uint32_t kNone = 0xFFFFFFFFu;
   auto lookup = [&](int32_t a, int32_t b, int32_t *merged) -> uint32_t {
     if (a < 0 || b < 0) return kNone;
-    auto it = merges_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
-    if (it == merges_.end()) return kNone;
-    *merged = int32_t(uint32_t(it->second));
-    return uint32_t(it->second >> 32);
+    const uint64_t *m = merges_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
+    if (!m) return kNone;
+    *merged = int32_t(uint32_t(*m));
+    return uint32_t(*m >> 32);
   };
   auto emit = [&](int32_t id, size_t pos) {
     if (id >= 0) {

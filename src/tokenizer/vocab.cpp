@@ -68,10 +68,7 @@ const std::string &Vocab::token_text(int32_t id) const {
   return texts_[size_t(id)];
 }
 
-int32_t Vocab::text_to_token(std::string_view text) const {
-  auto it = to_id_.find(text);
-  return it == to_id_.end() ? -1 : it->second;
-}
+int32_t Vocab::text_to_token(std::string_view text) const { return to_id_.find(text); }
 
 std::unique_ptr<Vocab> Vocab::from_gguf(const GgufFile &f, bool allow_unknown_pre) {
   const GgufValue *model = f.find("tokenizer.ggml.model");
@@ -99,12 +96,10 @@ std::unique_ptr<Vocab> Vocab::from_gguf(const GgufFile &f, bool allow_unknown_pr
     // Same placeholder as the reference, so that an empty entry cannot match everywhere.
     if (v->texts_[i].empty()) v->texts_[i] = "[EMPTY_" + std::to_string(i) + "]";
   }
-  v->to_id_.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    auto r = v->to_id_.emplace(std::string_view(v->texts_[i]), int32_t(i));
-    if (!r.second)
-      fail(Status::InvalidVocab, "duplicate token '%s' at ids %d and %zu", v->texts_[i].c_str(), r.first->second, i);
-  }
+  int32_t dup_of = -1;
+  int32_t dup = v->to_id_.build(v->texts_, &dup_of);
+  if (dup >= 0)
+    fail(Status::InvalidVocab, "duplicate token '%s' at ids %d and %d", v->texts_[size_t(dup)].c_str(), dup_of, dup);
 
   v->types_.assign(n, TOKEN_TYPE_NORMAL);
   if (const GgufValue *tt = find_array(f, "tokenizer.ggml.token_type", false)) {
@@ -256,7 +251,7 @@ void Vocab::load_bpe_merges(const GgufFile &f) {
   const GgufValue *m = find_array(f, "tokenizer.ggml.merges", true);
   if (!m) fail(Status::InvalidVocab, "tokenizer.ggml.merges is missing (required by the gpt2 tokenizer model)");
   n_merges_ = m->strs.size();
-  merges_.reserve(n_merges_ * 2);
+  merges_.reserve(n_merges_);
   std::string joined;
   for (size_t r = 0; r < n_merges_; ++r) {
     const std::string &s = m->strs[r];
@@ -271,7 +266,7 @@ void Vocab::load_bpe_merges(const GgufFile &f) {
     int32_t im = text_to_token(joined);
     if (im < 0) fail(Status::InvalidVocab, "merge %zu '%s' produces '%s', which is not a token", r, s.c_str(), joined.c_str());
     uint64_t key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
-    merges_.emplace(key, (uint64_t(r) << 32) | uint32_t(im));  // first rank wins, as in the reference
+    merges_.insert(key, (uint64_t(r) << 32) | uint32_t(im));  // first rank wins, as in the reference
   }
 }
 
@@ -314,14 +309,35 @@ void Vocab::finish_specials() {
     }  // unused / undefined tokens decode to nothing
   }
 
-  specials_.clear();
+  std::vector<int32_t> order;
   for (size_t i = 0; i < n; ++i) {
     int32_t type = types_[i];
     if (type == TOKEN_TYPE_CONTROL || type == TOKEN_TYPE_USER_DEFINED || type == TOKEN_TYPE_UNKNOWN)
-      specials_.push_back(int32_t(i));
+      order.push_back(int32_t(i));
   }
-  std::stable_sort(specials_.begin(), specials_.end(),
+  std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return texts_[size_t(a)].size() > texts_[size_t(b)].size(); });
+  for (int32_t id : order) {
+    specials_all_.ids.push_back(id);
+    specials_all_.texts.push_back(texts_[size_t(id)]);
+    if (types_[size_t(id)] == TOKEN_TYPE_USER_DEFINED) {  // matched even when parse_special is off
+      specials_user_.ids.push_back(id);
+      specials_user_.texts.push_back(texts_[size_t(id)]);
+    }
+  }
+  specials_all_.build();
+  specials_user_.build();
+}
+
+void Vocab::SpecialSet::build() {
+  int32_t dup_of;
+  index.build(texts, &dup_of);  // texts are distinct token texts
+  for (const std::string &t : texts) {
+    first_byte[uint8_t(t[0])] = true;
+    lengths.push_back(t.size());
+  }
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
 }
 
 }  // namespace moe

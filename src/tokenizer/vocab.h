@@ -19,6 +19,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "tokenizer/flat_map.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/stream_detokenizer.h"
 
@@ -45,6 +46,8 @@ public:
   // tokenizer.ggml.pre falls back to the gpt2 pattern instead of failing.
   static std::unique_ptr<Vocab> from_gguf(const GgufFile &f, bool allow_unknown_pre = false);
   ~Vocab();
+  Vocab(const Vocab &) = delete;
+  Vocab &operator=(const Vocab &) = delete;
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   // Bytes of one token. render_special=false hides control/unknown tokens (empty string).
@@ -85,13 +88,23 @@ private:
   std::vector<std::string> texts_;
   std::vector<int32_t> types_;
   std::vector<float> scores_;
-  std::unordered_map<std::string_view, int32_t> to_id_;  // views into texts_
+  TextIndex to_id_;  // over texts_
   std::vector<std::string> pieces_;                       // decoded bytes of each token
   // BPE: merges keyed by the pair of token ids; value = rank << 32 | merged id.
-  std::unordered_map<uint64_t, uint64_t> merges_;
+  PairTable merges_;
   size_t n_merges_ = 0;
   int32_t byte_token_[256];  // byte-level BPE: token of each single byte (-1 if absent)
-  std::vector<int32_t> specials_;  // matched before BPE, longest text first
+  // Tokens cut out of the text before BPE, in the reference's priority order (longest text
+  // first): all control/user-defined/unknown tokens (parse_special) or only user-defined ones.
+  struct SpecialSet {
+    std::vector<std::string> texts;  // by priority
+    std::vector<int32_t> ids;
+    TextIndex index;                 // text -> priority
+    bool first_byte[256] = {};
+    std::vector<size_t> lengths;     // distinct text lengths, ascending
+    void build();
+  };
+  SpecialSet specials_all_, specials_user_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1, unk_ = -1;
   std::unordered_set<int32_t> eog_;
   std::vector<int32_t> eog_list_;
