@@ -1,6 +1,6 @@
 // game-loop: text generation advanced a bounded slice per frame through the async API.
 //
-//   moeinfer-game-loop MODEL.gguf [--budget-ms 4] [--frame-ms 16] [-n 48] [-p PROMPT] [-t THREADS]
+//   moeinfer-game-loop MODEL.gguf [--budget-ms 4] [--frame-ms 16] [-n 48] [-p PROMPT] [-t THREADS] [--slack-ms 0]
 //
 // Each frame the "game" does its own work, then gives the model at most `budget` ms:
 // it waits on the in-flight decode with the remaining budget (moe_decode_wait with a
@@ -27,6 +27,9 @@ static double ms_since(Clock::time_point t) {
 int main(int argc, char **argv) try {
   std::string model_path, prompt = "The castle gate creaks open and the guard says";
   double budget_ms = 4.0, frame_ms = 16.0;
+  // Extra overshoot tolerated on top of one ubatch: OS wake-up latency on an overloaded
+  // machine (a 250 Hz kernel tick is 4 ms) is outside the library's control.
+  double slack_ms = 0.0;
   int n_predict = 48;
   // Leave one core to the game thread: a decode using every core delays the frame's wake-up.
   int n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
@@ -37,10 +40,11 @@ int main(int argc, char **argv) try {
     else if (arg("-n")) n_predict = std::atoi(argv[++i]);
     else if (arg("-p")) prompt = argv[++i];
     else if (arg("-t")) n_threads = std::atoi(argv[++i]);
+    else if (arg("--slack-ms")) slack_ms = std::atof(argv[++i]);
     else model_path = argv[i];
   }
   if (model_path.empty()) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf [--budget-ms 4] [--frame-ms 16] [-n 48] [-p PROMPT] [-t THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.gguf [--budget-ms 4] [--frame-ms 16] [-n 48] [-p PROMPT] [-t THREADS] [--slack-ms 0]\n", argv[0]);
     return 2;
   }
 
@@ -123,9 +127,11 @@ int main(int argc, char **argv) try {
   const double overshoot = std::max(0.0, worst - budget_ms);
   std::printf("frames %d, tokens %d (%.1f tok/s), model time %.1f ms\n", frame, generated, generated / secs,
               total_llm);
-  std::printf("worst frame slice %.2f ms vs budget %.2f ms: overshoot %.2f ms, one ubatch (%zu tokens) %.2f ms -> %s\n",
-              worst, budget_ms, overshoot, n_ub, ubatch_ms, overshoot <= ubatch_ms ? "within one ubatch" : "OVER");
-  return overshoot <= ubatch_ms ? 0 : 1;
+  const bool ok = overshoot <= ubatch_ms + slack_ms;
+  std::printf("worst frame slice %.2f ms vs budget %.2f ms: overshoot %.2f ms, one ubatch (%zu tokens) %.2f ms "
+              "(+%.1f ms slack) -> %s\n",
+              worst, budget_ms, overshoot, n_ub, ubatch_ms, slack_ms, ok ? "within one ubatch" : "OVER");
+  return ok ? 0 : 1;
 } catch (const moeinfer::Error &e) {
   std::fprintf(stderr, "error: %s (%s)\n", e.what(), moe_status_string(e.status()));
   return 1;
