@@ -45,6 +45,51 @@ static std::vector<SynthPreset> make_presets() {
     p.bos = 509; p.eos = 511; p.pad = 509;
     v.push_back(p);
   }
+  {  // small: rows of 256 so the K-quant mixes really produce K-quants (tiny falls back to Q8_0)
+    SynthPreset p = qwen3moe_base();
+    p.name = "small"; p.model_name = "synthetic-qwen3moe-small";
+    p.n_vocab = 512; p.n_vocab_real = 512; p.n_ctx = 4096;
+    p.n_embd = 256; p.n_layer = 4; p.n_head = 4; p.n_head_kv = 2; p.head_dim = 64;
+    p.n_ff = 768; p.n_expert = 16; p.n_expert_used = 4; p.n_ff_exp = 256;
+    p.controls = {{509, "<|endoftext|>"}, {510, "<|im_start|>"}, {511, "<|im_end|>"}};
+    p.bos = 509; p.eos = 511; p.pad = 509;
+    v.push_back(p);
+  }
+  {  // tiny-deepseek2: the conformance deepseek2 structure (MLA, dense first block, grouped
+     // sigmoid routing with bias, shared expert, YaRN) with a 512-token vocab
+    SynthPreset p;
+    p.name = "tiny-deepseek2"; p.arch = "deepseek2"; p.model_name = "synthetic-deepseek2-tiny";
+    p.n_vocab = 512; p.n_vocab_real = 512; p.n_ctx = 4096;
+    p.n_embd = 64; p.n_layer = 3; p.n_head = 4; p.n_ff = 128;
+    p.n_expert = 16; p.n_expert_used = 4; p.n_ff_exp = 32; p.n_expert_shared = 1;
+    p.n_leading_dense = 1; p.n_group = 4; p.n_group_used = 2; p.gating = 2;
+    p.weights_scale = 2.5f; p.weights_norm = true; p.has_weights_norm_key = true; p.exp_probs_b = true;
+    p.q_lora_rank = 32; p.kv_lora_rank = 32; p.qk_nope = 32; p.qk_rope = 16; p.v_head = 32;
+    p.rope_base = 10000.0f; p.rms_eps = 1e-6f;
+    p.rope_scaling = "yarn"; p.rope_factor = 40.0f; p.rope_orig_ctx = 4096; p.yarn_log_mul = 0.1f;
+    p.tok_pre = "deepseek-v3";
+    p.controls = {{509, "<｜begin▁of▁sentence｜>"}, {510, "<｜end▁of▁sentence｜>"}, {511, "<｜User｜>"}};
+    p.bos = 509; p.eos = 510; p.pad = 510; p.add_bos = 1; p.add_eos = 0;
+    p.chat_template = kDeepSeekChat;
+    v.push_back(p);
+  }
+  {  // tiny-gpt-oss: the conformance gpt-oss structure (biases, sinks, SWA 8 on even blocks,
+     // MXFP4 experts, YaRN) with a 512-token vocab
+    SynthPreset p;
+    p.name = "tiny-gpt-oss"; p.arch = "gpt-oss"; p.model_name = "synthetic-gpt-oss-tiny";
+    p.n_vocab = 512; p.n_vocab_real = 512; p.n_ctx = 4096;
+    p.n_embd = 64; p.n_layer = 4; p.n_head = 4; p.n_head_kv = 2; p.head_dim = 32;
+    p.n_ff = 64; p.n_expert = 16; p.n_expert_used = 4; p.n_ff_exp = 64;
+    p.sliding_window = 8;
+    p.rope_base = 150000.0f; p.rms_eps = 1e-5f;
+    p.rope_scaling = "yarn"; p.rope_factor = 32.0f; p.rope_orig_ctx = 4096;
+    p.tok_pre = "gpt-4o";
+    p.controls = {{505, "<|startoftext|>"}, {506, "<|endoftext|>"}, {507, "<|return|>"}, {508, "<|channel|>"},
+                  {509, "<|start|>"}, {510, "<|end|>"}, {511, "<|message|>"}};
+    p.bos = 505; p.eos = 507; p.pad = 506;
+    p.chat_template = kHarmonyChat;
+    v.push_back(p);
+  }
   {  // medium: 2.81 B parameters, fits comfortably on one GPU in any mix
     SynthPreset p = qwen3moe_base();
     p.name = "medium"; p.model_name = "synthetic-qwen3moe-medium";
