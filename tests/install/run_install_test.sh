@@ -9,32 +9,38 @@ rm -rf "$work"; mkdir -p "$work"
 prefix="$work/prefix"
 cmake --install "$build" --prefix "$prefix" > "$work/install.log"
 for f in include/moeinfer/moeinfer.h include/moeinfer/moeinfer.hpp include/moeinfer/export.h \
-         "$libdir/libmoeinfer.so.1" "$libdir/pkgconfig/moeinfer.pc" \
+         "$libdir/pkgconfig/moeinfer.pc" \
          "$libdir/cmake/moeinfer/moeinferConfig.cmake" "$libdir/cmake/moeinfer/moeinferConfigVersion.cmake"; do
   [ -e "$prefix/$f" ] || { echo "missing from install: $f"; exit 1; }
 done
 has_static=0; [ -e "$prefix/$libdir/libmoeinfer.a" ] && has_static=1
+has_shared=0; [ -e "$prefix/$libdir/libmoeinfer.so.1" ] && has_shared=1
+[ $has_shared = 1 ] || [ $has_static = 1 ] || { echo "no library installed"; exit 1; }
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
 run() {  # run BINARY: prints and checks the output
   echo "== $*"
   LD_LIBRARY_PATH="$prefix/$libdir" "$@" $model
 }
 
-make -s -f "$src/examples/consumers/c-pkgconfig/Makefile" OUT="$work/c-shared" PKG=moeinfer
-ldd "$work/c-shared" | grep -q "libmoeinfer.so.1" || { echo "c-shared does not use libmoeinfer.so.1"; exit 1; }
-run "$work/c-shared"
-if [ $has_static = 1 ]; then
+# moeinfer.pc: the shared library when built shared, else the static one.
+make -s -f "$src/examples/consumers/c-pkgconfig/Makefile" OUT="$work/c-default" PKG=moeinfer
+if [ $has_shared = 1 ]; then
+  ldd "$work/c-default" | grep -q "libmoeinfer.so.1" || { echo "c-default does not use libmoeinfer.so.1"; exit 1; }
+fi
+run "$work/c-default"
+if [ -e "$prefix/$libdir/pkgconfig/moeinfer-static.pc" ]; then
   make -s -f "$src/examples/consumers/c-pkgconfig/Makefile" OUT="$work/c-static" PKG=moeinfer-static
   if ldd "$work/c-static" | grep -q libmoeinfer; then echo "c-static links the shared library"; exit 1; fi
   run "$work/c-static"
 fi
 
-for kind in shared static; do
-  [ $kind = static ] && [ $has_static = 0 ] && continue
+# moeinfer::moeinfer (shared or static, as built) and moeinfer::moeinfer_static when present.
+kinds=default; [ $has_shared = 1 ] && [ $has_static = 1 ] && kinds="default static"
+for kind in $kinds; do
   st=OFF; [ $kind = static ] && st=ON
   cmake -S "$src/examples/consumers/cxx-cmake" -B "$work/cxx-$kind" -DCMAKE_PREFIX_PATH="$prefix" \
     -DMOEINFER_CONSUMER_STATIC=$st -DCMAKE_BUILD_TYPE=Release > "$work/cxx-$kind.cfg.log"
   cmake --build "$work/cxx-$kind" > "$work/cxx-$kind.build.log" || { cat "$work/cxx-$kind.build.log"; exit 1; }
   run "$work/cxx-$kind/consumer"
 done
-echo "install test passed (static: $has_static, model: ${model:-none})"
+echo "install test passed (shared: $has_shared, static: $has_static, model: ${model:-none})"
