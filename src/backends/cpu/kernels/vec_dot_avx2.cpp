@@ -180,20 +180,15 @@ inline __m256i scale_pair(int s0, int s1) {
   return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(s1)), _mm_set1_epi16(static_cast<int16_t>(s0)));
 }
 
-// sum over 16 groups of bsums[g] * m[g] with m given as 16 int16.
-inline int bsums_dot(const int16_t *bsums, __m256i m16) {
-  return hsum_i32(_mm256_madd_epi16(load256(bsums), m16));
-}
-
 void dot_q2_K(int n, float *s, const void *w, const void *x) {
   const BlockQ2_K *a = static_cast<const BlockQ2_K *>(w);
   const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
   const __m256i m3 = _mm256_set1_epi8(3);
-  float sum = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int i = 0; i < n / QK_K; ++i) {
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(a[i].scales));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
-    const int summs = bsums_dot(b[i].bsums, mins);
+    const __m256i summs = _mm256_madd_epi16(load256(b[i].bsums), mins);
     const int8_t *q8 = b[i].qs;
     const uint8_t *sc = a[i].scales;
     __m256i isum = _mm256_setzero_si256();
@@ -207,22 +202,24 @@ void dot_q2_K(int n, float *s, const void *w, const void *x) {
     }
     const float dall = b[i].d * h2f(a[i].d);
     const float dmin = b[i].d * h2f(a[i].dmin);
-    sum += dall * hsum_i32(isum) - dmin * summs;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(isum), acc);
+    acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc);
   }
-  *s = sum;
+  *s = hsum(acc);
 }
 
 void dot_q3_K(int n, float *s, const void *w, const void *x) {
   const BlockQ3_K *a = static_cast<const BlockQ3_K *>(w);
   const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
   const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-  float sum = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int i = 0; i < n / QK_K; ++i) {
     int8_t sc[16];
     unpack_q3k_scales(a[i].scales, sc);
     // value = (q2 + 4*h) - 4: the -4 part is -4 * sum_g sc[g] * bsums[g].
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc)));
-    const int offset = 4 * bsums_dot(b[i].bsums, sc16);
+    // the -4 offset folded into the int32 lanes: isum starts at -4 * bsums . sc
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(b[i].bsums), sc16), 2);
     const __m256i hm = load256(a[i].hmask);
     const int8_t *q8 = b[i].qs;
     __m256i isum = _mm256_setzero_si256();
@@ -237,9 +234,9 @@ void dot_q3_K(int n, float *s, const void *w, const void *x) {
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(sc[g], sc[g + 1])));
       }
     }
-    sum += (h2f(a[i].d) * b[i].d) * (hsum_i32(isum) - offset);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, offset)), acc);
   }
-  *s = sum;
+  *s = hsum(acc);
 }
 
 template <bool kFive>
@@ -248,7 +245,7 @@ void dot_q45_K(int n, float *s, const void *w, const void *x) {
   const size_t stride = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
   const uint8_t *base = static_cast<const uint8_t *>(w);
   const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-  float sum = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int i = 0; i < n / QK_K; ++i) {
     const uint8_t *blk = base + i * stride;
     uint16_t dh, dminh;
@@ -261,7 +258,7 @@ void dot_q45_K(int n, float *s, const void *w, const void *x) {
     // mins per 16-group: mn[g/2]
     const __m128i mn8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(mn));
     const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-    const int summ = bsums_dot(b[i].bsums, mn16);
+    const __m256i summ = _mm256_madd_epi16(load256(b[i].bsums), mn16);
     const __m256i hbits = kFive ? load256(qh) : _mm256_setzero_si256();
     const int8_t *q8 = b[i].qs;
     __m256i isum = _mm256_setzero_si256();
@@ -279,21 +276,22 @@ void dot_q45_K(int n, float *s, const void *w, const void *x) {
     }
     const float d = h2f(dh) * b[i].d;
     const float dmin = h2f(dminh) * b[i].d;
-    sum += d * hsum_i32(isum) - dmin * summ;
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    acc = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc);
   }
-  *s = sum;
+  *s = hsum(acc);
 }
 
 void dot_q6_K(int n, float *s, const void *w, const void *x) {
   const BlockQ6_K *a = static_cast<const BlockQ6_K *>(w);
   const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
   const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
-  float sum = 0;
+  __m256 acc = _mm256_setzero_ps();
   for (int i = 0; i < n / QK_K; ++i) {
     const int8_t *sc = a[i].scales;
     // value = q - 32 with q in [0,63]: the -32 part is -32 * sum_g sc[g] * bsums[g].
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(sc)));
-    const int offset = 32 * bsums_dot(b[i].bsums, sc16);
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(b[i].bsums), sc16), 5);
     const uint8_t *ql = a[i].ql, *qhp = a[i].qh;
     const int8_t *q8 = b[i].qs;
     __m256i isum = _mm256_setzero_si256();
@@ -312,9 +310,9 @@ void dot_q6_K(int n, float *s, const void *w, const void *x) {
       const __m256i p4 = _mm256_madd_epi16(dot_u8_i16(q4, load256(q8 + 96)), scale_pair(sc[6], sc[7]));
       isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_add_epi32(p1, p2), _mm256_add_epi32(p3, p4)));
     }
-    sum += (h2f(a[i].d) * b[i].d) * (hsum_i32(isum) - offset);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * b[i].d), _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, offset)), acc);
   }
-  *s = sum;
+  *s = hsum(acc);
 }
 
 // ---- activation quantizers (byte-identical to the reference ones) ----

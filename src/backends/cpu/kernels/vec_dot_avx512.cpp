@@ -1,7 +1,9 @@
 // AVX-512 (F/BW/VL/DQ + VNNI) kernels. Only selected when cpuid reports all of these.
-// 32-value block formats: one block per 256-bit VNNI dpbusd (unsigned x signed bytes ->
-// int32), which replaces AVX2's maddubs + madd pair. K-quants: 64 values per 512-bit vector,
-// maddubs + madd with per-16 scales broadcast by permutexvar, one float FMA per block.
+// Only the kernels that measured faster than their AVX2 versions live here (F32/F16/BF16,
+// Q4_0, MXFP4, Q2_K, Q3_K); for Q8_0/Q4_K/Q5_K/Q6_K the dispatcher uses the AVX2 ones (see
+// docs/perf/quant_kernels.md). Q4_0/MXFP4: one block per 256-bit VNNI dpbusd (unsigned x
+// signed bytes -> int32). Q2_K/Q3_K: 64 values per 512-bit vector, maddubs + madd with
+// per-16 scales broadcast by permutexvar, one float FMA per block.
 #include "backends/cpu/kernels/vec_dot_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
@@ -86,30 +88,6 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-void dot_q8_0(int n, float *s, const void *w, const void *x) {
-  const BlockQ8_0 *a = static_cast<const BlockQ8_0 *>(w);
-  const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  const int nb = n / QK8_0;
-  int i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m256i x0 = load256(a[i].qs), x1 = load256(a[i + 1].qs);
-    const __m256i y0 = _mm256_mask_sub_epi8(load256(b[i].qs), _mm256_movepi8_mask(x0), _mm256_setzero_si256(), load256(b[i].qs));
-    const __m256i y1 = _mm256_mask_sub_epi8(load256(b[i + 1].qs), _mm256_movepi8_mask(x1), _mm256_setzero_si256(), load256(b[i + 1].qs));
-    const __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), y0);
-    const __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x1), y1);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i + 1].d) * h2f(b[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-  }
-  for (; i < nb; ++i) {
-    const __m256i x0 = load256(a[i].qs);
-    const __m256i y0 = _mm256_mask_sub_epi8(load256(b[i].qs), _mm256_movepi8_mask(x0), _mm256_setzero_si256(), load256(b[i].qs));
-    const __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), y0);
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(a[i].d) * h2f(b[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-  }
-  *s = hsum256(_mm256_add_ps(acc0, acc1));
-}
-
 // (q - 8) . y = q . y - 8 . y with q unsigned: two dpbusd, no sign fix-ups.
 template <bool kMx>
 inline __m256i block32_dot(const uint8_t *qs, const int8_t *ys) {
@@ -165,11 +143,11 @@ void dot_mxfp4(int n, float *s, const void *w, const void *x) {
 // 4 rows at once, same per-row accumulation order as the single-row kernels above (even
 // blocks into acc0, odd into acc1): the activation block, its scale and for Q4_0 the 8*sum(y)
 // term are computed once per block instead of once per row.
-template <int kKind>  // 0 q8_0, 1 q4_0, 2 mxfp4
+template <int kKind>  // 1 q4_0, 2 mxfp4
 void dot4_b32(int n, float *s, const void *w, size_t stride, const void *x) {
   const BlockQ8_0 *b = static_cast<const BlockQ8_0 *>(x);
   const uint8_t *base = static_cast<const uint8_t *>(w);
-  const size_t bsz = kKind == 0 ? sizeof(BlockQ8_0) : kKind == 1 ? sizeof(BlockQ4_0) : sizeof(BlockMXFP4);
+  const size_t bsz = kKind == 1 ? sizeof(BlockQ4_0) : sizeof(BlockMXFP4);
   const __m256i abs_table = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12,
                                              0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12);
   const __m256i eight = _mm256_set1_epi8(8);
@@ -187,14 +165,7 @@ void dot4_b32(int n, float *s, const void *w, size_t stride, const void *x) {
       const uint8_t *blk = base + r * stride + static_cast<size_t>(i) * bsz;
       __m256i p;
       float d;
-      if (kKind == 0) {
-        const __m256i q = load256(blk + 2);
-        const __m256i sy = _mm256_mask_sub_epi8(y, _mm256_movepi8_mask(q), _mm256_setzero_si256(), y);
-        p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(q), sy);
-        uint16_t h;
-        std::memcpy(&h, blk, 2);
-        d = h2f(h) * dy;
-      } else if (kKind == 1) {
+      if (kKind == 1) {
         p = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles32(blk + 2), y), y8);
         uint16_t h;
         std::memcpy(&h, blk, 2);
@@ -288,73 +259,6 @@ void dot_q3_K(int n, float *s, const void *w, const void *x) {
   *s = _mm512_reduce_add_ps(acc);
 }
 
-template <bool kFive>
-void dot_q45_K(int n, float *s, const void *w, const void *x) {
-  const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
-  const size_t stride = kFive ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
-  const uint8_t *base = static_cast<const uint8_t *>(w);
-  const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
-  __m512 acc = _mm512_setzero_ps();
-  float sum_min = 0;
-  for (int i = 0; i < n / QK_K; ++i) {
-    const uint8_t *blk = base + i * stride;
-    uint16_t dh, dminh;
-    std::memcpy(&dh, blk, 2);
-    std::memcpy(&dminh, blk + 2, 2);
-    uint8_t sc[8], mn[8];
-    unpack_q4k_scales(blk + 4, sc, mn);
-    const uint8_t *qh = blk + 4 + K_SCALE_SIZE;
-    const uint8_t *qs = qh + (kFive ? QK_K / 8 : 0);
-    // 32-value sub-block scales -> per-16 groups by duplicating each byte
-    const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(sc));
-    const __m512i gs = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8)));
-    const __m128i mn8 = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(mn));
-    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));
-    const __m256i hbits = kFive ? load256(qh) : _mm256_setzero_si256();
-    __m512i isum = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k) {
-      const __m256i q4 = load256(qs + 32 * k);
-      __m256i lo = _mm256_and_si256(q4, m4), hi = srl_and(q4, 4, m4);
-      if (kFive) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(srl_and(hbits, 2 * k, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(srl_and(hbits, 2 * k + 1, one), 4));
-      }
-      isum = _mm512_add_epi32(isum, run_dot(cat256(lo, hi), b[i].qs + 64 * k, expand_scales(gs, k)));
-    }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(dh) * b[i].d), _mm512_cvtepi32_ps(isum), acc);
-    sum_min += (h2f(dminh) * b[i].d) * bsums_dot(b[i].bsums, mn16);
-  }
-  *s = _mm512_reduce_add_ps(acc) - sum_min;
-}
-
-void dot_q6_K(int n, float *s, const void *w, const void *x) {
-  const BlockQ6_K *a = static_cast<const BlockQ6_K *>(w);
-  const BlockQ8_K *b = static_cast<const BlockQ8_K *>(x);
-  const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
-  __m512 acc = _mm512_setzero_ps();
-  for (int i = 0; i < n / QK_K; ++i) {
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(a[i].scales)));
-    const __m512i gs = _mm512_zextsi256_si512(sc16);
-    __m512i isum = _mm512_setzero_si512();
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t *ql = a[i].ql + 64 * half;
-      const __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(a[i].qh + 32 * half);
-      const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-      const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(srl_and(qh, 2, m3), 4));
-      const __m256i q3 = _mm256_or_si256(srl_and(l0, 4, m4), _mm256_slli_epi16(srl_and(qh, 4, m3), 4));
-      const __m256i q4 = _mm256_or_si256(srl_and(l1, 4, m4), _mm256_slli_epi16(srl_and(qh, 6, m3), 4));
-      isum = _mm512_add_epi32(isum, run_dot(cat256(q1, q2), b[i].qs + 128 * half, expand_scales(gs, 2 * half)));
-      isum = _mm512_add_epi32(isum, run_dot(cat256(q3, q4), b[i].qs + 128 * half + 64, expand_scales(gs, 2 * half + 1)));
-    }
-    // codes are q+32; remove 32 * sum_g sc[g] * bsums[g]
-    const int offset = 32 * bsums_dot(b[i].bsums, sc16);
-    const __m512i corr = _mm512_mask_set1_epi32(_mm512_setzero_si512(), 1, -offset);
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(h2f(a[i].d) * b[i].d),
-                          _mm512_cvtepi32_ps(_mm512_add_epi32(isum, corr)), acc);
-  }
-  *s = _mm512_reduce_add_ps(acc);
-}
-
 }  // namespace
 
 VecDotFn vec_dot_kernel_avx512(DType t) {
@@ -363,20 +267,15 @@ VecDotFn vec_dot_kernel_avx512(DType t) {
     case DType::F16: return dot_float<1>;
     case DType::BF16: return dot_float<2>;
     case DType::Q4_0: return dot_q4_0;
-    case DType::Q8_0: return dot_q8_0;
     case DType::MXFP4: return dot_mxfp4;
     case DType::Q2_K: return dot_q2_K;
     case DType::Q3_K: return dot_q3_K;
-    case DType::Q4_K: return dot_q45_K<false>;
-    case DType::Q5_K: return dot_q45_K<true>;
-    case DType::Q6_K: return dot_q6_K;
     default: return nullptr;
   }
 }
 
 VecDot4Fn vec_dot4_kernel_avx512(DType t) {
   switch (t) {
-    case DType::Q8_0: return dot4_b32<0>;
     case DType::Q4_0: return dot4_b32<1>;
     case DType::MXFP4: return dot4_b32<2>;
     default: return nullptr;
