@@ -54,6 +54,8 @@ public:
   // Run nodes [begin, end) of g (already placed on this device and bound to memory).
   virtual void run(const Graph &g, int begin, int end, const ExecEnv &env) = 0;
   virtual void synchronize() = 0;
+  // GPU executors: capture and replay repeated passes as device graphs (default on).
+  virtual void set_graphs_enabled(bool) {}
 };
 
 class Backend {

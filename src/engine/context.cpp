@@ -49,6 +49,14 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
   c.devices.push_back(main);
   if (main != c.registry.cpu()) c.devices.push_back(c.registry.cpu());
   for (Backend *b : c.devices) c.executors.push_back(b->make_executor(p.n_threads));
+  if (!p.gpu_graphs)
+    for (auto &e : c.executors) e->set_graphs_enabled(false);
+  if (!main->host_memory()) {
+    // Every weight goes to the GPU once, before any plan is bound to it.
+    std::vector<const GgufTensorInfo *> ts;
+    for (const GgufTensorInfo &t : m.gguf->tensors()) ts.push_back(&t);
+    c.dev_weights = DeviceWeights::upload(ts, *main);
+  }
   c.arenas.resize(c.devices.size());
   c.arena_bytes.assign(c.devices.size(), 0);
   c.kv = std::make_unique<KvCache>(p.n_ctx, p.n_seq_max, p.kv_type, m.arch->kv_layout(m.hp), *main);
@@ -100,7 +108,7 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   else {
     std::vector<void *> bases(devices.size());
     for (size_t d = 0; d < devices.size(); ++d) bases[d] = arenas[d] ? arenas[d]->data() : nullptr;
-    bind_plan(ref, bases.data(), [](const Node &n) { return const_cast<uint8_t *>(n.weight->data); });
+    bind_plan(ref, bases.data(), [this](const Node &n) { return weight_addr(n); });
   }
   MOE_LOG_DEBUG("compiled plan for %lld tokens / %lld outputs: %zu nodes, %zu segments, arena %zu bytes, %d in place",
                 (long long)n_tokens, (long long)n_outputs, ref.graph.nodes().size(), ref.segments.size(), ref.arena_bytes[0], ref.n_inplace);
@@ -111,8 +119,14 @@ void Context::Impl::rebind_all() {
   std::vector<void *> bases(devices.size());
   for (size_t d = 0; d < devices.size(); ++d) bases[d] = arenas[d] ? arenas[d]->data() : nullptr;
   for (auto &kv_plan : plans)
-    bind_plan(*kv_plan.second, bases.data(), [](const Node &n) { return const_cast<uint8_t *>(n.weight->data); });
+    bind_plan(*kv_plan.second, bases.data(), [this](const Node &n) { return weight_addr(n); });
   update_report();
+}
+
+void *Context::Impl::weight_addr(const Node &n) const {
+  if (dev_weights && !devices[static_cast<size_t>(n.device)]->host_memory())
+    if (void *p = dev_weights->find(n.weight)) return p;
+  return const_cast<uint8_t *>(n.weight->data);
 }
 
 void Context::Impl::update_report() {
@@ -123,6 +137,7 @@ void Context::Impl::update_report() {
     dm.activations = arena_bytes[d];
     if (d == 0) dm.kv_cache = kv->bytes();
     if (devices[d]->host_memory()) dm.weights = model->weight_bytes();
+    else if (d == 0 && dev_weights) dm.weights = dev_weights->bytes();
     if (devices[d] == registry.cpu()) dm.other = logits.capacity() * sizeof(float);
     report.devices.push_back(dm);
   }

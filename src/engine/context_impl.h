@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "engine/engine.h"
+#include "engine/weight_upload.h"
 #include "graph/compiler.h"
 #include "kv/kv_cache.h"
 #include "memory/memory_report.h"
@@ -19,6 +20,7 @@ struct Context::Impl {
   BackendRegistry registry;
   std::vector<Backend *> devices;                   // index = Node::device; last is the CPU
   std::vector<std::unique_ptr<Executor>> executors;
+  std::unique_ptr<DeviceWeights> dev_weights;       // weights on devices[0] when it is a GPU
   std::unique_ptr<KvCache> kv;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CompiledPlan>> plans;  // (n_tokens, n_outputs)
   std::vector<std::unique_ptr<DeviceBuffer>> arenas;  // per device
@@ -40,6 +42,7 @@ struct Context::Impl {
 
   CompiledPlan &plan_for(int64_t n_tokens, int64_t n_outputs);
   void rebind_all();
+  void *weight_addr(const Node &n) const;  // device copy for GPU nodes, else the host mapping
   void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base);
   void update_report();
 };

@@ -68,6 +68,7 @@ struct ContextParams {
   int n_threads = 0;           // CPU worker threads; 0 = physical cores
   std::string device = "auto"; // "cpu", "cuda", "cuda0", or "auto" (CUDA when present)
   bool flash_attn = true;      // fused attention kernel (always on for a Q8_0 cache)
+  bool gpu_graphs = true;      // GPU: capture a repeated decode step once, then replay it
 };
 
 struct BatchToken {

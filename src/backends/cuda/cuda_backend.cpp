@@ -1,0 +1,197 @@
+// CUDA devices, buffers and staging. Errors become Status::DeviceError naming the call.
+#include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "backends/cuda/cuda_ops.h"
+#include "core/log.h"
+
+namespace moe {
+
+void cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
+  const char *base = std::strrchr(file, '/');
+  fail(e == cudaErrorMemoryAllocation ? Status::OutOfMemory : Status::DeviceError, "%s failed: %s (%s) at %s:%d", call,
+       cudaGetErrorName(e), cudaGetErrorString(e), base ? base + 1 : file, line);
+}
+
+static std::atomic<uint64_t> g_sync_count{0};
+uint64_t cuda_sync_count() { return g_sync_count.load(); }
+
+void cuda_sync_stream(cudaStream_t s, SyncWhy) {
+  g_sync_count.fetch_add(1);
+  MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void cuda_sync_event(cudaEvent_t e, SyncWhy) {
+  g_sync_count.fetch_add(1);
+  MOE_CUDA_CHECK(cudaEventSynchronize(e));
+}
+
+TView tview(const Node &n) {
+  TView v;
+  v.data = n.data;
+  for (int i = 0; i < 4; ++i) { v.ne[i] = n.ne[i]; v.nb[i] = static_cast<int64_t>(n.nb[i]); }
+  return v;
+}
+
+namespace {
+
+class CudaBuffer final : public DeviceBuffer {
+public:
+  CudaBuffer(CudaBackend &be, size_t n, const char *purpose) : be_(be), size_(n) {
+    be_.set_current();
+    cudaError_t e = cudaMalloc(&p_, n ? n : 256);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail(Status::OutOfMemory, "cudaMalloc of %zu bytes for %s on %s failed: %s", n, purpose ? purpose : "buffer",
+           be_.info().name.c_str(), cudaGetErrorString(e));
+    }
+  }
+  ~CudaBuffer() override {
+    be_.set_current();
+    (void)cudaFree(p_);  // synchronises the device; errors here cannot be reported
+  }
+  void *data() override { return p_; }
+  size_t size() const override { return size_; }
+  void upload(size_t off, const void *src, size_t n) override { be_.upload_async(static_cast<uint8_t *>(p_) + off, src, n); }
+  void download(size_t off, void *dst, size_t n) const override { be_.download(dst, static_cast<const uint8_t *>(p_) + off, n); }
+  void clear() override { be_.memset_async(p_, 0, size_); }
+
+private:
+  CudaBackend &be_;
+  void *p_ = nullptr;
+  size_t size_;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  cudaDeviceProp p;
+  MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  info_.name = "cuda" + std::to_string(device);
+  info_.description = p.name;
+  info_.is_gpu = true;
+  info_.integrated = p.integrated != 0;
+  info_.total_memory = p.totalGlobalMem;
+  info_.compute_major = p.major;
+  info_.compute_minor = p.minor;
+  n_sm_ = p.multiProcessorCount;
+  size_t fr = 0, tot = 0;
+  set_current();
+  if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) info_.free_memory = fr;
+  else (void)cudaGetLastError();
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) {
+    (void)cudaSetDevice(device_);
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  for (auto &e : up_ev_)
+    if (e) (void)cudaEventDestroy(e);
+  if (up_) (void)cudaFreeHost(up_);
+  if (down_) (void)cudaFreeHost(down_);
+}
+
+void CudaBackend::set_current() const { MOE_CUDA_CHECK(cudaSetDevice(device_)); }
+
+cudaStream_t CudaBackend::stream() {
+  if (!stream_) {
+    set_current();
+    // Non-blocking: never serialised with the legacy default stream other code may use.
+    MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  return stream_;
+}
+
+void CudaBackend::ensure_staging() {
+  if (up_) return;
+  set_current();
+  MOE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&up_), 2 * kHalf, cudaHostAllocDefault));
+  MOE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&down_), kHalf, cudaHostAllocDefault));
+  for (auto &e : up_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+
+void CudaBackend::upload_async(void *dst, const void *src, size_t n) {
+  ensure_staging();
+  cudaStream_t s = stream();
+  const uint8_t *p = static_cast<const uint8_t *>(src);
+  uint8_t *d = static_cast<uint8_t *>(dst);
+  while (n > 0) {
+    if (up_used_ >= kHalf) {
+      up_half_ ^= 1;
+      up_used_ = 0;
+      if (up_pending_[up_half_]) {
+        // Only wait when the device has not finished with that half yet.
+        cudaError_t q = cudaEventQuery(up_ev_[up_half_]);
+        if (q == cudaErrorNotReady) cuda_sync_event(up_ev_[up_half_], SyncWhy::StagingReuse);
+        else MOE_CUDA_CHECK(q);
+        up_pending_[up_half_] = false;
+      }
+    }
+    const size_t chunk = std::min(n, kHalf - up_used_);
+    uint8_t *stage = up_ + static_cast<size_t>(up_half_) * kHalf + up_used_;
+    std::memcpy(stage, p, chunk);
+    MOE_CUDA_CHECK(cudaMemcpyAsync(d, stage, chunk, cudaMemcpyHostToDevice, s));
+    MOE_CUDA_CHECK(cudaEventRecord(up_ev_[up_half_], s));
+    up_pending_[up_half_] = true;
+    up_used_ += (chunk + 255) & ~size_t(255);
+    p += chunk;
+    d += chunk;
+    n -= chunk;
+  }
+}
+
+void CudaBackend::download(void *dst, const void *src, size_t n) {
+  ensure_staging();
+  cudaStream_t s = stream();
+  uint8_t *o = static_cast<uint8_t *>(dst);
+  const uint8_t *p = static_cast<const uint8_t *>(src);
+  while (n > 0) {
+    const size_t chunk = std::min(n, kHalf);
+    MOE_CUDA_CHECK(cudaMemcpyAsync(down_, p, chunk, cudaMemcpyDeviceToHost, s));
+    cuda_sync_stream(s, SyncWhy::Download);
+    std::memcpy(o, down_, chunk);
+    o += chunk;
+    p += chunk;
+    n -= chunk;
+  }
+}
+
+void CudaBackend::memset_async(void *dst, int value, size_t n) {
+  set_current();
+  MOE_CUDA_CHECK(cudaMemsetAsync(dst, value, n, stream()));
+}
+
+bool CudaBackend::supports(const Graph &g, int node) const { return cuda_supports_node(g, node); }
+
+std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes, const char *purpose) {
+  return std::make_unique<CudaBuffer>(*this, bytes, purpose);
+}
+
+size_t CudaBackend::work_size(const Graph &g, int node, int) const { return cuda_work_size(g, node); }
+
+std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be);
+std::unique_ptr<Executor> CudaBackend::make_executor(int) { return make_cuda_executor(*this); }
+
+void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n <= 0) {
+    // No driver or no device: the CPU stays the only backend.
+    (void)cudaGetLastError();
+    return;
+  }
+  for (int d = 0; d < n; ++d) {
+    try {
+      out.push_back(std::make_unique<CudaBackend>(d));
+    } catch (const Error &err) {
+      MOE_LOG_WARN("CUDA device %d unusable: %s", d, err.what());
+    }
+  }
+}
+
+}  // namespace moe

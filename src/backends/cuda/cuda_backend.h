@@ -1,0 +1,51 @@
+// The CUDA backend object (one per device per context, since each context owns its
+// registry): the context's stream on this device, pinned staging for host<->device copies,
+// and buffers from cudaMalloc. Kernels run through CudaExecutor (cuda_executor.cpp).
+#pragma once
+#include <memory>
+
+#include "backends/backend.h"
+#include "backends/cuda/cuda_common.h"
+
+namespace moe {
+
+class CudaBackend final : public Backend {
+public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  const DeviceInfo &info() const override { return info_; }
+  bool supports(const Graph &g, int node) const override;
+  bool host_memory() const override { return false; }
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override;
+  size_t work_size(const Graph &g, int node, int n_threads) const override;
+  std::unique_ptr<Executor> make_executor(int n_threads) override;
+
+  int device() const { return device_; }
+  int n_sm() const { return n_sm_; }
+  void set_current() const;  // cudaSetDevice(device_)
+  cudaStream_t stream();     // created on first use
+
+  // Host -> device through the pinned staging ring, ordered on stream(); returns once src
+  // may be reused (it was copied to staging), without waiting for the device.
+  void upload_async(void *dst, const void *src, size_t n);
+  // Device -> host: one counted synchronisation per staging chunk.
+  void download(void *dst, const void *src, size_t n);
+  void memset_async(void *dst, int value, size_t n);
+
+private:
+  void ensure_staging();
+  int device_;
+  int n_sm_ = 0;
+  DeviceInfo info_;
+  cudaStream_t stream_ = nullptr;
+  // Upload ring: two halves; a half is reused only after its last copy completed.
+  static constexpr size_t kHalf = 8u << 20;
+  uint8_t *up_ = nullptr;
+  cudaEvent_t up_ev_[2] = {nullptr, nullptr};
+  bool up_pending_[2] = {false, false};
+  int up_half_ = 0;
+  size_t up_used_ = 0;
+  uint8_t *down_ = nullptr;  // kHalf bytes
+};
+
+}  // namespace moe

@@ -1,0 +1,39 @@
+// Shared by the CUDA backend's host code and kernels: checked CUDA calls (every failure is
+// a moe::Error with Status::DeviceError naming the call), the one counted synchronisation
+// point, and the small device-side views of graph nodes the kernels take.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace moe {
+
+[[noreturn]] void cuda_fail(cudaError_t e, const char *call, const char *file, int line);
+
+#define MOE_CUDA_CHECK(call)                                              \
+  do {                                                                    \
+    cudaError_t moe_cuda_err_ = (call);                                   \
+    if (moe_cuda_err_ != cudaSuccess) ::moe::cuda_fail(moe_cuda_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// After a kernel launch: launch-configuration errors surface here, not at the next sync.
+#define MOE_CUDA_LAUNCH_CHECK(name) MOE_CUDA_CHECK(cudaPeekAtLastError())
+
+// Every host-blocking wait of the backend goes through here, so tests can count them
+// (a decode step must perform at most one: the logits copy).
+enum class SyncWhy { Download, StagingReuse, Executor, Setup };
+void cuda_sync_stream(cudaStream_t s, SyncWhy why);
+void cuda_sync_event(cudaEvent_t e, SyncWhy why);
+uint64_t cuda_sync_count();  // process-wide total, for tests
+
+// A node's tensor as kernels see it: base pointer, extents, byte strides.
+struct TView {
+  void *data;
+  int64_t ne[4];
+  int64_t nb[4];
+};
+
+}  // namespace moe

@@ -1,0 +1,58 @@
+// Which IR nodes the CUDA backend runs, their scratch sizes, and op -> launcher dispatch.
+#include "backends/cuda/cuda_ops.h"
+
+namespace moe {
+
+static bool f32_rows(const Node &n) { return n.type == DType::F32 && n.nb[0] == 4; }
+
+bool cuda_supports_node(const Graph &g, int id) {
+  const Node &n = g.node(id);
+  switch (n.op) {
+    case Op::Leaf:
+    case Op::View: return true;
+    case Op::GetRows: return cuda_matmul_type_supported(g.node(n.src[0]).type) && n.ne[0] == g.node(n.src[0]).ne[0];
+    case Op::MatMul:
+    case Op::MatMulId: return cuda_matmul_type_supported(g.node(n.src[0]).type) && g.node(n.src[1]).nb[0] == 4;
+    case Op::TopK: return g.node(n.src[0]).ne[0] <= kCudaMaxExperts && n.ne[0] <= 32;
+    case Op::Attention: return g.node(n.src[0]).ne[0] <= kCudaMaxHeadDim && n.ne[0] <= kCudaMaxHeadDim;
+    case Op::Rope: return n.rope.n_rot <= kMaxRopeDims;
+    case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale: case Op::Softmax: case Op::Sigmoid:
+    case Op::GatherCols: case Op::NormSum: case Op::SwiGLU: case Op::MoeCombine: case Op::KvStore: case Op::Copy:
+      return n.op == Op::KvStore || f32_rows(n);
+    default: return false;
+  }
+}
+
+size_t cuda_work_size(const Graph &g, int id) {
+  const Node &n = g.node(id);
+  if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n);
+  return 0;
+}
+
+void cuda_run_node(const CudaOpCtx &c) {
+  switch (c.n.op) {
+    case Op::Leaf:
+    case Op::View: return;
+    case Op::GetRows: return cuda_op_get_rows(c);
+    case Op::MatMul:
+    case Op::MatMulId: return cuda_op_matmul(c);
+    case Op::RmsNorm:
+    case Op::Softmax:
+    case Op::NormSum: return cuda_op_rowwise(c);
+    case Op::Mul:
+    case Op::Add:
+    case Op::Scale:
+    case Op::Sigmoid:
+    case Op::SwiGLU:
+    case Op::Copy: return cuda_op_elementwise(c);
+    case Op::Rope: return cuda_op_rope(c);
+    case Op::TopK: return cuda_op_top_k(c);
+    case Op::GatherCols: return cuda_op_gather_cols(c);
+    case Op::MoeCombine: return cuda_op_moe_combine(c);
+    case Op::KvStore: return cuda_op_kv_store(c);
+    case Op::Attention: return cuda_op_attention(c);
+    default: fail(Status::Internal, "CUDA: no kernel for %s", op_name(c.n.op));
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,241 @@
+// The CUDA executor: one stream per context per device (the backend's). Nodes are enqueued
+// without host synchronisation. A pass (the run() calls up to synchronize()) that covers a
+// whole graph is recorded; the second time the same graph runs it is captured into a CUDA
+// graph and from then on replayed, as long as every node address is unchanged (addresses
+// move when the context grows an arena). Values that change per step live in device
+// memory (DevUbatch), so replays need no re-capture.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_ops.h"
+#include "core/log.h"
+#include "kv/kv_cache.h"
+
+namespace moe {
+
+namespace {
+
+struct Seg {
+  int begin, end;
+  bool operator==(const Seg &o) const { return begin == o.begin && end == o.end; }
+};
+
+struct GraphState {
+  int seen = 0;
+  bool eligible = false;           // last eager pass covered the whole graph on this device
+  std::vector<Seg> segs;
+  uint64_t fingerprint = 0;
+  cudaGraphExec_t exec = nullptr;
+};
+
+enum class Mode { Eager, Capture, Replay };
+
+class CudaExecutor final : public Executor {
+public:
+  explicit CudaExecutor(CudaBackend &be) : be_(be) {}
+  ~CudaExecutor() override {
+    (void)cudaSetDevice(be_.device());
+    if (mode_ == Mode::Capture && pass_open_) {
+      cudaGraph_t gr = nullptr;
+      (void)cudaStreamEndCapture(be_.stream(), &gr);
+      if (gr) (void)cudaGraphDestroy(gr);
+    }
+    for (auto &kv : states_)
+      if (kv.second.exec) (void)cudaGraphExecDestroy(kv.second.exec);
+    if (ub_dev_) (void)cudaFree(ub_dev_);
+  }
+
+  void set_graphs_enabled(bool on) override { graphs_ = on; }
+
+  void run(const Graph &g, int begin, int end, const ExecEnv &env) override {
+    be_.set_current();
+    if (pass_open_ && (&g != pass_g_ || begin <= segs_.back().begin)) abandon_pass();
+    if (!pass_open_) start_pass(g, begin, env);
+    try {
+      segs_.push_back({begin, end});
+      if (mode_ == Mode::Replay) {
+        const size_t k = segs_.size() - 1;
+        if (k < st_->segs.size() && st_->segs[k] == segs_[k]) return;  // replayed at synchronize()
+        // The pass diverged from the recording: run what was skipped, then go on eagerly.
+        mode_ = Mode::Eager;
+        st_->eligible = false;
+        for (const Seg &s : segs_) launch(g, s.begin, s.end);
+        return;
+      }
+      launch(g, begin, end);
+    } catch (...) {
+      abandon_pass();
+      throw;
+    }
+  }
+
+  void synchronize() override {
+    if (!pass_open_) return;
+    be_.set_current();
+    pass_open_ = false;
+    cudaStream_t s = be_.stream();
+    const bool whole = covers_graph();
+    if (mode_ == Mode::Capture) {
+      cudaGraph_t gr = nullptr;
+      MOE_CUDA_CHECK(cudaStreamEndCapture(s, &gr));
+      cudaGraphExec_t ex = nullptr;
+      cudaError_t e = cudaGraphInstantiate(&ex, gr, 0);
+      (void)cudaGraphDestroy(gr);
+      MOE_CUDA_CHECK(e);
+      MOE_CUDA_CHECK(cudaGraphLaunch(ex, s));  // the captured kernels have not run yet
+      if (st_->exec) (void)cudaGraphExecDestroy(st_->exec);
+      st_->exec = whole ? ex : nullptr;
+      if (!whole) (void)cudaGraphExecDestroy(ex);
+      st_->segs = segs_;
+      st_->fingerprint = fingerprint(*pass_g_, segs_);
+      st_->eligible = whole;
+    } else if (mode_ == Mode::Replay) {
+      if (segs_.size() == st_->segs.size()) {
+        MOE_CUDA_CHECK(cudaGraphLaunch(st_->exec, s));
+        ++replays_;
+      } else {
+        for (const Seg &sg : segs_) launch(*pass_g_, sg.begin, sg.end);
+        st_->eligible = false;
+      }
+    } else {
+      st_->segs = segs_;
+      st_->eligible = whole;
+      if (whole) st_->fingerprint = fingerprint(*pass_g_, segs_);
+    }
+    // No host wait here: the caller's download (or the next upload's staging reuse) is
+    // the one synchronisation of a step.
+  }
+
+private:
+  void start_pass(const Graph &g, int begin, const ExecEnv &env) {
+    (void)begin;
+    pass_open_ = true;
+    pass_g_ = &g;
+    segs_.clear();
+    kv_ = env.kv;
+    upload_ubatch(env);
+    st_ = &states_[&g];
+    st_->seen++;
+    mode_ = Mode::Eager;
+    if (!graphs_) return;
+    if (st_->exec && st_->eligible && st_->fingerprint == fingerprint(g, st_->segs)) {
+      mode_ = Mode::Replay;
+    } else if (st_->eligible && st_->seen >= 2) {
+      if (st_->exec) { (void)cudaGraphExecDestroy(st_->exec); st_->exec = nullptr; }
+      MOE_CUDA_CHECK(cudaStreamBeginCapture(be_.stream(), cudaStreamCaptureModeThreadLocal));
+      mode_ = Mode::Capture;
+    }
+  }
+
+  // Drop a pass that never reached synchronize() (an abort or error between segments).
+  void abandon_pass() {
+    if (mode_ == Mode::Capture) {
+      cudaGraph_t gr = nullptr;
+      (void)cudaStreamEndCapture(be_.stream(), &gr);
+      if (gr) (void)cudaGraphDestroy(gr);
+      (void)cudaGetLastError();
+    }
+    if (st_) st_->eligible = false;
+    pass_open_ = false;
+    mode_ = Mode::Eager;
+  }
+
+  bool covers_graph() const {
+    if (segs_.empty() || segs_.front().begin != 0) return false;
+    for (size_t i = 1; i < segs_.size(); ++i)
+      if (segs_[i].begin != segs_[i - 1].end) return false;
+    return segs_.back().end == static_cast<int>(pass_g_->nodes().size());
+  }
+
+  uint64_t fingerprint(const Graph &g, const std::vector<Seg> &segs) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(reinterpret_cast<uintptr_t>(ub_dev_));
+    mix(reinterpret_cast<uintptr_t>(kv_));
+    for (const Seg &s : segs)
+      for (int i = s.begin; i < s.end; ++i) {
+        const Node &n = g.node(i);
+        mix(reinterpret_cast<uintptr_t>(n.data));
+        mix(reinterpret_cast<uintptr_t>(n.work));
+      }
+    return h;
+  }
+
+  void launch(const Graph &g, int begin, int end) {
+    for (int i = begin; i < end; ++i) {
+      const Node &n = g.node(i);
+      if (n.op == Op::Leaf || n.op == Op::View) continue;
+      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
+      cuda_run_node(c);
+    }
+  }
+
+  // Pack the ubatch (token cells/pos/seq, cell state) and copy it to the device buffer the
+  // kernels read; grows the buffer only when a larger batch or cache first appears.
+  void upload_ubatch(const ExecEnv &env) {
+    if (!env.ub) return;
+    const UbatchInfo &u = *env.ub;
+    const size_t T = static_cast<size_t>(u.n_tokens);
+    const size_t C = static_cast<size_t>(std::max(u.n_kv, 1));
+    const size_t cap_cells = env.kv ? std::max<size_t>(env.kv->n_cells(), C) : C;
+    auto align = [](size_t x) { return (x + 15) & ~size_t(15); };
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv
+    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16;
+    if (need > ub_cap_) {
+      if (ub_dev_) MOE_CUDA_CHECK(cudaFree(ub_dev_));
+      ub_dev_ = nullptr;
+      MOE_CUDA_CHECK(cudaMalloc(&ub_dev_, need));
+      ub_cap_ = need;
+      host_.resize(need);
+    }
+    uint8_t *h = host_.data();
+    size_t o_seqbits = 0, o_cells = align(cap_cells * 8), o_pos = o_cells + align(T * 4), o_seq = o_pos + align(T * 4),
+           o_cpos = o_seq + align(T * 4), o_nkv = o_cpos + align(cap_cells * 4);
+    auto *sb = reinterpret_cast<unsigned long long *>(h + o_seqbits);
+    auto *cp = reinterpret_cast<int32_t *>(h + o_cpos);
+    for (size_t c = 0; c < C && u.cell_state; ++c) { sb[c] = u.cell_state[c].seq; cp[c] = u.cell_state[c].pos; }
+    if (T) {
+      if (u.cells) std::memcpy(h + o_cells, u.cells, T * 4);
+      if (u.pos) std::memcpy(h + o_pos, u.pos, T * 4);
+      if (u.seq) std::memcpy(h + o_seq, u.seq, T * 4);
+    }
+    const int32_t nkv = u.cell_state ? u.n_kv : 0;
+    std::memcpy(h + o_nkv, &nkv, 4);
+    uint8_t *d = static_cast<uint8_t *>(ub_dev_);
+    // Two copies: the bit sets and cell positions for the cells in use, and the per-token part.
+    be_.upload_async(d, h, C * 8);
+    be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
+    be_.upload_async(d + o_nkv, h + o_nkv, 4);
+    ub_.seq = nullptr;
+    ub_.cell_seq = reinterpret_cast<const unsigned long long *>(d + o_seqbits);
+    ub_.cells = reinterpret_cast<const int32_t *>(d + o_cells);
+    ub_.pos = reinterpret_cast<const int32_t *>(d + o_pos);
+    ub_.seq = reinterpret_cast<const int32_t *>(d + o_seq);
+    ub_.cell_pos = reinterpret_cast<const int32_t *>(d + o_cpos);
+    ub_.n_kv = reinterpret_cast<const int32_t *>(d + o_nkv);
+  }
+
+  CudaBackend &be_;
+  bool graphs_ = true;
+  bool pass_open_ = false;
+  const Graph *pass_g_ = nullptr;
+  std::vector<Seg> segs_;
+  Mode mode_ = Mode::Eager;
+  GraphState *st_ = nullptr;
+  std::map<const Graph *, GraphState> states_;
+  KvCache *kv_ = nullptr;
+  void *ub_dev_ = nullptr;
+  size_t ub_cap_ = 0;
+  std::vector<uint8_t> host_;
+  DevUbatch ub_;
+  uint64_t replays_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be) { return std::make_unique<CudaExecutor>(be); }
+
+}  // namespace moe

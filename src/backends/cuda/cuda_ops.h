@@ -1,0 +1,57 @@
+// CUDA op launchers: one per IR op, each validating nothing (placement already asked
+// cuda_supports) and enqueueing its kernels on the executor's stream. Launchers never
+// synchronise and never read device memory on the host, so a whole decode step can be
+// captured into one CUDA graph. Run-time values that change between steps (the number of
+// KV cells, the batch's cells/positions/sequences) are read by kernels from DevUbatch.
+#pragma once
+#include "backends/cuda/cuda_common.h"
+#include "graph/ir.h"
+
+namespace moe {
+
+class KvCache;
+
+// Device copy of the ubatch info (uploaded by the executor before each pass).
+struct DevUbatch {
+  const int32_t *cells = nullptr;     // [n_tokens]
+  const int32_t *pos = nullptr;       // [n_tokens]
+  const int32_t *seq = nullptr;       // [n_tokens]
+  const int32_t *cell_pos = nullptr;  // [n_kv] (-1 free)
+  const unsigned long long *cell_seq = nullptr;  // [n_kv] sequence bit sets
+  const int32_t *n_kv = nullptr;      // scalar
+};
+
+struct CudaOpCtx {
+  cudaStream_t stream;
+  const Graph &g;
+  const Node &n;
+  DevUbatch ub;
+  KvCache *kv;
+  int n_sm;
+  const Node &src(int k) const { return g.node(n.src[k]); }
+};
+
+TView tview(const Node &n);
+
+bool cuda_supports_node(const Graph &g, int id);
+size_t cuda_work_size(const Graph &g, int id);
+void cuda_run_node(const CudaOpCtx &c);  // dispatch by op
+
+// Per-family launchers (ops/*.cu).
+void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy
+void cuda_op_rowwise(const CudaOpCtx &c);      // RmsNorm Softmax NormSum
+void cuda_op_get_rows(const CudaOpCtx &c);
+void cuda_op_rope(const CudaOpCtx &c);
+void cuda_op_top_k(const CudaOpCtx &c);
+void cuda_op_gather_cols(const CudaOpCtx &c);
+void cuda_op_moe_combine(const CudaOpCtx &c);
+void cuda_op_kv_store(const CudaOpCtx &c);
+void cuda_op_attention(const CudaOpCtx &c);
+void cuda_op_matmul(const CudaOpCtx &c);       // MatMul and MatMulId
+size_t cuda_matmul_work_size(const Graph &g, const Node &n);
+bool cuda_matmul_type_supported(DType t);
+
+constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane
+constexpr int kCudaMaxHeadDim = 1024;  // attention accumulators: 8 per thread of 128
+
+}  // namespace moe

@@ -1,0 +1,192 @@
+// KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
+// over the cache. Attention is one block per (head, token) streaming the cache in tiles of
+// 128 cells with an online softmax (flash-decoding order, f32 accumulators); the mask
+// (free cell, other sequence, future position) comes from the device copy of the cell
+// state, and the number of cells from device memory, so a captured graph stays valid as
+// the cache fills. q meets the cache in its type like the reference: rounded to f16 for an
+// F16 cache, quantized to Q8_0 for a Q8_0 cache.
+#include <cuda_fp16.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/quant.cuh"
+#include "backends/cuda/ops/reduce.cuh"
+#include "kv/kv_cache.h"
+
+namespace moe {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kAcc = kCudaMaxHeadDim / kThreads;
+
+__global__ void kv_store_kernel(TView x, uint8_t *base, size_t rb, int64_t row, int kt, const int32_t *cells) {
+  const int64_t t = blockIdx.x;
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[2]);
+  uint8_t *dst = base + static_cast<size_t>(cells[t]) * rb;
+  if (kt == static_cast<int>(DType::F32)) {
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) reinterpret_cast<float *>(dst)[i] = src[i];
+  } else if (kt == static_cast<int>(DType::F16)) {
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) reinterpret_cast<__half *>(dst)[i] = __float2half_rn(src[i]);
+  } else {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t b = warp; b < row / 32; b += nw) {
+      const float v = src[b * 32 + lane];
+      float amax = fabsf(v);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      uint8_t *blk = dst + b * 34;
+      if (lane == 0) *reinterpret_cast<__half *>(blk) = __float2half_rn(d);
+      blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(v * id)));
+    }
+  }
+}
+
+struct AttnArgs {
+  const uint8_t *kbase, *vbase;
+  size_t krb, vrb, khb, vhb;  // row bytes and per-head bytes
+  int hd_k, hd_v, group, kt;
+  float scale;
+};
+
+__device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd, int kt) {
+  float s = 0.0f;
+  if (kt == static_cast<int>(DType::F32)) {
+    const float *kf = reinterpret_cast<const float *>(k);
+    for (int i = 0; i < hd; ++i) s += kf[i] * q[i];
+  } else if (kt == static_cast<int>(DType::F16)) {
+    const __half2 *k2 = reinterpret_cast<const __half2 *>(k);
+    for (int i = 0; i < hd / 2; ++i) {
+      const float2 kv = __half22float2(k2[i]);
+      s += kv.x * q[2 * i] + kv.y * q[2 * i + 1];
+    }
+    if (hd & 1) s += __half2float(reinterpret_cast<const __half *>(k)[hd - 1]) * q[hd - 1];
+  } else {
+    for (int b = 0; b < hd / 32; ++b) {
+      const uint8_t *blk = k + b * 34;
+      const float d = h2f(blk);
+      float a = 0.0f;
+      for (int l = 0; l < 32; ++l) a += static_cast<int8_t>(blk[2 + l]) * q[b * 32 + l];
+      s += a * d;
+    }
+  }
+  return s;
+}
+
+__device__ __forceinline__ float v_at(const uint8_t *v, int i, int kt) {
+  if (kt == static_cast<int>(DType::F32)) return reinterpret_cast<const float *>(v)[i];
+  if (kt == static_cast<int>(DType::F16)) return __half2float(reinterpret_cast<const __half *>(v)[i]);
+  const uint8_t *blk = v + (i / 32) * 34;
+  return static_cast<int8_t>(blk[2 + (i % 32)]) * h2f(blk);
+}
+
+__global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, AttnArgs a, DevUbatch ub) {
+  __shared__ float s_q[kCudaMaxHeadDim];
+  __shared__ float s_p[kThreads];
+  __shared__ float s_red[32];
+  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+  const int hk = h / a.group;
+  const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
+  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {
+    const int i = i0 + tid;
+    float v = i < a.hd_k ? qrow[i] : 0.0f;
+    if (a.kt == static_cast<int>(DType::F16)) {
+      v = __half2float(__float2half_rn(v));
+    } else if (a.kt == static_cast<int>(DType::Q8_0)) {
+      float amax = fabsf(v);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      v = roundf(v * id) * __half2float(__float2half_rn(d));
+    }
+    if (i < a.hd_k) s_q[i] = v;
+  }
+  __syncthreads();
+  const int n_kv = *ub.n_kv;
+  const unsigned long long bit = 1ull << ub.seq[t];
+  const int pos = ub.pos[t];
+  float M = -INFINITY, S = 0.0f;
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  for (int c0 = 0; c0 < n_kv; c0 += kThreads) {
+    const int c = c0 + tid;
+    float s = -INFINITY;
+    if (c < n_kv) {
+      const int cp = ub.cell_pos[c];
+      if (cp >= 0 && (ub.cell_seq[c] & bit) && cp <= pos) s = k_dot(a.kbase + c * a.krb + hk * a.khb, s_q, a.hd_k, a.kt) * a.scale;
+    }
+    const float tmax = blk_max(s, s_red);
+    const float newM = fmaxf(M, tmax);
+    if (newM == -INFINITY) continue;  // uniform: nothing visible yet
+    const float corr = expf(M - newM);  // 0 when M is -inf
+    const float p = s == -INFINITY ? 0.0f : expf(s - newM);
+    s_p[tid] = p;
+    const float psum = blk_sum(p, s_red);  // its barriers also publish s_p
+    S = S * corr + psum;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] *= corr;
+    const int n = min(kThreads, n_kv - c0);
+    for (int j = 0; j < n; ++j) {
+      const float pj = s_p[j];
+      if (pj == 0.0f) continue;
+      const uint8_t *vrow = a.vbase + (c0 + j) * a.vrb + hk * a.vhb;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        const int d = tid + i * kThreads;
+        if (d < a.hd_v) acc[i] += pj * v_at(vrow, d, a.kt);
+      }
+    }
+    M = newM;
+    __syncthreads();  // s_p is rewritten by the next tile
+  }
+  float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(out.data) + h * out.nb[1] + t * out.nb[2]);
+  const float inv = S > 0.0f ? 1.0f / S : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    const int d = tid + i * kThreads;
+    if (d < a.hd_v) o[d] = acc[i] * inv;
+  }
+}
+
+}  // namespace
+
+void cuda_op_kv_store(const CudaOpCtx &c) {
+  const Node &x = c.src(0);
+  const int layer = c.n.kv_layer;
+  const int64_t T = x.ne[2];
+  if (T == 0) return;
+  KvCache &kv = *c.kv;
+  uint8_t *base = static_cast<uint8_t *>(c.n.kv_which == 0 ? kv.k_data(layer) : kv.v_data(layer));
+  const size_t rb = c.n.kv_which == 0 ? kv.k_row_bytes(layer) : kv.v_row_bytes(layer);
+  kv_store_kernel<<<static_cast<unsigned>(T), 128, 0, c.stream>>>(tview(x), base, rb, c.n.ip[0], static_cast<int>(kv.dtype()), c.ub.cells);
+  MOE_CUDA_LAUNCH_CHECK("kv_store_kernel");
+}
+
+void cuda_op_attention(const CudaOpCtx &c) {
+  const Node &q = c.src(0);
+  KvCache &kv = *c.kv;
+  const int layer = c.n.kv_layer;
+  const int64_t hd_k = q.ne[0], n_head = q.ne[1], T = q.ne[2], hd_v = c.n.ne[0];
+  if (T == 0 || n_head == 0) return;
+  const int64_t n_head_kv = kv.dims(layer).k_row / hd_k;
+  const DType kt = kv.dtype();
+  AttnArgs a;
+  a.kbase = static_cast<const uint8_t *>(kv.k_data(layer));
+  a.vbase = static_cast<const uint8_t *>(kv.v_data(layer));
+  a.krb = kv.k_row_bytes(layer);
+  a.vrb = kv.v_row_bytes(layer);
+  a.khb = row_size(kt, hd_k);
+  a.vhb = row_size(kt, hd_v);
+  a.hd_k = static_cast<int>(hd_k);
+  a.hd_v = static_cast<int>(hd_v);
+  a.group = static_cast<int>(n_head / n_head_kv);
+  a.kt = static_cast<int>(kt);
+  a.scale = c.n.fp[0];
+  attn_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), kThreads, 0, c.stream>>>(tview(q), tview(c.n), a, c.ub);
+  MOE_CUDA_LAUNCH_CHECK("attn_kernel");
+}
+
+}  // namespace moe

@@ -1,0 +1,147 @@
+// Row-local F32 ops (strided rows over dims 1..3, GGML broadcasting for src1) and the
+// row reductions RmsNorm / Softmax / NormSum, with the CPU reference's accumulation
+// precision (double sums where the reference uses them).
+#include "backends/cuda/cuda_ops.h"
+
+namespace moe {
+
+namespace {
+
+enum EwOp : int { kMul, kAdd, kScale, kSigmoid, kSwiGLU, kCopy };
+
+__device__ __forceinline__ float *rowp(const TView &v, int64_t i1, int64_t i2, int64_t i3) {
+  return reinterpret_cast<float *>(static_cast<uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
+}
+
+__global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1) {
+  const int64_t r = blockIdx.x;
+  const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+  float *dst = rowp(d, i1, i2, i3);
+  const float *s0 = rowp(a, i1, i2, i3);
+  const float *s1 = nullptr;
+  if (op == kMul || op == kAdd) s1 = rowp(b, b.ne[1] == 1 ? 0 : i1, b.ne[2] == 1 ? 0 : i2, b.ne[3] == 1 ? 0 : i3);
+  else if (op == kSwiGLU) s1 = rowp(b, i1, i2, i3);
+  for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) {
+    const float x = s0[i];
+    float y;
+    switch (op) {
+      case kMul: y = x * s1[i]; break;
+      case kAdd: y = x + s1[i]; break;
+      case kScale: y = x * f0 + f1; break;
+      case kSigmoid: y = 1.0f / (1.0f + expf(-x)); break;
+      case kSwiGLU: y = x / (1.0f + expf(-x)) * s1[i]; break;
+      default: y = x; break;
+    }
+    dst[i] = y;
+  }
+}
+
+template <typename V> __device__ V block_sum(V v, V *sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  V t = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += sh[w];
+  return t;
+}
+
+__device__ float block_max(float v, float *sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = -INFINITY;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t = fmaxf(t, sh[w]);
+  return t;
+}
+
+__global__ void rms_norm_kernel(TView d, TView a, float eps) {
+  __shared__ double sh[32];
+  const int64_t r = blockIdx.x;
+  const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+  const float *src = rowp(a, i1, i2, i3);
+  float *dst = rowp(d, i1, i2, i3);
+  const int64_t n = d.ne[0];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(src[i] * src[i]);
+  s = block_sum(s, sh);
+  const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(n)) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i] * scale;
+}
+
+__global__ void softmax_kernel(TView d, TView a) {
+  __shared__ float shf[32];
+  __shared__ double shd[32];
+  const int64_t r = blockIdx.x;
+  const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+  const float *src = rowp(a, i1, i2, i3);
+  float *dst = rowp(d, i1, i2, i3);
+  const int64_t n = d.ne[0];
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, src[i]);
+  mx = block_max(mx, shf);
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float e = expf(src[i] - mx);
+    dst[i] = e;
+    s += e;
+  }
+  s = block_sum(s, shd);
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] *= inv;
+}
+
+// Rows are short (k experts): one thread per row, serial float sum like the reference.
+__global__ void norm_sum_kernel(TView d, TView a, int64_t nrows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= nrows) return;
+  const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+  const float *src = rowp(a, i1, i2, i3);
+  float *dst = rowp(d, i1, i2, i3);
+  float s = 0.0f;
+  for (int64_t i = 0; i < d.ne[0]; ++i) s += src[i];
+  for (int64_t i = 0; i < d.ne[0]; ++i) dst[i] = src[i] / s;
+}
+
+int threads_for(int64_t n) { return n >= 256 ? 256 : n > 64 ? 128 : 64; }
+
+}  // namespace
+
+void cuda_op_elementwise(const CudaOpCtx &c) {
+  const Node &n = c.n;
+  const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
+  if (rows == 0 || n.ne[0] == 0) return;
+  int op = kCopy;
+  switch (n.op) {
+    case Op::Mul: op = kMul; break;
+    case Op::Add: op = kAdd; break;
+    case Op::Scale: op = kScale; break;
+    case Op::Sigmoid: op = kSigmoid; break;
+    case Op::SwiGLU: op = kSwiGLU; break;
+    default: op = kCopy; break;
+  }
+  TView b = n.src[1] >= 0 ? tview(c.src(1)) : tview(c.src(0));
+  ew_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), b, op, n.fp[0], n.fp[1]);
+  MOE_CUDA_LAUNCH_CHECK("ew_kernel");
+}
+
+void cuda_op_rowwise(const CudaOpCtx &c) {
+  const Node &n = c.n;
+  const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
+  if (rows == 0 || n.ne[0] == 0) return;
+  if (n.op == Op::RmsNorm) {
+    rms_norm_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), n.fp[0]);
+    MOE_CUDA_LAUNCH_CHECK("rms_norm_kernel");
+  } else if (n.op == Op::Softmax) {
+    softmax_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)));
+    MOE_CUDA_LAUNCH_CHECK("softmax_kernel");
+  } else {
+    norm_sum_kernel<<<static_cast<unsigned>((rows + 127) / 128), 128, 0, c.stream>>>(tview(n), tview(c.src(0)), rows);
+    MOE_CUDA_LAUNCH_CHECK("norm_sum_kernel");
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,311 @@
+// MatMul and MatMulId (MoE) on CUDA. Activations are first rounded through the weight
+// type's activation format exactly as the CPU reference does (Q8_0 / Q8_K / F16 / BF16),
+// into f32 scratch. Then one kernel computes every (row, column tile): a warp owns a
+// weight row, dequantizes 32-weight sub-blocks straight from the GGUF blocks in device
+// memory and dots them with up to NT activation columns, so each weight byte is read once
+// per tile. For MatMulId the routing (count per expert, scan, tiles of <= NT tokens per
+// expert) is computed on the device; all active experts run in the same launch and the
+// host never learns which experts were chosen.
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/quant.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kWarps = 4;  // weight rows per block
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- activation rounding -------------------------------------------------------------
+
+// One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type.
+__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
+  const int64_t r = blockIdx.x;
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x;
+  const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]);
+  const bool in = i < K;
+  const float v = in ? src[i] : 0.0f;
+  float y = v;
+  if (vdt == static_cast<int>(DType::F16)) {
+    y = __half2float(__float2half_rn(v));
+  } else if (vdt == static_cast<int>(DType::BF16)) {
+    y = __bfloat162float(__float2bfloat16_rn(v));
+  } else if (vdt == static_cast<int>(DType::Q8_0)) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = __half2float(__float2half_rn(d));
+    y = roundf(v * id) * dh;
+  } else if (vdt == static_cast<int>(DType::Q8_K)) {
+    // Largest magnitude, first index on ties (the reference scans with '>').
+    __shared__ float s_a[8];
+    __shared__ int s_i[8];
+    float a = fabsf(v);
+    int idx = threadIdx.x;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float a2 = __shfl_xor_sync(0xffffffffu, a, o);
+      const int i2x = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (a2 > a || (a2 == a && i2x < idx)) { a = a2; idx = i2x; }
+    }
+    if ((threadIdx.x & 31) == 0) { s_a[threadIdx.x >> 5] = a; s_i[threadIdx.x >> 5] = idx; }
+    __syncthreads();
+    a = s_a[0];
+    idx = s_i[0];
+    for (int w = 1; w < 8; ++w)
+      if (s_a[w] > a || (s_a[w] == a && s_i[w] < idx)) { a = s_a[w]; idx = s_i[w]; }
+    if (a == 0.0f) {
+      y = 0.0f;
+    } else {
+      const float mx = src[blockIdx.y * 256 + idx];
+      const float iscale = -127.0f / mx;
+      int q = __float2int_rn(iscale * v);
+      q = q < 127 ? q : 127;
+      y = q * (1.0f / iscale);
+    }
+  }
+  if (in) out[r * K + i] = y;
+}
+
+// ---- routing -------------------------------------------------------------------------
+
+struct RouteTables {
+  int2 *entries;  // (activation row, output row), grouped by expert
+  int4 *tiles;    // (expert, first entry, count, 0); count 0 = idle block
+  int *cursor;    // [E]
+};
+
+// One block of 512 threads (>= E, checked by placement): count, scan, tile, scatter.
+__global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, RouteTables rt,
+                             int max_tiles) {
+  __shared__ int s_cnt[kCudaMaxExperts], s_scan[kCudaMaxExperts], s_tiles[kCudaMaxExperts];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < kCudaMaxExperts; e += blockDim.x) s_cnt[e] = 0;
+  __syncthreads();
+  const int n = n_used * T;
+  for (int i = tid; i < n; i += blockDim.x) {
+    const int t = i / n_used, j = i % n_used;
+    const int e = ids[t * ids_nb1 + j];
+    if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
+  }
+  __syncthreads();
+  // Inclusive scans of counts and tile counts (Hillis-Steele over kCudaMaxExperts slots).
+  for (int e = tid; e < kCudaMaxExperts; e += blockDim.x) {
+    s_scan[e] = s_cnt[e];
+    s_tiles[e] = (s_cnt[e] + NT - 1) / NT;
+  }
+  __syncthreads();
+  for (int off = 1; off < kCudaMaxExperts; off <<= 1) {
+    int a[2], b[2], k = 0;
+    for (int e = tid; e < kCudaMaxExperts; e += blockDim.x, ++k) {
+      a[k] = e >= off ? s_scan[e - off] : 0;
+      b[k] = e >= off ? s_tiles[e - off] : 0;
+    }
+    __syncthreads();
+    k = 0;
+    for (int e = tid; e < kCudaMaxExperts; e += blockDim.x, ++k) { s_scan[e] += a[k]; s_tiles[e] += b[k]; }
+    __syncthreads();
+  }
+  for (int e = tid; e < E; e += blockDim.x) {
+    const int c = s_cnt[e];
+    const int start = s_scan[e] - c;
+    int tile = s_tiles[e] - (c + NT - 1) / NT;
+    rt.cursor[e] = start;
+    for (int k = 0; k < c; k += NT) rt.tiles[tile++] = make_int4(e, start + k, min(NT, c - k), 0);
+  }
+  const int n_tiles = s_tiles[kCudaMaxExperts - 1];
+  for (int i = n_tiles + tid; i < max_tiles; i += blockDim.x) rt.tiles[i] = make_int4(0, 0, 0, 0);
+  __syncthreads();
+  for (int i = tid; i < n; i += blockDim.x) {
+    const int t = i / n_used, j = i % n_used;
+    const int e = ids[t * ids_nb1 + j];
+    if (e < 0 || e >= E) continue;
+    const int p = atomicAdd(&rt.cursor[e], 1);
+    rt.entries[p] = make_int2(X == 1 ? t : t * X + j, t * n_used + j);
+  }
+}
+
+// ---- the product ---------------------------------------------------------------------
+
+template <DType T, int NT>
+__global__ void __launch_bounds__(kWarps * 32) mmv_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                                                          const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  int expert = 0, first = blockIdx.y * NT, cnt;
+  if (tiles) {
+    const int4 tl = tiles[blockIdx.y];
+    expert = tl.x;
+    first = tl.y;
+    cnt = tl.z;
+  } else {
+    cnt = min(NT, ncols - first);
+  }
+  if (cnt <= 0 || row >= M) return;
+  const float *xp[NT];
+  float *yp[NT];
+#pragma unroll
+  for (int k = 0; k < NT; ++k) {
+    const int kk = k < cnt ? k : 0;
+    const int2 e = entries ? entries[first + kk] : make_int2(first + kk, first + kk);
+    xp[k] = X + static_cast<int64_t>(e.x) * K;
+    yp[k] = Y + static_cast<int64_t>(e.y) * M + row;
+  }
+  const uint8_t *wrow = W + expert * expert_bytes + static_cast<int64_t>(row) * row_bytes;
+  float acc[NT];
+#pragma unroll
+  for (int k = 0; k < NT; ++k) acc[k] = 0.0f;
+  if constexpr (is_plain(T)) {
+    for (int i = lane; i < K; i += 32) {
+      const float w = plain_at<T>(wrow, i);
+#pragma unroll
+      for (int k = 0; k < NT; ++k) acc[k] += w * __ldg(xp[k] + i);
+    }
+  } else {
+    const int n_sub = K / 32;
+    for (int s = lane; s < n_sub; s += 32) {
+      float w[32];
+      dequant32<T>(wrow, s, w);
+#pragma unroll
+      for (int k = 0; k < NT; ++k) {
+        if (k >= cnt) break;
+        const float4 *x4 = reinterpret_cast<const float4 *>(xp[k] + s * 32);
+        float a = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float4 xv = __ldg(x4 + q);
+          a += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
+        }
+        acc[k] += a;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NT; ++k) {
+    const float v = warp_sum(acc[k]);
+    if (lane == 0 && k < cnt) *yp[k] = v;
+  }
+}
+
+template <int NT>
+void launch_mmv(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const float *X, float *Y,
+                int ncols, const int4 *tiles, const int2 *entries) {
+  const dim3 block(kWarps * 32);
+#define MOE_MMV_CASE(TY) \
+  case TY: mmv_kernel<TY, NT><<<grid, block, 0, s>>>(W, rb, eb, K, M, X, Y, ncols, tiles, entries); break;
+  switch (t) {
+    MOE_MMV_CASE(DType::F32)
+    MOE_MMV_CASE(DType::F16)
+    MOE_MMV_CASE(DType::BF16)
+    MOE_MMV_CASE(DType::Q4_0)
+    MOE_MMV_CASE(DType::Q8_0)
+    MOE_MMV_CASE(DType::MXFP4)
+    MOE_MMV_CASE(DType::Q2_K)
+    MOE_MMV_CASE(DType::Q3_K)
+    MOE_MMV_CASE(DType::Q4_K)
+    MOE_MMV_CASE(DType::Q5_K)
+    MOE_MMV_CASE(DType::Q6_K)
+    default: fail(Status::Internal, "CUDA matmul: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_MMV_CASE
+  MOE_CUDA_LAUNCH_CHECK("mmv_kernel");
+}
+
+constexpr int kTile = 8;  // columns per tile when the batch has more than one token
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+struct MatmulShape {
+  int64_t K, M, E, rows;  // rows: activation rows to round
+  int n_used, T, X, NT, max_tiles;
+};
+
+MatmulShape shape_of(const Graph &g, const Node &n) {
+  const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
+  MatmulShape s{};
+  s.K = w.ne[0];
+  s.M = w.ne[1];
+  if (n.op == Op::MatMul) {
+    s.E = 1;
+    s.rows = x.ne[1] * x.ne[2] * x.ne[3];
+    s.NT = s.rows == 1 ? 1 : kTile;
+  } else {
+    const Node &ids = g.node(n.src[2]);
+    s.E = w.ne[2];
+    s.n_used = static_cast<int>(ids.ne[0]);
+    s.T = static_cast<int>(ids.ne[1]);
+    s.X = static_cast<int>(x.ne[1]);
+    s.rows = static_cast<int64_t>(s.X) * s.T;
+    s.NT = s.T == 1 ? 1 : kTile;
+    const int n = s.n_used * s.T;
+    s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
+  }
+  return s;
+}
+
+}  // namespace
+
+bool cuda_matmul_type_supported(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q8_0: case DType::MXFP4:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
+  const MatmulShape s = shape_of(g, n);
+  size_t bytes = align256(static_cast<size_t>(s.K * s.rows) * 4);
+  if (n.op == Op::MatMulId) {
+    bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
+    bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
+    bytes += align256(static_cast<size_t>(s.E) * 4);
+  }
+  return bytes;
+}
+
+void cuda_op_matmul(const CudaOpCtx &c) {
+  const Node &w = c.src(0), &x = c.src(1);
+  const MatmulShape s = shape_of(c.g, c.n);
+  if (s.M == 0 || s.rows == 0) return;
+  if (c.n.op == Op::MatMulId && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  float *xr = reinterpret_cast<float *>(work);
+  const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
+  act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
+  MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
+  const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  float *Y = static_cast<float *>(c.n.data);
+  if (c.n.op == Op::MatMul) {
+    const int ncols = static_cast<int>(s.rows);
+    const dim3 grid(grid_x.x, static_cast<unsigned>((ncols + s.NT - 1) / s.NT));
+    if (s.NT == 1) launch_mmv<1>(w.type, grid, c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols, nullptr, nullptr);
+    else launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols, nullptr, nullptr);
+    return;
+  }
+  const Node &ids = c.src(2);
+  size_t off = align256(static_cast<size_t>(s.K * s.rows) * 4);
+  RouteTables rt;
+  rt.entries = reinterpret_cast<int2 *>(work + off);
+  off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
+  rt.tiles = reinterpret_cast<int4 *>(work + off);
+  off += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
+  rt.cursor = reinterpret_cast<int *>(work + off);
+  route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
+                                         static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
+  MOE_CUDA_LAUNCH_CHECK("route_kernel");
+  const dim3 grid(grid_x.x, static_cast<unsigned>(s.max_tiles));
+  if (s.NT == 1) launch_mmv<1>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0, rt.tiles, rt.entries);
+  else launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0, rt.tiles, rt.entries);
+}
+
+}  // namespace moe

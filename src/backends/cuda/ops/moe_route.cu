@@ -1,0 +1,146 @@
+// MoE routing helpers on the device: top-k (a warp per token), gathering the chosen
+// probabilities, and the weighted combine of expert outputs; plus GetRows (embedding
+// lookup / row selection) for every weight type.
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/quant.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kSlots = kCudaMaxExperts / 32;
+
+// k rounds of "largest not yet taken, lowest index on ties", as the reference.
+__global__ void top_k_kernel(TView x, TView d, int k, int64_t T) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (t >= T) return;
+  const int lane = threadIdx.x & 31;
+  const int E = static_cast<int>(x.ne[0]);
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[1]);
+  int32_t *dst = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(d.data) + t * d.nb[1]);
+  float v[kSlots];
+  unsigned taken = 0;
+#pragma unroll
+  for (int q = 0; q < kSlots; ++q) {
+    const int e = lane + 32 * q;
+    v[q] = e < E ? src[e] : 0.0f;
+    if (e >= E) taken |= 1u << q;
+  }
+  for (int j = 0; j < k; ++j) {
+    float bv = 0.0f;
+    int bi = -1;
+#pragma unroll
+    for (int q = 0; q < kSlots; ++q) {
+      if (taken & (1u << q)) continue;
+      const int e = lane + 32 * q;
+      if (bi < 0 || v[q] > bv) { bv = v[q]; bi = e; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      const bool better = oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi));
+      if (better) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) dst[j] = bi;
+    if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
+  }
+}
+
+__global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64_t T) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= k * T) return;
+  const int64_t t = i / k, j = i % k;
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[1]);
+  const int32_t e = reinterpret_cast<const int32_t *>(static_cast<const uint8_t *>(ids.data) + t * ids.nb[1])[j];
+  reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[j] = (e >= 0 && e < x.ne[0]) ? src[e] : 0.0f;
+}
+
+__global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_t k) {
+  const int64_t t = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= M) return;
+  const float *wt = reinterpret_cast<const float *>(static_cast<const uint8_t *>(w.data) + t * w.nb[1]);
+  const uint8_t *eb = static_cast<const uint8_t *>(ex.data) + t * ex.nb[2];
+  float acc = reinterpret_cast<const float *>(eb)[i] * wt[0];
+  for (int64_t j = 1; j < k; ++j) acc += reinterpret_cast<const float *>(eb + j * ex.nb[1])[i] * wt[j];
+  reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[i] = acc;
+}
+
+// One thread per 32-element sub-block (plain types: per element) of each selected row.
+template <DType T> __device__ void get_row_sub(const uint8_t *row, int64_t s, float *out) {
+  if constexpr (is_plain(T)) {
+    out[s] = plain_at<T>(row, s);
+  } else {
+    float w[32];
+    dequant32<T>(row, static_cast<int>(s), w);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) out[s * 32 + l] = w[l];
+  }
+}
+
+__global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t n_units) {
+  const int64_t r = blockIdx.y;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= n_units) return;
+  const int32_t id = static_cast<const int32_t *>(ids.data)[r];
+  float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + r * d.nb[1]);
+  if (id < 0 || id >= tab.ne[1]) {
+    // The context validates token ids before a decode; zeros keep the output defined.
+    const int64_t per = n_units == tab.ne[0] ? 1 : 32;
+    for (int64_t l = 0; l < per; ++l) out[s * per + l] = 0.0f;
+    return;
+  }
+  const uint8_t *row = static_cast<const uint8_t *>(tab.data) + id * tab.nb[1];
+  switch (static_cast<DType>(type)) {
+    case DType::F32: get_row_sub<DType::F32>(row, s, out); break;
+    case DType::F16: get_row_sub<DType::F16>(row, s, out); break;
+    case DType::BF16: get_row_sub<DType::BF16>(row, s, out); break;
+    case DType::Q4_0: get_row_sub<DType::Q4_0>(row, s, out); break;
+    case DType::Q8_0: get_row_sub<DType::Q8_0>(row, s, out); break;
+    case DType::MXFP4: get_row_sub<DType::MXFP4>(row, s, out); break;
+    case DType::Q2_K: get_row_sub<DType::Q2_K>(row, s, out); break;
+    case DType::Q3_K: get_row_sub<DType::Q3_K>(row, s, out); break;
+    case DType::Q4_K: get_row_sub<DType::Q4_K>(row, s, out); break;
+    case DType::Q5_K: get_row_sub<DType::Q5_K>(row, s, out); break;
+    case DType::Q6_K: get_row_sub<DType::Q6_K>(row, s, out); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void cuda_op_top_k(const CudaOpCtx &c) {
+  const int64_t T = c.n.ne[1];
+  if (T == 0) return;
+  top_k_kernel<<<static_cast<unsigned>((T + 3) / 4), 128, 0, c.stream>>>(tview(c.src(0)), tview(c.n), static_cast<int>(c.n.ne[0]), T);
+  MOE_CUDA_LAUNCH_CHECK("top_k_kernel");
+}
+
+void cuda_op_gather_cols(const CudaOpCtx &c) {
+  const int64_t k = c.n.ne[0], T = c.n.ne[1];
+  if (k * T == 0) return;
+  gather_cols_kernel<<<static_cast<unsigned>((k * T + 127) / 128), 128, 0, c.stream>>>(tview(c.src(0)), tview(c.src(1)), tview(c.n), k, T);
+  MOE_CUDA_LAUNCH_CHECK("gather_cols_kernel");
+}
+
+void cuda_op_moe_combine(const CudaOpCtx &c) {
+  const int64_t M = c.n.ne[0], T = c.n.ne[1], k = c.src(0).ne[1];
+  if (M * T == 0) return;
+  moe_combine_kernel<<<dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), 256, 0, c.stream>>>(
+      tview(c.src(0)), tview(c.src(1)), tview(c.n), M, k);
+  MOE_CUDA_LAUNCH_CHECK("moe_combine_kernel");
+}
+
+void cuda_op_get_rows(const CudaOpCtx &c) {
+  const Node &tab = c.src(0), &ids = c.src(1);
+  const int64_t n = ids.ne[0];
+  if (n == 0) return;
+  const bool plain = tab.type == DType::F32 || tab.type == DType::F16 || tab.type == DType::BF16;
+  const int64_t units = plain ? tab.ne[0] : tab.ne[0] / 32;
+  get_rows_kernel<<<dim3(static_cast<unsigned>((units + 127) / 128), static_cast<unsigned>(n)), 128, 0, c.stream>>>(
+      tview(tab), static_cast<int>(tab.type), tview(ids), tview(c.n), units);
+  MOE_CUDA_LAUNCH_CHECK("get_rows_kernel");
+}
+
+}  // namespace moe

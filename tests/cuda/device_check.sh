@@ -1,0 +1,69 @@
+#!/bin/bash
+# One-shot CUDA check for a GPU machine (run from the repository root):
+#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench]
+# Builds with ninja for sm_90, runs the [cuda] tests, compute-sanitizer memcheck/racecheck
+# on the op tests, the conformance check on --device cuda, and the bench on a generated
+# Qwen3-30B-A3B-shaped Q4_K_M file. Logs go to $OUT (default /tmp/moe-cuda-out); a summary
+# is printed last. Extra dependencies for a bare machine may sit in .devdata/deps.
+set -u
+OUT=${OUT:-/tmp/moe-cuda-out}
+mkdir -p "$OUT"
+PHASES=${*:-build tests sanitize conformance bench}
+B=build-dev
+SUM=$OUT/summary.txt
+: > "$SUM"
+note() { echo "$*" | tee -a "$SUM"; }
+has() { [[ " $PHASES " == *" $1 "* ]]; }
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 ))s; }
+
+nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
+df -h /tmp >> "$OUT/gpu.txt" 2>&1
+PREFIX=""
+[ -d .devdata/deps ] && PREFIX="-DCMAKE_PREFIX_PATH=$PWD/.devdata/deps"
+
+if has build; then
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DMOEINFER_BUILD_BENCH=OFF $PREFIX > "$OUT/build.log" 2>&1
+  cmake --build $B -j16 --target moeinfer-cli moeinfer-tests >> "$OUT/build.log" 2>&1
+  rc=$?; note "build rc=$rc $(el)"
+  [ $rc -ne 0 ] && { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+fi
+CLI=$(find $B -name moeinfer-cli -type f | head -1)
+TESTS=$(find $B -name moeinfer-tests -type f | head -1)
+
+MK_PID=""
+if has bench && [ ! -f /tmp/q3.gguf ]; then
+  ( nice "$CLI" mkmodel --preset qwen3-30b-a3b --type q4_k_m -o /tmp/q3.gguf --threads 10 --quiet > "$OUT/mkmodel.log" 2>&1; echo "mkmodel rc=$?" >> "$OUT/mkmodel.log" ) &
+  MK_PID=$!
+fi
+
+if has tests; then
+  timeout 300 "$TESTS" "[cuda]" -d yes > "$OUT/tests.log" 2>&1
+  note "tests [cuda] rc=$? $(el): $(grep -E '^test cases' "$OUT/tests.log" | tail -1)"
+  grep -B2 -A12 "FAILED" "$OUT/tests.log" | head -80
+fi
+
+if has sanitize; then
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  timeout 240 "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
+  note "memcheck [ops][cuda] rc=$? $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
+  timeout 180 "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "[routing],[attention]" > "$OUT/racecheck.log" 2>&1
+  note "racecheck [routing],[attention] rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
+fi
+
+if has conformance; then
+  D=.devdata/conformance
+  [ -d ../shared/conformance ] && D=../shared/conformance
+  timeout 300 python3 $D/check.py "$CLI" $D --device cuda --kinds greedy,logits --only qwen3moe > "$OUT/conformance.log" 2>&1
+  note "conformance cuda rc=$? $(el): $(tail -3 "$OUT/conformance.log" | tr '\n' ' ')"
+fi
+
+if has bench; then
+  [ -n "$MK_PID" ] && wait $MK_PID
+  note "mkmodel $(el): $(tail -1 "$OUT/mkmodel.log") $(ls -la /tmp/q3.gguf 2>&1)"
+  timeout 240 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
+  note "bench rc=$? $(el)"
+  cat "$OUT/bench.log" | tail -15 | tee -a "$SUM"
+fi
+echo "==== summary"; cat "$SUM"

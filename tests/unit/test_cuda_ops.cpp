@@ -1,0 +1,433 @@
+// CUDA backend vs CPU backend on random inputs: every IR op, every weight type, odd shapes,
+// batch 1 and > 1, MoE routing edge cases, the KV cache types, and an engine-level decode
+// (greedy ids, logits, at most one host synchronisation per step, graphs on/off).
+// Without a CUDA build or device every case WARNs and returns (tag [cuda]).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "engine/weight_upload.h"
+#include "graph/compiler.h"
+#include "kv/kv_cache.h"
+#include "model/synth/synth_model.h"
+#include "support/graph_runner.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_common.h"
+#endif
+
+using namespace moe;
+using moe_test::WeightStore;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto &x : v) x = d(rng);
+  return v;
+}
+
+Backend *gpu_or_skip(BackendRegistry &reg) {
+  Backend *g = reg.find("cuda");
+  if (!g) WARN("no CUDA device (or a build without CUDA): CUDA test skipped");
+  return g;
+}
+
+struct Input {
+  int node;
+  std::vector<uint8_t> bytes;
+};
+template <typename T> Input in(int node, const std::vector<T> &v) {
+  Input i{node, std::vector<uint8_t>(v.size() * sizeof(T))};
+  std::memcpy(i.bytes.data(), v.data(), i.bytes.size());
+  return i;
+}
+
+// Runs g on one backend: weights bound in place (CPU) or uploaded (GPU); returns the raw
+// bytes of each requested node.
+std::vector<std::vector<uint8_t>> run_on(Backend &be, Graph g, const std::vector<Input> &inputs, const std::vector<int> &outs,
+                                         const ExecEnv &env = {}, int runs = 1) {
+  CompileOptions o;
+  o.devices = {&be};
+  o.n_threads = 2;
+  o.allow_fallback = false;
+  auto plan = compile_graph(std::move(g), o);
+  auto arena = be.alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "test");
+  std::unique_ptr<DeviceWeights> dw;
+  if (!be.host_memory()) {
+    std::vector<const GgufTensorInfo *> ts;
+    for (const Node &n : plan->graph.nodes())
+      if (n.leaf == LeafKind::Weight && n.op == Op::Leaf) ts.push_back(n.weight);
+    dw = DeviceWeights::upload(ts, be);
+  }
+  void *bases[1] = {arena->data()};
+  bind_plan(*plan, bases, [&](const Node &n) { return dw ? dw->find(n.weight) : const_cast<uint8_t *>(n.weight->data); });
+  auto exec = be.make_executor(2);
+  std::vector<std::vector<uint8_t>> res;
+  for (int r = 0; r < runs; ++r) {
+    for (const Input &i : inputs) arena->upload(plan->graph.node(i.node).offset, i.bytes.data(), i.bytes.size());
+    exec->run(plan->graph, 0, static_cast<int>(plan->graph.nodes().size()), env);
+    exec->synchronize();
+  }
+  for (int id : outs) {
+    const Node &n = plan->graph.node(id);
+    std::vector<uint8_t> b(n.nbytes());
+    arena->download(n.offset, b.data(), b.size());
+    res.push_back(std::move(b));
+  }
+  return res;
+}
+
+std::vector<float> as_f32(const std::vector<uint8_t> &b) {
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+// ||a - b|| / ||b||, and every value finite.
+double rel_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b) {
+  auto x = as_f32(a), y = as_f32(b);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return 1e30;
+    num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    den += double(y[i]) * y[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q2_K,
+                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
+
+int64_t k_for(DType t, bool odd) {
+  if (type_traits(t).block_size == 256) return odd ? 768 : 512;
+  if (type_traits(t).block_size == 32) return odd ? 96 : 64;
+  return odd ? 37 : 64;
+}
+
+}  // namespace
+
+TEST_CASE("cuda op: matmul matches the CPU for every weight type, odd shapes, batch 1 and >1", "[ops][cuda]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 1;
+  for (DType t : kAllTypes)
+    for (bool odd : {false, true})
+      for (int64_t N : {1, 3, 17}) {
+        const int64_t K = k_for(t, odd), M = odd ? 37 : 64;
+        WeightStore ws;
+        const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
+        auto build = [&](int &x, int &y) {
+          Graph g;
+          x = g.input("x", DType::F32, {K, N});
+          y = g.matmul(g.weight(w), x);
+          g.mark_output(y, "y");
+          return g;
+        };
+        auto xv = randn(static_cast<size_t>(K * N), seed++);
+        int x, y;
+        Graph gc = build(x, y), gg = build(x, y);
+        auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+        auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+        CHECK(rel_err(r_gpu[0], r_cpu[0]) < 1e-4);
+      }
+}
+
+namespace {
+
+// MoE matmul_id with given ids, compared with the CPU.
+double moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t E, int64_t k, int64_t T, int64_t X,
+                const std::vector<int32_t> &ids, uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("experts", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
+  auto build = [&](int &x, int &id, int &y) {
+    Graph g;
+    x = g.input("x", DType::F32, {K, X, T});
+    id = g.input("ids", DType::I32, {k, T});
+    y = g.matmul_id(g.weight(w), x, id);
+    g.mark_output(y, "y");
+    return g;
+  };
+  auto xv = randn(static_cast<size_t>(K * X * T), seed + 1);
+  int x, id, y;
+  Graph gc = build(x, id, y), gg = build(x, id, y);
+  auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv), in(id, ids)}, {y});
+  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv), in(id, ids)}, {y});
+  return rel_err(r_gpu[0], r_cpu[0]);
+}
+
+}  // namespace
+
+TEST_CASE("cuda op: matmul_id for every weight type (grouped by expert on the device)", "[ops][cuda][moe]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 100;
+  for (DType t : kAllTypes)
+    for (int64_t T : {1, 4})
+      for (int64_t X : {int64_t(1), int64_t(3)}) {
+        const int64_t K = k_for(t, true), M = 24, E = 6, k = 3;
+        std::vector<int32_t> ids = {0, 5, 2, 5, 5, 5, 1, 0, 3, 2, 2, 0};
+        ids.resize(static_cast<size_t>(k * T));
+        INFO("type " << dtype_name(t) << " T=" << T << " X=" << X);
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, X, ids, seed++) < 1e-4);
+      }
+}
+
+TEST_CASE("cuda op: MoE routing edge cases match the CPU", "[ops][cuda][moe][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  std::mt19937 rng(5);
+  SECTION("all tokens to one expert") {
+    std::vector<int32_t> ids(static_cast<size_t>(2 * 40), 3);
+    for (size_t i = 1; i < ids.size(); i += 2) ids[i] = 3;
+    CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 32, 8, 2, 40, 1, ids, 7) < 1e-4);
+  }
+  SECTION("unused experts and duplicate ids for one token") {
+    std::vector<int32_t> ids = {1, 1, 1, 1, 6, 6, 6, 1, 1, 6, 1, 6};
+    CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 16, 16, 4, 3, 4, ids, 8) < 1e-4);
+  }
+  SECTION("batch 512 with 128 experts, 8 per token") {
+    std::vector<int32_t> ids(512 * 8);
+    for (int t = 0; t < 512; ++t) {
+      std::vector<int32_t> e(128);
+      for (int i = 0; i < 128; ++i) e[static_cast<size_t>(i)] = i;
+      std::shuffle(e.begin(), e.end(), rng);
+      for (int j = 0; j < 8; ++j) ids[static_cast<size_t>(t * 8 + j)] = e[static_cast<size_t>(j)];
+    }
+    CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 16, 128, 8, 512, 1, ids, 9) < 1e-4);
+    CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 8, 128, 8, 512, 8, ids, 10) < 1e-4);
+  }
+}
+
+TEST_CASE("cuda op: elementwise, norms, softmax, routing helpers, rope, get_rows", "[ops][cuda]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (int64_t T : {1, 7}) {
+    const int64_t n = 300, E = 40, k = 6;
+    WeightStore ws;
+    const GgufTensorInfo *nw = ws.add("nw", DType::F32, {n}, randn(static_cast<size_t>(n), 3));
+    int a, b, r;
+    std::vector<int> outs;
+    auto build = [&]() {
+      Graph g;
+      outs.clear();
+      a = g.input("a", DType::F32, {n, T});
+      b = g.input("b", DType::F32, {n, T});
+      r = g.input("r", DType::F32, {E, T});
+      int x = g.mul(g.rms_norm(a, 1e-6f), g.weight(nw));
+      outs.push_back(g.add(x, b));
+      outs.push_back(g.scale(a, 0.5f, 0.25f));
+      outs.push_back(g.softmax(a));
+      outs.push_back(g.sigmoid(b));
+      outs.push_back(g.swiglu(a, b));
+      outs.push_back(g.copy(g.view(a, {n * T})));
+      int probs = g.softmax(r);
+      int ids = g.top_k(probs, static_cast<int>(k));
+      int wts = g.norm_sum(g.gather_cols(probs, ids));
+      outs.push_back(ids);
+      outs.push_back(wts);
+      int ex = g.view(g.copy(g.view(g.input("ex", DType::F32, {n * k * T}), {n * k * T})), {n, k, T});
+      outs.push_back(g.moe_combine(ex, wts));
+      for (int o : outs) g.mark_output(o, "o" + std::to_string(o));
+      return g;
+    };
+    Graph g1 = build();
+    const int ex_in = g1.find_input("ex");
+    auto av = randn(static_cast<size_t>(n * T), 1), bv = randn(static_cast<size_t>(n * T), 2), rv = randn(static_cast<size_t>(E * T), 3);
+    auto exv = randn(static_cast<size_t>(n * k * T), 4);
+    rv[5] = rv[9];  // a tie: the lower index wins
+    std::vector<Input> ins = {in(a, av), in(b, bv), in(r, rv), in(ex_in, exv)};
+    auto outs_c = outs;
+    auto rc = run_on(*reg.cpu(), std::move(g1), ins, outs_c);
+    Graph g2 = build();
+    auto rg = run_on(*gpu, std::move(g2), ins, outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      INFO("output " << i << " T=" << T);
+      if (i == 6) CHECK(rc[i] == rg[i]);  // top-k ids exactly
+      else CHECK(rel_err(rg[i], rc[i]) < 1e-5);
+    }
+  }
+  // RoPE: NeoX, normal, partial rotation, YaRN.
+  for (int variant = 0; variant < 4; ++variant) {
+    const int64_t hd = 64, nh = 3, T = 5;
+    RopeParams p;
+    p.n_rot = variant == 2 ? 32 : 64;
+    p.neox = variant != 1;
+    p.freq_base = 10000.0f;
+    if (variant == 3) { p.freq_scale = 0.25f; p.ext_factor = 1.0f; p.n_ctx_orig = 4096; p.attn_factor = 1.0f; }
+    int x, pos, y;
+    auto build = [&]() {
+      Graph g;
+      x = g.input("x", DType::F32, {hd, nh, T});
+      pos = g.input("pos", DType::I32, {T});
+      y = g.rope(x, pos, p);
+      g.mark_output(y, "y");
+      return g;
+    };
+    auto xv = randn(static_cast<size_t>(hd * nh * T), 11);
+    std::vector<int32_t> pv = {0, 1, 17, 300, 4000};
+    Graph gc = build(), gg = build();
+    auto rc = run_on(*reg.cpu(), std::move(gc), {in(x, xv), in(pos, pv)}, {y});
+    auto rg = run_on(*gpu, std::move(gg), {in(x, xv), in(pos, pv)}, {y});
+    INFO("rope variant " << variant);
+    CHECK(rel_err(rg[0], rc[0]) < 1e-5);
+  }
+  // GetRows for every table type.
+  for (DType t : kAllTypes) {
+    const int64_t K = k_for(t, true), rows = 9;
+    WeightStore ws;
+    const GgufTensorInfo *tab = ws.add("tab", t, {K, rows}, randn(static_cast<size_t>(K * rows), 12));
+    int ids, y;
+    auto build = [&]() {
+      Graph g;
+      ids = g.input("ids", DType::I32, {4});
+      y = g.get_rows(g.weight(tab), ids);
+      g.mark_output(y, "y");
+      return g;
+    };
+    std::vector<int32_t> iv = {8, 0, 3, 3};
+    Graph gc = build(), gg = build();
+    auto rc = run_on(*reg.cpu(), std::move(gc), {in(ids, iv)}, {y});
+    auto rg = run_on(*gpu, std::move(gg), {in(ids, iv)}, {y});
+    INFO("get_rows " << dtype_name(t));
+    CHECK(rel_err(rg[0], rc[0]) < 1e-6);
+  }
+}
+
+TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several sequences)", "[ops][cuda][attention]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
+    for (int64_t T : {1, 6}) {
+      const int64_t hd = 64, nh = 4, nkv = 2, n_cells = 300;
+      const std::vector<KvLayerDims> dims = {{hd * nkv, hd * nkv}};
+      KvCache kv_c(n_cells, 2, kt, dims, *reg.cpu());
+      KvCache kv_g(n_cells, 2, kt, dims, *gpu);
+      // History: 200 cells of two interleaved sequences, a few freed; then this batch.
+      std::mt19937 rng(3);
+      for (int step = 0; step < 3; ++step) {
+        const int64_t nt = step < 2 ? 100 : T;
+        // Build per-step graphs with nt tokens.
+        int qq, kk, vv, oo;
+        auto b2 = [&]() {
+          Graph g;
+          qq = g.input("q", DType::F32, {hd, nh, nt});
+          kk = g.input("k", DType::F32, {hd, nkv, nt});
+          vv = g.input("v", DType::F32, {hd, nkv, nt});
+          int ks = g.kv_store(kk, 0, 0), vs = g.kv_store(vv, 0, 1);
+          oo = g.attention(qq, ks, vs, hd, 0.125f);
+          g.node(oo).ip[1] = static_cast<int32_t>(n_cells);
+          g.mark_output(oo, "o");
+          return g;
+        };
+        std::vector<int32_t> cells(static_cast<size_t>(nt)), pos(static_cast<size_t>(nt)), seq(static_cast<size_t>(nt));
+        for (int64_t i = 0; i < nt; ++i) {
+          seq[static_cast<size_t>(i)] = static_cast<int32_t>(i % 2);
+          pos[static_cast<size_t>(i)] = static_cast<int32_t>(step * 50 + i / 2);
+        }
+        REQUIRE(kv_c.find_slots(static_cast<uint32_t>(nt), cells.data()));
+        kv_c.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
+        kv_g.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
+        if (step == 1) {  // free some history cells of sequence 0
+          kv_c.seq_rm(0, 10, 20);
+          kv_g.seq_rm(0, 10, 20);
+        }
+        auto qv = randn(static_cast<size_t>(hd * nh * nt), rng()), kvv = randn(static_cast<size_t>(hd * nkv * nt), rng()),
+             vvv = randn(static_cast<size_t>(hd * nkv * nt), rng());
+        UbatchInfo ub;
+        ub.n_tokens = static_cast<int32_t>(nt);
+        ub.cells = cells.data();
+        ub.pos = pos.data();
+        ub.seq = seq.data();
+        ub.n_kv = kv_c.n_kv();
+        ub.cell_state = kv_c.cells();
+        ExecEnv ec{&ub, &kv_c};
+        Graph g1 = b2(), g2 = b2();
+        std::vector<Input> ins = {in(qq, qv), in(kk, kvv), in(vv, vvv)};
+        auto rc = run_on(*reg.cpu(), std::move(g1), ins, {oo}, ec);
+        UbatchInfo ubg = ub;
+        ubg.cell_state = kv_g.cells();
+        ExecEnv eg{&ubg, &kv_g};
+        auto rg = run_on(*gpu, std::move(g2), ins, {oo}, eg);
+        INFO("kv " << kv_type_name(kt) << " T=" << T << " step " << step);
+        CHECK(rel_err(rg[0], rc[0]) < (kt == KvType::F16 ? 2e-3 : 1e-4));
+      }
+    }
+}
+
+TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, graphs on/off agree", "[cuda][engine]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  for (const char *mix : {"q8_0", "q4_k_m"}) {
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              (std::string("moe-cuda-engine-") + mix + "-" + std::to_string(::getpid()) + ".gguf")).string();
+    SynthSpec spec;
+    spec.preset = "tiny";
+    spec.type_mix = mix;
+    write_synthetic_model(spec, path);
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      std::map<std::string, std::vector<int32_t>> greedy;
+      std::map<std::string, std::vector<float>> first_logits;
+      for (const char *dev : {"cpu", "cuda", "cuda-nograph"}) {
+        ContextParams cp;
+        cp.n_ctx = 128;
+        cp.n_threads = 2;
+        cp.device = std::string(dev) == "cpu" ? "cpu" : "cuda";
+        cp.gpu_graphs = std::string(dev) != "cuda-nograph";
+        auto ctx = Context::create(*model, cp);
+        std::vector<BatchToken> prompt;
+        const int32_t ids[] = {510, 1, 300, 42, 77, 5, 9, 100};
+        for (int32_t i = 0; i < 8; ++i) prompt.push_back({ids[i], i, 0, i == 7});
+        ctx->decode(prompt.data(), prompt.size());
+        const int32_t nv = ctx->n_vocab();
+        first_logits[dev].assign(ctx->logits(-1), ctx->logits(-1) + nv);
+        std::vector<int32_t> out;
+        for (int step = 0; step < 12; ++step) {
+          const float *l = ctx->logits(-1);
+          int32_t best = 0;
+          for (int32_t v = 1; v < nv; ++v)
+            if (l[v] > l[best]) best = v;
+          out.push_back(best);
+          BatchToken t{best, 8 + step, 0, true};
+          const uint64_t before = cuda_sync_count();
+          ctx->decode(&t, 1);
+          const uint64_t syncs = cuda_sync_count() - before;
+          if (cp.device != "cpu" && step >= 3) {
+            INFO(dev << " step " << step << ": host synchronisations in one decode step");
+            CHECK(syncs <= 1);
+          }
+        }
+        greedy[dev] = out;
+      }
+      INFO("mix " << mix);
+      CHECK(greedy["cuda"] == greedy["cpu"]);
+      CHECK(greedy["cuda-nograph"] == greedy["cuda"]);
+      std::vector<uint8_t> a(first_logits["cuda"].size() * 4), b(a.size());
+      std::memcpy(a.data(), first_logits["cuda"].data(), a.size());
+      std::memcpy(b.data(), first_logits["cpu"].data(), b.size());
+      CHECK(rel_err(a, b) < 1e-3);
+    }
+    std::remove(path.c_str());
+  }
+#endif
+}
