@@ -96,14 +96,15 @@ struct Runner {
   uint32_t n_batch;
   int32_t random_token() { return static_cast<int32_t>(rng() % uint32_t(n_vocab)); }
 
-  // n tokens from position pos0 in decode() calls of n_batch; logits for the last token only.
+  // n tokens from position pos0 in decode() calls of n_batch; logits for the last token of
+  // each call (what llama-bench's llama_batch_get_one asks for).
   void prompt(int32_t pos0, int n) {
     std::vector<BatchToken> batch;
     for (int done = 0; done < n;) {
       int k = std::min<int>(int(n_batch), n - done);
       batch.clear();
       for (int j = 0; j < k; ++j)
-        batch.push_back({random_token(), pos0 + done + j, 0, done + j == n - 1});
+        batch.push_back({random_token(), pos0 + done + j, 0, j == k - 1});
       ctx.decode(batch.data(), batch.size());
       done += k;
     }
@@ -241,7 +242,8 @@ int cmd_bench(int argc, char **argv) {
         j["n_threads"] = n_threads;
         j["n_batch"] = ctx->params().n_batch;
         j["n_ubatch"] = ctx->params().n_ubatch;
-        j["type_kv"] = kv_type_name(kv);
+        j["type_k"] = kv_type_name(kv);
+        j["type_v"] = kv_type_name(kv);
         j["flash_attn"] = fa;
         j["test"] = t.name();
         j["n_prompt"] = t.n_prompt;
@@ -252,6 +254,9 @@ int cmd_bench(int argc, char **argv) {
         j["avg_ts"] = t.mean_ts;
         j["stddev_ts"] = t.sd_ts;
         j["samples_ns"] = t.samples_ns;
+        std::vector<double> samples_ts;
+        for (double ns : t.samples_ns) samples_ts.push_back(1e9 * (t.n_prompt ? t.n_prompt : t.n_gen) / ns);
+        j["samples_ts"] = samples_ts;
         j["load_ms"] = load_ms;
         j["context_ms"] = ctx_ms;
         j["peak_rss_bytes"] = rss;
