@@ -155,6 +155,9 @@ struct TensorSource {
         size_t u0 = k * unit_bytes, a = std::max(u0, off), b = std::min(u0 + unit_bytes, off + n);
         std::memcpy(dst + (a - off), src + (a - u0), b - a);
       }
+      // Chunks arrive in order: after the last one the pool is dead weight (hundreds of
+      // tensors would otherwise keep ~0.5 MiB each until the file is closed).
+      if (off + n >= size_t(t.info.nbytes)) std::vector<uint8_t>().swap(pool);
       return;
     }
     const int64_t r0 = int64_t(off / row_bytes), r1 = int64_t((off + n - 1) / row_bytes) + 1;
