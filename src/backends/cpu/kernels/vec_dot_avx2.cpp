@@ -130,7 +130,7 @@ void dot_mxfp4(int n, float *s, const void *w, const void *x) {
   for (int i = 0; i < n / QK_MXFP4; ++i) {
     const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(a[i].qs));
     const __m256i p = dot_i8(q, load256(b[i].qs));
-    const __m256 d = _mm256_set1_ps(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e));
+    const __m256 d = _mm256_set1_ps(h2f(b[i].d) * kE8m0Half.v[a[i].e]);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   *s = hsum(acc);
@@ -167,7 +167,7 @@ void dot4_b32(int n, float *s, const void *w, size_t stride, const void *x) {
         d = h2f(h) * dy;
       } else {
         p = dot_i8(_mm256_shuffle_epi8(table, unpack_nibbles(blk + 1)), y);
-        d = dy * e8m0_to_fp32_half(blk[0]);
+        d = dy * kE8m0Half.v[blk[0]];
       }
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
     }

@@ -129,13 +129,13 @@ void dot_mxfp4(int n, float *s, const void *w, const void *x) {
   const int nb = n / QK_MXFP4;
   int i = 0;
   for (; i + 2 <= nb; i += 2) {
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e)),
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i].d) * kE8m0Half.v[a[i].e]),
                            _mm256_cvtepi32_ps(block32_dot<true>(a[i].qs, b[i].qs)), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i + 1].d) * e8m0_to_fp32_half(a[i + 1].e)),
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i + 1].d) * kE8m0Half.v[a[i + 1].e]),
                            _mm256_cvtepi32_ps(block32_dot<true>(a[i + 1].qs, b[i + 1].qs)), acc1);
   }
   for (; i < nb; ++i)
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i].d) * e8m0_to_fp32_half(a[i].e)),
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b[i].d) * kE8m0Half.v[a[i].e]),
                            _mm256_cvtepi32_ps(block32_dot<true>(a[i].qs, b[i].qs)), acc0);
   *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
@@ -174,7 +174,7 @@ void dot4_b32(int n, float *s, const void *w, size_t stride, const void *x) {
         const __m256i code = nibbles32(blk + 1);
         const __m256i sy = _mm256_mask_sub_epi8(y, _mm256_test_epi8_mask(code, eight), _mm256_setzero_si256(), y);
         p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_shuffle_epi8(abs_table, code), sy);
-        d = dy * e8m0_to_fp32_half(blk[0]);
+        d = dy * kE8m0Half.v[blk[0]];
       }
       acc[r][slot] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r][slot]);
     }

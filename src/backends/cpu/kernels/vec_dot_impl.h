@@ -13,6 +13,14 @@ VecDotFn vec_dot_kernel_avx2(DType t);    // nullptr everywhere on non-x86 build
 VecDotFn vec_dot_kernel_avx512(DType t);  // nullptr everywhere on non-x86 builds
 VecDotFn vec_dot_kernel_neon(DType t);    // nullptr everywhere on non-aarch64 builds
 
+// e8m0_to_fp32_half(e) for every e: one L1 load instead of the branchy bit construction
+// in the MXFP4 inner loops.
+struct E8m0HalfTable {
+  float v[256];
+  E8m0HalfTable();
+};
+extern const E8m0HalfTable kE8m0Half;
+
 // Optional 4-row kernels: s[r] = (row r of w, rows stride bytes apart) . x for r = 0..3.
 // They share the activation loads and scales across rows and must give results
 // bit-identical to four vec_dot calls (so output never depends on how rows are grouped).

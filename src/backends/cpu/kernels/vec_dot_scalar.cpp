@@ -8,6 +8,11 @@
 
 namespace moe {
 
+E8m0HalfTable::E8m0HalfTable() {
+  for (int e = 0; e < 256; ++e) v[e] = e8m0_to_fp32_half(static_cast<uint8_t>(e));
+}
+const E8m0HalfTable kE8m0Half;
+
 namespace {
 
 void dot_f32(int n, float *s, const void *w, const void *x) {
