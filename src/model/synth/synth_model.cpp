@@ -116,14 +116,14 @@ struct TensorSource {
   std::vector<uint8_t> pool;
   static constexpr int64_t kPool = 4096;
 
-  TensorSource(const PlannedTensor &pt, uint64_t s, int th, bool fast) : t(pt), threads(th) {
+  TensorSource(const PlannedTensor &pt, uint64_t s, int th, bool fast, uint64_t pool_min) : t(pt), threads(th) {
     seed = splitmix64(s ^ hash_name(pt.info.name));
     ne0 = pt.info.ne[0];
     n_rows = int64_t(pt.info.n_elements() / uint64_t(ne0));
     row_bytes = row_size(pt.info.type, ne0);
     const TypeTraits &tr = type_traits(pt.info.type);
     unit = tr.is_quantized ? tr.block_size : 32;
-    pool_mode = fast && pt.info.n_elements() >= (uint64_t(1) << 22) && ne0 % unit == 0;
+    pool_mode = fast && pt.info.n_elements() >= pool_min && ne0 % unit == 0;
     unit_bytes = row_size(pt.info.type, unit);
   }
 
@@ -262,7 +262,7 @@ void build_writer(GgufWriter &w, const SynthSpec &spec, const Prepared &pr, bool
   for (const auto &t : pr.tensors) {
     GgufWriter::FillFn fill;
     if (with_data) {
-      auto src = std::make_shared<TensorSource>(t, spec.seed, threads, spec.fast);
+      auto src = std::make_shared<TensorSource>(t, spec.seed, threads, spec.fast, spec.pool_min_elements);
       fill = [src](uint8_t *dst, size_t off, size_t n) { src->fill(dst, off, n); };
     } else {
       fill = [](uint8_t *, size_t, size_t) {};

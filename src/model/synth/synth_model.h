@@ -27,6 +27,7 @@ struct SynthSpec {
   std::string vocab_json;          // Hugging Face tokenizer.json; empty: synthetic vocab
   bool synthetic_vocab = true;     // used when vocab_json is empty
   bool fast = true;                // pool-of-blocks fill for big tensors (see above)
+  uint64_t pool_min_elements = uint64_t(1) << 22;  // "big" for fast mode (tests lower it)
   int n_threads = 0;               // quantization threads; 0 = hardware concurrency
 };
 
