@@ -65,6 +65,8 @@ static void partition(const Set &set, std::string_view text, std::vector<Fragmen
 }
 
 std::vector<int32_t> Vocab::encode(std::string_view text, bool add_special, bool parse_special) const {
+  if (text.size() >= size_t(UINT32_MAX))  // word lengths and offsets are 32-bit
+    fail(Status::InvalidArgument, "encode: text of %zu bytes is too long (limit 4 GiB)", text.size());
   std::vector<int32_t> out;
   if (add_special && add_bos_ && bos_ >= 0) out.push_back(bos_);
   std::vector<Fragment> frags;
@@ -94,38 +96,51 @@ std::vector<int32_t> Vocab::encode(std::string_view text, bool add_special, bool
 // ---- byte-level BPE -------------------------------------------------------------------------
 
 void Vocab::encode_text_bpe(std::string_view text, std::vector<int32_t> &out) const {
-  std::vector<uint32_t> cps;
+  std::vector<uint32_t> cps, offs;
   cps.reserve(text.size());
+  offs.reserve(text.size() + 1);
+  // The reference re-encodes the decoded code points, so ill-formed input becomes U+FFFD; when
+  // every sequence re-encodes to itself, words are plain slices of the input.
+  bool exact = true;
   for (size_t i = 0; i < text.size();) {
     size_t len;
-    cps.push_back(utf8_decode(text.data() + i, text.size() - i, &len));
+    uint32_t cp = utf8_decode(text.data() + i, text.size() - i, &len);
+    exact &= len == (cp < 0x80 ? 1u : cp < 0x800 ? 2u : cp < 0x10000 ? 3u : 4u);
+    cps.push_back(cp);
+    offs.push_back(uint32_t(i));
     i += len;
   }
+  offs.push_back(uint32_t(text.size()));
   std::vector<uint32_t> words;
   pre_.split(cps.data(), cps.size(), words);
   std::string bytes, encoded;
   size_t at = 0;
   for (uint32_t wl : words) {
-    // The reference re-encodes the decoded code points, so ill-formed input becomes U+FFFD.
-    bytes.clear();
-    for (size_t k = at; k < at + wl; ++k) utf8_append(bytes, cps[k]);
+    std::string_view word;
+    if (exact) {
+      word = text.substr(offs[at], offs[at + wl] - offs[at]);
+    } else {
+      bytes.clear();
+      for (size_t k = at; k < at + wl; ++k) utf8_append(bytes, cps[k]);
+      word = bytes;
+    }
     at += wl;
     if (pre_.ignore_merges()) {
       encoded.clear();
-      for (unsigned char b : bytes) utf8_append(encoded, byte_to_cp_table()[b]);
+      for (unsigned char b : word) utf8_append(encoded, byte_to_cp_table()[b]);
       int32_t id = text_to_token(encoded);
       if (id >= 0) {
         out.push_back(id);
         continue;
       }
     }
-    bpe_word(bytes, out);
+    bpe_word(word, out);
   }
 }
 
 // Merge loop of one word: always merge the adjacent pair with the lowest rank (leftmost on
 // ties), like the reference's priority queue. Symbols carry the byte offset they start at.
-void Vocab::bpe_word(const std::string &bytes, std::vector<int32_t> &out) const {
+void Vocab::bpe_word(std::string_view bytes, std::vector<int32_t> &out) const {
   const size_t n = bytes.size();
   constexpr uint32_t kNone = 0xFFFFFFFFu;
   auto lookup = [&](int32_t a, int32_t b, int32_t *merged) -> uint32_t {

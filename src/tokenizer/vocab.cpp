@@ -20,8 +20,6 @@ const GgufValue *find_array(const GgufFile &f, const char *key, bool strings) {
   if (!v->is_array()) fail(Status::InvalidVocab, "%s is not an array", key);
   if (strings != (v->elem_type == GgufType::STRING))
     fail(Status::InvalidVocab, "%s has elements of type %s", key, gguf_type_name(v->elem_type));
-  if (!strings && !(v->elem_type != GgufType::ARRAY))
-    fail(Status::InvalidVocab, "%s is an array of arrays", key);
   return v;
 }
 
@@ -183,31 +181,29 @@ std::unique_ptr<Vocab> Vocab::from_gguf(const GgufFile &f, bool allow_unknown_pr
     *k.dst = int32_t(val->u);
   }
 
-  // Ids found by token text, forced to CONTROL like the reference does.
-  auto by_name = [&](int32_t *dst, const char *const *names, size_t count) {
+  // Ids the file does not give are found by token text and forced to CONTROL, like the
+  // reference does (first name in list order wins).
+  Vocab &vv = *v;
+  auto by_name = [&vv](int32_t *dst, const auto &names) {
     if (*dst >= 0) return;
-    for (size_t i = 0; i < count; ++i) {
-      int32_t id = v->text_to_token(names[i]);
+    for (const char *name : names) {
+      int32_t id = vv.text_to_token(name);
       if (id >= 0) {
         *dst = id;
-        v->types_[size_t(id)] = TOKEN_TYPE_CONTROL;
+        vv.types_[size_t(id)] = TOKEN_TYPE_CONTROL;
         return;
       }
     }
   };
-#define MOE_NAMES(a) a, sizeof(a) / sizeof(a[0])
-  by_name(&v->eot_, MOE_NAMES(kEotNames));
-  {
-    static const char *const eom[] = {"<|eom_id|>"};
-    by_name(&v->eom_, MOE_NAMES(eom));
-  }
-  by_name(&fim_pre, MOE_NAMES(kFimPreNames));
-  by_name(&fim_suf, MOE_NAMES(kFimSufNames));
-  by_name(&fim_mid, MOE_NAMES(kFimMidNames));
-  by_name(&fim_pad, MOE_NAMES(kFimPadNames));
-  by_name(&fim_rep, MOE_NAMES(kFimRepNames));
-  by_name(&fim_sep, MOE_NAMES(kFimSepNames));
-#undef MOE_NAMES
+  static const char *const kEomNames[] = {"<|eom_id|>"};
+  by_name(&v->eot_, kEotNames);
+  by_name(&v->eom_, kEomNames);
+  by_name(&fim_pre, kFimPreNames);
+  by_name(&fim_suf, kFimSufNames);
+  by_name(&fim_mid, kFimMidNames);
+  by_name(&fim_pad, kFimPadNames);
+  by_name(&fim_rep, kFimRepNames);
+  by_name(&fim_sep, kFimSepNames);
 
   // End-of-generation set.
   for (int32_t id : {fim_pad, fim_rep, fim_sep})
@@ -301,9 +297,9 @@ void Vocab::finish_specials() {
         }
       }
     } else if (type == TOKEN_TYPE_BYTE && kind_ == VocabKind::SPM) {
-      unsigned x = 0;
-      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::sscanf(t.c_str() + 3, "%2x", &x) == 1)
-        p.push_back(char(x));
+      auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hex(t[3]) >= 0 && hex(t[4]) >= 0)
+        p.push_back(char(hex(t[3]) * 16 + hex(t[4])));
       else
         fail(Status::InvalidVocab, "byte token %zu '%s' is not of the form <0xXX>", i, t.c_str());
     }  // unused / undefined tokens decode to nothing

@@ -80,7 +80,7 @@ private:
   void finish_specials();
   void encode_text_bpe(std::string_view text, std::vector<int32_t> &out) const;
   void encode_text_spm(std::string_view text, std::vector<int32_t> &out) const;
-  void bpe_word(const std::string &bytes, std::vector<int32_t> &out) const;
+  void bpe_word(std::string_view bytes, std::vector<int32_t> &out) const;
   int32_t spm_byte_token(uint8_t b) const;
 
   VocabKind kind_ = VocabKind::BPE;
