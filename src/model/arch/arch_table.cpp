@@ -5,6 +5,7 @@ namespace moe {
 static const ArchSpec *const kArchs[] = {
     &kArchQwen3Moe,
     &kArchDeepseek2,
+    &kArchGptOss,
 };
 
 const ArchSpec *find_arch(const std::string &name) {
