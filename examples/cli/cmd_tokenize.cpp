@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/status.h"
 #include "gguf/gguf_reader.h"
+#include "tokenizer/unicode.h"
 #include "tokenizer/vocab.h"
 
 namespace {
@@ -23,7 +24,31 @@ void usage(FILE *out) {
                "prints one line {\"ids\": [...]} per input line. Only the GGUF metadata is read.\n\n"
                "  -m, --model PATH        GGUF file whose tokenizer.ggml.* vocabulary is used\n"
                "  --allow-unknown-pre     fall back to the gpt2 pre-tokenizer for an unknown tokenizer.ggml.pre\n"
+               "  --words                 print the pre-tokenizer's words {\"words\": [...]} instead of ids\n"
+               "                          (no special-token handling; for checking the splitters)\n"
                "  -h, --help              this text\n");
+}
+
+// The pre-tokenizer's words of a text (code points decoded as the encoder does).
+std::vector<std::string> split_words(const moe::Vocab &v, const std::string &text) {
+  std::vector<uint32_t> cps;
+  std::vector<size_t> offs;
+  for (size_t i = 0; i < text.size();) {
+    size_t n;
+    offs.push_back(i);
+    cps.push_back(moe::utf8_decode(text.data() + i, text.size() - i, &n));
+    i += n;
+  }
+  offs.push_back(text.size());
+  std::vector<uint32_t> lens;
+  v.pre_tokenizer().split(cps.data(), cps.size(), lens);
+  std::vector<std::string> words;
+  size_t at = 0;
+  for (uint32_t l : lens) {
+    words.push_back(text.substr(offs[at], offs[at + l] - offs[at]));
+    at += l;
+  }
+  return words;
 }
 
 }  // namespace
@@ -31,6 +56,7 @@ void usage(FILE *out) {
 int cmd_tokenize(int argc, char **argv) {
   std::string model;
   bool allow_unknown_pre = false;
+  bool words_mode = false;
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
     if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
@@ -40,6 +66,8 @@ int cmd_tokenize(int argc, char **argv) {
       model = argv[++i];
     } else if (!std::strcmp(a, "--allow-unknown-pre")) {
       allow_unknown_pre = true;
+    } else if (!std::strcmp(a, "--words")) {
+      words_mode = true;
     } else {
       std::fprintf(stderr, "moeinfer-cli tokenize: unknown or incomplete option '%s'\n\n", a);
       usage(stderr);
@@ -75,6 +103,11 @@ int cmd_tokenize(int argc, char **argv) {
       nlohmann::json j = nlohmann::json::parse(line);
       if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
         throw std::runtime_error("expected an object with a string \"text\"");
+      if (words_mode) {
+        std::cout << nlohmann::json{{"words", split_words(*vocab, j["text"].get_ref<const std::string &>())}}.dump()
+                  << "\n";
+        continue;
+      }
       bool add_special = j.value("add_special", true);
       bool parse_special = j.value("parse_special", false);
       ids = vocab->encode(j["text"].get_ref<const std::string &>(), add_special, parse_special);
