@@ -197,6 +197,13 @@ TEST_CASE("activation quantizers are byte-identical to the reference ones", "[qu
           x[5] = 127.0f / 16;
           for (int i = 256 - 32; i < 256; ++i) x[i] = 0;
         }
+        if (kind == 3 && (at == DType::F16 || at == DType::BF16)) {
+          // halfway ties, subnormals, overflow, infinities, -0 (meaningless for int8 blocks)
+          const float edge[] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1e-6f, -3e-8f, 70000.0f,
+                                -65520.0f, 65519.0f, 1e-40f, -0.0f, INFINITY, -INFINITY,
+                                1.00390625f, 1.01171875f, 3.4e38f};
+          for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); ++i) x[40 + i] = edge[i];
+        }
         std::vector<uint8_t> ref(row_size(at, n));
         quantize_row(at, x.data(), ref.data(), n);
         for (CpuIsa isa : available_isas()) {

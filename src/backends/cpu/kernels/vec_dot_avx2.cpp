@@ -397,6 +397,35 @@ void from_float_q8_K(const float *x, void *vy, int64_t n) {
   }
 }
 
+// F16C conversion with round-to-nearest-even: same bits as fp32_to_fp16 for every non-NaN.
+void from_float_f16(const float *x, void *vy, int64_t n) {
+  uint16_t *y = static_cast<uint16_t *>(vy);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+// fp32_to_bf16 on 8 lanes: round to nearest even on the upper 16 bits, NaN kept quiet.
+void from_float_bf16(const float *x, void *vy, int64_t n) {
+  uint16_t *y = static_cast<uint16_t *>(vy);
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + i));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one))), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(64));
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);
+    // 8 x u32 (values < 65536) -> 8 x u16
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(y + i), packed);
+  }
+  for (; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+}
+
 }  // namespace
 
 VecDotFn vec_dot_kernel_avx2(DType t) {
@@ -427,6 +456,8 @@ VecDot4Fn vec_dot4_kernel_avx2(DType t) {
 
 FromFloatFn from_float_kernel_avx2(DType act) {
   switch (act) {
+    case DType::F16: return from_float_f16;
+    case DType::BF16: return from_float_bf16;
     case DType::Q8_0: return from_float_q8_0;
     case DType::Q8_K: return from_float_q8_K;
     default: return nullptr;
