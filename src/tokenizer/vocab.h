@@ -9,6 +9,7 @@
 //
 // Behaviour follows the reference implementation (llama.cpp) token for token; inconsistent
 // vocabularies throw Error(Status::InvalidVocab) naming the offending token, merge or key.
+// A loaded Vocab is immutable: every method may be called from several threads at once.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -49,9 +50,14 @@ public:
   Vocab(const Vocab &) = delete;
   Vocab &operator=(const Vocab &) = delete;
 
+  // add_special: BOS/EOS per add_bos()/add_eos(). parse_special: control tokens written in the
+  // text become their ids (user-defined tokens always do, as in the reference).
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
   // Bytes of one token. render_special=false hides control/unknown tokens (empty string).
+  // Throws InvalidArgument for an id outside [0, n_tokens()).
   std::string token_to_piece(int32_t id, bool render_special) const;
+  // Concatenated pieces; for SentencePiece vocabularies the space the encoder put in front of
+  // the text is dropped from the first token, so decode(encode(s)) == s.
   std::string decode(const int32_t *ids, size_t n, bool render_special) const;
 
   int32_t n_tokens() const { return int32_t(texts_.size()); }
