@@ -21,6 +21,12 @@ float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, ui
                        float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep,
                        bool use_mad);
 
+// One Q4_K/Q5_K super-block (256 values): per-32 make_qkx2_quants, 6-bit scale/min packing
+// into packed_scales (12 bytes, zeroed by the caller), f16 d/dmin, then the final codes in L
+// (0..nmax) against the rounded scales. Q4_K: nmax 15, rmin -1, 20 steps; Q5_K: 31, -0.5, 15.
+void quantize_qk_affine_block(const float *x, int nmax, float rmin, int nstep, uint8_t *L,
+                              uint8_t *packed_scales, uint16_t *d_out, uint16_t *dmin_out);
+
 constexpr float kGroupMaxEps = 1e-15f;  // below this a group counts as all zero
 
 }  // namespace moe

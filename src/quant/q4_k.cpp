@@ -28,7 +28,8 @@ void dequantize_row_q4_K(const BlockQ4_K *x, float *y, int64_t n) {
   }
 }
 
-// Shared by Q4_K and Q5_K: pack 8 six-bit scales and mins into the 12-byte layout.
+namespace {
+// Pack 8 six-bit scales and mins into the 12-byte layout shared by Q4_K and Q5_K.
 void pack_q4k_scales(const float *scales, const float *mins, float max_scale, float max_min,
                      uint8_t *out) {
   const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
@@ -49,7 +50,8 @@ void pack_q4k_scales(const float *scales, const float *mins, float max_scale, fl
   }
 }
 
-// Shared by Q4_K (nmax 15, rmin -1, 20 steps) and Q5_K (nmax 31, rmin -0.5, 15 steps).
+}  // namespace
+
 void quantize_qk_affine_block(const float *x, int nmax, float rmin, int nstep, uint8_t *L,
                               uint8_t *packed_scales, uint16_t *d_out, uint16_t *dmin_out) {
   uint8_t Laux[32];

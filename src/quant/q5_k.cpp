@@ -3,13 +3,11 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "quant/kquant_search.h"
 #include "quant/quant_ref.h"
 #include "quant/quant_util.h"
 
 namespace moe {
-
-void quantize_qk_affine_block(const float *x, int nmax, float rmin, int nstep, uint8_t *L,
-                              uint8_t *packed_scales, uint16_t *d_out, uint16_t *dmin_out);
 
 void dequantize_row_q5_K(const BlockQ5_K *x, float *y, int64_t n) {
   for (int64_t b = 0; b < n / QK_K; ++b) {
