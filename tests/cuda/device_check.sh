@@ -39,30 +39,42 @@ if has bench && [ ! -f /tmp/q3.gguf ]; then
 fi
 
 if has tests; then
-  timeout 300 "$TESTS" "[cuda]" -d yes > "$OUT/tests.log" 2>&1
+  timeout 150 "$TESTS" "[cuda]" -d yes > "$OUT/tests.log" 2>&1
   note "tests [cuda] rc=$? $(el): $(grep -E '^test cases' "$OUT/tests.log" | tail -1)"
   grep -B2 -A12 "FAILED" "$OUT/tests.log" | head -80
 fi
 
+CONF_PID=""
+if has conformance; then
+  # In the background: it drives the CLI (one process per check) while the sanitizer runs.
+  D=.devdata/conformance
+  [ -d ../shared/conformance ] && D=../shared/conformance
+  ( timeout 240 python3 $D/check.py "$CLI" $D --device cuda --kinds greedy,logits --only qwen3moe > "$OUT/conformance.log" 2>&1;
+    echo "rc=$?" >> "$OUT/conformance.log" ) &
+  CONF_PID=$!
+fi
+
 if has sanitize; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  timeout 240 "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
+  timeout 200 "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
   note "memcheck [ops][cuda] rc=$? $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
-  timeout 180 "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "[routing],[attention]" > "$OUT/racecheck.log" 2>&1
+  timeout 100 "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "[routing],[attention]" > "$OUT/racecheck.log" 2>&1
   note "racecheck [routing],[attention] rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
 fi
 
-if has conformance; then
-  D=.devdata/conformance
-  [ -d ../shared/conformance ] && D=../shared/conformance
-  timeout 300 python3 $D/check.py "$CLI" $D --device cuda --kinds greedy,logits --only qwen3moe > "$OUT/conformance.log" 2>&1
-  note "conformance cuda rc=$? $(el): $(tail -3 "$OUT/conformance.log" | tr '\n' ' ')"
+
+if [ -n "$CONF_PID" ]; then
+  wait $CONF_PID
+  note "conformance cuda $(el): $(tail -4 "$OUT/conformance.log" | tr '\n' ' ')"
 fi
 
 if has bench; then
   [ -n "$MK_PID" ] && wait $MK_PID
+  timeout 120 "$TESTS" "[.cuda-profile]" > "$OUT/profile.log" 2>&1
+  note "profile rc=$? $(el)"
+  grep -A14 -- "----" "$OUT/profile.log" | tee -a "$SUM"
   note "mkmodel $(el): $(tail -1 "$OUT/mkmodel.log") $(ls -la /tmp/q3.gguf 2>&1)"
-  timeout 240 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
+  timeout 150 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
   note "bench rc=$? $(el)"
   cat "$OUT/bench.log" | tail -15 | tee -a "$SUM"
 fi

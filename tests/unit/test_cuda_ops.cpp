@@ -394,6 +394,9 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
         cp.n_threads = 2;
         cp.device = std::string(dev) == "cpu" ? "cpu" : "cuda";
         cp.gpu_graphs = std::string(dev) != "cuda-nograph";
+        // F32 cache: with F16 the CPU rounds attention probabilities to f16 (the reference
+        // does), CUDA's online softmax keeps them in f32; that alone moves logits ~1e-2.
+        cp.kv_type = KvType::F32;
         auto ctx = Context::create(*model, cp);
         std::vector<BatchToken> prompt;
         const int32_t ids[] = {510, 1, 300, 42, 77, 5, 9, 100};
@@ -429,5 +432,35 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
     }
     std::remove(path.c_str());
   }
+#endif
+}
+
+// Hidden ([.]): per-op kernel time on a big model, run by tests/cuda/device_check.sh after
+// it generates /tmp/q3.gguf (moeinfer-cli mkmodel --preset qwen3-30b-a3b --type q4_k_m).
+TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf", "[.cuda-profile]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  if (!std::filesystem::exists("/tmp/q3.gguf")) { WARN("/tmp/q3.gguf missing: skipped"); return; }
+  auto model = Model::load("/tmp/q3.gguf", ModelLoadParams{});
+  ContextParams cp;
+  cp.n_ctx = 1024;
+  cp.device = "cuda";
+  cp.gpu_graphs = false;
+  auto ctx = Context::create(*model, cp);
+  std::vector<BatchToken> prompt;
+  for (int32_t i = 0; i < 512; ++i) prompt.push_back({(i * 7919) % 1000 + 10, i, 0, i == 511});
+  ctx->decode(prompt.data(), prompt.size());  // warm-up
+  ctx->kv_clear();
+  cuda_profile_enable(true);
+  ctx->decode(prompt.data(), prompt.size());
+  std::printf("---- pp512 (one ubatch of 512 tokens), eager, per-op kernel time\n%s", cuda_profile_report(true).c_str());
+  for (int step = 0; step < 32; ++step) {
+    BatchToken t{42 + step, 512 + step, 0, true};
+    ctx->decode(&t, 1);
+  }
+  std::printf("---- 32 decode steps (n_kv 512..544), eager, per-op kernel time\n%s", cuda_profile_report(true).c_str());
+  cuda_profile_enable(false);
 #endif
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/status.h"
 
@@ -28,6 +29,11 @@ enum class SyncWhy { Download, StagingReuse, Executor, Setup };
 void cuda_sync_stream(cudaStream_t s, SyncWhy why);
 void cuda_sync_event(cudaEvent_t e, SyncWhy why);
 uint64_t cuda_sync_count();  // process-wide total, for tests
+
+// Per-node timing of eager (non-graph) passes with CUDA events, for tests and benchmarks:
+// off by default; the report lists time per op kind and weight type, largest first.
+void cuda_profile_enable(bool on);
+std::string cuda_profile_report(bool reset);
 
 // A node's tensor as kernels see it: base pointer, extents, byte strides.
 struct TView {

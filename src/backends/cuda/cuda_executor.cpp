@@ -5,6 +5,9 @@
 // move when the context grows an arena). Values that change per step live in device
 // memory (DevUbatch), so replays need no re-capture.
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <string>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -17,6 +20,22 @@
 namespace moe {
 
 namespace {
+
+struct ProfEntry {
+  int64_t count = 0;
+  double ms = 0;
+};
+std::atomic<bool> g_profile{false};
+std::mutex g_prof_mu;
+std::map<std::string, ProfEntry> g_prof;
+
+std::string prof_label(const Graph &g, const Node &n) {
+  std::string l = op_name(n.op);
+  if (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::GetRows) l += std::string(" ") + dtype_name(g.node(n.src[0]).type);
+  if (n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::Attention)
+    l += " T=" + std::to_string(n.op == Op::MatMul ? n.ne[1] * n.ne[2] : n.op == Op::MatMulId ? n.ne[2] : n.ne[2]);
+  return l;
+}
 
 struct Seg {
   int begin, end;
@@ -46,6 +65,7 @@ public:
     for (auto &kv : states_)
       if (kv.second.exec) (void)cudaGraphExecDestroy(kv.second.exec);
     if (ub_dev_) (void)cudaFree(ub_dev_);
+    for (cudaEvent_t e : prof_ev_) (void)cudaEventDestroy(e);
   }
 
   void set_graphs_enabled(bool on) override { graphs_ = on; }
@@ -105,6 +125,7 @@ public:
       st_->eligible = whole;
       if (whole) st_->fingerprint = fingerprint(*pass_g_, segs_);
     }
+    collect_profile();  // only when profiling is on (it waits for the pass)
     // No host wait here: the caller's download (or the next upload's staging reuse) is
     // the one synchronisation of a step.
   }
@@ -165,12 +186,43 @@ private:
   }
 
   void launch(const Graph &g, int begin, int end) {
+    const bool prof = g_profile.load() && mode_ == Mode::Eager;
     for (int i = begin; i < end; ++i) {
       const Node &n = g.node(i);
       if (n.op == Op::Leaf || n.op == Op::View) continue;
       CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
-      cuda_run_node(c);
+      if (prof) {
+        if (n_prof_ + 2 > prof_ev_.size()) {
+          cudaEvent_t e0, e1;
+          MOE_CUDA_CHECK(cudaEventCreate(&e0));
+          MOE_CUDA_CHECK(cudaEventCreate(&e1));
+          prof_ev_.push_back(e0);
+          prof_ev_.push_back(e1);
+        }
+        MOE_CUDA_CHECK(cudaEventRecord(prof_ev_[n_prof_], c.stream));
+        cuda_run_node(c);
+        MOE_CUDA_CHECK(cudaEventRecord(prof_ev_[n_prof_ + 1], c.stream));
+        prof_label_.push_back(prof_label(g, n));
+        n_prof_ += 2;
+      } else {
+        cuda_run_node(c);
+      }
     }
+  }
+
+  void collect_profile() {
+    if (!n_prof_) return;
+    cuda_sync_event(prof_ev_[n_prof_ - 1], SyncWhy::Setup);
+    std::lock_guard<std::mutex> lk(g_prof_mu);
+    for (size_t k = 0; k < n_prof_ / 2; ++k) {
+      float ms = 0;
+      MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_ev_[2 * k], prof_ev_[2 * k + 1]));
+      ProfEntry &e = g_prof[prof_label_[k]];
+      e.count++;
+      e.ms += ms;
+    }
+    n_prof_ = 0;
+    prof_label_.clear();
   }
 
   // Pack the ubatch (token cells/pos/seq, cell state) and copy it to the device buffer the
@@ -232,9 +284,29 @@ private:
   std::vector<uint8_t> host_;
   DevUbatch ub_;
   uint64_t replays_ = 0;
+  std::vector<cudaEvent_t> prof_ev_;
+  std::vector<std::string> prof_label_;
+  size_t n_prof_ = 0;
 };
 
 }  // namespace
+
+void cuda_profile_enable(bool on) { g_profile.store(on); }
+
+std::string cuda_profile_report(bool reset) {
+  std::lock_guard<std::mutex> lk(g_prof_mu);
+  std::vector<std::pair<std::string, ProfEntry>> v(g_prof.begin(), g_prof.end());
+  std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  for (auto &e : v) total += e.second.ms;
+  std::string out = strfmt("%-34s %8s %10s %9s %6s\n", "op", "calls", "total ms", "us/call", "share");
+  for (auto &e : v)
+    out += strfmt("%-34s %8lld %10.3f %9.2f %5.1f%%\n", e.first.c_str(), (long long)e.second.count, e.second.ms,
+                  1000.0 * e.second.ms / static_cast<double>(e.second.count), total > 0 ? 100.0 * e.second.ms / total : 0.0);
+  out += strfmt("%-34s %8s %10.3f\n", "total (kernel time)", "", total);
+  if (reset) g_prof.clear();
+  return out;
+}
 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be) { return std::make_unique<CudaExecutor>(be); }
 

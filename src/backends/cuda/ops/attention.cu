@@ -54,9 +54,11 @@ __device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd,
   float s = 0.0f;
   if (kt == static_cast<int>(DType::F32)) {
     const float *kf = reinterpret_cast<const float *>(k);
+#pragma unroll 8
     for (int i = 0; i < hd; ++i) s += kf[i] * q[i];
   } else if (kt == static_cast<int>(DType::F16)) {
     const __half2 *k2 = reinterpret_cast<const __half2 *>(k);
+#pragma unroll 8
     for (int i = 0; i < hd / 2; ++i) {
       const float2 kv = __half22float2(k2[i]);
       s += kv.x * q[2 * i] + kv.y * q[2 * i + 1];
@@ -129,6 +131,7 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, Attn
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] *= corr;
     const int n = min(kThreads, n_kv - c0);
+#pragma unroll 4
     for (int j = 0; j < n; ++j) {
       const float pj = s_p[j];
       if (pj == 0.0f) continue;

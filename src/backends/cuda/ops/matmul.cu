@@ -195,6 +195,125 @@ __global__ void __launch_bounds__(kWarps * 32) mmv_kernel(const uint8_t *W, int6
   }
 }
 
+// ---- single column (decode): activation rounding fused, experts read from ids -------
+
+constexpr DType vdt_of(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4 ? DType::Q8_0
+         : is_plain(t)                                          ? t
+                                                                : DType::Q8_K;
+}
+
+// Rounds the 32 activations of sub-block s held by this lane like act_round_kernel.
+// Q8_K blocks span 8 consecutive lanes; every lane of the warp must call this.
+template <DType V> __device__ __forceinline__ void round_act32(float *xv, int s) {
+  if constexpr (V == DType::Q8_0) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) amax = fmaxf(amax, fabsf(xv[l]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = __half2float(__float2half_rn(d));
+#pragma unroll
+    for (int l = 0; l < 32; ++l) xv[l] = roundf(xv[l] * id) * dh;
+  } else if constexpr (V == DType::Q8_K) {
+    float a = 0.0f, v = 0.0f;
+    int idx = 1 << 30;
+#pragma unroll
+    for (int l = 0; l < 32; ++l)
+      if (fabsf(xv[l]) > a) { a = fabsf(xv[l]); v = xv[l]; idx = (s & 7) * 32 + l; }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+      const float oa = __shfl_xor_sync(0xffffffffu, a, o), ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (oa > a || (oa == a && oi < idx)) { a = oa; v = ov; idx = oi; }
+    }
+    if (a == 0.0f) {
+#pragma unroll
+      for (int l = 0; l < 32; ++l) xv[l] = 0.0f;
+    } else {
+      const float iscale = -127.0f / v, d = 1.0f / iscale;
+#pragma unroll
+      for (int l = 0; l < 32; ++l) {
+        int q = __float2int_rn(iscale * xv[l]);
+        xv[l] = (q < 127 ? q : 127) * d;
+      }
+    }
+  }
+}
+
+template <DType T>
+__global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                                                           const uint8_t *xb, int64_t x_row_bytes, int X, float *Y, const int32_t *ids,
+                                                           int E) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int j = blockIdx.y;
+  int expert = 0;
+  if (ids) {
+    expert = ids[j];
+    if (expert < 0 || expert >= E) return;  // the CPU reports these; nothing to compute
+  }
+  if (row >= M) return;
+  const float *x = reinterpret_cast<const float *>(xb + (X == 1 ? 0 : j) * x_row_bytes);
+  const uint8_t *wrow = W + expert * expert_bytes + static_cast<int64_t>(row) * row_bytes;
+  float acc = 0.0f;
+  if constexpr (is_plain(T)) {
+    for (int i = lane; i < K; i += 32) {
+      float xv = __ldg(x + i);
+      if constexpr (T == DType::F16) xv = __half2float(__float2half_rn(xv));
+      if constexpr (T == DType::BF16) xv = __bfloat162float(__float2bfloat16_rn(xv));
+      acc += plain_at<T>(wrow, i) * xv;
+    }
+  } else {
+    const int n_sub = K / 32;
+    for (int base = 0; base < n_sub; base += 32) {
+      const int s = base + lane;
+      const bool act = s < n_sub;
+      float xv[32];
+      const float4 *x4 = reinterpret_cast<const float4 *>(x + (act ? s : 0) * 32);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const float4 t = act ? __ldg(x4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
+      }
+      round_act32<vdt_of(T)>(xv, s);
+      if (act) {
+        float w[32];
+        dequant32<T>(wrow, s, w);
+        float a = 0.0f;
+#pragma unroll
+        for (int l = 0; l < 32; ++l) a += w[l] * xv[l];
+        acc += a;
+      }
+    }
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) Y[static_cast<int64_t>(j) * M + row] = acc;
+}
+
+void launch_mmv1(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const uint8_t *xb,
+                 int64_t xrb, int X, float *Y, const int32_t *ids, int E) {
+  const dim3 block(kWarps * 32);
+#define MOE_MMV1_CASE(TY) \
+  case TY: mmv1_kernel<TY><<<grid, block, 0, s>>>(W, rb, eb, K, M, xb, xrb, X, Y, ids, E); break;
+  switch (t) {
+    MOE_MMV1_CASE(DType::F32)
+    MOE_MMV1_CASE(DType::F16)
+    MOE_MMV1_CASE(DType::BF16)
+    MOE_MMV1_CASE(DType::Q4_0)
+    MOE_MMV1_CASE(DType::Q8_0)
+    MOE_MMV1_CASE(DType::MXFP4)
+    MOE_MMV1_CASE(DType::Q2_K)
+    MOE_MMV1_CASE(DType::Q3_K)
+    MOE_MMV1_CASE(DType::Q4_K)
+    MOE_MMV1_CASE(DType::Q5_K)
+    MOE_MMV1_CASE(DType::Q6_K)
+    default: fail(Status::Internal, "CUDA matmul: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_MMV1_CASE
+  MOE_CUDA_LAUNCH_CHECK("mmv1_kernel");
+}
+
 template <int NT>
 void launch_mmv(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const float *X, float *Y,
                 int ncols, const int4 *tiles, const int2 *entries) {
@@ -277,19 +396,27 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const MatmulShape s = shape_of(c.g, c.n);
   if (s.M == 0 || s.rows == 0) return;
   if (c.n.op == Op::MatMulId && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  float *Y = static_cast<float *>(c.n.data);
+  const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
+  if (s.NT == 1) {
+    // One column (decode): no rounding kernel, no routing tables; experts come from ids.
+    const bool moe = c.n.op == Op::MatMulId;
+    const dim3 grid(grid_x.x, moe ? static_cast<unsigned>(s.n_used) : 1u);
+    launch_mmv1(w.type, grid, c.stream, W, w.nb[1], moe ? w.nb[2] : 0, static_cast<int>(s.K), static_cast<int>(s.M),
+                static_cast<const uint8_t *>(x.data), static_cast<int64_t>(x.nb[1]), moe ? s.X : 1, Y,
+                moe ? static_cast<const int32_t *>(c.src(2).data) : nullptr, static_cast<int>(s.E));
+    return;
+  }
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
   act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
-  const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
-  const uint8_t *W = static_cast<const uint8_t *>(w.data);
-  float *Y = static_cast<float *>(c.n.data);
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
     const dim3 grid(grid_x.x, static_cast<unsigned>((ncols + s.NT - 1) / s.NT));
-    if (s.NT == 1) launch_mmv<1>(w.type, grid, c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols, nullptr, nullptr);
-    else launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols, nullptr, nullptr);
+    launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols, nullptr, nullptr);
     return;
   }
   const Node &ids = c.src(2);
@@ -304,8 +431,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
   const dim3 grid(grid_x.x, static_cast<unsigned>(s.max_tiles));
-  if (s.NT == 1) launch_mmv<1>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0, rt.tiles, rt.entries);
-  else launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0, rt.tiles, rt.entries);
+  launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0, rt.tiles, rt.entries);
 }
 
 }  // namespace moe
