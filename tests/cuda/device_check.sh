@@ -8,7 +8,7 @@
 set -u
 OUT=${OUT:-/tmp/moe-cuda-out}
 mkdir -p "$OUT"
-PHASES=${*:-build tests sanitize conformance bench}
+PHASES=${*:-build tests sanitize conformance bench profile}
 B=build-dev
 SUM=$OUT/summary.txt
 : > "$SUM"
@@ -33,7 +33,7 @@ CLI=$(find $B -name moeinfer-cli -type f | head -1)
 TESTS=$(find $B -name moeinfer-tests -type f | head -1)
 
 MK_PID=""
-if has bench && [ ! -f /tmp/q3.gguf ]; then
+if (has bench || has profile) && [ ! -f /tmp/q3.gguf ]; then
   ( nice "$CLI" mkmodel --preset qwen3-30b-a3b --type q4_k_m -o /tmp/q3.gguf --threads 10 --quiet > "$OUT/mkmodel.log" 2>&1; echo "mkmodel rc=$?" >> "$OUT/mkmodel.log" ) &
   MK_PID=$!
 fi
@@ -49,16 +49,16 @@ if has conformance; then
   # In the background: it drives the CLI (one process per check) while the sanitizer runs.
   D=.devdata/conformance
   [ -d ../shared/conformance ] && D=../shared/conformance
-  ( timeout 240 python3 $D/check.py "$CLI" $D --device cuda --kinds greedy,logits --only qwen3moe > "$OUT/conformance.log" 2>&1;
+  ( timeout 180 python3 $D/check.py "$CLI" $D --device cuda --kinds greedy,logits --only qwen3moe > "$OUT/conformance.log" 2>&1;
     echo "rc=$?" >> "$OUT/conformance.log" ) &
   CONF_PID=$!
 fi
 
 if has sanitize; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  timeout 200 "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
+  timeout 130 "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
   note "memcheck [ops][cuda] rc=$? $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
-  timeout 100 "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "[routing],[attention]" > "$OUT/racecheck.log" 2>&1
+  timeout 70 "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "[routing],[attention]" > "$OUT/racecheck.log" 2>&1
   note "racecheck [routing],[attention] rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
 fi
 
@@ -70,12 +70,16 @@ fi
 
 if has bench; then
   [ -n "$MK_PID" ] && wait $MK_PID
-  timeout 120 "$TESTS" "[.cuda-profile]" > "$OUT/profile.log" 2>&1
-  note "profile rc=$? $(el)"
-  grep -A14 -- "----" "$OUT/profile.log" | tee -a "$SUM"
+
   note "mkmodel $(el): $(tail -1 "$OUT/mkmodel.log") $(ls -la /tmp/q3.gguf 2>&1)"
-  timeout 150 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
+  timeout 100 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
   note "bench rc=$? $(el)"
   cat "$OUT/bench.log" | tail -15 | tee -a "$SUM"
+fi
+
+if has profile; then
+  timeout 100 "$TESTS" "[.cuda-profile]" > "$OUT/profile.log" 2>&1
+  note "profile rc=$? $(el)"
+  grep -A16 -- "----" "$OUT/profile.log" | tee -a "$SUM"
 fi
 echo "==== summary"; cat "$SUM"
