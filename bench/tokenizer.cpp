@@ -141,6 +141,23 @@ void BM_LoadVocab(benchmark::State &state) {
   }
 }
 
+// Vocabulary build time for each conformance vocabulary (GGUF already parsed).
+void BM_LoadVocabFile(benchmark::State &state, const char *file) {
+  std::string path = model_path();
+  path = path.substr(0, path.rfind('/') + 1) + file;
+  std::unique_ptr<moe::GgufFile> f;
+  try {
+    f = moe::GgufFile::open(path);
+  } catch (const std::exception &e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  for (auto _ : state) {
+    auto v = moe::Vocab::from_gguf(*f);
+    benchmark::DoNotOptimize(v.get());
+  }
+}
+
 void BM_Decode(benchmark::State &state) {
   const Loaded &l = qwen3();
   if (!l.vocab) {
@@ -162,4 +179,6 @@ BENCHMARK(BM_EncodeEnglish)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeCode)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EncodeCJK)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LoadVocab)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LoadVocabFile, deepseek_v3, "deepseek2-f16.gguf")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LoadVocabFile, gpt_oss, "gpt-oss-f16.gguf")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Unit(benchmark::kMillisecond);

@@ -55,9 +55,13 @@ public:
     }
     return -1;
   }
-  int32_t find(std::string_view s) const {
+  int32_t find(std::string_view s) const { return find(s, hash_bytes(s.data(), s.size())); }
+  // Split lookup for batched callers: hash, prefetch the home slot, find later.
+  void prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[h & mask_]);
+  }
+  int32_t find(std::string_view s, uint64_t h) const {
     if (slots_.empty()) return -1;
-    uint64_t h = hash_bytes(s.data(), s.size());
     for (size_t k = h & mask_;; k = (k + 1) & mask_) {
       const Slot &sl = slots_[k];
       if (!sl.id1) return -1;

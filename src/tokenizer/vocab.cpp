@@ -248,21 +248,41 @@ void Vocab::load_bpe_merges(const GgufFile &f) {
   if (!m) fail(Status::InvalidVocab, "tokenizer.ggml.merges is missing (required by the gpt2 tokenizer model)");
   n_merges_ = m->strs.size();
   merges_.reserve(n_merges_);
-  std::string joined;
-  for (size_t r = 0; r < n_merges_; ++r) {
-    const std::string &s = m->strs[r];
-    size_t sp = s.size() > 1 ? s.find(' ', 1) : std::string::npos;
-    if (sp == std::string::npos) fail(Status::InvalidVocab, "merge %zu '%s' is not two tokens separated by a space", r, s.c_str());
-    std::string_view a(s.data(), sp), b(s.data() + sp + 1, s.size() - sp - 1);
-    int32_t ia = text_to_token(a), ib = text_to_token(b);
-    if (ia < 0) fail(Status::InvalidVocab, "merge %zu '%s' names missing token '%.*s'", r, s.c_str(), int(a.size()), a.data());
-    if (ib < 0) fail(Status::InvalidVocab, "merge %zu '%s' names missing token '%.*s'", r, s.c_str(), int(b.size()), b.data());
-    joined.assign(a);
-    joined.append(b);
-    int32_t im = text_to_token(joined);
-    if (im < 0) fail(Status::InvalidVocab, "merge %zu '%s' produces '%s', which is not a token", r, s.c_str(), joined.c_str());
-    uint64_t key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
-    merges_.insert(key, (uint64_t(r) << 32) | uint32_t(im));  // first rank wins, as in the reference
+  // Batches of merges: hash all three texts and prefetch their slots before looking them up,
+  // so the cache misses of a batch overlap (loading is dominated by these lookups).
+  constexpr size_t kBatch = 16;
+  struct Job { std::string_view a, b; uint64_t ha, hb, hm; std::string joined; };
+  std::vector<Job> jobs(kBatch);
+  for (size_t r0 = 0; r0 < n_merges_; r0 += kBatch) {
+    size_t nb = std::min(kBatch, n_merges_ - r0);
+    for (size_t k = 0; k < nb; ++k) {
+      const std::string &s = m->strs[r0 + k];
+      size_t sp = s.size() > 1 ? s.find(' ', 1) : std::string::npos;
+      if (sp == std::string::npos)
+        fail(Status::InvalidVocab, "merge %zu '%s' is not two tokens separated by a space", r0 + k, s.c_str());
+      Job &j = jobs[k];
+      j.a = std::string_view(s.data(), sp);
+      j.b = std::string_view(s.data() + sp + 1, s.size() - sp - 1);
+      j.joined.assign(j.a);
+      j.joined.append(j.b);
+      j.ha = hash_bytes(j.a.data(), j.a.size());
+      j.hb = hash_bytes(j.b.data(), j.b.size());
+      j.hm = hash_bytes(j.joined.data(), j.joined.size());
+      to_id_.prefetch(j.ha);
+      to_id_.prefetch(j.hb);
+      to_id_.prefetch(j.hm);
+    }
+    for (size_t k = 0; k < nb; ++k) {
+      const Job &j = jobs[k];
+      size_t r = r0 + k;
+      const char *s = m->strs[r].c_str();
+      int32_t ia = to_id_.find(j.a, j.ha), ib = to_id_.find(j.b, j.hb), im = to_id_.find(j.joined, j.hm);
+      if (ia < 0) fail(Status::InvalidVocab, "merge %zu '%s' names missing token '%.*s'", r, s, int(j.a.size()), j.a.data());
+      if (ib < 0) fail(Status::InvalidVocab, "merge %zu '%s' names missing token '%.*s'", r, s, int(j.b.size()), j.b.data());
+      if (im < 0) fail(Status::InvalidVocab, "merge %zu '%s' produces '%s', which is not a token", r, s, j.joined.c_str());
+      uint64_t key = (uint64_t(uint32_t(ia)) << 32) | uint32_t(ib);
+      merges_.insert(key, (uint64_t(r) << 32) | uint32_t(im));  // first rank wins, as in the reference
+    }
   }
 }
 
