@@ -41,6 +41,7 @@ void usage(FILE *out) {
                "  --kv-type TYPE       f32 | f16 | q8_0 (default f16)\n"
                "  -fa 0|1              flash attention (default 1)\n"
                "  --no-mmap            read weights into memory instead of mapping the file\n"
+               "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
                "  -o md|json           output format (default md)\n");
 }
@@ -153,6 +154,7 @@ int cmd_bench(int argc, char **argv) {
   unsigned seed = 1;
   bool fa = true, mmap = true;
   KvType kv = KvType::F16;
+  std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
@@ -166,6 +168,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "-t" || a == "--threads") threads = int(cli::to_int(cli::value(argc, argv, i), "--threads"));
     else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(cli::value(argc, argv, i), "-fa") != 0;
     else if (a == "--no-mmap") mmap = false;
+    else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));
     else if (a == "-o" || a == "--output") format = cli::value(argc, argv, i);
     else if (a == "--kv-type") {
@@ -189,6 +192,7 @@ int cmd_bench(int argc, char **argv) {
   try {
     ModelLoadParams mp;
     mp.use_mmap = mmap;
+    mp.kv_overrides = overrides;
     auto t0 = std::chrono::steady_clock::now();
     auto model = Model::load(model_path, mp);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
