@@ -8,6 +8,7 @@ set -u
 lib=$1; hdr=$2; base=$3; out=$4
 cur="$out/moeinfer.current.abi"
 abidw --headers-dir "$hdr" --drop-private-types --exported-interfaces-only --no-corpus-path --no-comp-dir-path \
+  --no-elf-needed --no-architecture --short-locs \
   --out-file "$cur" "$lib" || { echo "abidw failed"; exit 1; }
 if [ "${5:-}" = "--update" ]; then cp "$cur" "$base"; echo "baseline updated: $base"; exit 0; fi
 abidiff --no-added-syms "$base" "$cur"
