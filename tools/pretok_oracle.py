@@ -63,6 +63,23 @@ S = rb"\xD5\$\+<->\^`\|"
 M = rb"\xD4"
 C = rb"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 
+# Cased-letter class of the DeepSeek-V2 (deepseek-llm) pattern, as code point ranges.
+DS_CASED = "".join("%s-%s" % (chr(a), chr(b)) for a, b in [
+    (0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BA), (0x1BC, 0x1BF),
+    (0x1C4, 0x293), (0x295, 0x2AF), (0x370, 0x373), (0x376, 0x377), (0x37B, 0x37D), (0x37F, 0x37F),
+    (0x386, 0x386), (0x388, 0x38A), (0x38C, 0x38C), (0x38E, 0x3A1), (0x3A3, 0x3F5), (0x3F7, 0x481),
+    (0x48A, 0x52F), (0x531, 0x556), (0x10A0, 0x10C5), (0x13A0, 0x13F5), (0x13F8, 0x13FD), (0x1C90, 0x1CBA),
+    (0x1CBD, 0x1CBF), (0x1D00, 0x1D2B), (0x1D6B, 0x1D77), (0x1D79, 0x1D9A), (0x1E00, 0x1F15), (0x1F18, 0x1F1D),
+    (0x1F20, 0x1F45), (0x1F48, 0x1F4D), (0x1F50, 0x1F57), (0x1F59, 0x1F59), (0x1F5B, 0x1F5B), (0x1F5D, 0x1F5D),
+    (0x1F5F, 0x1F7D), (0x1F80, 0x1FB4), (0x1FB6, 0x1FBC), (0x1FBE, 0x1FBE), (0x1FC2, 0x1FC4), (0x1FC6, 0x1FCC),
+    (0x1FD0, 0x1FD3), (0x1FD6, 0x1FDB), (0x1FE0, 0x1FEC), (0x1FF2, 0x1FF4), (0x1FF6, 0x1FFC), (0x2102, 0x2102),
+    (0x2107, 0x2107), (0x210A, 0x2113), (0x2115, 0x2115), (0x2119, 0x211D), (0x2124, 0x2124), (0x2126, 0x2126),
+    (0x2128, 0x2128), (0x212A, 0x212D), (0x212F, 0x2134), (0x2139, 0x2139), (0x213C, 0x213F), (0x2145, 0x2149),
+    (0x214E, 0x214E), (0x2183, 0x2184), (0x2C00, 0x2C7B), (0x2C7E, 0x2CE4), (0x2CEB, 0x2CEE), (0x2CF2, 0x2CF3),
+    (0xA640, 0xA66D), (0xA680, 0xA69B), (0xA722, 0xA76F), (0xA771, 0xA787), (0xA78B, 0xA78E), (0xAB70, 0xABBF),
+    (0xFB00, 0xFB06), (0xFB13, 0xFB17), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A), (0x10400, 0x1044F), (0x104B0, 0x104D3),
+    (0x104D8, 0x104FB), (0x10C80, 0x10CB2), (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943)])
+
 PATTERNS = {
     "gpt2": [rb"'s|'t|'re|'ve|'m|'ll|'d| ?[" + L + rb"]+| ?[" + N + rb"]+| ?[^\s" + L + N + rb"]+|\s+(?!\S)"],
     "llama-bpe": [C + rb"|[^\r\n" + L + N + rb"]?[" + L + rb"]+|[" + N + rb"]{1,3}| ?[^\s" + L + N +
@@ -75,15 +92,20 @@ PATTERNS = {
     "deepseek-v3": [rb"[" + N + rb"]{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
                     rb"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n" + L + P + S + rb"]?[" + L + M +
                     rb"]+| ?[" + P + S + rb"]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "deepseek-llm": ["[\r\n]", "\\s?[" + DS_CASED + "]+",
+                     "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", "\\s+\\Z",
+                     "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", rb"[" + N + rb"]+"],
 }
 
 
 def split(pre, text):
     coll = collapse(text)
+    # patterns without \p{..} run on the code points, non-ASCII whitespace replaced by \v
+    wtext = "".join("\x0b" if ord(ch) > 0x7F and ord(ch) in WS else ch for ch in text)
     segs = [(0, len(text))]
     for pat in PATTERNS[pre]:
-        rx = re.compile(pat)
-        subject = text if isinstance(pat, str) else coll
+        rx = re.compile(pat, re.ASCII) if isinstance(pat, str) else re.compile(pat)
+        subject = wtext if isinstance(pat, str) else coll
         out = []
         for b, e in segs:
             at = b
@@ -105,6 +127,7 @@ def random_text(rng, n):
         "\u4e2d\u6587\u5b57\u9fa5\u9fa6\u3400", "\u3042\u30a2\u30fc\u309f\u30ff", "\uac00\ud7a3",
         "\u00a0\u3000\u2028\u0085\u200b\u1680", "\u0663\u00b2\u2160\u2153", "\U0001F600\U0001F3FB\u200d\u2764\ufe0f",
         "\u01c5\u02b0\u1d2c\u2c6d\u0245", "\u00aa\u00ba\u00b5\u1e9e",
+        "\u1f7d\u1fbe\u212a\u2126\u0394\u03b4\u0416", "\uff01\uff21\uff41\u3001\u3002\u2018\u201c", "\u0800\u4e00\uac00\ud7ff",
     ]
     s = []
     for _ in range(n):
@@ -145,11 +168,13 @@ def main():
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     models = {"gpt2": os.path.join(tmp, "gpt2.gguf"), "llama-bpe": os.path.join(tmp, "llama.gguf"),
+              "deepseek-llm": os.path.join(tmp, "deepseek-llm.gguf"),
               "qwen2": os.path.join(a.conformance, "models", "qwen3moe-f16.gguf"),
               "deepseek-v3": os.path.join(a.conformance, "models", "deepseek2-f16.gguf"),
               "gpt-4o": os.path.join(a.conformance, "models", "gpt-oss-f16.gguf")}
     gguf_vocab(models["gpt2"], "gpt2")
     gguf_vocab(models["llama-bpe"], "llama-bpe")
+    gguf_vocab(models["deepseek-llm"], "deepseek-llm")
     rng = random.Random(a.seed)
     bad = 0
     for pre, model in models.items():

@@ -200,6 +200,72 @@ size_t match_deepseek_words(const Seg &s, size_t i) {
   return match_spaces(s, i, true);
 }
 
+// --- deepseek-llm (DeepSeek-V2), six passes run on the raw code points (non-ASCII whitespace
+// counts as \s): [\r\n] | \s?[cased letters]+ | \s?[punctuation]+ | \s+$ | [CJK, Hangul]+ | \p{N}+
+bool wide_ws(const Seg &s, size_t x) {
+  uint32_t c = s.c(x);
+  return s.in(x) && (c < 0x80 ? (c == ' ' || (c >= 0x09 && c <= 0x0D)) : (unicode_flags(c) & UF_WHITESPACE) != 0);
+}
+
+bool in_ranges(uint32_t c, const uint32_t (*r)[2], size_t n) {
+  size_t lo = 0, hi = n;  // ranges sorted by start
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < r[mid][0]) hi = mid;
+    else if (c > r[mid][1]) lo = mid + 1;
+    else return true;
+  }
+  return false;
+}
+
+// The cased letters (Lu, Ll, Lt) listed in the DeepSeek-V2 tokenizer's pattern.
+const uint32_t kDsCased[][2] = {
+    {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA}, {0x1BC, 0x1BF},
+    {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x377}, {0x37B, 0x37D}, {0x37F, 0x37F},
+    {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C}, {0x38E, 0x3A1}, {0x3A3, 0x3F5}, {0x3F7, 0x481},
+    {0x48A, 0x52F}, {0x531, 0x556}, {0x10A0, 0x10C5}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD}, {0x1C90, 0x1CBA},
+    {0x1CBD, 0x1CBF}, {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77}, {0x1D79, 0x1D9A}, {0x1E00, 0x1F15}, {0x1F18, 0x1F1D},
+    {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57}, {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D},
+    {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4}, {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC},
+    {0x1FD0, 0x1FD3}, {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2102, 0x2102},
+    {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115}, {0x2119, 0x211D}, {0x2124, 0x2124}, {0x2126, 0x2126},
+    {0x2128, 0x2128}, {0x212A, 0x212D}, {0x212F, 0x2134}, {0x2139, 0x2139}, {0x213C, 0x213F}, {0x2145, 0x2149},
+    {0x214E, 0x214E}, {0x2183, 0x2184}, {0x2C00, 0x2C7B}, {0x2C7E, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF3},
+    {0xA640, 0xA66D}, {0xA680, 0xA69B}, {0xA722, 0xA76F}, {0xA771, 0xA787}, {0xA78B, 0xA78E}, {0xAB70, 0xABBF},
+    {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A}, {0x10400, 0x1044F}, {0x104B0, 0x104D3},
+    {0x104D8, 0x104FB}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2}, {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+};
+// ASCII and fullwidth punctuation (and ASCII letters: the pattern's :-~ covers them), curly
+// quotes, 、 and 。 (U+3000 itself is whitespace and never matches).
+const uint32_t kDsPunct[][2] = {{0x21, 0x2F}, {0x3A, 0x7E}, {0x2018, 0x201F}, {0x3001, 0x3002}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}};
+
+size_t match_newline(const Seg &s, size_t i) { return s.crlf(i) ? i + 1 : i; }
+
+template <size_t N>
+size_t match_ws_opt_run(const Seg &s, size_t i, const uint32_t (&r)[N][2]) {
+  auto in = [&](size_t x) { return s.in(x) && !wide_ws(s, x) && in_ranges(s.c(x), r, N); };
+  size_t k = (wide_ws(s, i) && in(i + 1)) ? i + 1 : i;
+  if (!in(k)) return i;
+  while (in(k)) ++k;
+  return k;
+}
+
+size_t match_cjk_hangul(const Seg &s, size_t i) {
+  auto cjk = [&](size_t x) {  // whitespace inside the range (U+1680, U+2028, U+3000) is \s there
+    uint32_t c = s.c(x);
+    return ((c >= 0x800 && c <= 0x9FA5) || (c >= 0xAC00 && c <= 0xD7FF)) && !wide_ws(s, x);
+  };
+  size_t k = i;
+  while (cjk(k)) ++k;
+  return k;
+}
+
+size_t match_numbers(const Seg &s, size_t i) {
+  size_t k = i;
+  while (s.number(k)) ++k;
+  return k;
+}
+
 // Run one pattern over each current segment, like a regex iterator: matches become words and
 // the unmatched stretches between them become words too.
 template <typename M>
@@ -223,6 +289,19 @@ void apply(const uint32_t *cps, const uint8_t *fl, const std::vector<uint32_t> &
   }
 }
 
+// \s+$ : the whitespace run that ends a segment, if any.
+void apply_trailing_ws(const uint32_t *cps, const uint8_t *fl, const std::vector<uint32_t> &in, std::vector<uint32_t> &out) {
+  size_t base = 0;
+  for (uint32_t len : in) {
+    Seg s{cps + base, fl + base, len};
+    size_t t = len;
+    while (t > 0 && wide_ws(s, t - 1)) --t;
+    if (t > 0) out.push_back(uint32_t(t));
+    if (t < len) out.push_back(uint32_t(len - t));
+    base += len;
+  }
+}
+
 }  // namespace
 
 bool PreTokenizer::from_name(const std::string &name, PreTokenizer *out) {
@@ -240,6 +319,7 @@ bool PreTokenizer::from_name(const std::string &name, PreTokenizer *out) {
       {"megrez", PreType::Qwen2, false},     {"stablelm2", PreType::Qwen2, false},
       {"hunyuan", PreType::Qwen2, false},    {"grok-2", PreType::Qwen2, false},
       {"deepseek-v3", PreType::DeepseekV3, false}, {"hunyuan-dense", PreType::DeepseekV3, false},
+      {"deepseek-llm", PreType::DeepseekLlm, false},
       {"gpt-4o", PreType::Gpt4o, false},     {"llama4", PreType::Gpt4o, false},
       {"minimax-m2", PreType::Gpt4o, false},
   };
@@ -258,6 +338,7 @@ const char *PreTokenizer::type_name(PreType t) {
     case PreType::Llama3: return "llama3";
     case PreType::Qwen2: return "qwen2";
     case PreType::DeepseekV3: return "deepseek-v3";
+    case PreType::DeepseekLlm: return "deepseek-llm";
     case PreType::Gpt4o: return "gpt-4o";
   }
   return "?";
@@ -266,7 +347,8 @@ const char *PreTokenizer::type_name(PreType t) {
 void PreTokenizer::split(const uint32_t *cps, size_t n, std::vector<uint32_t> &word_lens) const {
   if (n == 0) return;
   std::vector<uint8_t> fl(n);
-  bool collapsed = type_ == PreType::Qwen2 || type_ == PreType::DeepseekV3 || type_ == PreType::Gpt4o;
+  bool collapsed = type_ == PreType::Qwen2 || type_ == PreType::DeepseekV3 || type_ == PreType::Gpt4o ||
+                   type_ == PreType::DeepseekLlm;
   for (size_t i = 0; i < n; ++i) fl[i] = collapsed ? collapsed_flags(cps[i]) : unicode_flags(cps[i]);
   std::vector<uint32_t> whole{uint32_t(n)};
   switch (type_) {
@@ -287,6 +369,19 @@ void PreTokenizer::split(const uint32_t *cps, size_t n, std::vector<uint32_t> &w
       apply(cps, fl.data(), whole, a, match_digits3);
       apply(cps, fl.data(), a, b, match_cjk);
       apply(cps, fl.data(), b, word_lens, match_deepseek_words);
+      break;
+    }
+    case PreType::DeepseekLlm: {
+      std::vector<uint32_t> a, b;
+      apply(cps, fl.data(), whole, a, match_newline);
+      apply(cps, fl.data(), a, b, [](const Seg &s, size_t i) { return match_ws_opt_run(s, i, kDsCased); });
+      a.clear();
+      apply(cps, fl.data(), b, a, [](const Seg &s, size_t i) { return match_ws_opt_run(s, i, kDsPunct); });
+      b.clear();
+      apply_trailing_ws(cps, fl.data(), a, b);
+      a.clear();
+      apply(cps, fl.data(), b, a, match_cjk_hangul);
+      apply(cps, fl.data(), a, word_lens, match_numbers);
       break;
     }
   }

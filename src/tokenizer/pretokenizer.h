@@ -21,6 +21,7 @@ enum class PreType : int {
   Llama3,      // "llama3", "llama-bpe", ...: contractions, [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,3}, ...
   Qwen2,       // "qwen2": as llama3 but single digits
   DeepseekV3,  // "deepseek-v3": \p{N}{1,3} | CJK/kana runs | punctuation-aware letter words
+  DeepseekLlm, // "deepseek-llm" (DeepSeek-V2): newlines | cased-letter runs | punctuation | CJK/Hangul | digits
   Gpt4o,       // "gpt-4o" (o200k, gpt-oss): case-aware words, \p{N}{1,3}, [\r\n/]* tails
 };
 

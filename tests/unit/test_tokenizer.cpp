@@ -304,7 +304,7 @@ TEST_CASE("tokenizer: streaming a random token sequence never emits broken UTF-8
 }
 
 TEST_CASE("tokenizer: decode(encode(s)) == s for every pre-tokenizer on a self-made vocabulary", "[tokenizer]") {
-  for (const char *pre : {"gpt2", "llama-bpe", "qwen2", "deepseek-v3", "gpt-4o"}) {
+  for (const char *pre : {"gpt2", "llama-bpe", "qwen2", "deepseek-v3", "gpt-4o", "deepseek-llm"}) {
     BpeSpec s = hello_spec();
     s.pre = pre;
     auto v = load_vocab(s.write());

@@ -85,9 +85,19 @@ TEST_CASE("pretokenizer: deepseek-v3 pattern", "[tokenizer]") {
   CHECK(split("deepseek-v3", "e\xcc\x81t\xc3\xa9") == W{"e\xcc\x81t\xc3\xa9"});  // marks join letters
 }
 
+TEST_CASE("pretokenizer: deepseek-llm (DeepSeek-V2) pattern", "[tokenizer]") {
+  CHECK(split("deepseek-llm", "Hello world\n") == W{"Hello", " world", "\n"});
+  CHECK(split("deepseek-llm", "abc 123") == W{"abc", " ", "123"});
+  CHECK(split("deepseek-llm", "\xe4\xbd\xa0\xe5\xa5\xbd\xef\xbc\x8c\xe4\xb8\x96\xe7\x95\x8c") ==
+        W{"\xe4\xbd\xa0\xe5\xa5\xbd", "\xef\xbc\x8c", "\xe4\xb8\x96\xe7\x95\x8c"});  // 你好，世界
+  CHECK(split("deepseek-llm", "x  ") == W{"x", "  "});
+  // U+3000 lies in the CJK range of the pattern but is whitespace there
+  CHECK(split("deepseek-llm", "\xe3\x80\x80\xe5\xad\x97") == W{"\xe3\x80\x80", "\xe5\xad\x97"});
+}
+
 TEST_CASE("pretokenizer: splits cover the input exactly, for every pattern and random text", "[tokenizer]") {
   std::mt19937 rng(5);
-  for (const char *pre : {"gpt2", "llama-bpe", "qwen2", "deepseek-v3", "gpt-4o"}) {
+  for (const char *pre : {"gpt2", "llama-bpe", "qwen2", "deepseek-v3", "gpt-4o", "deepseek-llm"}) {
     for (int round = 0; round < 200; ++round) {
       std::string text = tok_test::random_text(rng, 30);
       std::string joined;
@@ -107,6 +117,8 @@ TEST_CASE("pretokenizer: names", "[tokenizer]") {
   CHECK(p.type() == PreType::Gpt4o);
   CHECK(PreTokenizer::from_name("deepseek-v3", &p));
   CHECK(p.type() == PreType::DeepseekV3);
+  CHECK(PreTokenizer::from_name("deepseek-llm", &p));
+  CHECK(p.type() == PreType::DeepseekLlm);
   CHECK_FALSE(PreTokenizer::from_name("default", &p));
   CHECK_FALSE(PreTokenizer::from_name("", &p));
 }
