@@ -68,17 +68,36 @@ void Candidates::sort_desc() {
   sorted = true;
 }
 
-void Candidates::softmax() {
-  sort_desc();
+void Candidates::sort_prefix(size_t k) {
+  if (sorted) return;
+  if (k >= data.size()) {
+    sort_desc();
+    return;
+  }
+  std::partial_sort(data.begin(), data.begin() + static_cast<long>(k), data.end(), better);
+}
+
+void Candidates::softmax_unsorted() {
   if (data.empty()) return;
-  const float mx = data[0].logit;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (const auto &t : data) mx = std::max(mx, t.logit);
   if (std::isinf(mx) && mx < 0) {  // everything banned: fall back to uniform
     for (auto &t : data) t.p = 1.0f / static_cast<float>(data.size());
     return;
   }
   double sum = 0.0;
-  for (auto &t : data) sum += std::exp(static_cast<double>(t.logit) - mx);
-  for (auto &t : data) t.p = static_cast<float>(std::exp(static_cast<double>(t.logit) - mx) / sum);
+  for (auto &t : data) {
+    const double e = std::exp(static_cast<double>(t.logit) - mx);
+    t.p = static_cast<float>(e);
+    sum += e;
+  }
+  const double inv = 1.0 / sum;
+  for (auto &t : data) t.p = static_cast<float>(static_cast<double>(t.p) * inv);
+}
+
+void Candidates::softmax() {
+  sort_desc();
+  softmax_unsorted();
 }
 
 void GreedyStage::apply(Candidates &c, Rng &) {
@@ -91,7 +110,7 @@ void GreedyStage::apply(Candidates &c, Rng &) {
 
 void DistStage::apply(Candidates &c, Rng &rng) {
   if (c.data.empty()) return;
-  c.softmax();
+  c.softmax_unsorted();  // drawing needs no order: skipping the sort keeps full-vocab dist cheap
   const double u = rng.next_double();
   double cum = 0.0;
   size_t last_nonzero = 0;
@@ -132,17 +151,23 @@ void TopKStage::apply(Candidates &c, Rng &) {
 
 void TopPStage::apply(Candidates &c, Rng &) {
   if (p_ >= 1.0f || c.data.empty()) return;
-  c.softmax();
-  double cum = 0.0;
-  size_t keep = c.data.size();
-  for (size_t i = 0; i < c.data.size(); ++i) {
-    cum += c.data[i].p;
-    if (cum >= p_ && i + 1 >= min_keep_) {
-      keep = i + 1;
-      break;
+  c.softmax_unsorted();  // probabilities do not depend on order
+  // The kept prefix is usually small: sort only a growing prefix instead of the whole vocab.
+  size_t k = std::min<size_t>(c.data.size(), std::max<size_t>(256, min_keep_));
+  for (;;) {
+    c.sort_prefix(k);
+    double cum = 0.0;
+    for (size_t i = 0; i < k; ++i) {
+      cum += c.data[i].p;
+      if (cum >= p_ && i + 1 >= min_keep_) {
+        c.data.resize(i + 1);
+        c.sorted = true;
+        return;
+      }
     }
+    if (k == c.data.size()) return;  // the whole set is needed to reach p
+    k = std::min(c.data.size(), k * 4);
   }
-  c.data.resize(keep);
 }
 
 void MinPStage::apply(Candidates &c, Rng &) {
@@ -251,6 +276,16 @@ void SamplerChain::apply(Candidates &c) {
 int32_t SamplerChain::sample(const float *logits, int32_t n_vocab) {
   if (!logits) throw Error(Status::InvalidArgument, "sampler: logits is null");
   if (n_vocab <= 0) throw Error(Status::InvalidArgument, strfmt("sampler: n_vocab %d <= 0", n_vocab));
+  if (!stages_.empty() && dynamic_cast<GreedyStage *>(stages_.front().get())) {
+    // Greedy first: the answer is the argmax of the raw logits; no candidate list needed.
+    int32_t best = -1;
+    float best_l = -std::numeric_limits<float>::infinity();
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (logits[i] > best_l) best_l = logits[i], best = i;  // NaN never compares greater
+    if (best < 0) best = 0;  // all -inf / NaN: same as the candidate path (lowest id)
+    accept(best);
+    return best;
+  }
   scratch_.init(logits, n_vocab);
   apply(scratch_);
   if (scratch_.selected < 0) {

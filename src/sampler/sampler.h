@@ -44,6 +44,11 @@ struct Candidates {
   void sort_desc();
   // p = softmax(logit) over data (sorts first). Max-subtracted, accumulated in double.
   void softmax();
+  // The same probabilities without sorting (order unchanged): what dist needs.
+  void softmax_unsorted();
+  // Makes data[0..k) the k best in order (partial sort); the rest stays unordered.
+  // Sets sorted when k covers everything.
+  void sort_prefix(size_t k);
 };
 
 class SamplerStage {
