@@ -120,7 +120,7 @@ void from_recipe(const uint8_t *data, size_t size) {
   std::vector<int32_t> types;
   std::vector<std::string> merges;
   GgufWriter w;
-  static const char *const pres[] = {"gpt2", "qwen2", "deepseek-v3", "gpt-4o", "llama-bpe", "unknown-pre"};
+  static const char *const pres[] = {"gpt2", "qwen2", "deepseek-v3", "gpt-4o", "llama-bpe", "deepseek-llm", "unknown-pre"};
   static const char *const keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                                      "tokenizer.ggml.eot_token_id", "tokenizer.ggml.padding_token_id"};
   bool spm = !in.empty() && (uint8_t(in[0]) & 0x80);
@@ -147,7 +147,7 @@ void from_recipe(const uint8_t *data, size_t size) {
     }
   }
   w.set("tokenizer.ggml.model", GgufValue::make_str(spm ? "llama" : "gpt2"));
-  w.set("tokenizer.ggml.pre", GgufValue::make_str(pres[size % 6]));
+  w.set("tokenizer.ggml.pre", GgufValue::make_str(pres[size % 7]));
   w.set("tokenizer.ggml.tokens", GgufValue::make_str_array(toks));
   w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
   if (!spm) w.set("tokenizer.ggml.merges", GgufValue::make_str_array(merges));
@@ -165,7 +165,7 @@ void from_recipe(const uint8_t *data, size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static const char *const pres[] = {"gpt2", "llama-bpe", "qwen2", "deepseek-v3", "gpt-4o"};
+  static const char *const pres[] = {"gpt2", "llama-bpe", "qwen2", "deepseek-v3", "gpt-4o", "deepseek-llm"};
   static std::vector<std::unique_ptr<Vocab>> fixed = [] {
     std::vector<std::unique_ptr<Vocab>> v;
     for (const char *p : pres) v.push_back(load(bpe_vocab(p)));
