@@ -116,16 +116,19 @@ AsyncDecoder::State AsyncDecoder::state() const {
 bool AsyncDecoder::wait(int64_t timeout_ms, AsyncResult *out) {
   std::unique_lock<std::mutex> lock(mu_);
   if (state_ == State::Idle) throw Error(Status::InvalidArgument, "no asynchronous decode was submitted");
-  auto done = [&] { return state_ == State::Done; };
+  auto finished = [&] { return state_ != State::Running; };
   // Beyond ~30 years wait_for's time_point arithmetic could overflow: treat as "no limit".
   if (timeout_ms < 0 || timeout_ms > (int64_t{1} << 40)) {
-    cv_done_.wait(lock, done);
-  } else if (!cv_done_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    cv_done_.wait(lock, finished);
+  } else if (!cv_done_.wait_for(lock, std::chrono::milliseconds(timeout_ms), finished)) {
     return false;
   }
+  // Two threads waiting on one decode: the first collects, the other is told so.
+  if (state_ == State::Idle) throw Error(Status::InvalidArgument, "the result was collected by another wait");
   if (out) *out = std::move(result_);
   result_ = AsyncResult{};
   state_ = State::Idle;
+  cv_done_.notify_all();
   return true;
 }
 
