@@ -332,7 +332,7 @@ MOE_API moe_status moe_decode_poll(const moe_context *ctx, int32_t *out_state);
  * submitted decode. Returns MOE_STATUS_TIMEOUT if it is still running (the context stays
  * usable: wait again, or cancel); otherwise collects and returns the decode's own status
  * (OK, CONTEXT_FULL, ABORTED, ...) and the state becomes IDLE. INVALID_ARGUMENT when
- * nothing was submitted. */
+ * nothing was submitted (or another thread's wait collected the result first). */
 MOE_API moe_status moe_decode_wait(moe_context *ctx, int64_t timeout_ms);
 
 /* Asks the in-flight decode to stop at the next graph segment boundary; its result
