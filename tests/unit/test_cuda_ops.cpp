@@ -310,14 +310,77 @@ TEST_CASE("cuda op: elementwise, norms, softmax, routing helpers, rope, get_rows
   }
 }
 
+TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_heads", "[ops][cuda]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (int64_t T : {1, 5}) {
+    const int64_t n = 96, k = 4, E = 64, H = 3;
+    WeightStore ws;
+    const GgufTensorInfo *bias = ws.add("bias", DType::F32, {n, E}, randn(static_cast<size_t>(n * E), 21));
+    int a, b, r, ids;
+    std::vector<int> outs;
+    auto build = [&]() {
+      Graph g;
+      outs.clear();
+      a = g.input("a", DType::F32, {n, k, T});
+      b = g.input("b", DType::F32, {n, k, T});
+      r = g.input("r", DType::F32, {E, T});
+      ids = g.input("ids", DType::I32, {k, T});
+      outs.push_back(g.slice(a, 5, 40));
+      outs.push_back(g.concat(g.slice(a, 0, 30), g.slice(b, 7, 50)));
+      outs.push_back(g.swiglu_oai(a, b, 1.702f, 0.8f));
+      outs.push_back(g.add_id(a, g.weight(bias), ids));
+      outs.push_back(g.grouped_top_k(r, 6, 8, 3));
+      for (int o : outs) g.mark_output(o, "o" + std::to_string(o));
+      return g;
+    };
+    Graph g1 = build();
+    auto av = randn(static_cast<size_t>(n * k * T), 22), bv = randn(static_cast<size_t>(n * k * T), 23), rv = randn(static_cast<size_t>(E * T), 24);
+    std::vector<int32_t> iv(static_cast<size_t>(k * T));
+    for (size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<int32_t>((i * 37) % E);
+    std::vector<Input> ins = {in(a, av), in(b, bv), in(r, rv), in(ids, iv)};
+    auto outs_c = outs;
+    auto rc = run_on(*reg.cpu(), std::move(g1), ins, outs_c);
+    Graph g2 = build();
+    auto rg = run_on(*gpu, std::move(g2), ins, outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      INFO("output " << i << " T=" << T);
+      if (i == 4) CHECK(rc[i] == rg[i]);
+      else CHECK(rel_err(rg[i], rc[i]) < 1e-6);
+    }
+    for (DType t : {DType::F16, DType::Q8_0, DType::Q4_K}) {
+      const int64_t K = t == DType::Q4_K ? 256 : 64, M = 40;
+      WeightStore hw;
+      const GgufTensorInfo *w = hw.add("wh", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), 25, 0.5f));
+      int x, y;
+      auto bh = [&]() {
+        Graph g;
+        x = g.input("x", DType::F32, {K, H, T});
+        y = g.matmul_heads(g.weight(w), x);
+        g.mark_output(y, "y");
+        return g;
+      };
+      Graph gc = bh(), gg = bh();
+      auto xv = randn(static_cast<size_t>(K * H * T), 26);
+      auto hc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+      auto hg = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+      INFO("matmul_heads " << dtype_name(t) << " T=" << T);
+      CHECK(rel_err(hg[0], hc[0]) < 1e-4);
+    }
+  }
+}
+
 TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several sequences)", "[ops][cuda][attention]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  for (int variant = 0; variant < 4; ++variant)  // plain, sliding window, sinks, MLA latent-as-V
   for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
     for (int64_t T : {1, 6}) {
-      const int64_t hd = 64, nh = 4, nkv = 2, n_cells = 300;
-      const std::vector<KvLayerDims> dims = {{hd * nkv, hd * nkv}};
+      if (variant > 0 && kt == KvType::F16) continue;
+      const int64_t hd = 64, nh = 4, nkv = variant == 3 ? 1 : 2, n_cells = 300, hd_v = variant == 3 ? 32 : hd;
+      const std::vector<KvLayerDims> dims = {{hd * nkv, variant == 3 ? 0 : hd * nkv}};
       KvCache kv_c(n_cells, 2, kt, dims, *reg.cpu());
       KvCache kv_g(n_cells, 2, kt, dims, *gpu);
       // History: 200 cells of two interleaved sequences, a few freed; then this batch.
@@ -331,8 +394,13 @@ TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several seque
           qq = g.input("q", DType::F32, {hd, nh, nt});
           kk = g.input("k", DType::F32, {hd, nkv, nt});
           vv = g.input("v", DType::F32, {hd, nkv, nt});
-          int ks = g.kv_store(kk, 0, 0), vs = g.kv_store(vv, 0, 1);
-          oo = g.attention(qq, ks, vs, hd, 0.125f);
+          int ks = g.kv_store(kk, 0, 0);
+          int vs = variant == 3 ? ks : g.kv_store(vv, 0, 1);
+          AttentionOptions o;
+          o.window = variant == 1 ? 37 : 0;
+          o.v_from_k = variant == 3;
+          if (variant == 2) o.sinks = g.input("sinks", DType::F32, {nh});
+          oo = g.attention_ext(qq, ks, vs, hd_v, 0.125f, o);
           g.node(oo).ip[1] = static_cast<int32_t>(n_cells);
           g.mark_output(oo, "o");
           return g;
@@ -360,13 +428,15 @@ TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several seque
         ub.cell_state = kv_c.cells();
         ExecEnv ec{&ub, &kv_c};
         Graph g1 = b2(), g2 = b2();
-        std::vector<Input> ins = {in(qq, qv), in(kk, kvv), in(vv, vvv)};
+        std::vector<Input> ins = {in(qq, qv), in(kk, kvv)};
+        if (variant != 3) ins.push_back(in(vv, vvv));
+        if (variant == 2) ins.push_back(in(g1.find_input("sinks"), std::vector<float>{0.5f, -1.0f, 3.0f, 20.0f}));
         auto rc = run_on(*reg.cpu(), std::move(g1), ins, {oo}, ec);
         UbatchInfo ubg = ub;
         ubg.cell_state = kv_g.cells();
         ExecEnv eg{&ubg, &kv_g};
         auto rg = run_on(*gpu, std::move(g2), ins, {oo}, eg);
-        INFO("kv " << kv_type_name(kt) << " T=" << T << " step " << step);
+        INFO("kv " << kv_type_name(kt) << " T=" << T << " step " << step << " variant " << variant);
         CHECK(rel_err(rg[0], rc[0]) < (kt == KvType::F16 ? 2e-3 : 1e-4));
       }
     }

@@ -38,7 +38,7 @@ size_t cuda_work_size(const Graph &g, int id);
 void cuda_run_node(const CudaOpCtx &c);  // dispatch by op
 
 // Per-family launchers (ops/*.cu).
-void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy
+void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy Slice Concat SwiGLUOai
 void cuda_op_rowwise(const CudaOpCtx &c);      // RmsNorm Softmax NormSum
 void cuda_op_get_rows(const CudaOpCtx &c);
 void cuda_op_rope(const CudaOpCtx &c);
@@ -48,7 +48,12 @@ void cuda_op_moe_combine(const CudaOpCtx &c);
 void cuda_op_kv_store(const CudaOpCtx &c);
 void cuda_op_attention(const CudaOpCtx &c);
 void cuda_op_matmul(const CudaOpCtx &c);       // MatMul and MatMulId
+void cuda_op_matmul_heads(const CudaOpCtx &c);
+void cuda_op_add_id(const CudaOpCtx &c);
+void cuda_op_grouped_top_k(const CudaOpCtx &c);
+bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n);
+size_t cuda_attention_work_size(const Node &n);  // split-cell partials for few query tokens
 bool cuda_matmul_type_supported(DType t);
 
 constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane

@@ -7,24 +7,39 @@ namespace moe {
 
 namespace {
 
-enum EwOp : int { kMul, kAdd, kScale, kSigmoid, kSwiGLU, kCopy };
+enum EwOp : int { kMul, kAdd, kScale, kSigmoid, kSwiGLU, kCopy, kSlice, kConcat, kSwiGLUOai };
 
 __device__ __forceinline__ float *rowp(const TView &v, int64_t i1, int64_t i2, int64_t i3) {
   return reinterpret_cast<float *>(static_cast<uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
 }
 
-__global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1) {
+__global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1, int64_t start) {
   const int64_t r = blockIdx.x;
   const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
   float *dst = rowp(d, i1, i2, i3);
   const float *s0 = rowp(a, i1, i2, i3);
   const float *s1 = nullptr;
   if (op == kMul || op == kAdd) s1 = rowp(b, b.ne[1] == 1 ? 0 : i1, b.ne[2] == 1 ? 0 : i2, b.ne[3] == 1 ? 0 : i3);
-  else if (op == kSwiGLU) s1 = rowp(b, i1, i2, i3);
+  else if (op == kSwiGLU || op == kConcat || op == kSwiGLUOai) s1 = rowp(b, i1, i2, i3);
+  if (op == kSlice) {
+    for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) dst[i] = s0[start + i];
+    return;
+  }
+  if (op == kConcat) {
+    const int64_t na = a.ne[0];
+    for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) dst[i] = i < na ? s0[i] : s1[i - na];
+    return;
+  }
   for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) {
     const float x = s0[i];
     float y;
     switch (op) {
+      case kSwiGLUOai: {
+        const float g = fminf(x, f1);
+        const float u = fminf(fmaxf(s1[i], -f1), f1);
+        y = g / (1.0f + expf(f0 * (-g))) * (u + 1.0f);
+        break;
+      }
       case kMul: y = x * s1[i]; break;
       case kAdd: y = x + s1[i]; break;
       case kScale: y = x * f0 + f1; break;
@@ -121,10 +136,14 @@ void cuda_op_elementwise(const CudaOpCtx &c) {
     case Op::Scale: op = kScale; break;
     case Op::Sigmoid: op = kSigmoid; break;
     case Op::SwiGLU: op = kSwiGLU; break;
+    case Op::Slice: op = kSlice; break;
+    case Op::Concat: op = kConcat; break;
+    case Op::SwiGLUOai: op = kSwiGLUOai; break;
     default: op = kCopy; break;
   }
   TView b = n.src[1] >= 0 ? tview(c.src(1)) : tview(c.src(0));
-  ew_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), b, op, n.fp[0], n.fp[1]);
+  ew_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), b, op, n.fp[0], n.fp[1],
+                                                                                  static_cast<int64_t>(n.ip[0]));
   MOE_CUDA_LAUNCH_CHECK("ew_kernel");
 }
 

@@ -241,27 +241,17 @@ template <DType V> __device__ __forceinline__ void round_act32(float *xv, int s)
   }
 }
 
-template <DType T>
-__global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
-                                                           const uint8_t *xb, int64_t x_row_bytes, int X, float *Y, const int32_t *ids,
-                                                           int E) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int j = blockIdx.y;
-  int expert = 0;
-  if (ids) {
-    expert = ids[j];
-    if (expert < 0 || expert >= E) return;  // the CPU reports these; nothing to compute
-  }
-  if (row >= M) return;
-  const float *x = reinterpret_cast<const float *>(xb + (X == 1 ? 0 : j) * x_row_bytes);
-  const uint8_t *wrow = W + expert * expert_bytes + static_cast<int64_t>(row) * row_bytes;
+// One weight row against one activation column (rounded on the fly); lane partial sum.
+// Every lane of the warp must call it (Q8_K rounding shuffles across 8 lanes).
+// kRound = false: x was already rounded by act_round_kernel (then the weight and x loads
+// are independent; measured faster for decode than rounding in the mat-vec).
+template <DType T, bool kRound> __device__ __forceinline__ float row_dot1(const uint8_t *wrow, const float *x, int K, int lane) {
   float acc = 0.0f;
   if constexpr (is_plain(T)) {
     for (int i = lane; i < K; i += 32) {
       float xv = __ldg(x + i);
-      if constexpr (T == DType::F16) xv = __half2float(__float2half_rn(xv));
-      if constexpr (T == DType::BF16) xv = __bfloat162float(__float2bfloat16_rn(xv));
+      if constexpr (kRound && T == DType::F16) xv = __half2float(__float2half_rn(xv));
+      if constexpr (kRound && T == DType::BF16) xv = __bfloat162float(__float2bfloat16_rn(xv));
       acc += plain_at<T>(wrow, i) * xv;
     }
   } else {
@@ -276,7 +266,7 @@ __global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int
         const float4 t = act ? __ldg(x4 + q) : make_float4(0.f, 0.f, 0.f, 0.f);
         xv[4 * q] = t.x; xv[4 * q + 1] = t.y; xv[4 * q + 2] = t.z; xv[4 * q + 3] = t.w;
       }
-      round_act32<vdt_of(T)>(xv, s);
+      if constexpr (kRound) round_act32<vdt_of(T)>(xv, s);
       if (act) {
         float w[32];
         dequant32<T>(wrow, s, w);
@@ -287,15 +277,48 @@ __global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int
       }
     }
   }
+  return acc;
+}
+
+template <DType T, bool kRound>
+__global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                                                           const uint8_t *xb, int64_t x_row_bytes, int X, float *Y, const int32_t *ids,
+                                                           int E) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int j = blockIdx.y;
+  int expert = 0;
+  if (ids) {
+    expert = ids[j];
+    if (expert < 0 || expert >= E) return;  // the CPU reports these; nothing to compute
+  }
+  if (row >= M) return;
+  const float *x = reinterpret_cast<const float *>(xb + (X == 1 ? 0 : j) * x_row_bytes);
+  const uint8_t *wrow = W + expert * expert_bytes + static_cast<int64_t>(row) * row_bytes;
+  float acc = row_dot1<T, kRound>(wrow, x, K, lane);
   acc = warp_sum(acc);
   if (lane == 0) Y[static_cast<int64_t>(j) * M + row] = acc;
+}
+
+// MatMulHeads: out[:, h, t] = W_h x[:, h, t]; grid (row tiles, H, T).
+template <DType T>
+__global__ void __launch_bounds__(kWarps * 32) mmv_heads_kernel(const uint8_t *W, int64_t row_bytes, int64_t head_bytes, int K, int M,
+                                                                TView x, TView d) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int64_t h = blockIdx.y, t = blockIdx.z;
+  if (row >= M) return;
+  const float *xr = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + h * x.nb[1] + t * x.nb[2]);
+  float acc = row_dot1<T, true>(W + h * head_bytes + static_cast<int64_t>(row) * row_bytes, xr, K, lane);
+  acc = warp_sum(acc);
+  if (lane == 0) reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + h * d.nb[1] + t * d.nb[2])[row] = acc;
 }
 
 void launch_mmv1(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const uint8_t *xb,
                  int64_t xrb, int X, float *Y, const int32_t *ids, int E) {
   const dim3 block(kWarps * 32);
 #define MOE_MMV1_CASE(TY) \
-  case TY: mmv1_kernel<TY><<<grid, block, 0, s>>>(W, rb, eb, K, M, xb, xrb, X, Y, ids, E); break;
+  case TY: mmv1_kernel<TY, false><<<grid, block, 0, s>>>(W, rb, eb, K, M, xb, xrb, X, Y, ids, E); break;
   switch (t) {
     MOE_MMV1_CASE(DType::F32)
     MOE_MMV1_CASE(DType::F16)
@@ -391,6 +414,35 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   return bytes;
 }
 
+void cuda_op_matmul_heads(const CudaOpCtx &c) {
+  const Node &w = c.src(0), &x = c.src(1);
+  const int64_t K = w.ne[0], M = w.ne[1], H = x.ne[1], T = x.ne[2];
+  if (M * H * T == 0) return;
+  const dim3 grid(static_cast<unsigned>((M + kWarps - 1) / kWarps), static_cast<unsigned>(H), static_cast<unsigned>(T));
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+#define MOE_HEADS_CASE(TY)                                                                                       \
+  case TY:                                                                                                       \
+    mmv_heads_kernel<TY><<<grid, kWarps * 32, 0, c.stream>>>(W, w.nb[1], w.nb[2], static_cast<int>(K), static_cast<int>(M), \
+                                                             tview(x), tview(c.n));                             \
+    break;
+  switch (w.type) {
+    MOE_HEADS_CASE(DType::F32)
+    MOE_HEADS_CASE(DType::F16)
+    MOE_HEADS_CASE(DType::BF16)
+    MOE_HEADS_CASE(DType::Q4_0)
+    MOE_HEADS_CASE(DType::Q8_0)
+    MOE_HEADS_CASE(DType::MXFP4)
+    MOE_HEADS_CASE(DType::Q2_K)
+    MOE_HEADS_CASE(DType::Q3_K)
+    MOE_HEADS_CASE(DType::Q4_K)
+    MOE_HEADS_CASE(DType::Q5_K)
+    MOE_HEADS_CASE(DType::Q6_K)
+    default: fail(Status::Internal, "CUDA matmul_heads: type %s not dispatched", dtype_name(w.type));
+  }
+#undef MOE_HEADS_CASE
+  MOE_CUDA_LAUNCH_CHECK("mmv_heads_kernel");
+}
+
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const MatmulShape s = shape_of(c.g, c.n);
@@ -399,20 +451,20 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
   float *Y = static_cast<float *>(c.n.data);
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
-  if (s.NT == 1) {
-    // One column (decode): no rounding kernel, no routing tables; experts come from ids.
-    const bool moe = c.n.op == Op::MatMulId;
-    const dim3 grid(grid_x.x, moe ? static_cast<unsigned>(s.n_used) : 1u);
-    launch_mmv1(w.type, grid, c.stream, W, w.nb[1], moe ? w.nb[2] : 0, static_cast<int>(s.K), static_cast<int>(s.M),
-                static_cast<const uint8_t *>(x.data), static_cast<int64_t>(x.nb[1]), moe ? s.X : 1, Y,
-                moe ? static_cast<const int32_t *>(c.src(2).data) : nullptr, static_cast<int>(s.E));
-    return;
-  }
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
   act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
+  if (s.NT == 1) {
+    // One column (decode): no routing tables; experts come straight from ids.
+    const bool moe = c.n.op == Op::MatMulId;
+    const dim3 grid(grid_x.x, moe ? static_cast<unsigned>(s.n_used) : 1u);
+    launch_mmv1(w.type, grid, c.stream, W, w.nb[1], moe ? w.nb[2] : 0, static_cast<int>(s.K), static_cast<int>(s.M),
+                reinterpret_cast<const uint8_t *>(xr), static_cast<int64_t>(s.K) * 4, moe ? s.X : 1, Y,
+                moe ? static_cast<const int32_t *>(c.src(2).data) : nullptr, static_cast<int>(s.E));
+    return;
+  }
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
     const dim3 grid(grid_x.x, static_cast<unsigned>((ncols + s.NT - 1) / s.NT));

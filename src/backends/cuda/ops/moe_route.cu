@@ -67,6 +67,56 @@ __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_
   reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[i] = acc;
 }
 
+__global__ void add_id_kernel(TView x, TView b, TView ids, TView d, int64_t M, int64_t k, int64_t T) {
+  const int64_t r = blockIdx.y;  // j + k * t
+  const int64_t j = r % k, t = r / k;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= M) return;
+  const int32_t e = *reinterpret_cast<const int32_t *>(static_cast<const uint8_t *>(ids.data) + j * ids.nb[0] + t * ids.nb[1]);
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + j * x.nb[1] + t * x.nb[2]);
+  float *dst = reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + j * d.nb[1] + t * d.nb[2]);
+  if (e < 0 || e >= b.ne[1]) { dst[i] = src[i]; return; }
+  dst[i] = src[i] + reinterpret_cast<const float *>(static_cast<const uint8_t *>(b.data) + e * b.nb[1])[i];
+}
+
+constexpr int kMaxGroups = 64;
+
+// DeepSeek-V3 grouped selection, one thread per token, in the reference's exact order.
+__global__ void grouped_top_k_kernel(TView x, TView d, int k, int G, int G_used, int64_t T) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  const int64_t E = x.ne[0], per = E / G;
+  const float *s = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[1]);
+  int32_t *dst = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(d.data) + t * d.nb[1]);
+  float gscore[kMaxGroups];
+  unsigned long long kept = 0;
+  for (int g = 0; g < G; ++g) {
+    const float *p = s + g * per;
+    int64_t b1 = 0;
+    for (int64_t i = 1; i < per; ++i) if (p[i] > p[b1]) b1 = i;
+    int64_t b2 = -1;
+    for (int64_t i = 0; i < per; ++i) if (i != b1 && (b2 < 0 || p[i] > p[b2])) b2 = i;
+    gscore[g] = b2 < 0 ? p[b1] : p[b1] + p[b2];
+  }
+  for (int j = 0; j < G_used; ++j) {
+    int best = -1;
+    for (int g = 0; g < G; ++g)
+      if (!((kept >> g) & 1ull) && (best < 0 || gscore[g] > gscore[best])) best = g;
+    kept |= 1ull << best;
+  }
+  for (int j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      if (!((kept >> (e / per)) & 1ull)) continue;
+      bool taken = false;
+      for (int q = 0; q < j; ++q) taken |= dst[q] == e;
+      if (taken) continue;
+      if (best < 0 || s[e] > s[best]) best = static_cast<int32_t>(e);
+    }
+    dst[j] = best;
+  }
+}
+
 // One thread per 32-element sub-block (plain types: per element) of each selected row.
 template <DType T> __device__ void get_row_sub(const uint8_t *row, int64_t s, float *out) {
   if constexpr (is_plain(T)) {
@@ -130,6 +180,24 @@ void cuda_op_moe_combine(const CudaOpCtx &c) {
   moe_combine_kernel<<<dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), 256, 0, c.stream>>>(
       tview(c.src(0)), tview(c.src(1)), tview(c.n), M, k);
   MOE_CUDA_LAUNCH_CHECK("moe_combine_kernel");
+}
+
+void cuda_op_add_id(const CudaOpCtx &c) {
+  const int64_t M = c.n.ne[0], k = c.n.ne[1], T = c.n.ne[2];
+  if (M * k * T == 0) return;
+  add_id_kernel<<<dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(k * T)), 256, 0, c.stream>>>(
+      tview(c.src(0)), tview(c.src(1)), tview(c.src(2)), tview(c.n), M, k, T);
+  MOE_CUDA_LAUNCH_CHECK("add_id_kernel");
+}
+
+bool cuda_grouped_top_k_supported(const Node &n) { return n.ip[1] > 0 && n.ip[1] <= kMaxGroups; }
+
+void cuda_op_grouped_top_k(const CudaOpCtx &c) {
+  const int64_t T = c.n.ne[1];
+  if (T == 0) return;
+  grouped_top_k_kernel<<<static_cast<unsigned>((T + 63) / 64), 64, 0, c.stream>>>(tview(c.src(0)), tview(c.n), c.n.ip[0], c.n.ip[1],
+                                                                                    c.n.ip[2], T);
+  MOE_CUDA_LAUNCH_CHECK("grouped_top_k_kernel");
 }
 
 void cuda_op_get_rows(const CudaOpCtx &c) {
