@@ -19,7 +19,7 @@ namespace {
 
 void usage(FILE *out) {
   std::fprintf(out,
-               "usage: moeinfer-cli tokenize -m MODEL.gguf [--allow-unknown-pre]\n\n"
+               "usage: moeinfer-cli tokenize -m MODEL.gguf [--allow-unknown-pre] [--words]\n\n"
                "Reads JSON lines {\"text\": str, \"add_special\": bool, \"parse_special\": bool} on stdin and\n"
                "prints one line {\"ids\": [...]} per input line. Only the GGUF metadata is read.\n\n"
                "  -m, --model PATH        GGUF file whose tokenizer.ggml.* vocabulary is used\n"
