@@ -417,8 +417,8 @@ TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several seque
           kv_c.seq_rm(0, 10, 20);
           kv_g.seq_rm(0, 10, 20);
         }
-        auto qv = randn(static_cast<size_t>(hd * nh * nt), rng()), kvv = randn(static_cast<size_t>(hd * nkv * nt), rng()),
-             vvv = randn(static_cast<size_t>(hd * nkv * nt), rng());
+        auto qv = randn(static_cast<size_t>(hd * nh * nt), static_cast<uint32_t>(rng())), kvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng())),
+             vvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng()));
         UbatchInfo ub;
         ub.n_tokens = static_cast<int32_t>(nt);
         ub.cells = cells.data();
