@@ -18,13 +18,28 @@ using namespace moe;
 // counting is on (all threads: the CPU pool's workers included).
 static std::atomic<bool> g_count_allocs{false};
 static std::atomic<long> g_allocs{0};
-void *operator new(size_t n) {
+// Every plain/array/nothrow form is replaced together so allocation and release always pair
+// up (sanitizers check that); the aligned forms are left to the runtime, also in pairs.
+static void *counted_alloc(size_t n) {
   if (g_count_allocs.load(std::memory_order_relaxed)) g_allocs.fetch_add(1);
-  if (void *p = std::malloc(n ? n : 1)) return p;
+  return std::malloc(n ? n : 1);
+}
+void *operator new(size_t n) {
+  if (void *p = counted_alloc(n)) return p;
   throw std::bad_alloc();
 }
+void *operator new[](size_t n) {
+  if (void *p = counted_alloc(n)) return p;
+  throw std::bad_alloc();
+}
+void *operator new(size_t n, const std::nothrow_t &) noexcept { return counted_alloc(n); }
+void *operator new[](size_t n, const std::nothrow_t &) noexcept { return counted_alloc(n); }
 void operator delete(void *p) noexcept { std::free(p); }
+void operator delete[](void *p) noexcept { std::free(p); }
 void operator delete(void *p, size_t) noexcept { std::free(p); }
+void operator delete[](void *p, size_t) noexcept { std::free(p); }
+void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
 
 namespace {
 
