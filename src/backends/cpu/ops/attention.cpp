@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/kernels/ref_math.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "core/fp16.h"
@@ -37,6 +38,62 @@ size_t cpu_attention_work(const Node &n, int n_threads) {
   const size_t per_thread = (static_cast<size_t>(n_cells) * 4 + kMaxHeadDim * 4 * 2 + row_size(DType::F32, kMaxHeadDim) + 63) / 64 * 64;
   return per_thread * static_cast<size_t>(n_threads);
 }
+
+namespace {
+
+// F32 cache, reference order (KQ, soft_max, KQV as the reference's separate ops, with its
+// float grouping; see kernels/ref_math.h). Cells sit at their cache index, as in the
+// reference's 256-padded view, so the lane of cell c is fixed by c; hidden cells are exact
+// zeros there and are skipped here. batched: the reference's KQV runs as a multi-token GEMM.
+template <class Hidden>
+void attend_f32_reference_order(const uint8_t *k, size_t krb, const uint8_t *v, size_t vrb, const float *q, int64_t hd_k,
+                                int64_t hd_v, int32_t n_kv, float scale, bool batched, const Hidden &hidden, float *p,
+                                float *out) {
+  float mx = -INFINITY;
+  for (int32_t c = 0; c < n_kv; ++c) {
+    if (hidden(c)) { p[c] = -INFINITY; continue; }
+    p[c] = refmath::dot_f32_vec(static_cast<int>(hd_k), reinterpret_cast<const float *>(k + c * krb), 1, q, 1) * scale;
+    mx = std::fmax(mx, p[c]);
+  }
+  // Vector exp over 16-cell chunks; each chunk's lanes summed by the 16-lane tree, in double.
+  double sum = 0.0;
+  for (int32_t c0 = 0; c0 < n_kv; c0 += 16) {
+    float lanes[16] = {};
+    for (int32_t c = c0; c < c0 + 16 && c < n_kv; ++c) {
+      p[c] = p[c] == -INFINITY ? 0.0f : refmath::expf_v(p[c] - mx);
+      lanes[c - c0] = p[c];
+    }
+    sum += static_cast<double>(refmath::hsum16(lanes));
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int32_t c = 0; c < n_kv; ++c) p[c] *= inv;
+  constexpr int64_t kMaxHd = kMaxHeadDim;
+  if (batched) {
+    float acc[kMaxHd][16];
+    std::memset(acc, 0, sizeof(acc[0]) * static_cast<size_t>(hd_v));
+    for (int32_t c = 0; c < n_kv; ++c) {
+      if (p[c] == 0.0f) continue;  // fma(v, 0, a) == a
+      const float *vr = reinterpret_cast<const float *>(v + c * vrb);
+      for (int64_t i = 0; i < hd_v; ++i) acc[i][c & 15] = std::fma(vr[i], p[c], acc[i][c & 15]);
+    }
+    for (int64_t i = 0; i < hd_v; ++i) out[i] = refmath::hsum16(acc[i]);
+  } else {
+    float acc[kMaxHd][64];  // [(c % 64) / 16][c % 16]
+    std::memset(acc, 0, sizeof(acc[0]) * static_cast<size_t>(hd_v));
+    for (int32_t c = 0; c < n_kv; ++c) {
+      if (p[c] == 0.0f) continue;
+      const float *vr = reinterpret_cast<const float *>(v + c * vrb);
+      for (int64_t i = 0; i < hd_v; ++i) acc[i][c & 63] = std::fma(vr[i], p[c], acc[i][c & 63]);
+    }
+    for (int64_t i = 0; i < hd_v; ++i) {
+      float f[16];
+      for (int l = 0; l < 16; ++l) f[l] = (acc[i][l] + acc[i][32 + l]) + (acc[i][16 + l] + acc[i][48 + l]);
+      out[i] = refmath::hsum16(f);
+    }
+  }
+}
+
+}  // namespace
 
 void cpu_attention(const CpuKernelArgs &a) {
   const Node &q = a.src(0);
@@ -120,6 +177,11 @@ void cpu_attention(const CpuKernelArgs &a) {
       continue;
     }
 
+    if (kt == DType::F32 && !sinks && !v_from_k) {
+      attend_f32_reference_order(kbase + hk * k_head_bytes, krb, vbase + hk * v_head_bytes, vrb, qrow, hd_k, hd_v, n_kv,
+                                 scale, T >= 2, hidden, scores, out);
+      continue;
+    }
     // Two-pass softmax over the visible cells.
     float mx = -INFINITY;
     for (int32_t c = 0; c < n_kv; ++c) {

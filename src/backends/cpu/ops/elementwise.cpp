@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/kernels/ref_math.h"
 #include "backends/cpu/ops/cpu_ops.h"
 
 namespace moe {
@@ -68,8 +69,15 @@ void cpu_softmax(const CpuKernelArgs &a) {
     float *dst = row_f32(a.n, i1, i2, i3);
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, src[i]);
+    // Reference order: 16-wide chunks use its vector expf and add their lanes by the
+    // 16-lane tree, the tail uses libm expf; the running sum is double.
     double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      for (int64_t k = 0; k < 16; ++k) dst[i + k] = refmath::expf_v(src[i + k] - mx);
+      sum += static_cast<double>(refmath::hsum16(dst + i));
+    }
+    for (; i < n; ++i) {
       const float e = std::exp(src[i] - mx);
       dst[i] = e;
       sum += e;
@@ -105,10 +113,12 @@ void cpu_swiglu(const CpuKernelArgs &a) {
     const float *pg = row_f32(g, i1, i2, i3);
     const float *pu = row_f32(u, i1, i2, i3);
     float *dst = row_f32(a.n, i1, i2, i3);
-    for (int64_t i = 0; i < a.n.ne[0]; ++i) {
-      const float x = pg[i];
-      dst[i] = x / (1.0f + std::exp(-x)) * pu[i];
-    }
+    // Reference order: its vector silu on 16-wide chunks, libm expf on the tail.
+    const int64_t n = a.n.ne[0];
+    const int64_t nv = n & ~int64_t{15};
+    int64_t i = 0;
+    for (; i < nv; ++i) dst[i] = refmath::silu_v(pg[i]) * pu[i];
+    for (; i < n; ++i) dst[i] = refmath::silu_s(pg[i]) * pu[i];
   });
 }
 

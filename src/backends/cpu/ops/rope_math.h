@@ -42,6 +42,11 @@ inline void rope_cache_init(float pos, const RopeParams &p, const float corr[2],
   }
 }
 
+// The reference's rotation as its compiler contracts it (first product fused, second
+// rounded): the K-quant conformance files need these bits (see kernels/ref_math.h).
+inline float rope_rot0(float x0, float x1, float c, float s) { return std::fma(x0, c, -(x1 * s)); }
+inline float rope_rot1(float x0, float x1, float c, float s) { return std::fma(x0, s, x1 * c); }
+
 inline void rope_apply_row(const float *src, float *dst, const float *cache, int n_rot, bool neox) {
   if (neox) {
     const int half = n_rot / 2;
@@ -49,15 +54,15 @@ inline void rope_apply_row(const float *src, float *dst, const float *cache, int
       const int ic = i0 / 2;
       const float c = cache[i0], s = cache[i0 + 1];
       const float x0 = src[ic], x1 = src[ic + half];
-      dst[ic] = x0 * c - x1 * s;
-      dst[ic + half] = x0 * s + x1 * c;
+      dst[ic] = rope_rot0(x0, x1, c, s);
+      dst[ic + half] = rope_rot1(x0, x1, c, s);
     }
   } else {
     for (int i0 = 0; i0 < n_rot; i0 += 2) {
       const float c = cache[i0], s = cache[i0 + 1];
       const float x0 = src[i0], x1 = src[i0 + 1];
-      dst[i0] = x0 * c - x1 * s;
-      dst[i0 + 1] = x0 * s + x1 * c;
+      dst[i0] = rope_rot0(x0, x1, c, s);
+      dst[i0 + 1] = rope_rot1(x0, x1, c, s);
     }
   }
 }
