@@ -15,6 +15,7 @@
 #include "kv/kv_cache.h"
 #include "model/arch/arch.h"
 #include "model/hparams.h"
+#include "support/reference_deepseek2.h"
 
 using namespace moe;
 
@@ -170,4 +171,39 @@ TEST_CASE("gpt-oss: prompt logits match the reference records (batch-processed p
   CHECK(st.n == 4);
   CHECK(st.worst <= 0.05);
   CHECK(st.top1_bad == 0);
+}
+
+// The float64 forward without roundings (decompressed MLA: an independent check of the
+// absorbed form) against the reference's exact_f32 records; with the reference's activation
+// roundings (absorbed form) against the engine and the default records.
+TEST_CASE("deepseek2: engine and reference records against the float64 forward", "[arch][deepseek2][reference]") {
+  const std::string model = conf_dir() + "/models/deepseek2-f16.gguf";
+  if (!exists(model)) { WARN("SKIPPED: " << model << " not found"); return; }
+  auto m = Model::load(model, ModelLoadParams{});
+  auto ctx = cpu_context(*m);
+  std::ifstream f(conf_dir() + "/expect/deepseek2-f16.logits.jsonl"), fx(conf_dir() + "/expect/deepseek2-f16.exact_f32.logits.jsonl");
+  std::string line, line_x;
+  int n = 0;
+  while (std::getline(f, line) && std::getline(fx, line_x)) {
+    auto j = nlohmann::json::parse(line), jx = nlohmann::json::parse(line_x);
+    std::vector<int32_t> ids = j["prompt_ids"].get<std::vector<int32_t>>();
+    for (int32_t t : j["gen_ids_fed"].get<std::vector<int32_t>>()) ids.push_back(t);
+    REQUIRE(jx["n_past"] == j["n_past"]);
+    auto l = run_logits(*ctx, ids);
+    auto plain = moe_ref::deepseek2_last_logits(m->gguf(), ids, false);
+    auto refq = moe_ref::deepseek2_last_logits(m->gguf(), ids, true);
+    double d_engine = 0, d_plain_x = 0, d_q_default = 0;
+    for (auto &p : j["top"]) {
+      const size_t id = p[0].get<size_t>();
+      d_engine = std::max(d_engine, std::fabs(l[id] - refq[id]));
+      d_q_default = std::max(d_q_default, std::fabs(p[1].get<double>() - refq[id]));
+    }
+    for (auto &p : jx["top"]) d_plain_x = std::max(d_plain_x, std::fabs(p[1].get<double>() - plain[p[0].get<size_t>()]));
+    INFO("n_past " << j["n_past"] << ": |engine - q64| " << d_engine << ", |default - q64| " << d_q_default << ", |exact_f32 - f64| " << d_plain_x);
+    CHECK(d_plain_x < 1e-3);   // the reference's F32 run is exact math: matches to its 4 printed decimals
+    CHECK(d_engine < 0.25);    // engine vs float64 with the same activation roundings
+    CHECK(d_q_default < 0.5);  // the reference's default run vs the same
+    ++n;
+  }
+  CHECK(n == 36);
 }
