@@ -1,8 +1,11 @@
 // Matrix products against weights of any supported type. Activations are first converted
 // to the weight type's vec_dot_type (Q8_0 / Q8_K blocks, F16, BF16), exactly as the
-// reference engine does, then each output is one vec_dot against a weight row.
+// reference engine does, then each output is one vec_dot against a weight row. F32, Q8_0,
+// Q4_K, Q5_K and Q6_K use the reference's own float grouping, including the path it takes
+// for multi-token products (ref_order_path): the K-quant conformance files need those bits.
 #include <cstring>
 
+#include "backends/cpu/kernels/ref_order_dot.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/ops/cpu_ops.h"
 
@@ -28,6 +31,13 @@ const uint8_t *prepare_activations(const CpuKernelArgs &a, const Node &x, int64_
   return work;
 }
 
+// Types with a reference-order kernel use it (bit-exact with the conformance reference,
+// see kernels/ref_order_dot.h); the rest keep the fast per-ISA vec_dot.
+inline void dot_rows(DType t, int n, int nrows, float *out, const void *w, size_t ws, const void *x, RefPath path) {
+  if (ref_order_dot_supported(t)) ref_order_dot_rows(t, n, nrows, out, w, ws, x, path);
+  else cpu_vec_dot_rows(t, n, nrows, out, w, ws, x);
+}
+
 constexpr int64_t kRowChunk = 16;  // weight rows per work item: stays in L1 across tokens
 
 }  // namespace
@@ -46,7 +56,8 @@ void cpu_matmul(const CpuKernelArgs &a) {
   for (int64_t c = a.ith; c < n_chunks; c += a.nth) {
     const int64_t m0 = c * kRowChunk, m1 = m0 + kRowChunk < M ? m0 + kRowChunk : M;
     for (int64_t n = 0; n < N; ++n)
-      cpu_vec_dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + n * M + m0, wd + m0 * w.nb[1], w.nb[1], xq + n * xs);
+      dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + n * M + m0, wd + m0 * w.nb[1], w.nb[1], xq + n * xs,
+               ref_order_path(w.type, K, M, N, n, false));
   }
 }
 
@@ -103,8 +114,8 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
         const int32_t jt = entries[offsets[e] + q];
         const int64_t j = jt / T, t = jt % T;
         const uint8_t *xrow = xq + (X == 1 ? t : t * X + j) * xs;
-        cpu_vec_dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + (t * n_used + j) * M + m0,
-                         we + m0 * w.nb[1], w.nb[1], xrow);
+        dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + (t * n_used + j) * M + m0,
+                 we + m0 * w.nb[1], w.nb[1], xrow, ref_order_path(w.type, K, M, 1, 0, true));
       }
     }
   }
