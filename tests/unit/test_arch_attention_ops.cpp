@@ -118,7 +118,7 @@ int check_attention(const AttnCase &c, uint32_t seed, int threads) {
 }  // namespace
 
 TEST_CASE("attention: sliding window hides cells at pos <= query_pos - window (positions with gaps)", "[ops][cpu][attention]") {
-  AttnCase c{16, 16, 4, 2};
+  AttnCase c{16, 16, 4, 2, false, 0, false, {}};
   c.pos = {0, 1, 2, 4, 5, 8, 9, 10, 13, 17, 18, 19};
   for (int32_t w : {1, 3, 4, 8}) {
     c.window = w;
@@ -132,7 +132,7 @@ TEST_CASE("attention: sliding window hides cells at pos <= query_pos - window (p
 }
 
 TEST_CASE("attention: per-head sinks add one logit with a zero value", "[ops][cpu][attention]") {
-  AttnCase c{32, 32, 4, 2};
+  AttnCase c{32, 32, 4, 2, false, 0, false, {}};
   c.sinks = true;
   c.pos = {0, 1, 2, 3, 4, 5, 6};
   check_attention(c, 31, 2);
@@ -141,7 +141,7 @@ TEST_CASE("attention: per-head sinks add one logit with a zero value", "[ops][cp
 }
 
 TEST_CASE("attention: MLA latent cache, V read from the K row's leading latent part", "[ops][cpu][attention]") {
-  AttnCase c{48, 32, 4, 1};
+  AttnCase c{48, 32, 4, 1, false, 0, false, {}};
   c.v_from_k = true;
   c.pos = {0, 1, 2, 3, 4};
   check_attention(c, 51, 2);
