@@ -27,6 +27,12 @@ public:
   void run(const std::function<void(int, int)> &fn);
   // All threads of the current job meet here.
   void barrier();
+  // Dynamic work sharing inside one job step: thread 0 calls reset_items() before a
+  // barrier, then every thread takes item indices from take_items() until it gets one
+  // past its last item. A descheduled thread then delays the step by its current item only,
+  // not by a fixed share (2 threads on a busy host otherwise lost to 1).
+  void reset_items() { items_.store(0, std::memory_order_relaxed); }
+  int64_t take_items(int64_t n = 1) { return items_.fetch_add(n, std::memory_order_relaxed); }
 
 private:
   void worker(int ith);
@@ -42,6 +48,7 @@ private:
   // Barrier state (sense-reversing).
   alignas(64) std::atomic<int> bar_count_{0};
   alignas(64) std::atomic<uint32_t> bar_phase_{0};
+  alignas(64) std::atomic<int64_t> items_{0};
 };
 
 // Number of physical cores (default thread count).

@@ -5,6 +5,7 @@
 // for multi-token products (ref_order_path): the K-quant conformance files need those bits.
 #include <cstring>
 
+#include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/ref_order_dot.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/ops/cpu_ops.h"
@@ -40,6 +41,24 @@ inline void dot_rows(DType t, int n, int nrows, float *out, const void *w, size_
 
 constexpr int64_t kRowChunk = 16;  // weight rows per work item: stays in L1 across tokens
 
+// Q4_K on the reference's repacked paths runs as row x column tiles (kernels/gemm.h): each
+// weight block is unpacked once for all the columns, with the same bits as the per-row
+// reference-order kernels.
+inline bool use_q4k_tiles(const Node &w, int64_t K, int64_t M) {
+  return ref_order_path(w.type, K, M, 1, 0, true) == RefPath::RepackGemv && cpu_gemm_q4_K_supported();
+}
+constexpr int kTileCols = 64;  // columns per tile call; a multiple of 4 keeps the 4-column groups
+
+// Rows per work item out of rows_total. Several activation columns: kRowChunk (the rows
+// stay in L1 while every column passes). One column (decode): about 16 items per thread,
+// a multiple of 16 rows: long sequential streams, yet a thread that loses its core
+// delays the step by one item at most.
+inline int64_t row_chunk(int64_t rows_total, int64_t cols, int nth) {
+  if (cols > 1) return kRowChunk;
+  const int64_t c = (rows_total / (16 * static_cast<int64_t>(nth)) + 15) / 16 * 16;
+  return c < kRowChunk ? kRowChunk : c;
+}
+
 }  // namespace
 
 void cpu_matmul(const CpuKernelArgs &a) {
@@ -47,14 +66,30 @@ void cpu_matmul(const CpuKernelArgs &a) {
   const int64_t K = w.ne[0], M = w.ne[1];
   const int64_t N = x.ne[1] * x.ne[2] * x.ne[3];
   const CpuTypeKernels &k = cpu_type_kernels(w.type);
+  if (a.ith == 0) a.pool.reset_items();
   size_t xs;
   const uint8_t *xq = prepare_activations(a, x, N, K, k, a.work, &xs);
+  if (k.vec_dot_type == DType::F32) a.pool.barrier();  // the item counter reset is visible
   const uint8_t *wd = static_cast<const uint8_t *>(w.data);
   float *dst = static_cast<float *>(a.n.data);
-  // Threads split the weight rows (each weight byte is read by one thread only).
-  const int64_t n_chunks = (M + kRowChunk - 1) / kRowChunk;
-  for (int64_t c = a.ith; c < n_chunks; c += a.nth) {
-    const int64_t m0 = c * kRowChunk, m1 = m0 + kRowChunk < M ? m0 + kRowChunk : M;
+  // Threads take row chunks from a shared counter (each weight byte is read by one thread).
+  const int64_t chunk = row_chunk(M, N, a.nth);
+  const int64_t n_chunks = (M + chunk - 1) / chunk;
+  const bool q4k_tiles = use_q4k_tiles(w, K, M);
+  for (int64_t c = a.pool.take_items(); c < n_chunks; c = a.pool.take_items()) {
+    const int64_t m0 = c * chunk, m1 = m0 + chunk < M ? m0 + chunk : M;
+    if (q4k_tiles) {
+      for (int64_t n0 = 0; n0 < N; n0 += kTileCols) {
+        const int nc = static_cast<int>(N - n0 < kTileCols ? N - n0 : kTileCols);
+        float *outs[kTileCols];
+        const void *xs_[kTileCols];
+        for (int q = 0; q < nc; ++q) { outs[q] = dst + (n0 + q) * M + m0; xs_[q] = xq + (n0 + q) * xs; }
+        const bool gemm = ref_order_path(w.type, K, M, N, n0, false) == RefPath::RepackGemm;
+        cpu_gemm_q4_K(static_cast<int>(K), static_cast<int>(m1 - m0), nc, outs, wd + m0 * w.nb[1], w.nb[1], xs_,
+                      gemm ? Q4kOrder::Gemm : Q4kOrder::Gemv);
+      }
+      continue;
+    }
     for (int64_t n = 0; n < N; ++n)
       dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + n * M + m0, wd + m0 * w.nb[1], w.nb[1], xq + n * xs,
                ref_order_path(w.type, K, M, N, n, false));
@@ -75,6 +110,7 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
   int32_t *offsets = counts + E;
   int32_t *entries = offsets + E;  // (j * T + t) grouped by expert
   if (a.ith == 0) {
+    a.pool.reset_items();
     std::memset(counts, 0, static_cast<size_t>(E) * 4);
     const int32_t *id = static_cast<const int32_t *>(ids.data);
     bool bad = false;
@@ -99,17 +135,45 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
   a.pool.barrier();  // routing tables (thread 0) and converted activations are ready
   const uint8_t *wd = static_cast<const uint8_t *>(w.data);
   float *dst = static_cast<float *>(a.n.data);
-  const int64_t n_chunks = (M + kRowChunk - 1) / kRowChunk;
-  // Work items: (expert with tokens, row chunk), dealt round-robin so every thread gets a
-  // share of every active expert (balanced for batch 1 where only n_used experts are live).
-  int64_t item = 0;
-  for (int64_t e = 0; e < E; ++e) {
+  int64_t n_active = 0;
+  for (int64_t e = 0; e < E; ++e) n_active += counts[e] != 0;
+  // Work items: (active expert, row chunk) in expert order, taken from a shared counter so
+  // the threads that are running do the work (see ThreadPool::take_items). Batch 1: long
+  // chunks, each one sequential stream for the prefetchers.
+  const int64_t chunk_all = row_chunk(M * n_active, n_used * T == n_active ? 1 : 2, a.nth);
+  const int64_t chunk = chunk_all < M ? chunk_all : M;
+  const int64_t n_chunks = (M + chunk - 1) / chunk;
+  const bool q4k_tiles = use_q4k_tiles(w, K, M);
+  // Each thread's items increase, so it walks the experts forward: e, and first = the
+  // index of e's first item.
+  int64_t e = 0, first = 0;
+  for (int64_t item = a.pool.take_items();; item = a.pool.take_items()) {
+    while (e < E && (counts[e] == 0 || item >= first + n_chunks)) {
+      if (counts[e]) first += n_chunks;
+      ++e;
+    }
+    if (e >= E) break;
     const int32_t cnt = counts[e];
-    if (!cnt) continue;
     const uint8_t *we = wd + e * w.nb[2];
-    for (int64_t c = 0; c < n_chunks; ++c, ++item) {
-      if (item % a.nth != a.ith) continue;
-      const int64_t m0 = c * kRowChunk, m1 = m0 + kRowChunk < M ? m0 + kRowChunk : M;
+    {
+      const int64_t c = item - first;
+      const int64_t m0 = c * chunk, m1 = m0 + chunk < M ? m0 + chunk : M;
+      if (q4k_tiles) {  // the reference runs experts one token at a time: gemv order
+        for (int32_t q0 = 0; q0 < cnt; q0 += kTileCols) {
+          const int nc = cnt - q0 < kTileCols ? cnt - q0 : kTileCols;
+          float *outs[kTileCols];
+          const void *xs_[kTileCols];
+          for (int q = 0; q < nc; ++q) {
+            const int32_t jt = entries[offsets[e] + q0 + q];
+            const int64_t j = jt / T, t = jt % T;
+            outs[q] = dst + (t * n_used + j) * M + m0;
+            xs_[q] = xq + (X == 1 ? t : t * X + j) * xs;
+          }
+          cpu_gemm_q4_K(static_cast<int>(K), static_cast<int>(m1 - m0), nc, outs, we + m0 * w.nb[1], w.nb[1], xs_,
+                        Q4kOrder::Gemv);
+        }
+        continue;
+      }
       for (int32_t q = 0; q < cnt; ++q) {
         const int32_t jt = entries[offsets[e] + q];
         const int64_t j = jt / T, t = jt % T;
