@@ -14,8 +14,9 @@ using namespace moe;
 namespace {
 
 template <typename T> void put(std::vector<uint8_t> &b, T v) {
-  const uint8_t *p = reinterpret_cast<const uint8_t *>(&v);
-  b.insert(b.end(), p, p + sizeof v);
+  const size_t n = b.size();
+  b.resize(n + sizeof v);  // resize + memcpy: GCC 12 misreads insert() of a pointer range here
+  std::memcpy(b.data() + n, &v, sizeof v);
 }
 
 // Header + raw metadata/tensor-info bytes, written by hand where the writer would refuse.
