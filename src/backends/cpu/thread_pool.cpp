@@ -1,9 +1,16 @@
 #include "backends/cpu/thread_pool.h"
 
+#include <climits>
 #include <fstream>
 #include <set>
 #include <string>
 #include <utility>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -69,19 +76,52 @@ void ThreadPool::worker(int ith) {
   }
 }
 
+namespace {
+
+// Sleep while *word == expected / wake every sleeper (Linux futex; elsewhere a yield loop).
+void futex_wait(std::atomic<uint32_t> *word, uint32_t expected) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+#else
+  (void)word, (void)expected;
+  std::this_thread::yield();
+#endif
+}
+
+void futex_wake_all(std::atomic<uint32_t> *word) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+#else
+  (void)word;
+#endif
+}
+
+// Barrier spin budget (~20 us): a partner that is running arrives within it; one that lost
+// its core does not, and then sleeping frees this core so the scheduler can run the
+// partner here instead of leaving it queued behind another process (spinning or yielding
+// kept 2 threads slower than 1 on a busy host).
+constexpr int kBarrierSpins = 400;
+
+}  // namespace
+
 void ThreadPool::barrier() {
   if (n_ == 1) return;
   const uint32_t phase = bar_phase_.load(std::memory_order_acquire);
   if (bar_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
     bar_count_.store(0, std::memory_order_relaxed);
-    bar_phase_.fetch_add(1, std::memory_order_acq_rel);
+    bar_phase_.fetch_add(1, std::memory_order_seq_cst);
+    if (bar_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&bar_phase_);
     return;
   }
-  int spins = 0;
-  while (bar_phase_.load(std::memory_order_acquire) == phase) {
-    if (++spins > 2000) std::this_thread::yield();
-    else MOE_CPU_RELAX();
+  for (int spins = 0; spins < kBarrierSpins; ++spins) {
+    if (bar_phase_.load(std::memory_order_acquire) != phase) return;
+    MOE_CPU_RELAX();
   }
+  // Announce the sleep before re-checking: the last arriver either sees the sleeper and
+  // wakes it, or changed the phase before the check (then the futex returns at once).
+  bar_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  while (bar_phase_.load(std::memory_order_seq_cst) == phase) futex_wait(&bar_phase_, phase);
+  bar_sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 int physical_core_count() {

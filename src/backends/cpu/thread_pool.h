@@ -48,6 +48,7 @@ private:
   // Barrier state (sense-reversing).
   alignas(64) std::atomic<int> bar_count_{0};
   alignas(64) std::atomic<uint32_t> bar_phase_{0};
+  std::atomic<int> bar_sleepers_{0};  // threads asleep on bar_phase_ (futex)
   alignas(64) std::atomic<int64_t> items_{0};
 };
 
