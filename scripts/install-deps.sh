@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages the build and tests need (idempotent; needs root or sudo).
 set -e
-PKGS="cmake g++ make pkg-config catch2 nlohmann-json3-dev libbenchmark-dev abigail-tools unicode-data python3 clang libclang-rt-14-dev"
+PKGS="cmake g++ make pkg-config catch2 nlohmann-json3-dev libbenchmark-dev abigail-tools unicode-data python3 clang libclang-rt-14-dev g++-aarch64-linux-gnu"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
