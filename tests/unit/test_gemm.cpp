@@ -149,3 +149,37 @@ TEST_CASE("which vec_dot kernels already follow the reference order", "[.][gemm-
     WARN(dtype_name(t) << " vec_dot == ref VecDot: " << (std::memcmp(a.data(), b.data(), 4 * nrows) == 0));
   }
 }
+
+TEST_CASE("Q6_K gemm tiles equal ref_order_dot_rows (VecDot) bit for bit", "[quant][cpu][gemm]") {
+  if (!cpu_gemm_q6_K_supported()) return;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0, 1);
+  const int n = 768;
+  const size_t ws = row_size(DType::Q6_K, n), xsz = row_size(DType::Q8_K, n);
+  for (int nrows : {1, 4, 9, 16}) {
+    for (int ncols : {1, 2, 3, 4, 5, 8}) {
+      std::vector<uint8_t> w(ws * nrows), x(xsz * ncols);
+      std::vector<float> f(n);
+      for (int r = 0; r < nrows; ++r) {
+        for (auto &v : f) v = nd(rng) * (r % 2 ? 3.f : 1.f) + 0.1f * r;
+        quantize_row(DType::Q6_K, f.data(), w.data() + r * ws, n);
+      }
+      for (int c = 0; c < ncols; ++c) {
+        for (auto &v : f) v = nd(rng) * (c % 3 ? 1.f : 40.f);
+        quantize_row(DType::Q8_K, f.data(), x.data() + c * xsz, n);
+      }
+      std::vector<float> out(static_cast<size_t>(nrows) * ncols), want(nrows);
+      std::vector<float *> outs(ncols);
+      std::vector<const void *> xs(ncols);
+      for (int c = 0; c < ncols; ++c) { outs[c] = out.data() + c * nrows; xs[c] = x.data() + c * xsz; }
+      cpu_gemm_q6_K(n, nrows, ncols, outs.data(), w.data(), ws, xs.data());
+      for (int c = 0; c < ncols; ++c) {
+        ref_order_dot_rows(DType::Q6_K, n, nrows, want.data(), w.data(), ws, xs[c], RefPath::VecDot);
+        for (int r = 0; r < nrows; ++r) {
+          INFO("rows " << nrows << " cols " << ncols << " r " << r << " c " << c);
+          REQUIRE(std::memcmp(&out[c * nrows + r], &want[r], 4) == 0);
+        }
+      }
+    }
+  }
+}

@@ -31,4 +31,10 @@ bool cpu_gemm_q4_K_supported();
 void cpu_gemm_q4_K(int n, int nrows, int ncols, float *const *out, const void *w, size_t w_stride,
                    const void *const *x, Q4kOrder order);
 
+// Q6_K x Q8_K in the AVX2 vec_dot order, which is also the reference's (8 float lanes per
+// product, one FMA per super-block, the 8-lane tree at the end). Same contract as above.
+bool cpu_gemm_q6_K_supported();
+void cpu_gemm_q6_K(int n, int nrows, int ncols, float *const *out, const void *w, size_t w_stride,
+                   const void *const *x);
+
 }  // namespace moe

@@ -1,4 +1,4 @@
-// AVX-512 (BW/VL/DQ) Q4_K x Q8_K tiles in the repacked-Q4_K float order (see gemm.h).
+// AVX-512 (BW/VL/DQ) Q4_K / Q6_K x Q8_K tiles (see gemm.h). Q4_K: the repacked float order.
 // A tile is 16 (row, column) products: 16 rows x 1 column (decode), 8 x 2, 4 x 4 (gemv
 // order) or 1 row x 4 columns x 4 sub-block pairs (gemm order). Per super-block every
 // product gets a 16-lane int32 vector (64 values per maddubs/madd, the two sub-blocks of a
@@ -158,6 +158,93 @@ void run_gemv(int nb, int r0, int nrows, int c0, int ncols, float *const *out, c
     for (int c = 0; c < C && c < ncols; ++c) out[c0 + c][r0 + r] = res[r * C + c];
 }
 
+// ---- Q6_K: the AVX2 vec_dot order (= the reference's): per product 8 float lanes, lane k
+// += d * (int32 lane k of the block, i.e. bytes 4k..4k+3 of every 32-value run, scaled,
+// minus 32 * scale * bsums for 16-groups 2k, 2k+1), then the 8-lane tree. ----
+
+// One Q6_K super-block of one row: q[h][0] = values 128h..128h+63, q[h][1] = 128h+64..+127
+// (unsigned 6-bit codes), s[2h + t] their per-16 scales as int16 lanes, sc16 all 16 scales.
+struct Q6Block {
+  __m512i q[2][2], s[4];
+  __m256i sc16;
+  float d;
+};
+
+inline void unpack_q6(const BlockQ6_K *b, Q6Block &qb) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+  const __m512i sh_a = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0), sh_b = _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b->qh + 32 * h)));
+    // 64-bit shifts: the bits that cross into a byte from its neighbour are masked off
+    const __m512i ha = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(hb, sh_a), m3), 4);
+    const __m512i hc = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(hb, sh_b), m3), 4);
+    qb.q[h][0] = _mm512_or_si512(_mm512_and_si512(l, m4), ha);
+    qb.q[h][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), hc);
+  }
+  qb.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b->scales)));
+  // int16 lane i of a 64-value vector k covers values 2i, 2i+1: scale 4k + i / 8
+  alignas(64) static const int16_t idx[4][32] = {
+      {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+      {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+      {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+      {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+       14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+  const __m512i sc = _mm512_zextsi256_si512(qb.sc16);
+  for (int k = 0; k < 4; ++k) qb.s[k] = _mm512_permutexvar_epi16(_mm512_load_si512(idx[k]), sc);
+  qb.d = h2f(b->d);
+}
+
+// The 8 int32 lanes of one product's block, as the AVX2 kernel forms them.
+inline __m256i q6_lanes(const Q6Block &qb, const BlockQ8_K *y) {
+  __m512i p = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < 2; ++t)
+      p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(qb.q[h][t], _mm512_loadu_si512(y->qs + 128 * h + 64 * t)),
+                                                qb.s[2 * h + t]));
+  const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1));
+  const __m256i off = _mm256_slli_epi32(
+      _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), qb.sc16), 5);
+  return _mm256_sub_epi32(lanes, off);
+}
+
+inline float hsum8(__m256 v) {  // (x_k + x_{k+4}), then (s0 + s2) + (s1 + s3)
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int R, int C>
+void tile_q6(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols, float *res) {
+  __m256 acc[R * C];
+  for (auto &a : acc) a = _mm256_setzero_ps();
+  Q6Block qb;
+  for (int i = 0; i < nb; ++i) {
+    for (int r = 0; r < R; ++r) {
+      unpack_q6(reinterpret_cast<const BlockQ6_K *>(rows[r]) + i, qb);
+      for (int c = 0; c < C; ++c) {
+        const BlockQ8_K *y = cols[c] + i;
+        acc[r * C + c] = _mm256_fmadd_ps(_mm256_set1_ps(qb.d * y->d), _mm256_cvtepi32_ps(q6_lanes(qb, y)), acc[r * C + c]);
+      }
+    }
+  }
+  for (int l = 0; l < R * C; ++l) res[l] = hsum8(acc[l]);
+}
+
+template <int R, int C>
+void run_q6(int nb, int r0, int nrows, int c0, int ncols, float *const *out, const uint8_t *w, size_t ws,
+            const void *const *x) {
+  const uint8_t *rows[R];
+  const BlockQ8_K *cols[C];
+  for (int r = 0; r < R; ++r) rows[r] = w + (r0 + (r < nrows ? r : nrows - 1)) * ws;
+  for (int c = 0; c < C; ++c) cols[c] = static_cast<const BlockQ8_K *>(x[c0 + (c < ncols ? c : ncols - 1)]);
+  float res[R * C];
+  tile_q6<R, C>(nb, rows, cols, res);
+  for (int r = 0; r < R && r < nrows; ++r)
+    for (int c = 0; c < C && c < ncols; ++c) out[c0 + c][r0 + r] = res[r * C + c];
+}
+
 }  // namespace
 
 void cpu_gemm_q4_K_avx512(int n, int nrows, int ncols, float *const *out, const void *w, size_t w_stride,
@@ -189,6 +276,21 @@ void cpu_gemm_q4_K_avx512(int n, int nrows, int ncols, float *const *out, const 
 
 bool cpu_gemm_q4_K_avx512_built() { return true; }
 
+void cpu_gemm_q6_K_avx512(int n, int nrows, int ncols, float *const *out, const void *w, size_t w_stride,
+                          const void *const *x) {
+  const int nb = n / QK_K;
+  const uint8_t *wb = static_cast<const uint8_t *>(w);
+  for (int c0 = 0; c0 < ncols; c0 += 4) {
+    const int nc = ncols - c0 < 4 ? ncols - c0 : 4;
+    for (int r0 = 0; r0 < nrows;) {
+      const int left = nrows - r0;
+      if (nc == 1) { run_q6<4, 1>(nb, r0, left < 4 ? left : 4, c0, 1, out, wb, w_stride, x); r0 += 4; }
+      else if (nc == 2) { run_q6<4, 2>(nb, r0, left < 4 ? left : 4, c0, 2, out, wb, w_stride, x); r0 += 4; }
+      else { run_q6<4, 4>(nb, r0, left < 4 ? left : 4, c0, nc, out, wb, w_stride, x); r0 += 4; }
+    }
+  }
+}
+
 }  // namespace moe
 
 #else
@@ -196,6 +298,7 @@ bool cpu_gemm_q4_K_avx512_built() { return true; }
 namespace moe {
 void cpu_gemm_q4_K_avx512(int, int, int, float *const *, const void *, size_t, const void *const *, Q4kOrder) {}
 bool cpu_gemm_q4_K_avx512_built() { return false; }
+void cpu_gemm_q6_K_avx512(int, int, int, float *const *, const void *, size_t, const void *const *) {}
 }  // namespace moe
 
 #endif

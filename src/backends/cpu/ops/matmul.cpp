@@ -44,8 +44,18 @@ constexpr int64_t kRowChunk = 16;  // weight rows per work item: stays in L1 acr
 // Q4_K on the reference's repacked paths runs as row x column tiles (kernels/gemm.h): each
 // weight block is unpacked once for all the columns, with the same bits as the per-row
 // reference-order kernels.
-inline bool use_q4k_tiles(const Node &w, int64_t K, int64_t M) {
-  return ref_order_path(w.type, K, M, 1, 0, true) == RefPath::RepackGemv && cpu_gemm_q4_K_supported();
+// Q6_K (always the reference's vec_dot order) likewise.
+enum class Tiles { None, Q4K, Q6K };
+inline Tiles tile_kind(const Node &w, int64_t K, int64_t M) {
+  if (ref_order_path(w.type, K, M, 1, 0, true) == RefPath::RepackGemv && cpu_gemm_q4_K_supported()) return Tiles::Q4K;
+  if (w.type == DType::Q6_K && ref_order_path(w.type, K, M, 1, 0, true) == RefPath::VecDot && cpu_gemm_q6_K_supported())
+    return Tiles::Q6K;
+  return Tiles::None;
+}
+inline void run_tiles(Tiles kind, int64_t K, int64_t nrows, int nc, float *const *outs, const uint8_t *w, size_t ws,
+                      const void *const *xs, bool gemm) {
+  if (kind == Tiles::Q6K) cpu_gemm_q6_K(static_cast<int>(K), static_cast<int>(nrows), nc, outs, w, ws, xs);
+  else cpu_gemm_q4_K(static_cast<int>(K), static_cast<int>(nrows), nc, outs, w, ws, xs, gemm ? Q4kOrder::Gemm : Q4kOrder::Gemv);
 }
 constexpr int kTileCols = 64;  // columns per tile call; a multiple of 4 keeps the 4-column groups
 
@@ -75,18 +85,17 @@ void cpu_matmul(const CpuKernelArgs &a) {
   // Threads take row chunks from a shared counter (each weight byte is read by one thread).
   const int64_t chunk = row_chunk(M, N, a.nth);
   const int64_t n_chunks = (M + chunk - 1) / chunk;
-  const bool q4k_tiles = use_q4k_tiles(w, K, M);
+  const Tiles tiles = tile_kind(w, K, M);
   for (int64_t c = a.pool.take_items(); c < n_chunks; c = a.pool.take_items()) {
     const int64_t m0 = c * chunk, m1 = m0 + chunk < M ? m0 + chunk : M;
-    if (q4k_tiles) {
+    if (tiles != Tiles::None) {
       for (int64_t n0 = 0; n0 < N; n0 += kTileCols) {
         const int nc = static_cast<int>(N - n0 < kTileCols ? N - n0 : kTileCols);
         float *outs[kTileCols];
         const void *xs_[kTileCols];
         for (int q = 0; q < nc; ++q) { outs[q] = dst + (n0 + q) * M + m0; xs_[q] = xq + (n0 + q) * xs; }
         const bool gemm = ref_order_path(w.type, K, M, N, n0, false) == RefPath::RepackGemm;
-        cpu_gemm_q4_K(static_cast<int>(K), static_cast<int>(m1 - m0), nc, outs, wd + m0 * w.nb[1], w.nb[1], xs_,
-                      gemm ? Q4kOrder::Gemm : Q4kOrder::Gemv);
+        run_tiles(tiles, K, m1 - m0, nc, outs, wd + m0 * w.nb[1], w.nb[1], xs_, gemm);
       }
       continue;
     }
@@ -143,7 +152,7 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
   const int64_t chunk_all = row_chunk(M * n_active, n_used * T == n_active ? 1 : 2, a.nth);
   const int64_t chunk = chunk_all < M ? chunk_all : M;
   const int64_t n_chunks = (M + chunk - 1) / chunk;
-  const bool q4k_tiles = use_q4k_tiles(w, K, M);
+  const Tiles tiles = tile_kind(w, K, M);
   // Each thread's items increase, so it walks the experts forward: e, and first = the
   // index of e's first item.
   int64_t e = 0, first = 0;
@@ -158,7 +167,7 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
     {
       const int64_t c = item - first;
       const int64_t m0 = c * chunk, m1 = m0 + chunk < M ? m0 + chunk : M;
-      if (q4k_tiles) {  // the reference runs experts one token at a time: gemv order
+      if (tiles != Tiles::None) {  // the reference runs experts one token at a time: Q4_K gemv order
         for (int32_t q0 = 0; q0 < cnt; q0 += kTileCols) {
           const int nc = cnt - q0 < kTileCols ? cnt - q0 : kTileCols;
           float *outs[kTileCols];
@@ -169,8 +178,7 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
             outs[q] = dst + (t * n_used + j) * M + m0;
             xs_[q] = xq + (X == 1 ? t : t * X + j) * xs;
           }
-          cpu_gemm_q4_K(static_cast<int>(K), static_cast<int>(m1 - m0), nc, outs, we + m0 * w.nb[1], w.nb[1], xs_,
-                        Q4kOrder::Gemv);
+          run_tiles(tiles, K, m1 - m0, nc, outs, we + m0 * w.nb[1], w.nb[1], xs_, false);
         }
         continue;
       }
