@@ -9,20 +9,16 @@
 #include "backends/backend.h"
 #include "kv/kv_cache.h"
 #include "support/graph_runner.h"
+#include "support/random_data.h"
 
 using namespace moe;
+using moe_test::max_abs_diff;
+using moe_test::randn;
 using moe_test::GraphRun;
 using moe_test::WeightStore;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(rng);
-  return v;
-}
 
 struct AttnCase {
   int64_t hd_k, hd_v, H, Hkv;

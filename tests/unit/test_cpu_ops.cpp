@@ -7,26 +7,17 @@
 #include "backends/backend.h"
 #include "core/fp16.h"
 #include "support/graph_runner.h"
+#include "support/random_data.h"
 
 using namespace moe;
+using moe_test::max_abs_diff;
+using moe_test::randn;
 using moe_test::GraphRun;
 using moe_test::WeightStore;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(rng);
-  return v;
-}
 
-double max_abs_diff(const std::vector<float> &a, const std::vector<double> &b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-  return m;
-}
 
 std::vector<double> dequant_matrix(const GgufTensorInfo *t) {
   const int64_t rows = t->n_elements() / t->ne[0];

@@ -21,22 +21,18 @@
 #include "kv/kv_cache.h"
 #include "model/synth/synth_model.h"
 #include "support/graph_runner.h"
+#include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
 #endif
 
 using namespace moe;
+using moe_test::max_abs_diff;
+using moe_test::randn;
 using moe_test::WeightStore;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(rng);
-  return v;
-}
 
 Backend *gpu_or_skip(BackendRegistry &reg) {
   Backend *g = reg.find("cuda");

@@ -11,20 +11,16 @@
 #include "backends/backend.h"
 #include "core/fp16.h"
 #include "support/graph_runner.h"
+#include "support/random_data.h"
 
 using namespace moe;
+using moe_test::max_abs_diff;
+using moe_test::randn;
 using moe_test::GraphRun;
 using moe_test::WeightStore;
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(rng);
-  return v;
-}
 
 // Reference grouped selection: rank groups by the sum of their two best scores (stable
 // sort, so equal sums keep the lower group first), keep the best n_used groups, then sort
