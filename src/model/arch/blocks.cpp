@@ -26,6 +26,14 @@ RopeParams rope_params_from(const Hparams &h, int n_rot, bool neox) {
   return r;
 }
 
+void lm_head(Graph &g, const Model::Impl &m, int x) {
+  const Hparams &h = m.hp;
+  g.set_segment(static_cast<int>(h.n_layer) + 1);
+  int out = g.mul(g.rms_norm(x, h.rms_eps), g.weight(m.find("output_norm.weight")));
+  const GgufTensorInfo *head = h.tied_output ? m.find("token_embd.weight") : m.find("output.weight");
+  g.mark_output(g.matmul(g.weight(head), out), "logits");
+}
+
 int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v, float scale, const GraphBuildParams &p) {
   int ks = g.kv_store(k, layer, 0);
   int vs = g.kv_store(v, layer, 1);

@@ -18,6 +18,10 @@ RopeParams rope_params_from(const Hparams &h, int n_rot, bool neox);
 // ([hd_k, n_head, T]) over the cache. Returns [hd_v, n_head, T].
 int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v, float scale, const GraphBuildParams &p);
 
+// Final RMSNorm (output_norm) and the LM head (output.weight, or token_embd when tied):
+// marks the graph output "logits" in its own segment.
+void lm_head(Graph &g, const Model::Impl &m, int x);
+
 struct MoeWeights {
   int router;          // [n_embd, n_expert]
   int gate, up, down;  // [n_embd, n_ff, E], [n_embd, n_ff, E], [n_ff, n_embd, E]

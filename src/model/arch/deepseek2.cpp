@@ -175,10 +175,7 @@ static void deepseek2_build(const Model::Impl &m, const GraphBuildParams &p, Gra
     }
     cur_in = g.add(ffn, ffn_in);
   }
-  g.set_segment(static_cast<int>(h.n_layer) + 1);
-  int out = g.mul(g.rms_norm(cur_in, h.rms_eps), g.weight(m.find("output_norm.weight")));
-  const GgufTensorInfo *head = h.tied_output ? m.find("token_embd.weight") : m.find("output.weight");
-  g.mark_output(g.matmul(g.weight(head), out), "logits");
+  lm_head(g, m, cur_in);
 }
 
 const ArchSpec kArchDeepseek2 = {"deepseek2", deepseek2_validate, deepseek2_kv_layout, deepseek2_build};

@@ -119,10 +119,7 @@ static void gpt_oss_build(const Model::Impl &m, const GraphBuildParams &p, Graph
     int down = g.add_id(g.matmul_id(W("ffn_down_exps.weight"), act, ids), W("ffn_down_exps.bias"), ids);
     cur_in = g.add(g.moe_combine(down, weights), ffn_in);
   }
-  g.set_segment(static_cast<int>(h.n_layer) + 1);
-  int out = g.mul(g.rms_norm(cur_in, h.rms_eps), g.weight(m.find("output_norm.weight")));
-  const GgufTensorInfo *head = h.tied_output ? m.find("token_embd.weight") : m.find("output.weight");
-  g.mark_output(g.matmul(g.weight(head), out), "logits");
+  lm_head(g, m, cur_in);
 }
 
 const ArchSpec kArchGptOss = {"gpt-oss", gpt_oss_validate, gpt_oss_kv_layout, gpt_oss_build};

@@ -78,10 +78,7 @@ static void qwen3moe_build(const Model::Impl &m, const GraphBuildParams &p, Grap
     int moe = moe_ffn_softmax(g, y, mw, static_cast<int>(h.n_expert_used), norm_weights);
     cur_in = g.add(moe, ffn_in);
   }
-  g.set_segment(static_cast<int>(h.n_layer) + 1);
-  int out = g.mul(g.rms_norm(cur_in, h.rms_eps), g.weight(m.find("output_norm.weight")));
-  const GgufTensorInfo *head = h.tied_output ? m.find("token_embd.weight") : m.find("output.weight");
-  g.mark_output(g.matmul(g.weight(head), out), "logits");
+  lm_head(g, m, cur_in);
 }
 
 const ArchSpec kArchQwen3Moe = {"qwen3moe", qwen3moe_validate, qwen3moe_kv_layout, qwen3moe_build};
