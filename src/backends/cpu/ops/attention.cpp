@@ -9,6 +9,7 @@
 
 #include "backends/cpu/kernels/ref_math.h"
 #include "backends/cpu/kernels/vec_dot.h"
+#include "backends/cpu/ops/attention_simd.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "core/fp16.h"
 #include "kv/kv_cache.h"
@@ -207,11 +208,9 @@ void cpu_attention(const CpuKernelArgs &a) {
       if (p == 0.0f) continue;
       if (kt == DType::F16) {
         p = round_fp16(p);
-        const uint16_t *v = reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes);
-        for (int64_t i = 0; i < hd_v; ++i) acc[i] += fp16_to_fp32(v[i]) * p;
+        attn_axpy_f16(static_cast<int>(hd_v), acc, reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes), p);
       } else {
-        const float *v = reinterpret_cast<const float *>(vbase + c * vrb + hk * v_head_bytes);
-        for (int64_t i = 0; i < hd_v; ++i) acc[i] += v[i] * p;
+        attn_axpy_f32(static_cast<int>(hd_v), acc, reinterpret_cast<const float *>(vbase + c * vrb + hk * v_head_bytes), p);
       }
     }
     for (int64_t i = 0; i < hd_v; ++i) out[i] = acc[i];
