@@ -7,7 +7,7 @@
 #include "backends/cpu/kernels/gemm.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512DQ__) && defined(__FMA__) && defined(__F16C__)
+    defined(__AVX512DQ__) && defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -83,6 +83,11 @@ inline __m512i pair_dot(const RowBlock &rb, int j, const int8_t *q8) {
   return _mm512_madd_epi16(_mm512_maddubs_epi16(rb.u[j], _mm512_loadu_si512(q8 + 64 * j)), rb.s[j]);
 }
 
+// acc + pair_dot: VNNI dpwssd fuses the scale madd and the add (exact int32, no saturation).
+inline __m512i pair_dot_acc(__m512i acc, const RowBlock &rb, int j, const int8_t *q8) {
+  return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(rb.u[j], _mm512_loadu_si512(q8 + 64 * j)), rb.s[j]);
+}
+
 // Mins term of one product: sum_g mn[g/2] * bsums[g], as 8 int32 lanes in a 512 vector.
 inline __m512i mins_dot(const RowBlock &rb, const BlockQ8_K *y) {
   return _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16));
@@ -102,9 +107,8 @@ void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols,
       unpack_block(reinterpret_cast<const BlockQ4_K *>(rows[r]) + i, rb);
       for (int c = 0; c < C; ++c) {
         const BlockQ8_K *y = cols[c] + i;
-        const __m512i a = _mm512_add_epi32(pair_dot(rb, 0, y->qs), pair_dot(rb, 1, y->qs));
-        const __m512i b = _mm512_add_epi32(pair_dot(rb, 2, y->qs), pair_dot(rb, 3, y->qs));
-        v[r * C + c] = _mm512_add_epi32(a, b);
+        const __m512i a = pair_dot_acc(pair_dot(rb, 0, y->qs), rb, 1, y->qs);
+        v[r * C + c] = pair_dot_acc(pair_dot_acc(a, rb, 2, y->qs), rb, 3, y->qs);
         vm[r * C + c] = mins_dot(rb, y);
         dl[r * C + c] = rb.d;
         dml[r * C + c] = rb.dmin;
@@ -212,8 +216,8 @@ inline __m256i q6_lanes(const Q6Block &qb, const BlockQ8_K *y) {
   __m512i p = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h)
     for (int t = 0; t < 2; ++t)
-      p = _mm512_add_epi32(p, _mm512_madd_epi16(_mm512_maddubs_epi16(qb.q[h][t], _mm512_loadu_si512(y->qs + 128 * h + 64 * t)),
-                                                qb.s[2 * h + t]));
+      p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(qb.q[h][t], _mm512_loadu_si512(y->qs + 128 * h + 64 * t)),
+                              qb.s[2 * h + t]);
   const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1));
   const __m256i off = _mm256_slli_epi32(
       _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), qb.sc16), 5);
