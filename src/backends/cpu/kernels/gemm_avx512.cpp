@@ -281,11 +281,14 @@ void cpu_gemm_q4_K_avx512(int n, int nrows, int ncols, float *const *out, const 
       }
     }
   }
-  for (; c0 < ncols; c0 += 4) {
-    const int nc = ncols - c0 < 4 ? ncols - c0 : 4;
+  // 8 columns per tile where there are 8 (each row block unpacked once per 8 products)
+  for (int step; c0 < ncols; c0 += step) {
+    step = ncols - c0 >= 8 ? 8 : 4;
+    const int nc = ncols - c0 < step ? ncols - c0 : step;
     for (int r0 = 0; r0 < nrows;) {
       const int left = nrows - r0;
-      if (nc == 1) { run_gemv<16, 1>(nb, r0, left < 16 ? left : 16, c0, 1, out, wb, w_stride, x, nrows); r0 += 16; }
+      if (nc == 8) { run_gemv<2, 8>(nb, r0, left < 2 ? left : 2, c0, 8, out, wb, w_stride, x, nrows); r0 += 2; }
+      else if (nc == 1) { run_gemv<16, 1>(nb, r0, left < 16 ? left : 16, c0, 1, out, wb, w_stride, x, nrows); r0 += 16; }
       else if (nc == 2) { run_gemv<8, 2>(nb, r0, left < 8 ? left : 8, c0, 2, out, wb, w_stride, x, nrows); r0 += 8; }
       else { run_gemv<4, 4>(nb, r0, left < 4 ? left : 4, c0, nc, out, wb, w_stride, x, nrows); r0 += 4; }
     }
@@ -298,11 +301,13 @@ void cpu_gemm_q6_K_avx512(int n, int nrows, int ncols, float *const *out, const 
                           const void *const *x) {
   const int nb = n / QK_K;
   const uint8_t *wb = static_cast<const uint8_t *>(w);
-  for (int c0 = 0; c0 < ncols; c0 += 4) {
-    const int nc = ncols - c0 < 4 ? ncols - c0 : 4;
+  for (int c0 = 0, step; c0 < ncols; c0 += step) {
+    step = ncols - c0 >= 8 ? 8 : 4;
+    const int nc = ncols - c0 < step ? ncols - c0 : step;
     for (int r0 = 0; r0 < nrows;) {
       const int left = nrows - r0;
-      if (nc == 1) { run_q6<4, 1>(nb, r0, left < 4 ? left : 4, c0, 1, out, wb, w_stride, x, nrows); r0 += 4; }
+      if (nc == 8) { run_q6<2, 8>(nb, r0, left < 2 ? left : 2, c0, 8, out, wb, w_stride, x, nrows); r0 += 2; }
+      else if (nc == 1) { run_q6<4, 1>(nb, r0, left < 4 ? left : 4, c0, 1, out, wb, w_stride, x, nrows); r0 += 4; }
       else if (nc == 2) { run_q6<4, 2>(nb, r0, left < 4 ? left : 4, c0, 2, out, wb, w_stride, x, nrows); r0 += 4; }
       else { run_q6<4, 4>(nb, r0, left < 4 ? left : 4, c0, nc, out, wb, w_stride, x, nrows); r0 += 4; }
     }
