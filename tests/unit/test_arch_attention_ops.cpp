@@ -26,6 +26,7 @@ struct AttnCase {
   int32_t window = 0;
   bool sinks = false;
   std::vector<int32_t> pos;
+  KvType kv = KvType::F32;  // F16 takes the grouped (GQA) path; Q8_0 the online softmax
 };
 
 // Runs one ubatch (all tokens of sequence 0, cells 0..T-1) and compares with float64.
@@ -34,7 +35,7 @@ int check_attention(const AttnCase &c, uint32_t seed, int threads) {
   auto cpu = make_cpu_backend();
   const int64_t T = static_cast<int64_t>(c.pos.size());
   const uint32_t n_cells = 32;
-  KvCache kv(n_cells, 1, KvType::F32, {KvLayerDims{c.hd_k * c.Hkv, c.v_from_k ? 0 : c.hd_v * c.Hkv}}, *cpu);
+  KvCache kv(n_cells, 1, c.kv, {KvLayerDims{c.hd_k * c.Hkv, c.v_from_k ? 0 : c.hd_v * c.Hkv}}, *cpu);
   WeightStore ws;
   auto sink_v = randn(static_cast<size_t>(c.H), seed + 7, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd_k));
@@ -105,7 +106,9 @@ int check_attention(const AttnCase &c, uint32_t seed, int threads) {
           acc += s[n] / sum * vval;
         }
         INFO("token " << t << " head " << h << " dim " << i);
-        CHECK(got[static_cast<size_t>((t * c.H + h) * c.hd_v + i)] == Approx(acc).epsilon(1e-4).margin(1e-5));
+        // F16/Q8_0 caches round K, V, q and the probabilities: tolerance by cache type.
+        const double tol = c.kv == KvType::F32 ? 1e-5 : c.kv == KvType::F16 ? 1e-2 : 4e-2;
+        CHECK(got[static_cast<size_t>((t * c.H + h) * c.hd_v + i)] == Approx(acc).epsilon(1e-4).margin(tol));
       }
     }
   return hidden_by_window;
@@ -114,7 +117,7 @@ int check_attention(const AttnCase &c, uint32_t seed, int threads) {
 }  // namespace
 
 TEST_CASE("attention: sliding window hides cells at pos <= query_pos - window (positions with gaps)", "[ops][cpu][attention]") {
-  AttnCase c{16, 16, 4, 2, false, 0, false, {}};
+  AttnCase c{16, 16, 4, 2, false, 0, false, {}, KvType::F32};
   c.pos = {0, 1, 2, 4, 5, 8, 9, 10, 13, 17, 18, 19};
   for (int32_t w : {1, 3, 4, 8}) {
     c.window = w;
@@ -128,7 +131,7 @@ TEST_CASE("attention: sliding window hides cells at pos <= query_pos - window (p
 }
 
 TEST_CASE("attention: per-head sinks add one logit with a zero value", "[ops][cpu][attention]") {
-  AttnCase c{32, 32, 4, 2, false, 0, false, {}};
+  AttnCase c{32, 32, 4, 2, false, 0, false, {}, KvType::F32};
   c.sinks = true;
   c.pos = {0, 1, 2, 3, 4, 5, 6};
   check_attention(c, 31, 2);
@@ -137,8 +140,21 @@ TEST_CASE("attention: per-head sinks add one logit with a zero value", "[ops][cp
 }
 
 TEST_CASE("attention: MLA latent cache, V read from the K row's leading latent part", "[ops][cpu][attention]") {
-  AttnCase c{48, 32, 4, 1, false, 0, false, {}};
+  AttnCase c{48, 32, 4, 1, false, 0, false, {}, KvType::F32};
   c.v_from_k = true;
   c.pos = {0, 1, 2, 3, 4};
   check_attention(c, 51, 2);
+}
+
+TEST_CASE("attention: F16 and Q8_0 caches (grouped GQA path), windows and sinks, vs float64", "[ops][cpu][attention]") {
+  for (KvType kv : {KvType::F16, KvType::Q8_0}) {
+    for (int64_t hkv : {int64_t(1), int64_t(2), int64_t(4)}) {  // groups of 8, 4, 2 q heads
+      AttnCase c{32, 32, 8, hkv, false, 0, false, {0, 1, 2, 3, 5, 6, 9, 10, 11}, kv};
+      INFO("kv " << kv_type_name(kv) << " kv heads " << hkv);
+      check_attention(c, 61 + static_cast<uint32_t>(hkv), 2);
+      c.window = 4;
+      c.sinks = true;
+      CHECK(check_attention(c, 71 + static_cast<uint32_t>(hkv), 3) > 0);
+    }
+  }
 }

@@ -58,7 +58,7 @@ size_t cpu_work_size(const Graph &g, int id, int n_threads) {
       act = (act + 63) / 64 * 64;
       return act + static_cast<size_t>(2 * w.ne[2] + ids.ne[0] * ids.ne[1]) * 4;
     }
-    case Op::Attention: return cpu_attention_work(n, n_threads);
+    case Op::Attention: return cpu_attention_work(g, n, n_threads);
     case Op::MatMulHeads: return cpu_matmul_heads_work(g, n);
     case Op::GroupedTopK: return cpu_grouped_top_k_work(n, n_threads);
     default: return 0;

@@ -4,6 +4,7 @@
 // produced that way: F32 cache - plain f32 dots and softmax; F16 cache - q and the softmax
 // probabilities rounded to f16 before meeting f16 K/V; Q8_0 cache (flash attention) - q
 // quantized to Q8_0 for the K dots, online softmax, V dequantized and accumulated in f32.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -32,11 +33,22 @@ void cpu_kv_store(const CpuKernelArgs &a) {
   }
 }
 
-size_t cpu_attention_work(const Node &n, int n_threads) {
-  // scores for every cell, then f32 accumulator, a dequantized V row and the converted q,
-  // each sized for the largest head the builder allows (kMaxHeadDim).
+// q heads that share one KV head (GQA group), from the q shape and the K rows KvStore writes.
+static int64_t gqa_group(const Graph &g, const Node &n) {
+  const Node &q = g.node(n.src[0]);
+  const int64_t k_row = g.node(n.src[1]).ip[0];
+  const int64_t n_head_kv = k_row / q.ne[0];
+  return n_head_kv > 0 ? q.ne[1] / n_head_kv : 1;
+}
+
+size_t cpu_attention_work(const Graph &g, const Node &n, int n_threads) {
+  // Per thread: scores for every cell (one row per head of a GQA group), then the group's
+  // f32 accumulators and q rows, a converted K/V row and the converted q, each sized for
+  // the largest head the builder allows (kMaxHeadDim).
   const int64_t n_cells = n.ip[1];
-  const size_t per_thread = (static_cast<size_t>(n_cells) * 4 + kMaxHeadDim * 4 * 2 + row_size(DType::F32, kMaxHeadDim) + 63) / 64 * 64;
+  const int64_t group = std::min<int64_t>(std::max<int64_t>(gqa_group(g, n), 1), kMaxGqaGroup);
+  const size_t per_thread = (static_cast<size_t>(group * n_cells) * 4 + static_cast<size_t>(kMaxHeadDim * 4 * (2 + 2 * group)) +
+                             row_size(DType::F32, kMaxHeadDim) + 63) / 64 * 64;
   return per_thread * static_cast<size_t>(n_threads);
 }
 
@@ -123,6 +135,72 @@ void cpu_attention(const CpuKernelArgs &a) {
   float *acc = scores + a.n.ip[1];
   float *vtmp = acc + kMaxHeadDim;
   uint8_t *qconv = reinterpret_cast<uint8_t *>(vtmp + kMaxHeadDim);
+
+  if (kt == DType::F16 && !v_from_k && group <= kMaxGqaGroup) {
+    // GQA: the q heads that share a KV head walk the cache together, so each K/V row is
+    // converted to f32 once per group instead of once per head (the decode hot loop).
+    const int64_t nc = a.n.ip[1];
+    float *sc = reinterpret_cast<float *>(scratch);  // [group][n_cells]
+    float *qf = sc + group * nc;                     // [group][hd_k], q rounded to f16
+    float *accg = qf + group * kMaxHeadDim;          // [group][hd_v]
+    float *row = accg + group * kMaxHeadDim;         // one converted K or V row
+    int64_t g0, g1;
+    split_rows(T * n_head_kv, a.ith, a.nth, g0, g1);
+    for (int64_t r = g0; r < g1; ++r) {
+      const int64_t t = r / n_head_kv, hk = r % n_head_kv;
+      const uint64_t seq_bit = 1ull << ub.seq[t];
+      const int32_t pos = ub.pos[t];
+      auto hidden = [&](int32_t c) {
+        return cells[c].pos < 0 || !(cells[c].seq & seq_bit) || cells[c].pos > pos || (window > 0 && pos - cells[c].pos >= window);
+      };
+      float mx[kMaxGqaGroup], inv[kMaxGqaGroup];
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (hk * group + gi) * q.nb[1] + t * q.nb[2]);
+        for (int64_t i = 0; i < hd_k; ++i) qf[gi * hd_k + i] = round_fp16(qrow[i]);
+        mx[gi] = -INFINITY;
+      }
+      for (int32_t c = 0; c < n_kv; ++c) {
+        if (hidden(c)) {
+          for (int64_t gi = 0; gi < group; ++gi) sc[gi * nc + c] = -INFINITY;
+          continue;
+        }
+        attn_f16_to_f32(static_cast<int>(hd_k), row, reinterpret_cast<const uint16_t *>(kbase + c * krb + hk * k_head_bytes));
+        for (int64_t gi = 0; gi < group; ++gi) {
+          const float sv = attn_dot_f32(static_cast<int>(hd_k), qf + gi * hd_k, row) * scale;
+          sc[gi * nc + c] = sv;
+          mx[gi] = std::fmax(mx[gi], sv);
+        }
+      }
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const int64_t h = hk * group + gi;
+        if (sinks && sinks[h] > mx[gi]) mx[gi] = sinks[h];
+        double sum = 0.0;
+        float *sg = sc + gi * nc;
+        for (int32_t c = 0; c < n_kv; ++c) {
+          const float e = sg[c] == -INFINITY ? 0.0f : std::exp(sg[c] - mx[gi]);
+          sg[c] = e;
+          sum += e;
+        }
+        if (sinks) sum += static_cast<double>(std::exp(sinks[h] - mx[gi]));
+        inv[gi] = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
+        for (int64_t i = 0; i < hd_v; ++i) accg[gi * hd_v + i] = 0.0f;
+      }
+      for (int32_t c = 0; c < n_kv; ++c) {
+        if (hidden(c)) continue;
+        attn_f16_to_f32(static_cast<int>(hd_v), row, reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes));
+        for (int64_t gi = 0; gi < group; ++gi) {
+          const float pr = sc[gi * nc + c] * inv[gi];
+          if (pr == 0.0f) continue;
+          attn_axpy_f32(static_cast<int>(hd_v), accg + gi * hd_v, row, round_fp16(pr));
+        }
+      }
+      for (int64_t gi = 0; gi < group; ++gi) {
+        float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(a.n.data) + (hk * group + gi) * a.n.nb[1] + t * a.n.nb[2]);
+        for (int64_t i = 0; i < hd_v; ++i) out[i] = accg[gi * hd_v + i];
+      }
+    }
+    return;
+  }
 
   const CpuTypeKernels &kk = cpu_type_kernels(kt);
   int64_t r0, r1;

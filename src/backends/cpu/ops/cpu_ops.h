@@ -65,7 +65,8 @@ inline void split_rows(int64_t nrows, int ith, int nth, int64_t &r0, int64_t &r1
 }
 
 constexpr int64_t kMaxHeadDim = 1024;  // attention scratch bound; larger heads are rejected at build
-size_t cpu_attention_work(const Node &n, int n_threads);
+size_t cpu_attention_work(const Graph &g, const Node &n, int n_threads);
+constexpr int64_t kMaxGqaGroup = 16;  // q heads per KV head handled together (F16 cache)
 
 enum CpuKernelError : int { kErrNone = 0, kErrBadExpertId = 1, kErrBadTokenId = 2 };
 
