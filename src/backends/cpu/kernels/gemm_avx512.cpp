@@ -123,39 +123,44 @@ void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols,
   _mm512_store_ps(res, _mm512_sub_ps(acc, accm));
 }
 
-// Gemm order: one row x 4 columns; lane j * 4 + c holds sub-block pair j of column c.
+// Gemm order: one row x G groups of 4 columns (the row block unpacked once for all);
+// in group g, lane j * 4 + c holds sub-block pair j of column 4g + c.
+template <int G>
 void tile_gemm(int nb, const uint8_t *row, const BlockQ8_K *const *cols, float *res) {
-  __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+  __m128 acc[G], accm[G];
+  for (int g = 0; g < G; ++g) acc[g] = accm[g] = _mm_setzero_ps();
   // (c0 j0, c0 j1, c1 j0, c1 j1 | c0 j2, c0 j3, c1 j2, c1 j3 | same for c2, c3) -> j * 4 + c
   const __m512i mperm = _mm512_set_epi32(15, 13, 7, 5, 14, 12, 6, 4, 11, 9, 3, 1, 10, 8, 2, 0);
   RowBlock rb;
   for (int i = 0; i < nb; ++i) {
     unpack_block(reinterpret_cast<const BlockQ4_K *>(row) + i, rb);
-    __m512i v[16];
-    __m256i m[4];
-    alignas(16) float yl[4];
-    for (int c = 0; c < 4; ++c) {
-      const BlockQ8_K *y = cols[c] + i;
-      for (int j = 0; j < 4; ++j) v[j * 4 + c] = pair_dot(rb, j, y->qs);
-      m[c] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16);
-      yl[c] = y->d;
+    for (int g = 0; g < G; ++g) {
+      __m512i v[16];
+      __m256i m[4];
+      alignas(16) float yl[4];
+      for (int c = 0; c < 4; ++c) {
+        const BlockQ8_K *y = cols[4 * g + c] + i;
+        for (int j = 0; j < 4; ++j) v[j * 4 + c] = pair_dot(rb, j, y->qs);
+        m[c] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16);
+        yl[c] = y->d;
+      }
+      const __m512i tot = reduce16(v);
+      const __m512i mm = _mm512_permutexvar_epi32(
+          mperm, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_hadd_epi32(m[0], m[1])), _mm256_hadd_epi32(m[2], m[3]), 1));
+      const __m512 totf = _mm512_cvtepi32_ps(tot), mmf = _mm512_cvtepi32_ps(mm);
+      const __m128 yd = _mm_load_ps(yl);
+      const __m128 d = _mm_mul_ps(_mm_set1_ps(rb.d), yd), dm = _mm_mul_ps(_mm_set1_ps(rb.dmin), yd);
+      acc[g] = _mm_fmadd_ps(_mm512_castps512_ps128(totf), d, acc[g]);
+      accm[g] = _mm_fmadd_ps(_mm512_castps512_ps128(mmf), dm, accm[g]);
+      acc[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(totf, 1), d, acc[g]);
+      accm[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(mmf, 1), dm, accm[g]);
+      acc[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(totf, 2), d, acc[g]);
+      accm[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(mmf, 2), dm, accm[g]);
+      acc[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(totf, 3), d, acc[g]);
+      accm[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(mmf, 3), dm, accm[g]);
     }
-    const __m512i tot = reduce16(v);
-    const __m512i mm = _mm512_permutexvar_epi32(
-        mperm, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_hadd_epi32(m[0], m[1])), _mm256_hadd_epi32(m[2], m[3]), 1));
-    const __m512 totf = _mm512_cvtepi32_ps(tot), mmf = _mm512_cvtepi32_ps(mm);
-    const __m128 yd = _mm_load_ps(yl);
-    const __m128 d = _mm_mul_ps(_mm_set1_ps(rb.d), yd), dm = _mm_mul_ps(_mm_set1_ps(rb.dmin), yd);
-    acc = _mm_fmadd_ps(_mm512_castps512_ps128(totf), d, acc);
-    accm = _mm_fmadd_ps(_mm512_castps512_ps128(mmf), dm, accm);
-    acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(totf, 1), d, acc);
-    accm = _mm_fmadd_ps(_mm512_extractf32x4_ps(mmf, 1), dm, accm);
-    acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(totf, 2), d, acc);
-    accm = _mm_fmadd_ps(_mm512_extractf32x4_ps(mmf, 2), dm, accm);
-    acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(totf, 3), d, acc);
-    accm = _mm_fmadd_ps(_mm512_extractf32x4_ps(mmf, 3), dm, accm);
   }
-  _mm_store_ps(res, _mm_sub_ps(acc, accm));
+  for (int g = 0; g < G; ++g) _mm_store_ps(res + 4 * g, _mm_sub_ps(acc[g], accm[g]));
 }
 
 template <int R, int C>
@@ -271,12 +276,19 @@ void cpu_gemm_q4_K_avx512(int n, int nrows, int ncols, float *const *out, const 
   const uint8_t *wb = static_cast<const uint8_t *>(w);
   int c0 = 0;
   if (order == Q4kOrder::Gemm) {
-    alignas(16) float res[4];
+    alignas(16) float res[8];
+    const BlockQ8_K *cols[8];
+    for (; c0 + 8 <= ncols; c0 += 8) {  // two groups of 4 per row unpack
+      for (int c = 0; c < 8; ++c) cols[c] = static_cast<const BlockQ8_K *>(x[c0 + c]);
+      for (int r = 0; r < nrows; ++r) {
+        tile_gemm<2>(nb, wb + r * w_stride, cols, res);
+        for (int c = 0; c < 8; ++c) out[c0 + c][r] = res[c];
+      }
+    }
     for (; c0 + 4 <= ncols; c0 += 4) {
-      const BlockQ8_K *cols[4];
       for (int c = 0; c < 4; ++c) cols[c] = static_cast<const BlockQ8_K *>(x[c0 + c]);
       for (int r = 0; r < nrows; ++r) {
-        tile_gemm(nb, wb + r * w_stride, cols, res);
+        tile_gemm<1>(nb, wb + r * w_stride, cols, res);
         for (int c = 0; c < 4; ++c) out[c0 + c][r] = res[c];
       }
     }
