@@ -25,6 +25,8 @@ static void usage() {
       "  -m MODEL            GGUF file (default: a built-in demo model)\n"
       "  -p TEXT             prompt text (tokenized with the model's vocabulary, special tokens parsed)\n"
       "  --prompt-ids LIST   prompt as comma-separated token ids\n"
+      "  --feed-ids LIST     tokens decoded one at a time after the prompt batch, before generating\n"
+      "                      (--json: the first line is the last fed token's; n_past counts them)\n"
       "  -n N                tokens to generate (default 32)\n"
       "  --temp T            temperature; 0 = greedy (default 0)\n"
       "  --seed S            sampling seed (default 1)\n"
@@ -39,7 +41,7 @@ static void usage() {
 }
 
 int cmd_generate(int argc, char **argv) {
-  std::string model_path, prompt, prompt_ids, device = "auto";
+  std::string model_path, prompt, prompt_ids, feed_ids, device = "auto";
   int n_gen = 32, top_k = 20, threads = 0;
   long ctx = 0;
   double temp = 0.0;
@@ -52,6 +54,7 @@ int cmd_generate(int argc, char **argv) {
     if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
     else if (a == "-p" || a == "--prompt") prompt = cli::value(argc, argv, i);
     else if (a == "--prompt-ids") prompt_ids = cli::value(argc, argv, i);
+    else if (a == "--feed-ids") feed_ids = cli::value(argc, argv, i);
     else if (a == "-n") n_gen = static_cast<int>(cli::to_int(cli::value(argc, argv, i), "-n"));
     else if (a == "--temp") temp = cli::to_float(cli::value(argc, argv, i), "--temp");
     else if (a == "--seed") seed = static_cast<unsigned>(cli::to_int(cli::value(argc, argv, i), "--seed"));
@@ -78,15 +81,21 @@ int cmd_generate(int argc, char **argv) {
     mp.use_mmap = mmap;
     mp.kv_overrides = overrides;
     auto model = Model::load(model_path, mp);
-    std::vector<int32_t> ids;
-    if (!prompt_ids.empty()) {
+    auto parse_ids = [](const std::string &list, const char *opt) {
+      std::vector<int32_t> out;
       size_t p = 0;
-      while (p < prompt_ids.size()) {
-        size_t q = prompt_ids.find(',', p);
-        if (q == std::string::npos) q = prompt_ids.size();
-        ids.push_back(static_cast<int32_t>(cli::to_int(prompt_ids.substr(p, q - p).c_str(), "--prompt-ids")));
+      while (p < list.size()) {
+        size_t q = list.find(',', p);
+        if (q == std::string::npos) q = list.size();
+        out.push_back(static_cast<int32_t>(cli::to_int(list.substr(p, q - p).c_str(), opt)));
         p = q + 1;
       }
+      return out;
+    };
+    std::vector<int32_t> ids;
+    const std::vector<int32_t> fed = parse_ids(feed_ids, "--feed-ids");
+    if (!prompt_ids.empty()) {
+      ids = parse_ids(prompt_ids, "--prompt-ids");
     } else {
       if (!model->vocab()) { std::fprintf(stderr, "generate: the model has no tokenizer; use --prompt-ids\n"); return 1; }
       ids = model->vocab()->encode(prompt, true, true);
@@ -111,6 +120,13 @@ int cmd_generate(int argc, char **argv) {
     for (size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], static_cast<int32_t>(i), 0, i + 1 == ids.size()});
     int32_t n_past = static_cast<int32_t>(ids.size());
     ctxp->decode(batch.data(), batch.size());
+    // One decode per fed token, as an interactive session (and the reference's records) do:
+    // single-token products can round differently from the same tokens inside a batch.
+    for (int32_t id : fed) {
+      BatchToken t{id, n_past, 0, true};
+      ctxp->decode(&t, 1);
+      ++n_past;
+    }
     std::vector<int32_t> order(static_cast<size_t>(n_vocab));
     for (int step = 0; step < n_gen; ++step) {
       const float *lg = ctxp->logits(-1);

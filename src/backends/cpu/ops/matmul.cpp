@@ -5,6 +5,7 @@
 // for multi-token products (ref_order_path): the K-quant conformance files need those bits.
 #include <cstring>
 
+#include "backends/cpu/kernels/f16_halfsum_dot.h"
 #include "backends/cpu/kernels/gemm.h"
 #include "backends/cpu/kernels/ref_order_dot.h"
 #include "backends/cpu/kernels/vec_dot.h"
@@ -38,6 +39,11 @@ inline void dot_rows(DType t, int n, int nrows, float *out, const void *w, size_
   if (ref_order_dot_supported(t)) ref_order_dot_rows(t, n, nrows, out, w, ws, x, path);
   else cpu_vec_dot_rows(t, n, nrows, out, w, ws, x);
 }
+
+// F16 weights where the reference runs its one-row ggml_vec_dot_f16 (one activation column,
+// and every MoE expert product): FP16 accumulation for k >= 128, a double sum below
+// (kernels/f16_halfsum_dot.h). Its multi-column dense products use tinyBLAS (F32 sums).
+inline bool f16_halfsum_path(DType t, int64_t n_cols, bool moe) { return t == DType::F16 && (moe || n_cols == 1); }
 
 constexpr int64_t kRowChunk = 16;  // weight rows per work item: stays in L1 across tokens
 
@@ -86,6 +92,7 @@ void cpu_matmul(const CpuKernelArgs &a) {
   const int64_t chunk = row_chunk(M, N, a.nth);
   const int64_t n_chunks = (M + chunk - 1) / chunk;
   const Tiles tiles = tile_kind(w, K, M);
+  const bool halfsum = f16_halfsum_path(w.type, N, false);
   for (int64_t c = a.pool.take_items(); c < n_chunks; c = a.pool.take_items()) {
     const int64_t m0 = c * chunk, m1 = m0 + chunk < M ? m0 + chunk : M;
     if (tiles != Tiles::None) {
@@ -97,6 +104,10 @@ void cpu_matmul(const CpuKernelArgs &a) {
         const bool gemm = ref_order_path(w.type, K, M, N, n0, false) == RefPath::RepackGemm;
         run_tiles(tiles, K, m1 - m0, nc, outs, wd + m0 * w.nb[1], w.nb[1], xs_, gemm);
       }
+      continue;
+    }
+    if (halfsum) {
+      f16_halfsum_dot_rows(static_cast<int>(K), static_cast<int>(m1 - m0), dst + m0, wd + m0 * w.nb[1], w.nb[1], xq);
       continue;
     }
     for (int64_t n = 0; n < N; ++n)
@@ -153,6 +164,7 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
   const int64_t chunk = chunk_all < M ? chunk_all : M;
   const int64_t n_chunks = (M + chunk - 1) / chunk;
   const Tiles tiles = tile_kind(w, K, M);
+  const bool halfsum = f16_halfsum_path(w.type, 1, true);
   // Each thread's items increase, so it walks the experts forward: e, and first = the
   // index of e's first item.
   int64_t e = 0, first = 0;
@@ -186,6 +198,11 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
         const int32_t jt = entries[offsets[e] + q];
         const int64_t j = jt / T, t = jt % T;
         const uint8_t *xrow = xq + (X == 1 ? t : t * X + j) * xs;
+        if (halfsum) {
+          f16_halfsum_dot_rows(static_cast<int>(K), static_cast<int>(m1 - m0), dst + (t * n_used + j) * M + m0,
+                               we + m0 * w.nb[1], w.nb[1], xrow);
+          continue;
+        }
         dot_rows(w.type, static_cast<int>(K), static_cast<int>(m1 - m0), dst + (t * n_used + j) * M + m0,
                  we + m0 * w.nb[1], w.nb[1], xrow, ref_order_path(w.type, K, M, 1, 0, true));
       }
