@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/f16_halfsum_dot.h"
+#include "backends/cpu/kernels/vec_dot.h"
 #include "core/fp16.h"
 
 using namespace moe;
@@ -96,6 +97,9 @@ std::vector<uint16_t> random_halves(int n, std::mt19937 &rng, int kind) {
 }  // namespace
 
 TEST_CASE("f16 halfsum dot matches the reference FP16 lane/reduction schedule", "[f16_halfsum]") {
+  const CpuIsa saved = active_cpu_isa();
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, detect_cpu_isa()}) {  // portable and SIMD kernels (clamped to the CPU)
+  set_cpu_isa(isa);
   std::mt19937 rng(1234);
   int checked = 0, differs_from_double = 0;
   for (int n : {64, 128, 200, 256, 384}) {
@@ -104,7 +108,7 @@ TEST_CASE("f16 halfsum dot matches the reference FP16 lane/reduction schedule", 
         const auto w = random_halves(n, rng, kind), x = random_halves(n, rng, kind);
         const float got = f16_halfsum_dot(n, w.data(), x.data());
         const float want = reference_dot(n, w, x);
-        INFO("n=" << n << " kind=" << kind << " rep=" << rep);
+        INFO("isa=" << cpu_isa_name(isa) << " n=" << n << " kind=" << kind << " rep=" << rep);
         REQUIRE(fp32_to_bits(got) == fp32_to_bits(want));
         double exact = 0;
         for (int i = 0; i < n; ++i) exact += static_cast<double>(fp16_to_fp32(w[i])) * fp16_to_fp32(x[i]);
@@ -115,6 +119,8 @@ TEST_CASE("f16 halfsum dot matches the reference FP16 lane/reduction schedule", 
   }
   // the FP16 accumulation must actually show (else the test checks nothing of interest)
   CHECK(differs_from_double > checked / 4);
+  }
+  set_cpu_isa(saved);
 }
 
 TEST_CASE("f16 halfsum dot rows", "[f16_halfsum]") {
@@ -145,6 +151,11 @@ TEST_CASE("f16 halfsum dot rounds each fma once", "[f16_halfsum]") {
   w[128] = fp32_to_fp16(1.0f + 1.0f / 1024);
   x[128] = fp32_to_fp16(0.5f - 1.0f / 2048);
   REQUIRE(fp16_to_fp32(x[128]) == 0.5f - 1.0f / 2048);
-  CHECK(f16_halfsum_dot(n, w.data(), x.data()) == 1025.0f);
+  const CpuIsa saved = active_cpu_isa();
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, detect_cpu_isa()}) {
+    set_cpu_isa(isa);
+    CHECK(f16_halfsum_dot(n, w.data(), x.data()) == 1025.0f);
+  }
+  set_cpu_isa(saved);
   CHECK(reference_dot(n, w, x) == 1025.0f);
 }
