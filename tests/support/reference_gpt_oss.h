@@ -4,6 +4,7 @@
 // router -> top-k -> softmax over the chosen, SwiGLU-OAI experts with biases. Only the
 // format dequantizers are shared with the engine.
 #pragma once
+#include "backends/cpu/kernels/f16_halfsum_dot.h"
 #include "core/fp16.h"
 #include "support/reference_qwen3moe.h"
 
@@ -50,7 +51,11 @@ inline Vec add_bias(Vec v, const Mat &b, int64_t row = 0) {
 
 // Logits of the last token after feeding `ids` at positions 0..n-1.
 // emulate_act: round activations per weight type as the reference engine does (see act_for).
-inline Vec gpt_oss_last_logits(const moe::GgufFile &f, const std::vector<int32_t> &ids, bool emulate_act = false) {
+// first_single: positions >= it were decoded one token at a time; with emulate_act their F16
+// attn_output product uses the reference engine's half-precision sum (single-token products
+// with k >= 128 take it there, see kernels/f16_halfsum_dot.h). -1: whole prompt batched.
+inline Vec gpt_oss_last_logits(const moe::GgufFile &f, const std::vector<int32_t> &ids, bool emulate_act = false,
+                               int64_t first_single = -1) {
   const moe::Hparams h = moe::Hparams::from_gguf(f);
   const int64_t E = h.n_embd, hd = h.head_dim_k, nh = h.n_head, nkv = h.n_head_kv, T = static_cast<int64_t>(ids.size());
   const int64_t window = h.sliding_window;
@@ -104,7 +109,22 @@ inline Vec gpt_oss_last_logits(const moe::GgufFile &f, const std::vector<int32_t
           for (int64_t i = 0; i < hd; ++i)
             att[static_cast<size_t>(hh * hd + i)] += s[n] / sum * v[static_cast<size_t>(us[n])][static_cast<size_t>(kh * hd + i)];
       }
-      Vec o = add_bias(matvec(wo, act_for(f, p + "attn_output.weight", att, emulate_act)), bo);
+      Vec o;
+      const bool halfsum = emulate_act && first_single >= 0 && t >= first_single &&
+                           f.tensor(p + "attn_output.weight")->type == moe::DType::F16 && wo.cols >= 128;
+      if (halfsum) {
+        const Vec xa = act_for(f, p + "attn_output.weight", att, emulate_act);
+        std::vector<uint16_t> xh(xa.size()), wr(static_cast<size_t>(wo.cols));
+        for (size_t i = 0; i < xa.size(); ++i) xh[i] = moe::fp32_to_fp16(static_cast<float>(xa[i]));
+        o.assign(static_cast<size_t>(wo.rows), 0.0);
+        for (int64_t r = 0; r < wo.rows; ++r) {
+          for (int64_t c = 0; c < wo.cols; ++c) wr[static_cast<size_t>(c)] = moe::fp32_to_fp16(static_cast<float>(wo.row(r)[c]));
+          o[static_cast<size_t>(r)] = moe::f16_halfsum_dot(static_cast<int>(wo.cols), wr.data(), xh.data());
+        }
+        o = add_bias(o, bo);
+      } else {
+        o = add_bias(matvec(wo, act_for(f, p + "attn_output.weight", att, emulate_act)), bo);
+      }
       Vec ffn_in(static_cast<size_t>(E));
       for (int64_t i = 0; i < E; ++i) ffn_in[static_cast<size_t>(i)] = o[static_cast<size_t>(i)] + x[static_cast<size_t>(t)][static_cast<size_t>(i)];
       Vec y = rms_norm(ffn_in, pn, h.rms_eps);

@@ -47,7 +47,7 @@ TEST_CASE("synthetic deepseek2 / gpt-oss: engine follows the float64 forward acr
           if (i == 16 || i == 20) {  // compare at two points
             std::vector<int32_t> prefix(ids.begin(), ids.begin() + i);
             auto ref = m->arch_name() == "deepseek2" ? moe_ref::deepseek2_last_logits(m->gguf(), prefix, true)
-                                                     : moe_ref::gpt_oss_last_logits(m->gguf(), prefix, true);
+                                                     : moe_ref::gpt_oss_last_logits(m->gguf(), prefix, true, 12);
             const float *l = ctx->logits(-1);
             for (int32_t v = 0; v < ctx->n_vocab(); ++v) {
               worst = std::max(worst, std::fabs(l[v] - ref[static_cast<size_t>(v)]));
