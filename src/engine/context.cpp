@@ -104,22 +104,21 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   }
   CompiledPlan &ref = *plan;
   plans.emplace(key, std::move(plan));
-  if (grow) rebind_all();
-  else {
-    std::vector<void *> bases(devices.size());
-    for (size_t d = 0; d < devices.size(); ++d) bases[d] = arenas[d] ? arenas[d]->data() : nullptr;
-    bind_plan(ref, bases.data(), [this](const Node &n) { return weight_addr(n); });
-  }
+  if (grow) rebind_all();  // arenas moved: every cached plan points at the old ones
+  else bind(ref);
   MOE_LOG_DEBUG("compiled plan for %lld tokens / %lld outputs: %zu nodes, %zu segments, arena %zu bytes, %d in place",
                 (long long)n_tokens, (long long)n_outputs, ref.graph.nodes().size(), ref.segments.size(), ref.arena_bytes[0], ref.n_inplace);
   return ref;
 }
 
-void Context::Impl::rebind_all() {
-  std::vector<void *> bases(devices.size());
+void Context::Impl::bind(CompiledPlan &plan) {
+  void *bases[kMaxDevices] = {nullptr};
   for (size_t d = 0; d < devices.size(); ++d) bases[d] = arenas[d] ? arenas[d]->data() : nullptr;
-  for (auto &kv_plan : plans)
-    bind_plan(*kv_plan.second, bases.data(), [this](const Node &n) { return weight_addr(n); });
+  bind_plan(plan, bases, [this](const Node &n) { return weight_addr(n); });
+}
+
+void Context::Impl::rebind_all() {
+  for (auto &kv_plan : plans) bind(*kv_plan.second);
   update_report();
 }
 

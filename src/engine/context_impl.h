@@ -41,6 +41,7 @@ struct Context::Impl {
   std::string broken_why;
 
   CompiledPlan &plan_for(int64_t n_tokens, int64_t n_outputs);
+  void bind(CompiledPlan &plan);  // resolve its addresses in the current arenas
   void rebind_all();
   void *weight_addr(const Node &n) const;  // device copy for GPU nodes, else the host mapping
   void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base);

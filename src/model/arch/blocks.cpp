@@ -34,6 +34,13 @@ void lm_head(Graph &g, const Model::Impl &m, int x) {
   g.mark_output(g.matmul(g.weight(head), out), "logits");
 }
 
+void require_embedding_and_head(const Model::Impl &m) {
+  const int64_t E = m.hp.n_embd, V = m.hp.n_vocab;
+  m.require("token_embd.weight", {E, V});
+  m.require("output_norm.weight", {E});
+  if (!m.hp.tied_output) m.require("output.weight", {E, V});
+}
+
 int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v, float scale, const GraphBuildParams &p) {
   int ks = g.kv_store(k, layer, 0);
   int vs = g.kv_store(v, layer, 1);

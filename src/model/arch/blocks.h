@@ -21,6 +21,8 @@ int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v
 // Final RMSNorm (output_norm) and the LM head (output.weight, or token_embd when tied):
 // marks the graph output "logits" in its own segment.
 void lm_head(Graph &g, const Model::Impl &m, int x);
+// The tensors lm_head and the embedding lookup use: token_embd, output_norm, output (untied).
+void require_embedding_and_head(const Model::Impl &m);
 
 struct MoeWeights {
   int router;          // [n_embd, n_expert]

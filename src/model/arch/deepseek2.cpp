@@ -43,7 +43,7 @@ float deepseek2_log_mul(const Hparams &h) { return h.yarn_log_mul / 0.1f; }
 static void deepseek2_validate(const Model::Impl &m) {
   const Hparams &h = m.hp;
   const MlaDims d = mla_dims(h);
-  const int64_t E = h.n_embd, V = h.n_vocab, H = h.n_head;
+  const int64_t E = h.n_embd, H = h.n_head;
   if (!d.kv_lora) fail(Status::InvalidModel, "deepseek2: attention.kv_lora_rank is required");
   if (d.n_rot <= 0 || d.n_nope < 1 || d.n_rot % 2)
     fail(Status::InvalidModel, "deepseek2: rope.dimension_count %lld must be even and below key_length_mla %lld", (long long)d.n_rot, (long long)d.hd_k);
@@ -53,9 +53,7 @@ static void deepseek2_validate(const Model::Impl &m) {
                                 h.n_expert_used > h.n_expert / h.n_expert_groups * h.n_group_used))
     fail(Status::InvalidModel, "deepseek2: expert_group_count %u / expert_group_used_count %u do not fit %u experts (%u used)",
          h.n_expert_groups, h.n_group_used, h.n_expert, h.n_expert_used);
-  m.require("token_embd.weight", {E, V});
-  m.require("output_norm.weight", {E});
-  if (!h.tied_output) m.require("output.weight", {E, V});
+  require_embedding_and_head(m);
   for (uint32_t il = 0; il < h.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     m.require(p + "attn_norm.weight", {E});

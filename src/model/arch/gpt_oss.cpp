@@ -28,13 +28,11 @@ bool is_swa_layer(const Model::Impl &m, uint32_t il) {
 
 static void gpt_oss_validate(const Model::Impl &m) {
   const Hparams &h = m.hp;
-  const int64_t E = h.n_embd, V = h.n_vocab, hd = h.head_dim_k, hq = hd * h.n_head, hk = hd * h.n_head_kv,
+  const int64_t E = h.n_embd, hd = h.head_dim_k, hq = hd * h.n_head, hk = hd * h.n_head_kv,
                 hv = static_cast<int64_t>(h.head_dim_v) * h.n_head_kv, X = h.n_expert, F = h.n_ff_exp;
   if (!h.n_expert || !h.n_ff_exp) fail(Status::InvalidModel, "gpt-oss: expert_count and expert_feed_forward_length are required");
   if (h.head_dim_k != h.head_dim_v) fail(Status::InvalidModel, "gpt-oss: key_length %u and value_length %u differ", h.head_dim_k, h.head_dim_v);
-  m.require("token_embd.weight", {E, V});
-  m.require("output_norm.weight", {E});
-  if (!h.tied_output) m.require("output.weight", {E, V});
+  require_embedding_and_head(m);
   for (uint32_t il = 0; il < h.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     m.require(p + "attn_norm.weight", {E});

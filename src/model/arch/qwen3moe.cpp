@@ -10,12 +10,10 @@ namespace moe {
 
 static void qwen3moe_validate(const Model::Impl &m) {
   const Hparams &h = m.hp;
-  const int64_t E = h.n_embd, V = h.n_vocab, hq = h.head_dim_k * h.n_head, hk = h.head_dim_k * h.n_head_kv,
+  const int64_t E = h.n_embd, hq = h.head_dim_k * h.n_head, hk = h.head_dim_k * h.n_head_kv,
                 hv = h.head_dim_v * h.n_head_kv;
   if (!h.n_expert || !h.n_ff_exp) fail(Status::InvalidModel, "qwen3moe: expert_count and expert_feed_forward_length are required");
-  m.require("token_embd.weight", {E, V});
-  m.require("output_norm.weight", {E});
-  if (!h.tied_output) m.require("output.weight", {E, V});
+  require_embedding_and_head(m);
   for (uint32_t il = 0; il < h.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     m.require(p + "attn_norm.weight", {E});
