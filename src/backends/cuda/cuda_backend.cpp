@@ -24,6 +24,11 @@ void cuda_sync_stream(cudaStream_t s, SyncWhy) {
   MOE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+void cuda_sync_stream_nothrow(cudaStream_t s) noexcept {
+  g_sync_count.fetch_add(1);
+  if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
+}
+
 void cuda_sync_event(cudaEvent_t e, SyncWhy) {
   g_sync_count.fetch_add(1);
   MOE_CUDA_CHECK(cudaEventSynchronize(e));
@@ -87,7 +92,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 CudaBackend::~CudaBackend() {
   if (stream_) {
     (void)cudaSetDevice(device_);
-    (void)cudaStreamSynchronize(stream_);
+    cuda_sync_stream_nothrow(stream_);
     (void)cudaStreamDestroy(stream_);
   }
   for (auto &e : up_ev_)

@@ -25,8 +25,10 @@ namespace moe {
 
 // Every host-blocking wait of the backend goes through here, so tests can count them
 // (a decode step must perform at most one: the logits copy).
-enum class SyncWhy { Download, StagingReuse, Executor, Setup };
+enum class SyncWhy { Download, StagingReuse, Executor, Setup, Teardown };
 void cuda_sync_stream(cudaStream_t s, SyncWhy why);
+// Teardown (destructors): counted like the others, but errors are ignored, never thrown.
+void cuda_sync_stream_nothrow(cudaStream_t s) noexcept;
 void cuda_sync_event(cudaEvent_t e, SyncWhy why);
 uint64_t cuda_sync_count();  // process-wide total, for tests
 
