@@ -49,8 +49,18 @@ if has conformance; then
   # In the background: it drives the CLI (one process per check) while the sanitizer runs.
   D=.devdata/conformance
   [ -d ../shared/conformance ] && D=../shared/conformance
-  ( timeout 180 python3 $D/check.py "$CLI" $D --device cuda --kinds greedy,logits --only qwen3moe > "$OUT/conformance.log" 2>&1;
-    echo "rc=$?" >> "$OUT/conformance.log" ) &
+  # Greedy ids for every model present; logits for qwen3moe/deepseek2 with check.py and for
+  # gpt-oss with the incremental feeder (the reference fed those tokens one at a time).
+  CLI_ABS=$PWD/$CLI
+  ( timeout 150 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds greedy
+    echo "greedy rc=$?"
+    for fam in qwen3moe deepseek2; do
+      ls $D/models/$fam* >/dev/null 2>&1 || continue
+      timeout 120 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds logits --only $fam; echo "logits $fam rc=$?"
+    done
+    if ls $D/models/gpt-oss* >/dev/null 2>&1; then
+      timeout 120 python3 tests/conformance/incremental_logits.py "$CLI_ABS" $D --only gpt-oss --device cuda; echo "logits gpt-oss incremental rc=$?"
+    fi ) > "$OUT/conformance.log" 2>&1 &
   CONF_PID=$!
 fi
 
@@ -65,7 +75,7 @@ fi
 
 if [ -n "$CONF_PID" ]; then
   wait $CONF_PID
-  note "conformance cuda $(el): $(tail -4 "$OUT/conformance.log" | tr '\n' ' ')"
+  note "conformance cuda $(el): $(grep -E 'rc=|passed|failed|FAIL' "$OUT/conformance.log" | tail -12 | tr '\n' ' ')"
 fi
 
 if has bench; then
@@ -75,6 +85,13 @@ if has bench; then
   timeout 100 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
   note "bench rc=$? $(el)"
   cat "$OUT/bench.log" | tail -15 | tee -a "$SUM"
+  # Graphs off: how launch-bound decode still is.
+  timeout 60 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 0 -n 128 -r 2 --no-gpu-graphs > "$OUT/bench_nographs.log" 2>&1
+  note "bench (no CUDA graphs) rc=$? $(el): $(grep -E 'tg128' "$OUT/bench_nographs.log")"
+  if [ -n "${BENCH_DEPTH:-}" ]; then
+    timeout 120 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -d $BENCH_DEPTH -r 2 > "$OUT/bench_depth.log" 2>&1
+    note "bench depth $BENCH_DEPTH rc=$? $(el)"; grep -E '@ d' "$OUT/bench_depth.log" | tee -a "$SUM"
+  fi
 fi
 
 if has profile; then

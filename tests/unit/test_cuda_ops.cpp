@@ -183,6 +183,41 @@ TEST_CASE("cuda op: matmul_id for every weight type (grouped by expert on the de
       }
 }
 
+// F16 weights with one activation column, and every F16 expert product, accumulate in half
+// precision like the reference (f16_halfsum_dot.h); an f32-accumulating kernel misses the CPU
+// by ~1e-3 here, the half-precision one matches it to the last bit.
+TEST_CASE("cuda op: F16 one-column and expert products round like the CPU's half-precision sums", "[ops][cuda][moe]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 300;
+  for (int64_t K : {128, 256, 300, 1000}) {
+    const int64_t M = 29;
+    WeightStore ws;
+    const GgufTensorInfo *w = ws.add("w", DType::F16, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
+    auto build = [&](int &x, int &y) {
+      Graph g;
+      x = g.input("x", DType::F32, {K, 1});
+      y = g.matmul(g.weight(w), x);
+      g.mark_output(y, "y");
+      return g;
+    };
+    auto xv = randn(static_cast<size_t>(K), seed++, 2.0f);
+    int x, y;
+    Graph gc = build(x, y), gg = build(x, y);
+    auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+    auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+    INFO("dense F16 K=" << K);
+    CHECK(rel_err(r_gpu[0], r_cpu[0]) < 1e-6);
+    for (int64_t T : {1, 5}) {
+      std::vector<int32_t> ids = {3, 0, 3, 1, 2, 2, 0, 1, 3, 3};
+      ids.resize(static_cast<size_t>(2 * T));
+      INFO("MoE F16 K=" << K << " T=" << T);
+      CHECK(moe_case(reg, *gpu, DType::F16, K, M, 4, 2, T, T == 1 ? 1 : 2, ids, seed++) < 1e-6);
+    }
+  }
+}
+
 TEST_CASE("cuda op: MoE routing edge cases match the CPU", "[ops][cuda][moe][routing]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);

@@ -55,6 +55,9 @@ bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n);
 size_t cuda_attention_work_size(const Node &n);  // split-cell partials for few query tokens
 bool cuda_matmul_type_supported(DType t);
+// F16 weights, one activation column or MoE: half-precision sums like the reference.
+bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);
+void cuda_op_matmul_f16_halfsum(const CudaOpCtx &c);
 
 constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane
 constexpr int kCudaMaxHeadDim = 1024;  // attention accumulators: 8 per thread of 128

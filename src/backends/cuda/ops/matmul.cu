@@ -448,6 +448,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const MatmulShape s = shape_of(c.g, c.n);
   if (s.M == 0 || s.rows == 0) return;
   if (c.n.op == Op::MatMulId && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
+  if (cuda_f16_halfsum_applies(c.g, c.n)) return cuda_op_matmul_f16_halfsum(c);
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
   float *Y = static_cast<float *>(c.n.data);
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
