@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/attention_decode.cuh"
 #include "backends/cuda/ops/quant.cuh"
 #include "backends/cuda/ops/reduce.cuh"
 #include "kv/kv_cache.h"
@@ -42,15 +43,6 @@ __global__ void kv_store_kernel(TView x, uint8_t *base, size_t rb, int64_t row, 
     }
   }
 }
-
-struct AttnArgs {
-  const uint8_t *kbase, *vbase;
-  size_t krb, vrb, khb, vhb;  // row bytes and per-head bytes
-  int hd_k, hd_v, group, kt;
-  float scale;
-  int window;           // sliding window (0 = off): hidden once pos - cell_pos >= window
-  const float *sinks;   // per-head sink logits or null
-};
 
 __device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd, int kt) {
   float s = 0.0f;
@@ -257,40 +249,15 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
   if (tid == 0) { dst[0] = Mb; dst[1] = Sb; }
 }
 
-__global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part) {
-  const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
-  const float *src = part + (static_cast<int64_t>(t) * n_head + h) * kSplit * (a.hd_v + 2);
-  float M = -INFINITY;
-  for (int z = 0; z < kSplit; ++z) M = fmaxf(M, src[z * (a.hd_v + 2)]);
-  float S = 0.0f;
-  for (int z = 0; z < kSplit; ++z) {
-    const float mz = src[z * (a.hd_v + 2)];
-    if (mz != -INFINITY) S += src[z * (a.hd_v + 2) + 1] * expf(mz - M);
-  }
-  float ms = 1.0f;
-  if (a.sinks) {
-    const float sk = a.sinks[h];
-    if (sk > M) { ms = expf(M - sk); S = S * ms + 1.0f; }
-    else S += expf(sk - M);
-  }
-  const float inv = S > 0.0f ? 1.0f / S : 0.0f;
-  float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(out.data) + h * out.nb[1] + t * out.nb[2]);
-  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
-    float v = 0.0f;
-    for (int z = 0; z < kSplit; ++z) {
-      const float mz = src[z * (a.hd_v + 2)];
-      if (mz != -INFINITY) v += src[z * (a.hd_v + 2) + 2 + d] * expf(mz - M);
-    }
-    o[d] = v * ms * inv;
-  }
-}
-
 }  // namespace
 
 size_t cuda_attention_work_size(const Node &n) {
   const int64_t T = n.ne[2], n_head = n.ne[1], hd_v = n.ne[0];
   if (T > kMaxSplitTokens) return 0;
-  return static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
+  // Either decode kernel may run (the head size of q is not known here): room for both.
+  const size_t generic = static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
+  const size_t grouped = attn_decode_work_size(T, n_head, hd_v);
+  return generic > grouped ? generic : grouped;
 }
 
 void cuda_op_kv_store(const CudaOpCtx &c) {
@@ -329,13 +296,16 @@ void cuda_op_attention(const CudaOpCtx &c) {
   a.group = static_cast<int>(n_head / n_head_kv);
   a.kt = static_cast<int>(kt);
   a.scale = c.n.fp[0];
+  if (attn_decode_applies(T, hd_k, hd_v, v_from_k) && c.n.work) {
+    attn_decode_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<float *>(c.n.work));
+    return;
+  }
   if (T <= kMaxSplitTokens && c.n.work) {
     float *part = static_cast<float *>(c.n.work);
     attn_split_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T), kSplit), kThreads, 0, c.stream>>>(tview(q), a, c.ub,
                                                                                                                       part);
     MOE_CUDA_LAUNCH_CHECK("attn_split_kernel");
-    attn_combine_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), 128, 0, c.stream>>>(tview(c.n), a, part);
-    MOE_CUDA_LAUNCH_CHECK("attn_combine_kernel");
+    attn_combine_launch(c.stream, tview(c.n), a, part, static_cast<int>(n_head), static_cast<int>(T), kSplit);
     return;
   }
   attn_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), kThreads, 0, c.stream>>>(tview(q), tview(c.n), a, c.ub);

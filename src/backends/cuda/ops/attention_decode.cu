@@ -1,0 +1,223 @@
+// Decode attention (a few query tokens) for head sizes 64/128/256: a block owns one KV head,
+// up to kHeads query heads of its GQA group, one token and one of kSplit cell ranges, so each
+// K/V row is read once for the whole group (the per-q-head kernel read it group times). A warp
+// takes a cell at a time: each lane holds HD/32 consecutive dims of K, V, q and the output,
+// an online softmax per head in registers; the block's warps merge in shared memory and write
+// (max, sum, acc) partials that attn_combine_kernel folds over the ranges (plus the sink).
+// Masking, q rounding and the partial layout are those of the generic kernels in attention.cu.
+#include <cuda_fp16.h>
+
+#include "backends/cuda/ops/attention_decode.cuh"
+#include "backends/cuda/ops/quant.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kSplit = 32;      // cell ranges: 4 KV heads x 32 ranges = 128 blocks at batch 1
+constexpr int kMaxTokens = 4;
+constexpr int kHeads = 8;       // query heads per block
+
+// This lane's DPL consecutive dims (lane * DPL ...) of a cache row, as floats.
+template <int DPL> __device__ __forceinline__ void load_dims(const uint8_t *row, int lane, int kt, float (&v)[DPL]) {
+  const int d0 = lane * DPL;
+  if (kt == static_cast<int>(DType::F16)) {
+    const __half2 *r = reinterpret_cast<const __half2 *>(row) + d0 / 2;
+#pragma unroll
+    for (int i = 0; i < DPL / 2; ++i) {
+      const float2 f = __half22float2(r[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  } else if (kt == static_cast<int>(DType::F32)) {
+    const float *r = reinterpret_cast<const float *>(row) + d0;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) v[i] = r[i];
+  } else {  // Q8_0: 34-byte blocks of 32 dims; a lane's dims never straddle a block
+    const uint8_t *blk = row + (d0 / 32) * 34;
+    const float d = h2f(blk);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) v[i] = static_cast<int8_t>(blk[2 + d0 % 32 + i]) * d;
+  }
+}
+
+// q meets the cache in its type: rounded to f16 (F16 cache) or quantized to Q8_0 over each
+// 32-dim block (Q8_0 cache; the block spans 32 / DPL consecutive lanes).
+template <int DPL> __device__ __forceinline__ void round_q(float (&v)[DPL], int kt) {
+  if (kt == static_cast<int>(DType::F16)) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) v[i] = __half2float(__float2half_rn(v[i]));
+  } else if (kt == static_cast<int>(DType::Q8_0)) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 1; o < 32 / DPL; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float dh = __half2float(__float2half_rn(d));
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) v[i] = roundf(v[i] * id) * dh;
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs a, DevUbatch ub, float *part, int n_head,
+                                                               int head_blocks) {
+  constexpr int DPL = HD / 32;
+  __shared__ float s_acc[kWarps][kHeads][HD];
+  __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hk = blockIdx.x / head_blocks;
+  const int h0 = hk * a.group + (blockIdx.x % head_blocks) * kHeads;
+  const int ng = min(kHeads, (hk + 1) * a.group - h0);  // uniform over the block
+  const int t = blockIdx.y, z = blockIdx.z;
+
+  float qv[kHeads][DPL];
+#pragma unroll
+  for (int g = 0; g < kHeads; ++g) {
+    if (g < ng) {
+      const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (h0 + g) * q.nb[1] + t * q.nb[2]);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) qv[g][i] = qrow[lane * DPL + i];
+      round_q<DPL>(qv[g], a.kt);
+    } else {
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) qv[g][i] = 0.0f;
+    }
+  }
+
+  const int n_kv = *ub.n_kv;
+  const int chunk = (n_kv + kSplit - 1) / kSplit;
+  const int c_begin = z * chunk, c_end = min(n_kv, c_begin + chunk);
+  const unsigned long long bit = 1ull << ub.seq[t];
+  const int pos = ub.pos[t];
+  float M[kHeads], S[kHeads], acc[kHeads][DPL];
+#pragma unroll
+  for (int g = 0; g < kHeads; ++g) {
+    M[g] = -INFINITY;
+    S[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
+  }
+  for (int c = c_begin + warp; c < c_end; c += kWarps) {
+    const int cp = ub.cell_pos[c];
+    if (!(cp >= 0 && (ub.cell_seq[c] & bit) && cp <= pos && (a.window <= 0 || pos - cp < a.window))) continue;
+    float kv[DPL], vv[DPL];
+    load_dims<DPL>(a.kbase + c * a.krb + hk * a.khb, lane, a.kt, kv);
+    load_dims<DPL>(a.vbase + c * a.vrb + hk * a.vhb, lane, a.kt, vv);
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      if (g >= ng) break;
+      float sdot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) sdot += kv[i] * qv[g][i];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, o);
+      const float sc = sdot * a.scale;
+      const float newM = fmaxf(M[g], sc);
+      const float corr = expf(M[g] - newM);  // 0 while M is -inf
+      const float p = expf(sc - newM);
+      S[g] = S[g] * corr + p;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[g][i] = acc[g][i] * corr + p * vv[i];
+      M[g] = newM;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kHeads; ++g) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) s_acc[warp][g][lane * DPL + i] = acc[g][i];
+    if (lane == 0) {
+      s_m[warp][g] = M[g];
+      s_s[warp][g] = S[g];
+    }
+  }
+  __syncthreads();
+  for (int g = 0; g < ng; ++g) {
+    float Mb = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) Mb = fmaxf(Mb, s_m[w][g]);
+    float wgt[kWarps], Sb = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      wgt[w] = s_m[w][g] == -INFINITY ? 0.0f : expf(s_m[w][g] - Mb);
+      Sb += s_s[w][g] * wgt[w];
+    }
+    float *dst = part + ((static_cast<int64_t>(t) * n_head + h0 + g) * kSplit + z) * (HD + 2);
+    for (int d = threadIdx.x; d < HD; d += kThreads) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += s_acc[w][g][d] * wgt[w];
+      dst[2 + d] = v;
+    }
+    if (threadIdx.x == 0) {
+      dst[0] = Mb;
+      dst[1] = Sb;
+    }
+  }
+}
+
+// Folds the n_split partials (max, sum, acc[hd_v]) of each (head, token), plus the sink logit
+// (a zero value vector), into the output row.
+__global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
+  const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
+  const int stride = a.hd_v + 2;
+  const float *src = part + (static_cast<int64_t>(t) * n_head + h) * n_split * stride;
+  float M = -INFINITY;
+  for (int z = 0; z < n_split; ++z) M = fmaxf(M, src[z * stride]);
+  float S = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float mz = src[z * stride];
+    if (mz != -INFINITY) S += src[z * stride + 1] * expf(mz - M);
+  }
+  float ms = 1.0f;
+  if (a.sinks) {
+    const float sk = a.sinks[h];
+    if (sk > M) { ms = expf(M - sk); S = S * ms + 1.0f; }
+    else S += expf(sk - M);
+  }
+  const float inv = S > 0.0f ? 1.0f / S : 0.0f;
+  float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(out.data) + h * out.nb[1] + t * out.nb[2]);
+  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
+    float v = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float mz = src[z * stride];
+      if (mz != -INFINITY) v += src[z * stride + 2 + d] * expf(mz - M);
+    }
+    o[d] = v * ms * inv;
+  }
+}
+
+}  // namespace
+
+bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k) {
+  return T >= 1 && T <= kMaxTokens && hd_k == hd_v && !v_from_k && (hd_k == 64 || hd_k == 128 || hd_k == 256);
+}
+
+size_t attn_decode_work_size(int64_t T, int64_t n_head, int64_t hd_v) {
+  return T > kMaxTokens ? 0 : static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
+}
+
+void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work) {
+  const int n_head = static_cast<int>(q.ne[1]), T = static_cast<int>(q.ne[2]);
+  const int n_head_kv = n_head / a.group;
+  const int head_blocks = (a.group + kHeads - 1) / kHeads;
+  const dim3 grid(static_cast<unsigned>(n_head_kv * head_blocks), static_cast<unsigned>(T), kSplit);
+  switch (a.hd_k) {
+    case 64: attn_decode_kernel<64><<<grid, kThreads, 0, s>>>(q, a, ub, work, n_head, head_blocks); break;
+    case 128: attn_decode_kernel<128><<<grid, kThreads, 0, s>>>(q, a, ub, work, n_head, head_blocks); break;
+    case 256: attn_decode_kernel<256><<<grid, kThreads, 0, s>>>(q, a, ub, work, n_head, head_blocks); break;
+    default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
+  }
+  MOE_CUDA_LAUNCH_CHECK("attn_decode_kernel");
+  attn_combine_launch(s, out, a, work, n_head, T, kSplit);
+}
+
+void attn_combine_launch(cudaStream_t s, TView out, const AttnArgs &a, const float *part, int n_head, int T, int n_split) {
+  attn_combine_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), 128, 0, s>>>(out, a, part, n_split);
+  MOE_CUDA_LAUNCH_CHECK("attn_combine_kernel");
+}
+
+}  // namespace moe
