@@ -1,6 +1,6 @@
 #!/bin/bash
 # One-shot CUDA check for a GPU machine (run from the repository root):
-#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench]
+#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench] [kernels] [profile]
 # Builds with ninja for sm_90, runs the [cuda] tests, compute-sanitizer memcheck/racecheck
 # on the op tests, the conformance check on --device cuda, and the bench on a generated
 # Qwen3-30B-A3B-shaped Q4_K_M file. Logs go to $OUT (default /tmp/moe-cuda-out); a summary
@@ -8,7 +8,7 @@
 set -u
 OUT=${OUT:-/tmp/moe-cuda-out}
 mkdir -p "$OUT"
-PHASES=${*:-build tests sanitize conformance bench profile}
+PHASES=${*:-build tests sanitize conformance bench kernels profile}
 B=build-dev
 SUM=$OUT/summary.txt
 : > "$SUM"
@@ -19,13 +19,24 @@ el() { echo $(( $(date +%s) - T0 ))s; }
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 df -h /tmp >> "$OUT/gpu.txt" 2>&1
-PREFIX=""
+PREFIX="-DCMAKE_PREFIX_PATH="
 [ -d .devdata/deps ] && PREFIX="-DCMAKE_PREFIX_PATH=$PWD/.devdata/deps"
+
+BENCH=OFF
+BENCH_TARGETS=""
+if has kernels && [ -d .devdata/gbench-src ]; then
+  # Google Benchmark from source (the machine reaches no registry), for bench-cuda_kernels.
+  cmake -S .devdata/gbench-src -B /tmp/gb -G Ninja -DCMAKE_BUILD_TYPE=Release -DBENCHMARK_ENABLE_TESTING=OFF \
+    -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DCMAKE_INSTALL_PREFIX=/tmp/gbi > "$OUT/gbench.log" 2>&1 &&
+    cmake --build /tmp/gb -j16 >> "$OUT/gbench.log" 2>&1 && cmake --install /tmp/gb >> "$OUT/gbench.log" 2>&1 &&
+    { BENCH=ON; BENCH_TARGETS=bench-cuda_kernels; PREFIX="-DCMAKE_PREFIX_PATH=$PWD/.devdata/deps;/tmp/gbi"; }
+  note "google benchmark BENCH=$BENCH $(el)"
+fi
 
 if has build; then
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEINFER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DMOEINFER_BUILD_BENCH=OFF $PREFIX > "$OUT/build.log" 2>&1
-  cmake --build $B -j16 --target moeinfer-cli moeinfer-tests >> "$OUT/build.log" 2>&1
+    -DMOEINFER_BUILD_BENCH=$BENCH "$PREFIX" > "$OUT/build.log" 2>&1
+  cmake --build $B -j16 --target moeinfer-cli moeinfer-tests $BENCH_TARGETS >> "$OUT/build.log" 2>&1
   rc=$?; note "build rc=$rc $(el)"
   [ $rc -ne 0 ] && { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
 fi
@@ -92,6 +103,13 @@ if has bench; then
     timeout 120 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -d $BENCH_DEPTH -r 2 > "$OUT/bench_depth.log" 2>&1
     note "bench depth $BENCH_DEPTH rc=$? $(el)"; grep -E '@ d' "$OUT/bench_depth.log" | tee -a "$SUM"
   fi
+fi
+
+if has kernels && [ "$BENCH" = ON ]; then
+  KB=$(find $B -name bench-cuda_kernels -type f | head -1)
+  timeout 180 "$KB" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 > "$OUT/kernels.log" 2>&1
+  note "kernels rc=$? $(el)"
+  grep -E "_median" "$OUT/kernels.log" | sed -E 's/ +/ /g' | tee -a "$SUM"
 fi
 
 if has profile; then

@@ -1,0 +1,224 @@
+// CUDA kernels at the Qwen3-30B-A3B shapes (n_embd 2048, 32 q / 4 kv heads of 128, 128
+// experts, 8 used, expert ff 768, vocabulary 151936): decode mat-vecs per weight type, the
+// MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
+// attention decode / prefill. Each iteration replays the one-op graph on the context's stream
+// (captured as a CUDA graph like a decode step) and is timed with CUDA events. Counters:
+// weight GB/s (decode), TFLOP/s (prefill), tokens/s. Without a CUDA device every benchmark
+// reports "skipped: no CUDA device".
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "../tests/support/graph_runner.h"
+#include "backends/backend.h"
+#include "engine/weight_upload.h"
+#include "graph/compiler.h"
+#include "kv/kv_cache.h"
+#include "model/arch/blocks.h"
+#include "tiled_weight.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+using namespace moe;
+using moe_bench::tiled_weight;
+
+namespace {
+
+constexpr int64_t kEmbd = 2048, kExperts = 128, kUsed = 8, kFf = 768, kHd = 128, kHeads = 32, kKvHeads = 4;
+
+#ifdef MOEINFER_WITH_CUDA
+// One compiled graph on the GPU with uploaded weights; run() enqueues it and returns the
+// milliseconds the GPU spent between two events around it.
+struct GpuRun {
+  BackendRegistry reg;
+  CudaBackend *gpu = nullptr;
+  std::unique_ptr<CompiledPlan> plan;
+  std::unique_ptr<DeviceBuffer> arena;
+  std::unique_ptr<DeviceWeights> weights;
+  std::unique_ptr<Executor> exec;
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+
+  bool init(Graph g) {
+    gpu = dynamic_cast<CudaBackend *>(reg.find("cuda"));
+    if (!gpu) return false;
+    CompileOptions o;
+    o.devices = {gpu};
+    o.allow_fallback = false;
+    plan = compile_graph(std::move(g), o);
+    arena = gpu->alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "bench");
+    std::vector<const GgufTensorInfo *> ts;
+    for (const Node &n : plan->graph.nodes())
+      if (n.leaf == LeafKind::Weight && n.op == Op::Leaf) ts.push_back(n.weight);
+    weights = DeviceWeights::upload(ts, *gpu);
+    void *bases[1] = {arena->data()};
+    bind_plan(*plan, bases, [&](const Node &n) { return weights->find(n.weight); });
+    exec = gpu->make_executor(1);
+    gpu->set_current();
+    cudaEventCreate(&ev[0]);
+    cudaEventCreate(&ev[1]);
+    return true;
+  }
+  ~GpuRun() {
+    for (cudaEvent_t e : ev)
+      if (e) cudaEventDestroy(e);
+  }
+  void set_input(int node, const void *src, size_t bytes) { arena->upload(plan->graph.node(node).offset, src, bytes); }
+  double run_ms(const ExecEnv &env = {}) {
+    cudaEventRecord(ev[0], gpu->stream());
+    exec->run(plan->graph, 0, static_cast<int>(plan->graph.nodes().size()), env);
+    exec->synchronize();
+    cudaEventRecord(ev[1], gpu->stream());
+    cudaEventSynchronize(ev[1]);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, ev[0], ev[1]);
+    return ms;
+  }
+};
+
+std::vector<float> randv(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto &x : v) x = nd(rng);
+  return v;
+}
+
+// Runs the graph under the benchmark loop (two warm-up runs: eager, then captured).
+void time_graph(benchmark::State &state, GpuRun &r, const ExecEnv &env = {}) {
+  r.run_ms(env);
+  r.run_ms(env);
+  for (auto _ : state) state.SetIterationTime(r.run_ms(env) / 1e3);
+}
+
+#define MOE_NEED_GPU(run, graph)                        \
+  if (!(run).init(graph)) {                             \
+    state.SkipWithError("skipped: no CUDA device");     \
+    return;                                             \
+  }
+#else
+struct GpuRun {};
+#define MOE_NEED_GPU(run, graph)                                      \
+  (void)(run);                                                        \
+  state.SkipWithError("skipped: built without the CUDA backend");     \
+  return;
+#endif
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4};
+
+// Dense product of a K x M weight with N activation columns.
+void BM_CudaMatmul(benchmark::State &state) {
+  const DType t = kTypes[state.range(0)];
+  const int64_t K = state.range(1), M = state.range(2), N = state.range(3);
+  moe_test::WeightStore ws;
+  const GgufTensorInfo *w = tiled_weight(ws, "w", t, {K, M});
+  Graph g;
+  int x = g.input("x", DType::F32, {K, N});
+  g.mark_output(g.matmul(g.weight(w), x), "y");
+  GpuRun r;
+  MOE_NEED_GPU(r, std::move(g));
+#ifdef MOEINFER_WITH_CUDA
+  auto xv = randv(static_cast<size_t>(K * N), 1);
+  r.set_input(x, xv.data(), xv.size() * 4);
+  time_graph(state, r);
+  state.SetLabel(dtype_name(t));
+  state.counters["weight_GB/s"] = benchmark::Counter(static_cast<double>(w->nbytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * K * M * N / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+#endif
+}
+
+// The MoE FFN of one layer (router, softmax top-8, experts Q4_K gate/up + Q6_K down, combine).
+void BM_CudaMoeLayer(benchmark::State &state) {
+  const int64_t T = state.range(0);
+  moe_test::WeightStore ws;
+  MoeWeights mw;
+  Graph g;
+  mw.router = g.weight(tiled_weight(ws, "router", DType::F32, {kEmbd, kExperts}));
+  const GgufTensorInfo *gate = tiled_weight(ws, "gate", DType::Q4_K, {kEmbd, kFf, kExperts});
+  const GgufTensorInfo *up = tiled_weight(ws, "up", DType::Q4_K, {kEmbd, kFf, kExperts});
+  const GgufTensorInfo *down = tiled_weight(ws, "down", DType::Q6_K, {kFf, kEmbd, kExperts});
+  mw.gate = g.weight(gate);
+  mw.up = g.weight(up);
+  mw.down = g.weight(down);
+  int x = g.input("x", DType::F32, {kEmbd, T});
+  g.mark_output(moe_ffn_softmax(g, x, mw, kUsed, true), "y");
+  GpuRun r;
+  MOE_NEED_GPU(r, std::move(g));
+#ifdef MOEINFER_WITH_CUDA
+  auto xv = randv(static_cast<size_t>(kEmbd * T), 2);
+  r.set_input(x, xv.data(), xv.size() * 4);
+  time_graph(state, r);
+  const double per_expert = static_cast<double>(gate->nbytes + up->nbytes + down->nbytes) / kExperts;
+  const double touched = std::min<double>(kExperts, kUsed * static_cast<double>(T));
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] = benchmark::Counter(per_expert * touched / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(2.0 * 3 * kEmbd * kFf * kUsed * T / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+#endif
+}
+
+// Causal GQA attention of T new tokens over a cache already holding `depth` tokens (F16).
+void BM_CudaAttention(benchmark::State &state) {
+  const int32_t T = static_cast<int32_t>(state.range(0)), depth = static_cast<int32_t>(state.range(1));
+  GpuRun r;
+  Graph g;
+  int q = g.input("q", DType::F32, {kHd, kHeads, T});
+  int k = g.input("k", DType::F32, {kHd, kKvHeads, T});
+  int v = g.input("v", DType::F32, {kHd, kKvHeads, T});
+  const uint32_t n_cells = static_cast<uint32_t>(depth + T);
+  GraphBuildParams gp;
+  gp.n_cells = n_cells;
+  g.mark_output(attention_block(g, q, k, v, 0, kHd, 0.088f, gp), "a");
+  MOE_NEED_GPU(r, std::move(g));
+#ifdef MOEINFER_WITH_CUDA
+  KvCache kv(n_cells, 1, KvType::F16, {KvLayerDims{kHd * kKvHeads, kHd * kKvHeads}}, *r.gpu);
+  std::vector<int32_t> cells(n_cells), pos(n_cells), seq(n_cells, 0);
+  for (uint32_t i = 0; i < n_cells; ++i) cells[i] = pos[i] = static_cast<int32_t>(i);
+  kv.claim(cells.data(), pos.data(), seq.data(), n_cells);
+  auto qv = randv(static_cast<size_t>(kHd * kHeads * T), 3), kvv = randv(static_cast<size_t>(kHd * kKvHeads * T), 4);
+  r.set_input(q, qv.data(), qv.size() * 4);
+  r.set_input(k, kvv.data(), kvv.size() * 4);
+  r.set_input(v, kvv.data(), kvv.size() * 4);
+  UbatchInfo ub;
+  ub.n_tokens = T;
+  ub.cells = &cells[static_cast<size_t>(depth)];
+  ub.pos = &pos[static_cast<size_t>(depth)];
+  ub.seq = seq.data();
+  ub.n_kv = kv.n_kv();
+  ub.cell_state = kv.cells();
+  ExecEnv env{&ub, &kv};
+  time_graph(state, r, env);
+  const double flops = 4.0 * kHd * kHeads * T * (depth + (T + 1) / 2.0);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["kv_GB/s"] = benchmark::Counter(static_cast<double>(kv.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+#endif
+}
+
+}  // namespace
+
+// type index into kTypes, K, M, columns
+BENCHMARK(BM_CudaMatmul)
+    ->ArgNames({"type", "K", "M", "N"})
+    ->Args({3, kEmbd, kHd * kHeads, 1})          // attn_q Q4_K
+    ->Args({3, kHd * kHeads, kEmbd, 1})          // attn_output Q4_K
+    ->Args({4, kEmbd, kHd * kKvHeads, 1})        // attn_v Q6_K
+    ->Args({0, kEmbd, kExperts, 1})              // router F32
+    ->Args({4, kEmbd, 151936, 1})                // LM head Q6_K
+    ->Args({1, kEmbd, kHd * kHeads, 1})          // F16
+    ->Args({2, kEmbd, kHd * kHeads, 1})          // Q8_0
+    ->Args({5, 2880, 2880, 1})                   // MXFP4 (gpt-oss width)
+    ->Args({3, kEmbd, kHd * kHeads, 512})        // prefill attn_q Q4_K
+    ->Args({4, kEmbd, kHd * kKvHeads, 512})      // prefill attn_v Q6_K
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_CudaMoeLayer)->ArgNames({"batch"})->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond)->UseManualTime();
+BENCHMARK(BM_CudaAttention)
+    ->ArgNames({"tokens", "depth"})
+    ->Args({1, 512})
+    ->Args({1, 4096})
+    ->Args({512, 0})
+    ->Args({512, 4096})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
