@@ -96,6 +96,10 @@ if has bench; then
   timeout 100 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
   note "bench rc=$? $(el)"
   cat "$OUT/bench.log" | tail -15 | tee -a "$SUM"
+  # The per-step floor: a tiny model (2 layers of width 64) pays only launches and host work.
+  "$CLI" mkmodel --preset tiny --type f16 -o /tmp/tiny.gguf --quiet > /dev/null 2>&1
+  timeout 60 "$CLI" bench -m /tmp/tiny.gguf --device cuda -p 0 -n 128 -r 3 > "$OUT/bench_tiny.log" 2>&1
+  note "bench tiny model (per-step floor) rc=$? $(el): $(grep -E 'tg128' "$OUT/bench_tiny.log")"
   # Graphs off: how launch-bound decode still is.
   timeout 60 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 0 -n 128 -r 2 --no-gpu-graphs > "$OUT/bench_nographs.log" 2>&1
   note "bench (no CUDA graphs) rc=$? $(el): $(grep -E 'tg128' "$OUT/bench_nographs.log")"
