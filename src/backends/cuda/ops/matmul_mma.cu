@@ -27,12 +27,19 @@ constexpr int kLd = kBK + 8;
 static_assert(kThreads == 2 * kBM, "weight loader: one thread per (row, 32-wide half of the K step)");
 static_assert(kThreads * 16 == kBN * kBK, "activation loader: 16 elements per thread");
 
-template <bool BF> __device__ __forceinline__ uint32_t bits16(float v) {
-  if constexpr (BF) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  else return __half_as_ushort(__float2half_rn(v));
+// Two values as one 32-bit operand register, the lower k index in the low half (one
+// cvt.rn.{f16,bf16}x2.f32).
+template <bool BF> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (BF) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  }
+  return u;
 }
-// Two values as one 32-bit operand register: the lower k index in the low half.
-template <bool BF> __device__ __forceinline__ uint32_t pack2(float lo, float hi) { return bits16<BF>(lo) | (bits16<BF>(hi) << 16); }
 
 // The per-thread share of one K step, staged in registers: 32 weights and 16 activations
 // as 16-bit pairs.
@@ -106,6 +113,15 @@ __device__ __forceinline__ void fetch_acts(uint32_t *p, const float *X, int xrow
       p[i] = pack2<BF>(lo, hi);
     }
   }
+}
+
+// Asks L2 for this thread's weight bytes kBK * ahead elements further along its row
+// (row bytes are proportional to K in every layout, so k * row_bytes / K lies in the block
+// holding element k). Each step otherwise waits once for DRAM; clamped inside the row.
+__device__ __forceinline__ void prefetch_weights_l2(const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k) {
+  const int row = row0 + (threadIdx.x >> 1);
+  const int64_t off = static_cast<int64_t>(k + (threadIdx.x & 1) * 32) * row_bytes / K;
+  if (row < M && off < row_bytes) asm volatile("prefetch.L2 [%0];\n" : : "l"(W + static_cast<int64_t>(row) * row_bytes + off));
 }
 
 __device__ __forceinline__ void store_stage(const Stage &st, uint16_t (*sA)[kLd], uint16_t (*sB)[kLd]) {
@@ -199,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
     const int kn = k0 + kBK < K ? k0 + kBK : k0;
     fetch_weights<T>(st.w, We, row_bytes, row0, M, K, kn, w_vec);
     fetch_acts<BF>(st.x, X, xrow, K, kn, x_vec);
+    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
     if (live) {
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
