@@ -103,6 +103,57 @@ double rel_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// Largest |a - b| of each output row (M values) relative to the row's largest |b|, the
+// worst row; and every value finite.
+double row_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, int64_t M) {
+  auto x = as_f32(a), y = as_f32(b);
+  double worst = 0;
+  for (size_t r = 0; r + static_cast<size_t>(M) <= x.size(); r += static_cast<size_t>(M)) {
+    double e = 0, ref = 0;
+    for (size_t i = r; i < r + static_cast<size_t>(M); ++i) {
+      if (!std::isfinite(x[i])) return 1e30;
+      e = std::max(e, std::fabs(double(x[i]) - y[i]));
+      ref = std::max(ref, std::fabs(double(y[i])));
+    }
+    worst = std::max(worst, ref > 0 ? e / ref : e);
+  }
+  return worst;
+}
+
+// Which cases run on the tensor-core kernel (mirrors the dispatch in ops/matmul.cu:
+// kMmaMinCols, kMmaMinEntries; F32 weights never).
+bool tc_dense(DType t, int64_t cols) { return t != DType::F32 && cols >= 16; }
+bool tc_moe(DType t, int64_t T, int64_t entries) { return t != DType::F32 && T > 1 && entries >= 64; }
+
+// CUDA output close enough to the CPU's. The f32 kernels agree to float rounding (1e-4).
+// The tensor-core kernel rounds quantized weights and their Q8-rounded activations to f16
+// (~5e-4 relative per product, random in sign), so those outputs are compared per output
+// row: the largest error relative to the row's largest |value| < 5e-3. F16 / BF16 weights
+// meet activations already rounded to their own type there (exact products, f32 sums), so
+// they keep the f32 tolerance.
+bool close_to_cpu(const std::vector<uint8_t> &gpu, const std::vector<uint8_t> &cpu, DType t, int64_t M, bool tensor_cores) {
+  if (tensor_cores && type_traits(t).is_quantized) {
+    const double e = row_err(gpu, cpu, M);
+    UNSCOPED_INFO("row error " << e << " (tensor cores)");
+    return e < 5e-3;
+  }
+  const double e = rel_err(gpu, cpu);
+  UNSCOPED_INFO("relative error " << e);
+  return e < 1e-4;
+}
+
+// T tokens, each routed to k distinct experts of E.
+std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(T * k)), e(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < E; ++i) e[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(e.begin(), e.end(), rng);
+    for (int64_t j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = e[static_cast<size_t>(j)];
+  }
+  return ids;
+}
+
 const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q2_K,
                            DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
 
@@ -110,6 +161,29 @@ int64_t k_for(DType t, bool odd) {
   if (type_traits(t).block_size == 256) return odd ? 768 : 512;
   if (type_traits(t).block_size == 32) return odd ? 96 : 64;
   return odd ? 37 : 64;
+}
+
+}  // namespace
+
+namespace {
+
+// Dense matmul of a K x M weight of type t on N random columns, CUDA vs CPU.
+bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
+  auto build = [&](int &x, int &y) {
+    Graph g;
+    x = g.input("x", DType::F32, {K, N});
+    y = g.matmul(g.weight(w), x);
+    g.mark_output(y, "y");
+    return g;
+  };
+  auto xv = randn(static_cast<size_t>(K * N), seed + 1);
+  int x, y;
+  Graph gc = build(x, y), gg = build(x, y);
+  auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  return close_to_cpu(r_gpu[0], r_cpu[0], t, M, tc_dense(t, N));
 }
 
 }  // namespace
@@ -123,29 +197,40 @@ TEST_CASE("cuda op: matmul matches the CPU for every weight type, odd shapes, ba
     for (bool odd : {false, true})
       for (int64_t N : {1, 3, 17}) {
         const int64_t K = k_for(t, odd), M = odd ? 37 : 64;
-        WeightStore ws;
-        const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
-        auto build = [&](int &x, int &y) {
-          Graph g;
-          x = g.input("x", DType::F32, {K, N});
-          y = g.matmul(g.weight(w), x);
-          g.mark_output(y, "y");
-          return g;
-        };
-        auto xv = randn(static_cast<size_t>(K * N), seed++);
-        int x, y;
-        Graph gc = build(x, y), gg = build(x, y);
-        auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-        auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
-        CHECK(rel_err(r_gpu[0], r_cpu[0]) < 1e-4);
+        CHECK(dense_case(reg, *gpu, t, K, M, N, seed));
+        seed += 2;
       }
+}
+
+TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd shapes, real shapes", "[ops][cuda][mma]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 500;
+  for (DType t : kAllTypes)
+    for (bool odd : {false, true})
+      for (int64_t N : {16, 77, 512}) {
+        // M = 203: a partial 128-row tile; K odd: a partial 64-wide K step (and for plain
+        // types a K that is not a multiple of 8, off the 16-byte load path).
+        const int64_t K = k_for(t, odd), M = odd ? 203 : 128;
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+        CHECK(dense_case(reg, *gpu, t, K, M, N, seed));
+        seed += 2;
+      }
+  // The shapes of Qwen3-30B-A3B's expert projections (gate/up and down) as dense products.
+  for (DType t : {DType::Q4_K, DType::Q6_K})
+    for (auto km : {std::pair<int64_t, int64_t>{2048, 768}, std::pair<int64_t, int64_t>{768, 2048}}) {
+      INFO("type " << dtype_name(t) << " K=" << km.first << " M=" << km.second << " N=512");
+      CHECK(dense_case(reg, *gpu, t, km.first, km.second, 512, seed));
+      seed += 2;
+    }
 }
 
 namespace {
 
-// MoE matmul_id with given ids, compared with the CPU.
-double moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t E, int64_t k, int64_t T, int64_t X,
+// MoE matmul_id with given ids, compared with the CPU (close_to_cpu).
+bool moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t E, int64_t k, int64_t T, int64_t X,
                 const std::vector<int32_t> &ids, uint32_t seed) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("experts", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
@@ -162,7 +247,7 @@ double moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t 
   Graph gc = build(x, id, y), gg = build(x, id, y);
   auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv), in(id, ids)}, {y});
   auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv), in(id, ids)}, {y});
-  return rel_err(r_gpu[0], r_cpu[0]);
+  return close_to_cpu(r_gpu[0], r_cpu[0], t, M, tc_moe(t, T, k * T));
 }
 
 }  // namespace
@@ -179,7 +264,7 @@ TEST_CASE("cuda op: matmul_id for every weight type (grouped by expert on the de
         std::vector<int32_t> ids = {0, 5, 2, 5, 5, 5, 1, 0, 3, 2, 2, 0};
         ids.resize(static_cast<size_t>(k * T));
         INFO("type " << dtype_name(t) << " T=" << T << " X=" << X);
-        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, X, ids, seed++) < 1e-4);
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, X, ids, seed++));
       }
 }
 
@@ -222,26 +307,68 @@ TEST_CASE("cuda op: MoE routing edge cases match the CPU", "[ops][cuda][moe][rou
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  std::mt19937 rng(5);
   SECTION("all tokens to one expert") {
     std::vector<int32_t> ids(static_cast<size_t>(2 * 40), 3);
     for (size_t i = 1; i < ids.size(); i += 2) ids[i] = 3;
-    CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 32, 8, 2, 40, 1, ids, 7) < 1e-4);
+    CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 32, 8, 2, 40, 1, ids, 7));
   }
   SECTION("unused experts and duplicate ids for one token") {
     std::vector<int32_t> ids = {1, 1, 1, 1, 6, 6, 6, 1, 1, 6, 1, 6};
-    CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 16, 16, 4, 3, 4, ids, 8) < 1e-4);
+    CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 16, 16, 4, 3, 4, ids, 8));
   }
   SECTION("batch 512 with 128 experts, 8 per token") {
-    std::vector<int32_t> ids(512 * 8);
-    for (int t = 0; t < 512; ++t) {
-      std::vector<int32_t> e(128);
-      for (int i = 0; i < 128; ++i) e[static_cast<size_t>(i)] = i;
-      std::shuffle(e.begin(), e.end(), rng);
-      for (int j = 0; j < 8; ++j) ids[static_cast<size_t>(t * 8 + j)] = e[static_cast<size_t>(j)];
+    const std::vector<int32_t> ids = random_ids(512, 128, 8, 5);
+    CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 16, 128, 8, 512, 1, ids, 9));
+    CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 8, 128, 8, 512, 8, ids, 10));
+  }
+}
+
+TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight type, skew, real shapes", "[ops][cuda][moe][mma]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 700;
+  SECTION("every weight type, 100 tokens x 4 of 16 experts, shared and per-slot inputs") {
+    // M = 200: a partial 128-row tile; ~25 entries per expert: partial 64-column tiles.
+    for (DType t : kAllTypes)
+      for (int64_t X : {int64_t(1), int64_t(4)}) {
+        const int64_t K = k_for(t, true), M = 200, E = 16, k = 4, T = 100;
+        INFO("type " << dtype_name(t) << " X=" << X);
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, X, random_ids(T, E, k, seed), seed));
+        seed += 2;
+      }
+  }
+  SECTION("512 tokens x 8 of 128 experts, random and skewed") {
+    std::vector<int32_t> ids = random_ids(512, 128, 8, 11);
+    for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::MXFP4}) {
+      INFO("random routing, type " << dtype_name(t));
+      CHECK(moe_case(reg, *gpu, t, 256, 72, 128, 8, 512, 1, ids, seed));
+      seed += 2;
     }
-    CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 16, 128, 8, 512, 1, ids, 9) < 1e-4);
-    CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 8, 128, 8, 512, 8, ids, 10) < 1e-4);
+    // Slot 0 of every token to expert 3 (512 entries = 8 full tiles of one expert); the
+    // other slots keep their (distinct) random experts, swapped if one of them was 3.
+    for (int64_t tok = 0; tok < 512; ++tok) {
+      int32_t *row = ids.data() + tok * 8;
+      for (int j = 1; j < 8; ++j)
+        if (row[j] == 3) row[j] = row[0];
+      row[0] = 3;
+    }
+    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+      INFO("skewed routing, type " << dtype_name(t));
+      CHECK(moe_case(reg, *gpu, t, 256, 200, 128, 8, 512, 8, ids, seed));
+      seed += 2;
+    }
+  }
+  SECTION("Qwen3-30B-A3B expert shapes: K=2048 M=768 (gate/up) and K=768 M=2048 (down)") {
+    // 16 experts instead of 128 keep the CPU reference fast; 512 tokens x 4 slots.
+    const std::vector<int32_t> ids = random_ids(512, 16, 4, 13);
+    for (DType t : {DType::Q4_K, DType::Q6_K}) {
+      INFO("type " << dtype_name(t) << " gate/up");
+      CHECK(moe_case(reg, *gpu, t, 2048, 768, 16, 4, 512, 1, ids, seed));
+      INFO("type " << dtype_name(t) << " down");
+      CHECK(moe_case(reg, *gpu, t, 768, 2048, 16, 4, 512, 4, ids, seed + 1));
+      seed += 2;
+    }
   }
 }
 

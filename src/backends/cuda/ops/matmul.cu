@@ -7,6 +7,7 @@
 // expert) is computed on the device; all active experts run in the same launch and the
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
@@ -361,13 +362,14 @@ void launch_mmv(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb
   MOE_CUDA_LAUNCH_CHECK("mmv_kernel");
 }
 
-constexpr int kTile = 8;  // columns per tile when the batch has more than one token
+constexpr int kTile = 8;  // columns per tile of mmv_kernel (the tensor-core path tiles by kMmaCols)
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 struct MatmulShape {
   int64_t K, M, E, rows;  // rows: activation rows to round
   int n_used, T, X, NT, max_tiles;
+  bool mma;  // tensor-core kernel (matmul_mma.cu); NT is then its column tile
 };
 
 MatmulShape shape_of(const Graph &g, const Node &n) {
@@ -378,7 +380,8 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   if (n.op == Op::MatMul) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
-    s.NT = s.rows == 1 ? 1 : kTile;
+    s.mma = s.rows >= kMmaMinCols && cuda_mma_type_supported(w.type);
+    s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
   } else {
     const Node &ids = g.node(n.src[2]);
     s.E = w.ne[2];
@@ -386,8 +389,9 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.T = static_cast<int>(ids.ne[1]);
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
-    s.NT = s.T == 1 ? 1 : kTile;
     const int n = s.n_used * s.T;
+    s.mma = s.T > 1 && n >= kMmaMinEntries && cuda_mma_type_supported(w.type);
+    s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
   return s;
@@ -468,8 +472,13 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   }
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
-    const dim3 grid(grid_x.x, static_cast<unsigned>((ncols + s.NT - 1) / s.NT));
-    launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols, nullptr, nullptr);
+    const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
+    if (s.mma)
+      launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
+                        n_col_tiles);
+    else
+      launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
+                        nullptr, nullptr);
     return;
   }
   const Node &ids = c.src(2);
@@ -483,8 +492,12 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
-  const dim3 grid(grid_x.x, static_cast<unsigned>(s.max_tiles));
-  launch_mmv<kTile>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0, rt.tiles, rt.entries);
+  if (s.mma)
+    launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, 0, rt.tiles,
+                      rt.entries, s.max_tiles);
+  else
+    launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(s.max_tiles)), c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0,
+                      rt.tiles, rt.entries);
 }
 
 }  // namespace moe
