@@ -529,75 +529,163 @@ TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_hea
   }
 }
 
+namespace {
+
+struct AttnSetup {
+  KvType kt = KvType::F32;
+  int64_t hd = 64, hd_v = 64, n_head = 4, n_head_kv = 2;
+  uint32_t n_cells = 300;
+  int32_t window = 0;
+  bool sinks = false, mla = false;
+  std::vector<int64_t> batches;  // tokens per batch, sequences 0 and 1 interleaved
+  int32_t rm0 = 10, rm1 = 20;    // sequence 0 loses these positions after batch 1 is claimed
+};
+
+// Largest ||a - b|| / ||b|| over rows of n floats (one (token, head) output each).
+double worst_row_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, int64_t n) {
+  auto x = as_f32(a), y = as_f32(b);
+  double worst = 0;
+  for (size_t r = 0; r + static_cast<size_t>(n) <= x.size(); r += static_cast<size_t>(n)) {
+    double num = 0, den = 0;
+    for (size_t i = r; i < r + static_cast<size_t>(n); ++i) {
+      num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      den += double(y[i]) * y[i];
+    }
+    worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  return worst;
+}
+
+// Runs the batches through KvStore + Attention on the CPU and on the GPU, each with its own
+// cache in the same cell state, and compares every batch's output as a whole and row by row
+// (a mask error confined to a few rows still fails). Freed cells are refilled by later
+// batches, so cell order is not position order.
+void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, const std::string &what) {
+  const int64_t hd = s.hd, nh = s.n_head, nkv = s.n_head_kv, hd_v = s.hd_v;
+  const std::vector<KvLayerDims> dims = {{hd * nkv, s.mla ? 0 : hd * nkv}};
+  KvCache kv_c(s.n_cells, 2, s.kt, dims, *reg.cpu());
+  KvCache kv_g(s.n_cells, 2, s.kt, dims, gpu);
+  std::mt19937 rng(3);
+  int32_t next_pos[2] = {0, 0};
+  std::vector<float> sinks(static_cast<size_t>(nh));
+  for (int64_t h = 0; h < nh; ++h) sinks[static_cast<size_t>(h)] = std::vector<float>{0.5f, -1.0f, 3.0f, 20.0f}[static_cast<size_t>(h % 4)];
+  const double tol = s.kt == KvType::F16 ? 2e-3 : 1e-4;
+  for (size_t step = 0; step < s.batches.size(); ++step) {
+    const int64_t nt = s.batches[step];
+    int qq, kk, vv, oo;
+    auto build = [&]() {
+      Graph g;
+      qq = g.input("q", DType::F32, {hd, nh, nt});
+      kk = g.input("k", DType::F32, {hd, nkv, nt});
+      vv = g.input("v", DType::F32, {hd, nkv, nt});
+      int ks = g.kv_store(kk, 0, 0);
+      int vs = s.mla ? ks : g.kv_store(vv, 0, 1);
+      AttentionOptions o;
+      o.window = s.window;
+      o.v_from_k = s.mla;
+      if (s.sinks) o.sinks = g.input("sinks", DType::F32, {nh});
+      oo = g.attention_ext(qq, ks, vs, hd_v, 0.125f, o);
+      g.node(oo).ip[1] = static_cast<int32_t>(s.n_cells);
+      g.mark_output(oo, "o");
+      return g;
+    };
+    std::vector<int32_t> cells(static_cast<size_t>(nt)), pos(static_cast<size_t>(nt)), seq(static_cast<size_t>(nt));
+    for (int64_t i = 0; i < nt; ++i) {
+      seq[static_cast<size_t>(i)] = static_cast<int32_t>(i % 2);
+      pos[static_cast<size_t>(i)] = next_pos[i % 2]++;
+    }
+    REQUIRE(kv_c.find_slots(static_cast<uint32_t>(nt), cells.data()));
+    kv_c.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
+    kv_g.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
+    if (step == 1) {
+      kv_c.seq_rm(0, s.rm0, s.rm1);
+      kv_g.seq_rm(0, s.rm0, s.rm1);
+    }
+    auto qv = randn(static_cast<size_t>(hd * nh * nt), static_cast<uint32_t>(rng())), kvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng())),
+         vvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng()));
+    UbatchInfo ub;
+    ub.n_tokens = static_cast<int32_t>(nt);
+    ub.cells = cells.data();
+    ub.pos = pos.data();
+    ub.seq = seq.data();
+    ub.n_kv = kv_c.n_kv();
+    ub.cell_state = kv_c.cells();
+    ExecEnv ec{&ub, &kv_c};
+    Graph g1 = build(), g2 = build();
+    std::vector<Input> ins = {in(qq, qv), in(kk, kvv)};
+    if (!s.mla) ins.push_back(in(vv, vvv));
+    if (s.sinks) ins.push_back(in(g1.find_input("sinks"), sinks));
+    auto rc = run_on(*reg.cpu(), std::move(g1), ins, {oo}, ec);
+    UbatchInfo ubg = ub;
+    ubg.cell_state = kv_g.cells();
+    ExecEnv eg{&ubg, &kv_g};
+    auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg);
+    INFO(what << " kv " << kv_type_name(s.kt) << " hd " << hd << " heads " << nh << "/" << nkv << " window " << s.window << " sinks "
+              << s.sinks << " mla " << s.mla << " batch " << step << " (" << nt << " tokens, n_kv " << ub.n_kv << ")");
+    CHECK(rel_err(rg[0], rc[0]) < tol);
+    CHECK(worst_row_err(rg[0], rc[0], hd_v) < 10 * tol);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several sequences)", "[ops][cuda][attention]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   for (int variant = 0; variant < 4; ++variant)  // plain, sliding window, sinks, MLA latent-as-V
-  for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
-    for (int64_t T : {1, 6}) {
-      if (variant > 0 && kt == KvType::F16) continue;
-      const int64_t hd = 64, nh = 4, nkv = variant == 3 ? 1 : 2, n_cells = 300, hd_v = variant == 3 ? 32 : hd;
-      const std::vector<KvLayerDims> dims = {{hd * nkv, variant == 3 ? 0 : hd * nkv}};
-      KvCache kv_c(n_cells, 2, kt, dims, *reg.cpu());
-      KvCache kv_g(n_cells, 2, kt, dims, *gpu);
-      // History: 200 cells of two interleaved sequences, a few freed; then this batch.
-      std::mt19937 rng(3);
-      for (int step = 0; step < 3; ++step) {
-        const int64_t nt = step < 2 ? 100 : T;
-        // Build per-step graphs with nt tokens.
-        int qq, kk, vv, oo;
-        auto b2 = [&]() {
-          Graph g;
-          qq = g.input("q", DType::F32, {hd, nh, nt});
-          kk = g.input("k", DType::F32, {hd, nkv, nt});
-          vv = g.input("v", DType::F32, {hd, nkv, nt});
-          int ks = g.kv_store(kk, 0, 0);
-          int vs = variant == 3 ? ks : g.kv_store(vv, 0, 1);
-          AttentionOptions o;
-          o.window = variant == 1 ? 37 : 0;
-          o.v_from_k = variant == 3;
-          if (variant == 2) o.sinks = g.input("sinks", DType::F32, {nh});
-          oo = g.attention_ext(qq, ks, vs, hd_v, 0.125f, o);
-          g.node(oo).ip[1] = static_cast<int32_t>(n_cells);
-          g.mark_output(oo, "o");
-          return g;
-        };
-        std::vector<int32_t> cells(static_cast<size_t>(nt)), pos(static_cast<size_t>(nt)), seq(static_cast<size_t>(nt));
-        for (int64_t i = 0; i < nt; ++i) {
-          seq[static_cast<size_t>(i)] = static_cast<int32_t>(i % 2);
-          pos[static_cast<size_t>(i)] = static_cast<int32_t>(step * 50 + i / 2);
-        }
-        REQUIRE(kv_c.find_slots(static_cast<uint32_t>(nt), cells.data()));
-        kv_c.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
-        kv_g.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
-        if (step == 1) {  // free some history cells of sequence 0
-          kv_c.seq_rm(0, 10, 20);
-          kv_g.seq_rm(0, 10, 20);
-        }
-        auto qv = randn(static_cast<size_t>(hd * nh * nt), static_cast<uint32_t>(rng())), kvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng())),
-             vvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng()));
-        UbatchInfo ub;
-        ub.n_tokens = static_cast<int32_t>(nt);
-        ub.cells = cells.data();
-        ub.pos = pos.data();
-        ub.seq = seq.data();
-        ub.n_kv = kv_c.n_kv();
-        ub.cell_state = kv_c.cells();
-        ExecEnv ec{&ub, &kv_c};
-        Graph g1 = b2(), g2 = b2();
-        std::vector<Input> ins = {in(qq, qv), in(kk, kvv)};
-        if (variant != 3) ins.push_back(in(vv, vvv));
-        if (variant == 2) ins.push_back(in(g1.find_input("sinks"), std::vector<float>{0.5f, -1.0f, 3.0f, 20.0f}));
-        auto rc = run_on(*reg.cpu(), std::move(g1), ins, {oo}, ec);
-        UbatchInfo ubg = ub;
-        ubg.cell_state = kv_g.cells();
-        ExecEnv eg{&ubg, &kv_g};
-        auto rg = run_on(*gpu, std::move(g2), ins, {oo}, eg);
-        INFO("kv " << kv_type_name(kt) << " T=" << T << " step " << step << " variant " << variant);
-        CHECK(rel_err(rg[0], rc[0]) < (kt == KvType::F16 ? 2e-3 : 1e-4));
+    for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
+      for (int64_t T : {1, 6}) {
+        if (variant > 0 && kt == KvType::F16) continue;
+        AttnSetup s;
+        s.kt = kt;
+        s.n_head_kv = variant == 3 ? 1 : 2;
+        s.hd_v = variant == 3 ? 32 : 64;
+        s.window = variant == 1 ? 37 : 0;
+        s.sinks = variant == 2;
+        s.mla = variant == 3;
+        s.batches = {100, 100, T};
+        attention_case(reg, *gpu, s, "decode / per-token paths");
       }
-    }
+}
+
+// T >= 8 with head dims 64 / 128 takes the tiled kernels (tensor cores for F16, f32 FMA for
+// F32 / Q8_0), with the cells split over blocks when the chunk has few rows.
+TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cache type)", "[ops][cuda][attention]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const KvType kts[] = {KvType::F32, KvType::F16, KvType::Q8_0};
+  const int64_t hds[] = {64, 128}, groups[] = {1, 4, 8}, Ts[] = {8, 33, 200};
+  for (int ki = 0; ki < 3; ++ki)
+    for (int hi = 0; hi < 2; ++hi)
+      for (int gi = 0; gi < 3; ++gi)
+        for (int ti = 0; ti < 3; ++ti) {
+          const int variant = (ki + hi + gi + ti) % 3;  // plain, sliding window, sinks: each cache type meets all three
+          AttnSetup s;
+          s.kt = kts[ki];
+          s.hd = s.hd_v = hds[hi];
+          s.n_head_kv = 2;
+          s.n_head = 2 * groups[gi];
+          s.window = variant == 1 ? 17 : 0;
+          s.sinks = variant == 2;
+          s.rm0 = 5;
+          s.rm1 = 15;
+          s.batches = {37, 50, Ts[ti]};  // the last batch first refills the freed cells
+          attention_case(reg, *gpu, s, "tiled");
+        }
+  for (KvType kt : kts) {  // deeper cache: many cell tiles per block and per split
+    AttnSetup s;
+    s.kt = kt;
+    s.hd = s.hd_v = 128;
+    s.n_head = 16;
+    s.n_head_kv = 2;
+    s.n_cells = 700;
+    s.window = kt == KvType::Q8_0 ? 100 : 0;
+    s.sinks = kt == KvType::F32;
+    s.batches = {301, 256, 9};
+    attention_case(reg, *gpu, s, "tiled, deep");
+  }
 }
 
 TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, graphs on/off agree", "[cuda][engine]") {

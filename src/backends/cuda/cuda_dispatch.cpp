@@ -29,7 +29,7 @@ bool cuda_supports_node(const Graph &g, int id) {
 size_t cuda_work_size(const Graph &g, int id) {
   const Node &n = g.node(id);
   if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n);
-  if (n.op == Op::Attention) return cuda_attention_work_size(n);
+  if (n.op == Op::Attention) return cuda_attention_work_size(g, n);
   return 0;
 }
 

@@ -53,7 +53,7 @@ void cuda_op_add_id(const CudaOpCtx &c);
 void cuda_op_grouped_top_k(const CudaOpCtx &c);
 bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n);
-size_t cuda_attention_work_size(const Node &n);  // split-cell partials for few query tokens
+size_t cuda_attention_work_size(const Graph &g, const Node &n);  // split-cell partials
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);

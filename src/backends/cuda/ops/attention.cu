@@ -1,15 +1,23 @@
 // KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
-// over the cache. Attention is one block per (head, token) streaming the cache in tiles of
-// 128 cells with an online softmax (flash-decoding order, f32 accumulators); the mask
-// (free cell, other sequence, future position) comes from the device copy of the cell
-// state, and the number of cells from device memory, so a captured graph stays valid as
-// the cache fills. q meets the cache in its type like the reference: rounded to f16 for an
-// F16 cache, quantized to Q8_0 for a Q8_0 cache.
+// over the cache, three paths by the number of query tokens T:
+//  * T <= 4 (decode): cells split over 16 blocks per (head, token), partials merged by
+//    attn_combine_kernel;
+//  * T >= 8 with head dims 64 / 128 (prefill): the tiled kernels (attention_mma.cu on f16
+//    tensor cores for an F16 cache, attention_tiled.cu on f32 FMA for the others), a block
+//    per tile of (token, head) rows of one KV head, the cells split when a chunk has too
+//    few rows to fill the device;
+//  * otherwise one block per (head, token) streaming the cache in tiles of 128 cells.
+// All use an online softmax with f32 accumulators; the mask (free cell, other sequence,
+// future position, sliding window) comes from the device copy of the cell state, and the
+// number of cells from device memory, so a captured graph stays valid as the cache fills.
+// q meets the cache in its type like the reference: rounded to f16 for an F16 cache,
+// quantized to Q8_0 for a Q8_0 cache.
+#include <algorithm>
+
 #include <cuda_fp16.h>
 
-#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
-#include "backends/cuda/ops/quant.cuh"
 #include "backends/cuda/ops/reduce.cuh"
 #include "kv/kv_cache.h"
 
@@ -70,13 +78,6 @@ __device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd,
   return s;
 }
 
-__device__ __forceinline__ float v_at(const uint8_t *v, int i, int kt) {
-  if (kt == static_cast<int>(DType::F32)) return reinterpret_cast<const float *>(v)[i];
-  if (kt == static_cast<int>(DType::F16)) return __half2float(reinterpret_cast<const __half *>(v)[i]);
-  const uint8_t *blk = v + (i / 32) * 34;
-  return static_cast<int8_t>(blk[2 + (i % 32)]) * h2f(blk);
-}
-
 __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, AttnArgs a, DevUbatch ub) {
   __shared__ float s_q[kCudaMaxHeadDim];
   __shared__ float s_p[kThreads];
@@ -84,19 +85,9 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, Attn
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
   const int hk = h / a.group;
   const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
-  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {
+  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {  // whole warps on 32 consecutive dims
     const int i = i0 + tid;
-    float v = i < a.hd_k ? qrow[i] : 0.0f;
-    if (a.kt == static_cast<int>(DType::F16)) {
-      v = __half2float(__float2half_rn(v));
-    } else if (a.kt == static_cast<int>(DType::Q8_0)) {
-      float amax = fabsf(v);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      v = roundf(v * id) * __half2float(__float2half_rn(d));
-    }
+    const float v = attn_round_q(i < a.hd_k ? qrow[i] : 0.0f, a.kt);
     if (i < a.hd_k) s_q[i] = v;
   }
   __syncthreads();
@@ -112,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, Attn
     float s = -INFINITY;
     if (c < n_kv) {
       const int cp = ub.cell_pos[c];
-      if (cp >= 0 && (ub.cell_seq[c] & bit) && cp <= pos && (a.window <= 0 || pos - cp < a.window)) s = k_dot(a.kbase + c * a.krb + hk * a.khb, s_q, a.hd_k, a.kt) * a.scale;
+      if (attn_visible(cp, ub.cell_seq[c], bit, pos, a.window)) s = k_dot(a.kbase + c * a.krb + hk * a.khb, s_q, a.hd_k, a.kt) * a.scale;
     }
     const float tmax = blk_max(s, s_red);
     const float newM = fmaxf(M, tmax);
@@ -133,29 +124,18 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, Attn
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) {
         const int d = tid + i * kThreads;
-        if (d < a.hd_v) acc[i] += pj * v_at(vrow, d, a.kt);
+        if (d < a.hd_v) acc[i] += pj * attn_elem(vrow, d, a.kt);
       }
     }
     M = newM;
     __syncthreads();  // s_p is rewritten by the next tile
   }
-  if (a.sinks) {  // one more logit with a zero value vector
-    const float sk = a.sinks[h];
-    if (sk > M) {
-      const float ms = expf(M - sk);
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] *= ms;
-      S = S * ms + 1.0f;
-    } else {
-      S += expf(sk - M);
-    }
-  }
-  float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(out.data) + h * out.nb[1] + t * out.nb[2]);
-  const float inv = S > 0.0f ? 1.0f / S : 0.0f;
+  float *o = attn_out_row(out, t, h);
+  const float f = attn_final_scale(M, S, a.sinks, h);  // the sink: one more logit with a zero value vector
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) {
     const int d = tid + i * kThreads;
-    if (d < a.hd_v) o[d] = acc[i] * inv;
+    if (d < a.hd_v) o[d] = acc[i] * f;
   }
 }
 
@@ -164,8 +144,6 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, Attn
 constexpr int kSplit = 16;
 constexpr int kMaxSplitTokens = 4;
 constexpr int kAccW = kCudaMaxHeadDim / 32;
-
-__device__ __forceinline__ float k_at(const uint8_t *k, int i, int kt) { return v_at(k, i, kt); }
 
 // A warp per cell (lanes over head dims), an online softmax per warp, warps merged in shared
 // memory; the block writes (max, sum, acc[hd_v]) for its share of the cells.
@@ -177,19 +155,9 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
   const int n_head = gridDim.x;
   const int hk = h / a.group;
   const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
-  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {
+  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {  // whole warps on 32 consecutive dims
     const int i = i0 + tid;
-    float v = i < a.hd_k ? qrow[i] : 0.0f;
-    if (a.kt == static_cast<int>(DType::F16)) {
-      v = __half2float(__float2half_rn(v));
-    } else if (a.kt == static_cast<int>(DType::Q8_0)) {
-      float amax = fabsf(v);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      v = roundf(v * id) * __half2float(__float2half_rn(d));
-    }
+    const float v = attn_round_q(i < a.hd_k ? qrow[i] : 0.0f, a.kt);
     if (i < a.hd_k) s_q[i] = v;
   }
   __syncthreads();
@@ -204,17 +172,17 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
   for (int i = 0; i < kAccW; ++i) acc[i] = 0.0f;
   for (int c = c_begin + warp; c < c_end; c += kThreads / 32) {
     const int cp = ub.cell_pos[c];
-    if (!(cp >= 0 && (ub.cell_seq[c] & bit) && cp <= pos && (a.window <= 0 || pos - cp < a.window))) continue;
+    if (!attn_visible(cp, ub.cell_seq[c], bit, pos, a.window)) continue;
     const uint8_t *krow = a.kbase + c * a.krb + hk * a.khb;
     const uint8_t *vrow = a.vbase + c * a.vrb + hk * a.vhb;
     float vv[kAccW];
 #pragma unroll
     for (int i = 0; i < kAccW; ++i) {
       const int d = lane + 32 * i;
-      vv[i] = d < a.hd_v ? v_at(vrow, d, a.kt) : 0.0f;
+      vv[i] = d < a.hd_v ? attn_elem(vrow, d, a.kt) : 0.0f;
     }
     float sdot = 0.0f;
-    for (int d = lane; d < a.hd_k; d += 32) sdot += k_at(krow, d, a.kt) * s_q[d];
+    for (int d = lane; d < a.hd_k; d += 32) sdot += attn_elem(krow, d, a.kt) * s_q[d];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, o);
     const float sc = sdot * a.scale;
@@ -240,7 +208,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
     wgt[w] = s_m[w] == -INFINITY ? 0.0f : expf(s_m[w] - Mb);
     Sb += s_s[w] * wgt[w];
   }
-  float *dst = part + ((static_cast<int64_t>(t) * n_head + h) * kSplit + z) * (a.hd_v + 2);
+  float *dst = attn_partial(part, t, h, z, n_head, kSplit, a.hd_v);
   for (int d = tid; d < a.hd_v; d += kThreads) {
     float v = 0.0f;
     for (int w = 0; w < kThreads / 32; ++w) v += s_acc[w][d] * wgt[w];
@@ -249,15 +217,74 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
   if (tid == 0) { dst[0] = Mb; dst[1] = Sb; }
 }
 
+// Merges the n_split partials of (head blockIdx.x, token blockIdx.y) into the output row.
+__global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
+  const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
+  const float *src = attn_partial(const_cast<float *>(part), t, h, 0, n_head, n_split, a.hd_v);
+  float M = -INFINITY;
+  for (int z = 0; z < n_split; ++z) M = fmaxf(M, src[z * (a.hd_v + 2)]);
+  float S = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float mz = src[z * (a.hd_v + 2)];
+    if (mz != -INFINITY) S += src[z * (a.hd_v + 2) + 1] * expf(mz - M);
+  }
+  const float f = attn_final_scale(M, S, a.sinks, h);
+  float *o = attn_out_row(out, t, h);
+  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
+    float v = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float mz = src[z * (a.hd_v + 2)];
+      if (mz != -INFINITY) v += src[z * (a.hd_v + 2) + 2 + d] * expf(mz - M);
+    }
+    o[d] = v * f;
+  }
+}
+
+// ---- prefill (many query tokens): tiled kernels (attention_tiled.cu, attention_mma.cu) ----
+
+constexpr int64_t kMinTiledTokens = 8;
+constexpr int64_t kMaxTiledSplit = 16;
+constexpr int64_t kTiledBlocksPerSm = 2;
+constexpr int64_t kPlannedSms = 132;  // the work buffer is sized for an H200; fewer splits fit any device
+
+bool tiled_shape(int64_t hd_k, int64_t hd_v, bool v_from_k) { return !v_from_k && hd_k == hd_v && (hd_k == 64 || hd_k == 128); }
+
+// Cell splits of the tiled path: a chunk with few rows still gets ~target blocks (each
+// split writes partials that attn_combine_kernel merges).
+int64_t tiled_splits(int64_t T, int64_t n_head, int64_t n_head_kv, int64_t rows_per_block, int64_t target_blocks) {
+  const int64_t blocks = (T * (n_head / n_head_kv) + rows_per_block - 1) / rows_per_block * n_head_kv;
+  return std::min(kMaxTiledSplit, std::max<int64_t>(1, target_blocks / std::max<int64_t>(1, blocks)));
+}
+
+size_t tiled_work(int64_t T, int64_t n_head, int64_t hd_v, int64_t n_split) {
+  return n_split > 1 ? static_cast<size_t>(T * n_head * n_split * (hd_v + 2)) * 4 : 0;
+}
+
+// The tensor-core kernel reads F16 K/V heads with 16-byte copies: every base and stride must allow them.
+bool mma_eligible(const AttnArgs &a) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a.kbase) | reinterpret_cast<uintptr_t>(a.vbase) | a.krb | a.vrb | a.khb | a.vhb;
+  return a.kt == static_cast<int>(DType::F16) && bits % 16 == 0;
+}
+
 }  // namespace
 
-size_t cuda_attention_work_size(const Node &n) {
+size_t cuda_attention_work_size(const Graph &g, const Node &n) {
   const int64_t T = n.ne[2], n_head = n.ne[1], hd_v = n.ne[0];
-  if (T > kMaxSplitTokens) return 0;
-  // Either decode kernel may run (the head size of q is not known here): room for both.
-  const size_t generic = static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
-  const size_t grouped = attn_decode_work_size(T, n_head, hd_v);
-  return generic > grouped ? generic : grouped;
+  if (T <= kMaxSplitTokens) {
+    // Either decode kernel may run (generic or grouped): room for both.
+    const size_t generic = static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
+    return std::max(generic, attn_decode_work_size(T, n_head, hd_v));
+  }
+  const int64_t hd_k = g.node(n.src[0]).ne[0];
+  const int64_t n_head_kv = g.node(n.src[1]).ip[0] / hd_k;  // K rows as KvStore writes them
+  if (T < kMinTiledTokens || !tiled_shape(hd_k, hd_v, (n.ip[2] & 1) != 0) || n_head_kv <= 0 || n_head % n_head_kv) return 0;
+  // The tensor-core kernel's larger row tiles give fewer blocks, so at least as many splits.
+  return tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, kTiledBlocksPerSm * kPlannedSms));
+}
+
+void attn_combine_launch(const TView &out, const AttnArgs &a, const float *part, int T, int n_head, int n_split, cudaStream_t stream) {
+  attn_combine_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), 128, 0, stream>>>(out, a, part, n_split);
+  MOE_CUDA_LAUNCH_CHECK("attn_combine_kernel");
 }
 
 void cuda_op_kv_store(const CudaOpCtx &c) {
@@ -305,7 +332,19 @@ void cuda_op_attention(const CudaOpCtx &c) {
     attn_split_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T), kSplit), kThreads, 0, c.stream>>>(tview(q), a, c.ub,
                                                                                                                       part);
     MOE_CUDA_LAUNCH_CHECK("attn_split_kernel");
-    attn_combine_launch(c.stream, tview(c.n), a, part, static_cast<int>(n_head), static_cast<int>(T), kSplit);
+    attn_combine_launch(tview(c.n), a, part, static_cast<int>(T), static_cast<int>(n_head), kSplit, c.stream);
+    return;
+  }
+  if (T >= kMinTiledTokens && tiled_shape(hd_k, hd_v, v_from_k) && n_head % n_head_kv == 0) {
+    const bool mma = mma_eligible(a);
+    const int64_t rows_per_block = mma ? kAttnTiledRowsMma : kAttnTiledRowsFma;
+    int64_t n_split = tiled_splits(T, n_head, n_head_kv, rows_per_block, kTiledBlocksPerSm * std::max(1, c.n_sm));
+    while (n_split > 1 && (!c.n.work || tiled_work(T, n_head, hd_v, n_split) > c.n.work_size)) --n_split;
+    const AttnTiledLaunch l{tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), static_cast<int>(n_split),
+                            static_cast<float *>(c.n.work), c.stream};
+    if (mma) attn_tiled_mma_launch(l);
+    else attn_tiled_fma_launch(l);
+    if (n_split > 1) attn_combine_launch(tview(c.n), a, l.part, static_cast<int>(T), static_cast<int>(n_head), static_cast<int>(n_split), c.stream);
     return;
   }
   attn_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), kThreads, 0, c.stream>>>(tview(q), tview(c.n), a, c.ub);

@@ -3,12 +3,11 @@
 // K/V row is read once for the whole group (the per-q-head kernel read it group times). A warp
 // takes a cell at a time: each lane holds HD/32 consecutive dims of K, V, q and the output,
 // an online softmax per head in registers; the block's warps merge in shared memory and write
-// (max, sum, acc) partials that attn_combine_kernel folds over the ranges (plus the sink).
-// Masking, q rounding and the partial layout are those of the generic kernels in attention.cu.
+// (max, sum, acc) partials that attn_combine_launch folds over the ranges (plus the sink).
+// Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
 #include "backends/cuda/ops/attention_decode.cuh"
-#include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
 
@@ -103,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
   }
   for (int c = c_begin + warp; c < c_end; c += kWarps) {
     const int cp = ub.cell_pos[c];
-    if (!(cp >= 0 && (ub.cell_seq[c] & bit) && cp <= pos && (a.window <= 0 || pos - cp < a.window))) continue;
+    if (!attn_visible(cp, ub.cell_seq[c], bit, pos, a.window)) continue;
     float kv[DPL], vv[DPL];
     load_dims<DPL>(a.kbase + c * a.krb + hk * a.khb, lane, a.kt, kv);
     load_dims<DPL>(a.vbase + c * a.vrb + hk * a.vhb, lane, a.kt, vv);
@@ -145,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
       wgt[w] = s_m[w][g] == -INFINITY ? 0.0f : expf(s_m[w][g] - Mb);
       Sb += s_s[w][g] * wgt[w];
     }
-    float *dst = part + ((static_cast<int64_t>(t) * n_head + h0 + g) * kSplit + z) * (HD + 2);
+    float *dst = attn_partial(part, t, h0 + g, z, n_head, kSplit, HD);
     for (int d = threadIdx.x; d < HD; d += kThreads) {
       float v = 0.0f;
 #pragma unroll
@@ -156,37 +155,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
       dst[0] = Mb;
       dst[1] = Sb;
     }
-  }
-}
-
-// Folds the n_split partials (max, sum, acc[hd_v]) of each (head, token), plus the sink logit
-// (a zero value vector), into the output row.
-__global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
-  const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
-  const int stride = a.hd_v + 2;
-  const float *src = part + (static_cast<int64_t>(t) * n_head + h) * n_split * stride;
-  float M = -INFINITY;
-  for (int z = 0; z < n_split; ++z) M = fmaxf(M, src[z * stride]);
-  float S = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
-    const float mz = src[z * stride];
-    if (mz != -INFINITY) S += src[z * stride + 1] * expf(mz - M);
-  }
-  float ms = 1.0f;
-  if (a.sinks) {
-    const float sk = a.sinks[h];
-    if (sk > M) { ms = expf(M - sk); S = S * ms + 1.0f; }
-    else S += expf(sk - M);
-  }
-  const float inv = S > 0.0f ? 1.0f / S : 0.0f;
-  float *o = reinterpret_cast<float *>(static_cast<uint8_t *>(out.data) + h * out.nb[1] + t * out.nb[2]);
-  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
-    float v = 0.0f;
-    for (int z = 0; z < n_split; ++z) {
-      const float mz = src[z * stride];
-      if (mz != -INFINITY) v += src[z * stride + 2 + d] * expf(mz - M);
-    }
-    o[d] = v * ms * inv;
   }
 }
 
@@ -212,12 +180,8 @@ void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, c
     default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
   }
   MOE_CUDA_LAUNCH_CHECK("attn_decode_kernel");
-  attn_combine_launch(s, out, a, work, n_head, T, kSplit);
+  attn_combine_launch(out, a, work, T, n_head, kSplit, s);
 }
 
-void attn_combine_launch(cudaStream_t s, TView out, const AttnArgs &a, const float *part, int n_head, int T, int n_split) {
-  attn_combine_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), 128, 0, s>>>(out, a, part, n_split);
-  MOE_CUDA_LAUNCH_CHECK("attn_combine_kernel");
-}
 
 }  // namespace moe

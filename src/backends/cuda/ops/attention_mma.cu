@@ -1,0 +1,249 @@
+// Tiled prefill attention on f16 tensor cores (mma.sync m16n8k16, f32 accumulators) for an
+// F16 cache: a block of 4 warps owns 64 (token, head) rows of one KV head, 16 per warp; the
+// q rows (rounded to f16, as the reference does for an F16 cache) stay in registers as mma A
+// fragments. Per tile of 64 cells: K and V tiles to shared memory (16-byte loads, zeros for
+// free cells), S = q K^T on the tensor cores, scale and mask in f32, online softmax (running
+// max and sum in f32), P rounded to f16 straight from the S fragments (their layout is the A
+// layout of the next mma), O += P V. Tiles no row can see are skipped before any load.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 .f16, g = lane / 4, q = lane % 4):
+//   A 16x16 (rows x k): reg 0 = (g, 2q..2q+1), 1 = (g+8, 2q..), 2 = (g, 2q+8..), 3 = (g+8, 2q+8..)
+//   B 16x8  (k x cols): reg 0 = (2q..2q+1, g), 1 = (2q+8..2q+9, g)
+//   C 16x8  f32       : c0, c1 = (g, 2q..2q+1), c2, c3 = (g+8, 2q..2q+1)
+#include "backends/cuda/ops/attention.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kRows = kAttnTiledRowsMma;  // 16 per warp
+constexpr int kCells = 64;
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to f16 (round to nearest even), the first in the low half.
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// One head's cells [c0, c0 + kCells) into s[cell][.] with 16-byte copies; unused cells
+// (free, or past this split) are zeros so nothing uninitialised meets a zero probability.
+template <int HD, int LDH>
+__device__ __forceinline__ void load_tile(__half (*s)[LDH], const uint8_t *base, size_t rb, int c0, const int *s_cpos) {
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  constexpr int kPer = kCells * kChunks / kThreads;
+  static_assert(kCells * kChunks % kThreads == 0, "tile copy must divide evenly");
+  uint4 r[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {  // all loads first: several in flight per thread
+    const int e = threadIdx.x + i * kThreads, j = e / kChunks, ch = e % kChunks;
+    r[i] = s_cpos[j] >= 0 ? *reinterpret_cast<const uint4 *>(base + static_cast<size_t>(c0 + j) * rb + ch * 16) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int e = threadIdx.x + i * kThreads, j = e / kChunks, ch = e % kChunks;
+    *reinterpret_cast<uint4 *>(&s[j][ch * 8]) = r[i];
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
+                                                                  float *part) {
+  constexpr int LDH = HD + 8;     // halves per shared row: rows start 4 banks apart, fragment loads conflict-free
+  constexpr int KS = HD / 16;     // k-steps of q K^T
+  constexpr int NB = kCells / 8;  // score column blocks (8 cells)
+  constexpr int ND = HD / 8;      // output column blocks (8 dims)
+  __shared__ __align__(16) __half s_k[kCells][LDH];
+  __shared__ __align__(16) __half s_v[kCells][LDH];
+  __shared__ int s_cpos[kCells];
+  __shared__ unsigned long long s_cseq[kCells];
+  __shared__ int s_rpos[kRows];
+  __shared__ unsigned long long s_rbit[kRows];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int group = a.group, hk = blockIdx.y, z = blockIdx.z;
+  const int n_head = gridDim.y * group;
+  const int rows = T * group;
+  const int r0 = blockIdx.x * kRows;
+
+  // Row r of the tile is (token (r0 + r) / group, head hk * group + (r0 + r) % group).
+  if (tid < kRows) {
+    const int gr = r0 + tid;
+    const bool ok = gr < rows;
+    s_rpos[tid] = ok ? ub.pos[gr / group] : -1;
+    s_rbit[tid] = ok ? 1ull << ub.seq[gr / group] : 0ull;  // 0: sees nothing
+  }
+  // This thread's fragment rows: g and g + 8 of its warp's 16.
+  int rpos[2];
+  unsigned long long rbit[2];
+  const float *qrow[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = r0 + warp * 16 + g + 8 * i;
+    const bool ok = gr < rows;
+    rpos[i] = ok ? ub.pos[gr / group] : -1;
+    rbit[i] = ok ? 1ull << ub.seq[gr / group] : 0ull;
+    qrow[i] = ok ? reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (hk * group + gr % group) * q.nb[1] +
+                                                   (gr / group) * q.nb[2])
+                 : nullptr;
+  }
+  auto qat = [&](int i, int d) { return qrow[i] ? qrow[i][d] : 0.0f; };
+  uint32_t qa[KS][4];
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    const int d = 16 * ks + 2 * tq;
+    qa[ks][0] = pack_f16(qat(0, d), qat(0, d + 1));
+    qa[ks][1] = pack_f16(qat(1, d), qat(1, d + 1));
+    qa[ks][2] = pack_f16(qat(0, d + 8), qat(0, d + 9));
+    qa[ks][3] = pack_f16(qat(1, d + 8), qat(1, d + 9));
+  }
+
+  float o[ND][4];
+#pragma unroll
+  for (int nd = 0; nd < ND; ++nd)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[nd][e] = 0.0f;
+  float M[2] = {-INFINITY, -INFINITY};
+  float S[2] = {0.0f, 0.0f};  // this thread's share of the row sums (its 2 columns per block)
+
+  const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb;
+  const unsigned short *vs = reinterpret_cast<const unsigned short *>(&s_v[0][0]);
+  int c_begin, c_end;
+  attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
+  for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
+    __syncthreads();  // the previous tile's readers are done (first pass: publishes s_rpos, s_rbit)
+    if (tid < kCells) {
+      const int c = c0 + tid;
+      s_cpos[tid] = c < c_end ? ub.cell_pos[c] : -1;
+      s_cseq[tid] = c < c_end ? ub.cell_seq[c] : 0ull;
+    }
+    __syncthreads();
+    bool any = false;
+    for (int e = tid; e < kRows * kCells && !any; e += kThreads) {
+      const int r = e / kCells, j = e % kCells;
+      any = attn_visible(s_cpos[j], s_cseq[j], s_rbit[r], s_rpos[r], a.window);
+    }
+    if (!__syncthreads_or(any)) continue;  // uniform: no row sees this tile
+
+    load_tile<HD, LDH>(s_k, kbase, a.krb, c0, s_cpos);
+    load_tile<HD, LDH>(s_v, vbase, a.vrb, c0, s_cpos);
+    __syncthreads();
+
+    float s[NB][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nb][e] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        const __half *kp = &s_k[nb * 8 + g][ks * 16 + 2 * tq];
+        mma_f16(s[nb], qa[ks], *reinterpret_cast<const uint32_t *>(kp), *reinterpret_cast<const uint32_t *>(kp + 8));
+      }
+
+    // Scale and mask (f32), then the online softmax of rows g (i = 0) and g + 8 (i = 1);
+    // the 4 lanes of a quad hold the same two rows.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1, j = nb * 8 + 2 * tq + (e & 1);
+        const float v = attn_visible(s_cpos[j], s_cseq[j], rbit[i], rpos[i], a.window) ? s[nb][e] * a.scale : -INFINITY;
+        s[nb][e] = v;
+        mx[i] = fmaxf(mx[i], v);
+      }
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float newM = fmaxf(M[i], mx[i]);
+      corr[i] = newM == -INFINITY ? 1.0f : expf(M[i] - newM);  // 0 when M was -inf
+      M[i] = newM;
+      S[i] *= corr[i];
+    }
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const float p = s[nb][e] == -INFINITY ? 0.0f : expf(s[nb][e] - M[i]);
+        s[nb][e] = p;
+        S[i] += p;
+      }
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      o[nd][0] *= corr[0];
+      o[nd][1] *= corr[0];
+      o[nd][2] *= corr[1];
+      o[nd][3] *= corr[1];
+    }
+
+    // O += P V: the S fragments of cell blocks 2kc and 2kc + 1 are the A fragment of k-step kc.
+#pragma unroll
+    for (int kc = 0; kc < kCells / 16; ++kc) {
+      const uint32_t pa[4] = {pack_f16(s[2 * kc][0], s[2 * kc][1]), pack_f16(s[2 * kc][2], s[2 * kc][3]),
+                              pack_f16(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack_f16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const int k0 = 16 * kc + 2 * tq;
+#pragma unroll
+      for (int nd = 0; nd < ND; ++nd) {
+        const int col = nd * 8 + g;
+        const uint32_t b0 = vs[k0 * LDH + col] | (static_cast<uint32_t>(vs[(k0 + 1) * LDH + col]) << 16);
+        const uint32_t b1 = vs[(k0 + 8) * LDH + col] | (static_cast<uint32_t>(vs[(k0 + 9) * LDH + col]) << 16);
+        mma_f16(o[nd], pa, b0, b1);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    S[i] += __shfl_xor_sync(0xffffffffu, S[i], 1);
+    S[i] += __shfl_xor_sync(0xffffffffu, S[i], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = r0 + warp * 16 + g + 8 * i;
+    if (gr >= rows) continue;
+    const int t = gr / group, h = hk * group + gr % group;
+    float *dst;
+    float f = 1.0f;
+    if (part) {
+      dst = attn_partial(part, t, h, z, n_head, n_split, HD) + 2;
+      if (tq == 0) {
+        dst[-2] = M[i];
+        dst[-1] = S[i];
+      }
+    } else {
+      dst = attn_out_row(out, t, h);
+      f = attn_final_scale(M[i], S[i], a.sinks, h);
+    }
+#pragma unroll
+    for (int nd = 0; nd < ND; ++nd) {
+      const int d = nd * 8 + 2 * tq;
+      dst[d] = o[nd][2 * i] * f;
+      dst[d + 1] = o[nd][2 * i + 1] * f;
+    }
+  }
+}
+
+}  // namespace
+
+void attn_tiled_mma_launch(const AttnTiledLaunch &l) {
+  const dim3 grid(static_cast<unsigned>((l.T * l.a.group + kRows - 1) / kRows), static_cast<unsigned>(l.n_head_kv),
+                  static_cast<unsigned>(l.n_split));
+  float *part = l.n_split > 1 ? l.part : nullptr;
+  if (l.a.hd_k == 64) attn_tiled_mma_kernel<64><<<grid, kThreads, 0, l.stream>>>(l.q, l.out, l.a, l.ub, l.T, l.n_split, part);
+  else attn_tiled_mma_kernel<128><<<grid, kThreads, 0, l.stream>>>(l.q, l.out, l.a, l.ub, l.T, l.n_split, part);
+  MOE_CUDA_LAUNCH_CHECK("attn_tiled_mma_kernel");
+}
+
+}  // namespace moe
