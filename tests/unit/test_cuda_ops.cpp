@@ -688,6 +688,31 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
   }
 }
 
+// T <= 4 with head dims 64 / 128 / 256 takes the grouped decode kernel (one block per KV head
+// and cell range; groups above 8 query heads span several blocks).
+TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, every cache type)", "[ops][cuda][attention]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  int variant = 0;
+  for (KvType kt : {KvType::F32, KvType::F16, KvType::Q8_0})
+    for (int64_t hd : {64, 128, 256})
+      for (int64_t group : {1, 8, 12})
+        for (int64_t T : {1, 3}) {
+          variant = (variant + 1) % 3;  // plain, sliding window, sinks
+          AttnSetup s;
+          s.kt = kt;
+          s.hd = s.hd_v = hd;
+          s.n_head_kv = 2;
+          s.n_head = 2 * group;
+          s.window = variant == 1 ? 29 : 0;
+          s.sinks = variant == 2;
+          s.n_cells = 520;
+          s.batches = {257, 130, T, T};  // cell ranges of several cells per warp; refilled holes
+          attention_case(reg, *gpu, s, "grouped decode");
+        }
+}
+
 TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, graphs on/off agree", "[cuda][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
