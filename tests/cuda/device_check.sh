@@ -6,8 +6,11 @@
 # Qwen3-30B-A3B-shaped Q4_K_M file. Logs go to $OUT (default /tmp/moe-cuda-out); a summary
 # is printed last. Extra dependencies for a bare machine may sit in .devdata/deps.
 set -u
-OUT=${OUT:-/tmp/moe-cuda-out}
-mkdir -p "$OUT"
+# Only summary.txt and logs.tgz come back (the device tool returns at most 8 files).
+FINAL_OUT=${OUT:-/tmp/moe-cuda-out}
+OUT=/tmp/moe-logs
+rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
+trap 'cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null; tar -C "$OUT" -czf "$FINAL_OUT/logs.tgz" . 2>/dev/null' EXIT
 PHASES=${*:-build tests sanitize conformance bench kernels profile}
 B=build-dev
 SUM=$OUT/summary.txt
@@ -52,7 +55,7 @@ fi
 if has tests; then
   timeout 150 "$TESTS" "[cuda]" -d yes > "$OUT/tests.log" 2>&1
   note "tests [cuda] rc=$? $(el): $(grep -E '^test cases' "$OUT/tests.log" | tail -1)"
-  grep -B2 -A12 "FAILED" "$OUT/tests.log" | head -80
+  grep -B3 -A14 "FAILED" "$OUT/tests.log" | grep -v "^with expansion" | head -150
 fi
 
 CONF_PID=""
