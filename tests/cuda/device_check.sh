@@ -30,7 +30,7 @@ BENCH_TARGETS=""
 if has kernels && [ -d .devdata/gbench-src ]; then
   # Google Benchmark from source (the machine reaches no registry), for bench-cuda_kernels.
   cmake -S .devdata/gbench-src -B /tmp/gb -G Ninja -DCMAKE_BUILD_TYPE=Release -DBENCHMARK_ENABLE_TESTING=OFF \
-    -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DCMAKE_INSTALL_PREFIX=/tmp/gbi > "$OUT/gbench.log" 2>&1 &&
+    -DBENCHMARK_ENABLE_GTEST_TESTS=OFF -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_INSTALL_DOCS=OFF -DCMAKE_INSTALL_PREFIX=/tmp/gbi > "$OUT/gbench.log" 2>&1 &&
     cmake --build /tmp/gb -j16 >> "$OUT/gbench.log" 2>&1 && cmake --install /tmp/gb >> "$OUT/gbench.log" 2>&1 &&
     { BENCH=ON; BENCH_TARGETS=bench-cuda_kernels; PREFIX="-DCMAKE_PREFIX_PATH=$PWD/.devdata/deps;/tmp/gbi"; }
   note "google benchmark BENCH=$BENCH $(el)"
