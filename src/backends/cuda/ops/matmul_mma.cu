@@ -2,8 +2,8 @@
 // activations are first copied to f16 (bf16 for BF16 weights) rows padded with zeros to a
 // multiple of 64. Then a block of 8 warps computes a 128 (weight rows) x 64 (columns)
 // output tile: per 64-wide K step it decodes the weight tile into shared memory as f16
-// (dequant32_f16<T> where it exists, else dequant32<T> rounded), loads the activation tile
-// beside it, and runs mma.sync m16n8k16 with f32 accumulators (each warp 32 x 32).
+// (RawF16<T> where it exists, else dequant32<T> rounded), loads the activation tile beside
+// it, and runs mma.sync m16n8k16 with f32 accumulators (each warp 32 x 32).
 // F16 / BF16 weights are copied as they are and meet activations already rounded to that
 // type (bf16 mma for BF16), so their products are exact; quantized weights and their
 // Q8-rounded activations are rounded to f16 (~5e-4 relative per term).
@@ -47,16 +47,10 @@ template <bool BF> __device__ __forceinline__ uint32_t pack2(float lo, float hi)
   return u;
 }
 
-// The per-thread share of one K step, staged in registers: 32 weights and 16 activations
-// as 16-bit pairs.
-struct Stage {
-  uint32_t w[16];
-  uint32_t x[8];
-};
-
 // Thread -> (row tid / 2, elements k0 + 32 * (tid % 2) .. +31) of the weight tile. Rows past
 // M and elements past K are zero (K of a quantized type is a multiple of 32, so its
-// sub-blocks are either whole or absent).
+// sub-blocks are either whole or absent). This is the decode-at-load path of the types
+// without RawF16.
 template <DType T>
 __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0,
                                               bool vec_ok) {
@@ -85,8 +79,6 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
         p[i] = lo | (hi << 16);
       }
     }
-  } else if constexpr (has_dequant32_f16<T>) {
-    dequant32_f16<T>(wrow, kb / 32, p);
   } else {
     float w[32];
     dequant32<T>(wrow, kb / 32, w);
@@ -94,6 +86,38 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
     for (int i = 0; i < 16; ++i) p[i] = pack2<false>(w[2 * i], w[2 * i + 1]);
   }
 }
+
+// This thread's share of the weight tile of one K step: load() issues the reads, decode()
+// writes the 16 f16 pairs. Types with RawF16 keep raw bytes in between (the GEMM runs its
+// mma there); the others decode at load time.
+template <DType T, bool kRaw = has_raw_f16<T>> struct WeightFetch {
+  uint32_t p[16];
+  __device__ __forceinline__ void load(const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0, bool vec_ok) {
+    fetch_weights<T>(p, W, row_bytes, row0, M, K, k0, vec_ok);
+  }
+  __device__ __forceinline__ void decode(uint32_t *out) const {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) out[i] = p[i];
+  }
+};
+template <DType T> struct WeightFetch<T, true> {
+  RawF16<T> raw;
+  bool valid;  // row < M and the sub-block inside K
+  __device__ __forceinline__ void load(const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0, bool) {
+    const int row = row0 + (threadIdx.x >> 1);
+    const int kb = k0 + (threadIdx.x & 1) * 32;
+    valid = row < M && kb < K;
+    if (valid) raw.load(W + static_cast<int64_t>(row) * row_bytes, kb / 32);
+  }
+  __device__ __forceinline__ void decode(uint32_t *out) const {
+    if (valid) {
+      raw.decode(out);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) out[i] = 0;
+    }
+  }
+};
 
 // x16[r][k] = x[r][k] as f16 / bf16 (exact: x was rounded to that type, or to Q8 levels
 // that the GEMM rounds to f16 anyway), zeros for K <= k < Kp. One thread per 8 elements.
@@ -134,13 +158,14 @@ __device__ __forceinline__ void prefetch_weights_l2(const uint8_t *W, int64_t ro
   if (row < M && off < row_bytes) asm volatile("prefetch.L2 [%0];\n" : : "l"(W + static_cast<int64_t>(row) * row_bytes + off));
 }
 
-__device__ __forceinline__ void store_stage(const Stage &st, uint16_t (*sA)[kLd], uint16_t (*sB)[kLd]) {
+// This thread's 32 weights (16 pairs) and 16 activations (8 pairs) into the tiles.
+__device__ __forceinline__ void store_stage(const uint32_t *w, const uint32_t *x, uint16_t (*sA)[kLd], uint16_t (*sB)[kLd]) {
   uint4 *a = reinterpret_cast<uint4 *>(&sA[threadIdx.x >> 1][(threadIdx.x & 1) * 32]);
 #pragma unroll
-  for (int q = 0; q < 4; ++q) a[q] = make_uint4(st.w[4 * q], st.w[4 * q + 1], st.w[4 * q + 2], st.w[4 * q + 3]);
+  for (int q = 0; q < 4; ++q) a[q] = make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]);
   uint4 *b = reinterpret_cast<uint4 *>(&sB[threadIdx.x >> 2][(threadIdx.x & 3) * 16]);
-  b[0] = make_uint4(st.x[0], st.x[1], st.x[2], st.x[3]);
-  b[1] = make_uint4(st.x[4], st.x[5], st.x[6], st.x[7]);
+  b[0] = make_uint4(x[0], x[1], x[2], x[3]);
+  b[1] = make_uint4(x[4], x[5], x[6], x[7]);
 }
 
 // Four 8x8 16-bit matrices; lane l gives the row address of matrix l / 8, row l % 8, and
@@ -213,17 +238,20 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
 
-  // Register-staged pipeline: the next step's loads and dequantization are issued before
-  // this step's mma, so they can overlap (the last fetch re-reads the last step, unused).
-  Stage st;
-  fetch_weights<T>(st.w, We, row_bytes, row0, M, K, 0, w_vec);
-  fetch_acts(st.x, X16, xrow, Kp, 0);
+  // Register-staged pipeline: the next step's loads are issued before this step's mma and
+  // decoded after it, so the mma runs while they are in flight (the last step's fetch
+  // re-reads the last step, unused).
+  WeightFetch<T> wf;
+  uint32_t w[16], x[8];
+  wf.load(We, row_bytes, row0, M, K, 0, w_vec);
+  wf.decode(w);
+  fetch_acts(x, X16, xrow, Kp, 0);
   for (int k0 = 0; k0 < K; k0 += kBK) {
-    store_stage(st, sA, sB);
+    store_stage(w, x, sA, sB);
     __syncthreads();
     const int kn = k0 + kBK < K ? k0 + kBK : k0;
-    fetch_weights<T>(st.w, We, row_bytes, row0, M, K, kn, w_vec);
-    fetch_acts(st.x, X16, xrow, Kp, kn);
+    wf.load(We, row_bytes, row0, M, K, kn, w_vec);
+    fetch_acts(x, X16, xrow, Kp, kn);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
     if (live) {
 #pragma unroll
@@ -251,6 +279,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
         }
       }
     }
+    wf.decode(w);
     __syncthreads();
   }
 
