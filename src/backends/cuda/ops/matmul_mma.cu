@@ -169,12 +169,14 @@ __device__ __forceinline__ void store_stage(const uint32_t *w, const uint32_t *x
 }
 
 // Four 8x8 16-bit matrices; lane l gives the row address of matrix l / 8, row l % 8, and
-// receives in r[j] the elements (row l / 4, columns 2 (l % 4), +1) of matrix j.
+// receives in r[j] the elements (row l / 4, columns 2 (l % 4), +1) of matrix j. The memory
+// clobber keeps it between the barriers around the shared-memory stores.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
+               : "r"(a)
+               : "memory");
 }
 
 // d += a (16x16, row-major) * b (16x8, column-major); f32 accumulators.
