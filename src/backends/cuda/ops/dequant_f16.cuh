@@ -9,7 +9,7 @@
 // subtraction of the offset, and q * d (- m) rounded once. Q4_0 / Q8_0 give exactly the f16
 // rounding of the reference weight (their f16 scale times a small integer is exact in
 // f32); the K-quants round their sub-block scale and min to f16 first (~2^-12 relative,
-// the same order as rounding each weight). Other types: has_dequant32_f16<T> is false and
+// the same order as rounding each weight). Other types: has_raw_f16<T> is false and
 // the GEMM rounds dequant32's f32 weights. Block addresses and fields as in quant.cuh.
 #pragma once
 #include <cstring>
@@ -36,8 +36,8 @@ __device__ __forceinline__ uint32_t h2_to_bits(__half2 h) {
 __device__ __forceinline__ __half2 magic_lo(uint32_t v) { return bits_to_h2(__byte_perm(v, 0x64646464u, 0x4140u)); }
 __device__ __forceinline__ __half2 magic_hi(uint32_t v) { return bits_to_h2(__byte_perm(v, 0x64646464u, 0x4342u)); }
 
-// Four bytes as two pairs: p[0] = (b0, b1) * d + c, p[1] = (b2, b3) * d + c, where the bytes
-// hold q + off (so 1024 + off is subtracted first, exactly).
+// Four bytes holding q + o as two pairs: p[0] = (q0, q1) * d + c, p[1] = (q2, q3) * d + c,
+// with off = 1024 + o (subtracted exactly before the rounded multiply-add).
 __device__ __forceinline__ void scale4(uint32_t v, __half2 off, __half2 d, __half2 c, uint32_t *p) {
   p[0] = h2_to_bits(__hfma2(__hsub2(magic_lo(v), off), d, c));
   p[1] = h2_to_bits(__hfma2(__hsub2(magic_hi(v), off), d, c));
