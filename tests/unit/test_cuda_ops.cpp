@@ -103,13 +103,17 @@ double rel_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// Largest |a - b| of each output row (M values) relative to the row's largest |b|, the
-// worst row; and every value finite.
+// Largest |a - b| of each output row (M values) relative to the row's largest |b| (at
+// least the rms of all of b, so a short row of small values does not divide by ~0); the
+// worst row, and every value finite.
 double row_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b, int64_t M) {
   auto x = as_f32(a), y = as_f32(b);
+  double ss = 0;
+  for (float v : y) ss += double(v) * v;
+  const double rms = y.empty() ? 0 : std::sqrt(ss / static_cast<double>(y.size()));
   double worst = 0;
   for (size_t r = 0; r + static_cast<size_t>(M) <= x.size(); r += static_cast<size_t>(M)) {
-    double e = 0, ref = 0;
+    double e = 0, ref = rms;
     for (size_t i = r; i < r + static_cast<size_t>(M); ++i) {
       if (!std::isfinite(x[i])) return 1e30;
       e = std::max(e, std::fabs(double(x[i]) - y[i]));
@@ -142,6 +146,25 @@ bool close_to_cpu(const std::vector<uint8_t> &gpu, const std::vector<uint8_t> &c
   return e < 1e-4;
 }
 
+// Dense matmul of a K x M weight of type t on N random columns, CUDA vs CPU.
+bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
+  auto build = [&](int &x, int &y) {
+    Graph g;
+    x = g.input("x", DType::F32, {K, N});
+    y = g.matmul(g.weight(w), x);
+    g.mark_output(y, "y");
+    return g;
+  };
+  auto xv = randn(static_cast<size_t>(K * N), seed + 1);
+  int x, y;
+  Graph gc = build(x, y), gg = build(x, y);
+  auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  return close_to_cpu(r_gpu[0], r_cpu[0], t, M, tc_dense(t, N));
+}
+
 // T tokens, each routed to k distinct experts of E.
 std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -161,29 +184,6 @@ int64_t k_for(DType t, bool odd) {
   if (type_traits(t).block_size == 256) return odd ? 768 : 512;
   if (type_traits(t).block_size == 32) return odd ? 96 : 64;
   return odd ? 37 : 64;
-}
-
-}  // namespace
-
-namespace {
-
-// Dense matmul of a K x M weight of type t on N random columns, CUDA vs CPU.
-bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed) {
-  WeightStore ws;
-  const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
-  auto build = [&](int &x, int &y) {
-    Graph g;
-    x = g.input("x", DType::F32, {K, N});
-    y = g.matmul(g.weight(w), x);
-    g.mark_output(y, "y");
-    return g;
-  };
-  auto xv = randn(static_cast<size_t>(K * N), seed + 1);
-  int x, y;
-  Graph gc = build(x, y), gg = build(x, y);
-  auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
-  return close_to_cpu(r_gpu[0], r_cpu[0], t, M, tc_dense(t, N));
 }
 
 }  // namespace
@@ -231,7 +231,7 @@ namespace {
 
 // MoE matmul_id with given ids, compared with the CPU (close_to_cpu).
 bool moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t E, int64_t k, int64_t T, int64_t X,
-                const std::vector<int32_t> &ids, uint32_t seed) {
+              const std::vector<int32_t> &ids, uint32_t seed) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("experts", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
   auto build = [&](int &x, int &id, int &y) {

@@ -397,6 +397,11 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   return s;
 }
 
+// The rounded f32 activations and, on the tensor-core path, its scratch (their f16 copy).
+size_t act_scratch_bytes(const MatmulShape &s) {
+  return align256(static_cast<size_t>(s.K * s.rows) * 4) + (s.mma ? align256(mma_matmul_scratch_bytes(s.K, s.rows)) : 0);
+}
+
 }  // namespace
 
 bool cuda_matmul_type_supported(DType t) {
@@ -409,7 +414,7 @@ bool cuda_matmul_type_supported(DType t) {
 
 size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   const MatmulShape s = shape_of(g, n);
-  size_t bytes = align256(static_cast<size_t>(s.K * s.rows) * 4);
+  size_t bytes = act_scratch_bytes(s);
   if (n.op == Op::MatMulId) {
     bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
@@ -458,6 +463,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
+  void *mma_scratch = work + align256(static_cast<size_t>(s.K * s.rows) * 4);  // used when s.mma
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
   act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
@@ -474,15 +480,15 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     const int ncols = static_cast<int>(s.rows);
     const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
     if (s.mma)
-      launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
-                        n_col_tiles);
+      launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, s.rows, mma_scratch, Y, ncols,
+                        nullptr, nullptr, n_col_tiles);
     else
       launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
                         nullptr, nullptr);
     return;
   }
   const Node &ids = c.src(2);
-  size_t off = align256(static_cast<size_t>(s.K * s.rows) * 4);
+  size_t off = act_scratch_bytes(s);
   RouteTables rt;
   rt.entries = reinterpret_cast<int2 *>(work + off);
   off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
@@ -493,8 +499,8 @@ void cuda_op_matmul(const CudaOpCtx &c) {
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
   if (s.mma)
-    launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, 0, rt.tiles,
-                      rt.entries, s.max_tiles);
+    launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, s.rows, mma_scratch, Y, 0,
+                      rt.tiles, rt.entries, s.max_tiles);
   else
     launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(s.max_tiles)), c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0,
                       rt.tiles, rt.entries);
