@@ -10,10 +10,10 @@ namespace {
 
 std::atomic<bool> g_fusion{true};
 
-// The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matmul.cu) exist: groups of
-// those kinds may be planned.
+// The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
+// those kinds are planned (0: never, e.g. to measure without them).
 #ifndef MOE_CUDA_FUSED_MATVEC
-#define MOE_CUDA_FUSED_MATVEC 0
+#define MOE_CUDA_FUSED_MATVEC 1
 #endif
 
 bool is_compute(const Node &n) { return n.op != Op::Leaf && n.op != Op::View; }
@@ -77,7 +77,7 @@ private:
   bool match_at(int i, FusedGroup &grp) const {
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
-      case Op::MatMul: return match_matmul_add(i, grp);
+      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       default: return false;
@@ -101,15 +101,18 @@ private:
     return true;
   }
 
-  // MatMulId(up|gate, x, ids), MatMulId(gate|up, x, ids), SwiGLU(gate, up); one token.
+  // MatMulId(up|gate, x, ids), MatMulId(gate|up, x, ids), SwiGLU(gate, up); or the same with
+  // two MatMul (dense or shared-expert FFN); one token.
   bool match_gate_up(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC) return false;
     const int j = next(i);
-    if (j < 0 || nd(j).op != Op::MatMulId) return false;
+    if (j < 0 || nd(j).op != nd(i).op) return false;
     const int s = next(j);
     if (s < 0 || nd(s).op != Op::SwiGLU || !same_place(i, j) || !same_place(i, s)) return false;
     const Node &a = nd(i), &b = nd(j), &sw = nd(s);
-    if (a.src[1] != b.src[1] || a.src[2] != b.src[2] || a.ne[2] != 1 || !same_shape(a, b)) return false;
+    const bool moe = a.op == Op::MatMulId;
+    if (a.src[1] != b.src[1] || (moe && a.src[2] != b.src[2]) || !same_shape(a, b)) return false;
+    if (moe ? a.ne[2] != 1 : a.ne[1] * a.ne[2] * a.ne[3] != 1) return false;
     const bool ab = sw.src[0] == j && sw.src[1] == i, ba = sw.src[0] == i && sw.src[1] == j;
     if (!(ab || ba) || !private_to_group(i) || !private_to_group(j) || !f32_rows(sw)) return false;
     grp.kind = FusedKind::GateUpSwiGLU;
@@ -226,8 +229,10 @@ private:
     return true;
   }
 
-  // A row chain may write its output over its own input when both have the same layout
-  // (an in-place RmsNorm on a dying tensor): a block stages its row before writing it.
+  // A group may write its output over one input of the same layout where each output value
+  // is computed by the thread that read the same input value first: a row chain over its own
+  // input (an in-place RmsNorm; a block stages its row before writing it), a fused Add over
+  // its residual (an in-place Add; y[i] = dot + r[i]).
   bool same_rows(int w, int x) const {
     const Node &a = nd(w), &b = nd(x);
     if (a.storage < 0 || a.storage != b.storage || a.offset != b.offset) return false;
@@ -251,9 +256,14 @@ private:
       for (int s : n.src)
         if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end() && range_of(s, r)) rd.push_back({r, s});
     }
-    std::vector<std::pair<int, int>> own;  // (chain tail, chain input) of row chains
+    std::vector<std::pair<int, int>> own;  // (written node, input it may overwrite)
     if (grp.kind == FusedKind::RowChains)
       for (const auto &ch : row_chains(g_, grp.members)) own.push_back({ch.back(), nd(ch.front()).src[0]});
+    const Node &last = nd(grp.last_member());
+    if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
+      const int prev = grp.members[grp.members.size() - 2];
+      own.push_back({grp.last_member(), other_src(last, prev)});
+    }
     for (const Access &a : wr)
       for (const Access &b : rd) {
         if (a.r.device != b.r.device || a.r.hi <= b.r.lo || b.r.hi <= a.r.lo) continue;

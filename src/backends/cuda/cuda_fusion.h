@@ -34,6 +34,7 @@ struct FusedGroup {
   std::vector<int> members;    // the compute nodes in it, in order
   std::vector<int> written;    // member outputs the fused kernel writes
   std::string label;           // "fused:rms_norm+mul" (per-op profiler)
+  int last_member() const { return members.back(); }
 };
 
 struct FusionPlan {
