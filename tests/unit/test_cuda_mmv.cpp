@@ -139,7 +139,8 @@ double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_firs
     return g;
   };
   auto xv = randn(static_cast<size_t>(K), seed + 1), rv = randn(static_cast<size_t>(M), seed + 2);
-  auto r_cpu = run_on(cpu, build(), {in(x, xv), in(r, rv)}, {add});
+  Graph gc = build();  // sets the node ids used below
+  auto r_cpu = run_on(cpu, std::move(gc), {in(x, xv), in(r, rv)}, {add});
   Graph g = build();
   DeviceTensors d;
   d.put_weight(g, wn);
@@ -170,7 +171,8 @@ double gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, cons
     return g;
   };
   auto xv = randn(static_cast<size_t>(K), seed + 2);
-  auto r_cpu = run_on(cpu, build(), {in(x, xv), in(id, valid_ids(ids, E))}, {sw});
+  Graph gc = build();  // sets the node ids used below
+  auto r_cpu = run_on(cpu, std::move(gc), {in(x, xv), in(id, valid_ids(ids, E))}, {sw});
   Graph g = build();
   DeviceTensors d;
   d.put_weight(g, gn);
@@ -208,13 +210,13 @@ double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const s
     x = g.input("act", DType::F32, {K, k, 1});
     id = g.input("ids", DType::I32, {k, 1});
     cw = g.input("cw", DType::F32, {k, 1});
+    // Inputs come before the compute nodes (an input declared later may share memory with
+    // earlier nodes' outputs in the plan, and it is uploaded before the run).
+    if (residual_mode) r = g.input("r", DType::F32, {M, 1});
     down = g.matmul_id(wn, x, id);
     comb = g.moe_combine(down, cw);
     int out = comb;
-    if (residual_mode) {
-      r = g.input("r", DType::F32, {M, 1});
-      out = add = residual_mode == 1 ? g.add(comb, r) : g.add(r, comb);
-    }
+    if (residual_mode) out = add = residual_mode == 1 ? g.add(comb, r) : g.add(r, comb);
     g.mark_output(out, "y");
     return g;
   };
