@@ -176,11 +176,10 @@ __device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
       const uint4 *p16 = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
       head[k] = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
       const int np = (head[k] + nbytes + 15) >> 4;
+      // Unconditional loads (so all of them issue at once): lanes past the cover re-read its
+      // last piece; skipped jobs read a valid row that is never used.
 #pragma unroll
-      for (int t = 0; t < NL; ++t) {
-        const int i = lane + 32 * t;
-        buf[k][t] = ok[k] && i < np ? __ldg(p16 + i) : make_uint4(0, 0, 0, 0);
-      }
+      for (int t = 0; t < NL; ++t) buf[k][t] = __ldg(p16 + min(lane + 32 * t, np - 1));
     }
     if (round_first && c0 == 0) {
       round_slots<act_type(T)>(a, x_first, x_n, xm.q, xm.d, xm.s);
@@ -248,29 +247,31 @@ __device__ void plain_dots(int K, const uint8_t *const (&wr)[J], const bool (&ok
         if (ok[k]) acc[k] += plain_at<T>(wr[k], i) * round_plain<T>(__ldg(xr[k] + i));
     return;
   }
-  constexpr int U = 2;  // 8-weight pieces per lane per job in flight
-  for (int i0 = 8 * lane; i0 < K; i0 += 256 * U) {
-    float w[J][U][8];
+  constexpr int U = J <= 2 ? 4 : 2;  // 8-weight pieces per lane per job in flight (<= 8 per lane)
+  // Loads are unconditional (indices clamped into the row; rows of skipped jobs point at a
+  // valid row), so all of them issue before the first use; the sums are guarded instead.
+  for (int base = 0; base < K; base += 256 * U) {
+    float w[J][U][8], x[J][U][8];
+#pragma unroll
+    for (int k = 0; k < J; ++k)
+#pragma unroll
+      for (int u = 0; u < U; ++u) load8<T>(wr[k], min(base + 256 * u + 8 * lane, K - 8), w[k][u]);
 #pragma unroll
     for (int k = 0; k < J; ++k)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int i = i0 + 256 * u;
-        if (ok[k] && i < K) load8<T>(wr[k], i, w[k][u]);
-        else
-#pragma unroll
-          for (int l = 0; l < 8; ++l) w[k][u][l] = 0.0f;
+        const float4 *p = reinterpret_cast<const float4 *>(xr[k] + min(base + 256 * u + 8 * lane, K - 8));
+        const float4 a = __ldg(p), b = __ldg(p + 1);
+        x[k][u][0] = a.x; x[k][u][1] = a.y; x[k][u][2] = a.z; x[k][u][3] = a.w;
+        x[k][u][4] = b.x; x[k][u][5] = b.y; x[k][u][6] = b.z; x[k][u][7] = b.w;
       }
 #pragma unroll
     for (int k = 0; k < J; ++k)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int i = i0 + 256 * u;
-        if (!ok[k] || i >= K) continue;
-        const float4 p = __ldg(reinterpret_cast<const float4 *>(xr[k] + i)), q = __ldg(reinterpret_cast<const float4 *>(xr[k] + i) + 1);
-        const float xv[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+        if (!ok[k] || base + 256 * u + 8 * lane >= K) continue;
 #pragma unroll
-        for (int l = 0; l < 8; ++l) acc[k] += w[k][u][l] * round_plain<T>(xv[l]);
+        for (int l = 0; l < 8; ++l) acc[k] += w[k][u][l] * round_plain<T>(x[k][u][l]);
       }
   }
 }
