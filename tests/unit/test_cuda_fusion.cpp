@@ -297,7 +297,7 @@ TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU",
         greedy[mode] = out;
       }
       cuda_fusion_enable(true);
-      INFO(pm.first << " " << pm.second);
+      INFO(pm.first << " " << pm.second << " (fused vs unfused isolates fusion; CUDA vs CPU is the backend as a whole)");
       CHECK(greedy["fused"] == greedy["unfused"]);
       CHECK(greedy["fused"] == greedy["cpu"]);
       auto bytes = [](const std::vector<float> &v) {
@@ -305,7 +305,8 @@ TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU",
         std::memcpy(b.data(), v.data(), b.size());
         return b;
       };
-      CHECK(rel_err(bytes(logits["fused"]), bytes(logits["unfused"])) < 1e-5);
+      // Row chains and router are bit-identical; the fused mat-vec groups may sum in another order.
+      CHECK(rel_err(bytes(logits["fused"]), bytes(logits["unfused"])) < 1e-4);
       CHECK(rel_err(bytes(logits["fused"]), bytes(logits["cpu"])) < 1e-3);
     }
     std::remove(path.c_str());
