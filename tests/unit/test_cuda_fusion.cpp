@@ -2,7 +2,9 @@
 // graph run unfused on CUDA (bit-identical where the fused kernel uses the same device
 // functions) and against the CPU; the fusion plan on small graphs; tiny models of every
 // architecture fused / unfused / CPU; kernel launches per decode step.
-// Without a CUDA build or device every case WARNs and returns (tags [cuda][fusion]).
+// Without a CUDA build or device every case WARNs and returns (tags [cuda][fusion]; the op
+// cases also carry [ops] and [attention] / [routing] so the sanitizer runs of
+// tests/cuda/device_check.sh cover them).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -118,7 +120,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
 #endif
 }
 
-TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads) equal unfused and the CPU", "[cuda][fusion]") {
+TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads) equal unfused and the CPU", "[ops][cuda][fusion][attention]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
@@ -213,7 +215,7 @@ TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads
 #endif
 }
 
-TEST_CASE("cuda fusion: softmax router (softmax, top_k, gather_cols, norm_sum) equals unfused and the CPU", "[cuda][fusion]") {
+TEST_CASE("cuda fusion: softmax router (softmax, top_k, gather_cols, norm_sum) equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
