@@ -20,6 +20,7 @@
 #include "graph/compiler.h"
 #include "kv/kv_cache.h"
 #include "model/synth/synth_model.h"
+#include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
@@ -27,81 +28,18 @@
 #endif
 
 using namespace moe;
+using moe_test::as_f32;
+using moe_test::gpu_or_skip;
+using moe_test::in;
+using moe_test::Input;
 using moe_test::max_abs_diff;
 using moe_test::randn;
+using moe_test::rel_err;
+using moe_test::run_on;
 using moe_test::WeightStore;
 
 namespace {
 
-
-Backend *gpu_or_skip(BackendRegistry &reg) {
-  Backend *g = reg.find("cuda");
-  if (!g) WARN("no CUDA device (or a build without CUDA): CUDA test skipped");
-  return g;
-}
-
-struct Input {
-  int node;
-  std::vector<uint8_t> bytes;
-};
-template <typename T> Input in(int node, const std::vector<T> &v) {
-  Input i{node, std::vector<uint8_t>(v.size() * sizeof(T))};
-  std::memcpy(i.bytes.data(), v.data(), i.bytes.size());
-  return i;
-}
-
-// Runs g on one backend: weights bound in place (CPU) or uploaded (GPU); returns the raw
-// bytes of each requested node.
-std::vector<std::vector<uint8_t>> run_on(Backend &be, Graph g, const std::vector<Input> &inputs, const std::vector<int> &outs,
-                                         const ExecEnv &env = {}, int runs = 1) {
-  CompileOptions o;
-  o.devices = {&be};
-  o.n_threads = 2;
-  o.allow_fallback = false;
-  auto plan = compile_graph(std::move(g), o);
-  auto arena = be.alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "test");
-  std::unique_ptr<DeviceWeights> dw;
-  if (!be.host_memory()) {
-    std::vector<const GgufTensorInfo *> ts;
-    for (const Node &n : plan->graph.nodes())
-      if (n.leaf == LeafKind::Weight && n.op == Op::Leaf) ts.push_back(n.weight);
-    dw = DeviceWeights::upload(ts, be);
-  }
-  void *bases[1] = {arena->data()};
-  bind_plan(*plan, bases, [&](const Node &n) { return dw ? dw->find(n.weight) : const_cast<uint8_t *>(n.weight->data); });
-  auto exec = be.make_executor(2);
-  std::vector<std::vector<uint8_t>> res;
-  for (int r = 0; r < runs; ++r) {
-    for (const Input &i : inputs) arena->upload(plan->graph.node(i.node).offset, i.bytes.data(), i.bytes.size());
-    exec->run(plan->graph, 0, static_cast<int>(plan->graph.nodes().size()), env);
-    exec->synchronize();
-  }
-  for (int id : outs) {
-    const Node &n = plan->graph.node(id);
-    std::vector<uint8_t> b(n.nbytes());
-    arena->download(n.offset, b.data(), b.size());
-    res.push_back(std::move(b));
-  }
-  return res;
-}
-
-std::vector<float> as_f32(const std::vector<uint8_t> &b) {
-  std::vector<float> v(b.size() / 4);
-  std::memcpy(v.data(), b.data(), v.size() * 4);
-  return v;
-}
-
-// ||a - b|| / ||b||, and every value finite.
-double rel_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &b) {
-  auto x = as_f32(a), y = as_f32(b);
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i])) return 1e30;
-    num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-    den += double(y[i]) * y[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 // Largest |a - b| of each output row (M values) relative to the row's largest |b| (at
 // least the rms of all of b, so a short row of small values does not divide by ~0); the

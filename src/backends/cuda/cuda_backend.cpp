@@ -19,6 +19,11 @@ void cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
 static std::atomic<uint64_t> g_sync_count{0};
 uint64_t cuda_sync_count() { return g_sync_count.load(); }
 
+// Relaxed: a counter for tests, not an ordering point.
+static std::atomic<uint64_t> g_launch_count{0};
+void cuda_note_launch() noexcept { g_launch_count.fetch_add(1, std::memory_order_relaxed); }
+uint64_t cuda_launch_count() { return g_launch_count.load(std::memory_order_relaxed); }
+
 void cuda_sync_stream(cudaStream_t s, SyncWhy) {
   g_sync_count.fetch_add(1);
   MOE_CUDA_CHECK(cudaStreamSynchronize(s));

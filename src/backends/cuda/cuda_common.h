@@ -20,8 +20,15 @@ namespace moe {
     if (moe_cuda_err_ != cudaSuccess) ::moe::cuda_fail(moe_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-// After a kernel launch: launch-configuration errors surface here, not at the next sync.
-#define MOE_CUDA_LAUNCH_CHECK(name) MOE_CUDA_CHECK(cudaPeekAtLastError())
+// After every kernel launch: launch-configuration errors surface here, not at the next sync,
+// and the launch is counted (cuda_launch_count(), for tests of launches per decode step).
+void cuda_note_launch() noexcept;
+uint64_t cuda_launch_count();  // process-wide total of kernel launches (captured ones included)
+#define MOE_CUDA_LAUNCH_CHECK(name)                \
+  do {                                             \
+    ::moe::cuda_note_launch();                     \
+    MOE_CUDA_CHECK(cudaPeekAtLastError());         \
+  } while (0)
 
 // Every host-blocking wait of the backend goes through here, so tests can count them
 // (a decode step must perform at most one: the logits copy).

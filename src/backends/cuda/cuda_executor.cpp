@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_ops.h"
 #include "core/log.h"
 #include "kv/kv_cache.h"
@@ -51,6 +52,30 @@ struct GraphState {
 };
 
 enum class Mode { Eager, Capture, Replay };
+
+// A fusion plan is valid for the graph it was made from: the key is the graph's address,
+// checked against its node count and a hash of what the plan depends on (ops, sources,
+// placement in the arenas), since a later graph may reuse a freed graph's address.
+struct CachedFusion {
+  size_t n_nodes = 0;
+  uint64_t signature = 0;
+  FusionPlan plan;
+};
+
+uint64_t fusion_signature(const Graph &g) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const Node &n : g.nodes()) {
+    mix(static_cast<uint64_t>(n.op));
+    for (int s : n.src) mix(static_cast<uint64_t>(static_cast<int64_t>(s)));
+    mix(static_cast<uint64_t>(static_cast<int64_t>(n.storage)));
+    mix(n.offset);
+    mix(n.work_size);
+    mix(static_cast<uint64_t>(n.ne[0]) ^ (static_cast<uint64_t>(n.ne[1]) << 32));
+  }
+  for (int o : g.outputs()) mix(static_cast<uint64_t>(o));
+  return h;
+}
 
 class CudaExecutor final : public Executor {
 public:
@@ -133,6 +158,8 @@ public:
 private:
   void start_pass(const Graph &g, int begin, const ExecEnv &env) {
     (void)begin;
+    fusion_on_ = cuda_fusion_enabled();
+    fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
     pass_open_ = true;
     pass_g_ = &g;
     segs_.clear();
@@ -176,6 +203,7 @@ private:
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(reinterpret_cast<uintptr_t>(ub_dev_));
     mix(reinterpret_cast<uintptr_t>(kv_));
+    mix(fusion_on_);  // a captured graph holds one choice of fused / unfused kernels
     for (const Seg &s : segs)
       for (int i = s.begin; i < s.end; ++i) {
         const Node &n = g.node(i);
@@ -185,29 +213,61 @@ private:
     return h;
   }
 
+  const FusionPlan &fusion_plan(const Graph &g) {
+    CachedFusion &cf = fusion_plans_[&g];
+    const uint64_t sig = fusion_signature(g);
+    if (cf.n_nodes != g.nodes().size() || cf.signature != sig) {
+      cf.plan = plan_fusion(g);
+      cf.n_nodes = g.nodes().size();
+      cf.signature = sig;
+    }
+    return cf.plan;
+  }
+
+  // A group cut by the range (only when a caller splits a segment): the whole range runs
+  // unfused, so no fused group ever meets a member that already ran on its own.
+  static bool cuts_a_group(const FusionPlan &p, int begin, int end) {
+    if (begin >= end) return false;
+    const int a = p.group_of[static_cast<size_t>(begin)], b = p.group_of[static_cast<size_t>(end - 1)];
+    return (a >= 0 && p.groups[static_cast<size_t>(a)].first < begin) || (b >= 0 && p.groups[static_cast<size_t>(b)].last >= end);
+  }
+
   void launch(const Graph &g, int begin, int end) {
     const bool prof = g_profile.load() && mode_ == Mode::Eager;
+    if (fusion_on_ && !fusion_) fusion_ = &fusion_plan(g);
+    const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end) ? fusion_ : nullptr;
     for (int i = begin; i < end; ++i) {
       const Node &n = g.node(i);
+      const int gi = fp ? fp->group_of[static_cast<size_t>(i)] : -1;
+      if (gi >= 0) {
+        const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
+        if (i != grp.last) continue;  // members run in the group's launch at its last node
+        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
+        if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
+        else cuda_run_group(grp, c);
+        continue;
+      }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
       CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
-      if (prof) {
-        if (n_prof_ + 2 > prof_ev_.size()) {
-          cudaEvent_t e0, e1;
-          MOE_CUDA_CHECK(cudaEventCreate(&e0));
-          MOE_CUDA_CHECK(cudaEventCreate(&e1));
-          prof_ev_.push_back(e0);
-          prof_ev_.push_back(e1);
-        }
-        MOE_CUDA_CHECK(cudaEventRecord(prof_ev_[n_prof_], c.stream));
-        cuda_run_node(c);
-        MOE_CUDA_CHECK(cudaEventRecord(prof_ev_[n_prof_ + 1], c.stream));
-        prof_label_.push_back(prof_label(g, n));
-        n_prof_ += 2;
-      } else {
-        cuda_run_node(c);
-      }
+      if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
+      else cuda_run_node(c);
     }
+  }
+
+  // Runs fn between two recorded events (eager profiling).
+  template <typename Fn> void timed(cudaStream_t s, std::string label, Fn &&fn) {
+    if (n_prof_ + 2 > prof_ev_.size()) {
+      cudaEvent_t e0, e1;
+      MOE_CUDA_CHECK(cudaEventCreate(&e0));
+      MOE_CUDA_CHECK(cudaEventCreate(&e1));
+      prof_ev_.push_back(e0);
+      prof_ev_.push_back(e1);
+    }
+    MOE_CUDA_CHECK(cudaEventRecord(prof_ev_[n_prof_], s));
+    fn();
+    MOE_CUDA_CHECK(cudaEventRecord(prof_ev_[n_prof_ + 1], s));
+    prof_label_.push_back(std::move(label));
+    n_prof_ += 2;
   }
 
   void collect_profile() {
@@ -278,6 +338,9 @@ private:
   Mode mode_ = Mode::Eager;
   GraphState *st_ = nullptr;
   std::map<const Graph *, GraphState> states_;
+  std::map<const Graph *, CachedFusion> fusion_plans_;
+  bool fusion_on_ = false;              // this pass fuses (cuda_fusion_enabled() at its start)
+  const FusionPlan *fusion_ = nullptr;  // this pass's plan, once looked up
   KvCache *kv_ = nullptr;
   void *ub_dev_ = nullptr;
   size_t ub_cap_ = 0;

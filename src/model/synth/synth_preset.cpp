@@ -45,6 +45,13 @@ static std::vector<SynthPreset> make_presets() {
     p.bos = 509; p.eos = 511; p.pad = 509;
     v.push_back(p);
   }
+  {  // tiny-e16: tiny with 16 experts, 4 used (tests that per-step costs such as kernel
+     // launches do not depend on the expert counts)
+    SynthPreset p = v.front();
+    p.name = "tiny-e16"; p.model_name = "synthetic-qwen3moe-tiny-e16";
+    p.n_expert = 16; p.n_expert_used = 4;
+    v.push_back(p);
+  }
   {  // small: rows of 256 so the K-quant mixes really produce K-quants (tiny falls back to Q8_0)
     SynthPreset p = qwen3moe_base();
     p.name = "small"; p.model_name = "synthetic-qwen3moe-small";

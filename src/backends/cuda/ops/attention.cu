@@ -18,6 +18,7 @@
 
 #include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
+#include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/reduce.cuh"
 #include "kv/kv_cache.h"
 
@@ -31,25 +32,7 @@ constexpr int kAcc = kCudaMaxHeadDim / kThreads;
 __global__ void kv_store_kernel(TView x, uint8_t *base, size_t rb, int64_t row, int kt, const int32_t *cells) {
   const int64_t t = blockIdx.x;
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[2]);
-  uint8_t *dst = base + static_cast<size_t>(cells[t]) * rb;
-  if (kt == static_cast<int>(DType::F32)) {
-    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) reinterpret_cast<float *>(dst)[i] = src[i];
-  } else if (kt == static_cast<int>(DType::F16)) {
-    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) reinterpret_cast<__half *>(dst)[i] = __float2half_rn(src[i]);
-  } else {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int64_t b = warp; b < row / 32; b += nw) {
-      const float v = src[b * 32 + lane];
-      float amax = fabsf(v);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      uint8_t *blk = dst + b * 34;
-      if (lane == 0) *reinterpret_cast<__half *>(blk) = __float2half_rn(d);
-      blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(v * id)));
-    }
-  }
+  kv_store_values(src, row, base + static_cast<size_t>(cells[t]) * rb, 0, kt);
 }
 
 __device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd, int kt) {

@@ -2,6 +2,7 @@
 // row reductions RmsNorm / Softmax / NormSum, with the CPU reference's accumulation
 // precision (double sums where the reference uses them).
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
@@ -51,28 +52,6 @@ __global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1,
   }
 }
 
-template <typename V> __device__ V block_sum(V v, V *sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  V t = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t += sh[w];
-  return t;
-}
-
-__device__ float block_max(float v, float *sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = -INFINITY;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) t = fmaxf(t, sh[w]);
-  return t;
-}
-
 __global__ void rms_norm_kernel(TView d, TView a, float eps) {
   __shared__ double sh[32];
   const int64_t r = blockIdx.x;
@@ -80,10 +59,7 @@ __global__ void rms_norm_kernel(TView d, TView a, float eps) {
   const float *src = rowp(a, i1, i2, i3);
   float *dst = rowp(d, i1, i2, i3);
   const int64_t n = d.ne[0];
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(src[i] * src[i]);
-  s = block_sum(s, sh);
-  const float scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(n)) + eps);
+  const float scale = rms_row_scale(src, n, eps, static_cast<int>(blockDim.x), sh);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i] * scale;
 }
 
@@ -92,21 +68,7 @@ __global__ void softmax_kernel(TView d, TView a) {
   __shared__ double shd[32];
   const int64_t r = blockIdx.x;
   const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
-  const float *src = rowp(a, i1, i2, i3);
-  float *dst = rowp(d, i1, i2, i3);
-  const int64_t n = d.ne[0];
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, src[i]);
-  mx = block_max(mx, shf);
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float e = expf(src[i] - mx);
-    dst[i] = e;
-    s += e;
-  }
-  s = block_sum(s, shd);
-  const float inv = static_cast<float>(1.0 / s);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] *= inv;
+  softmax_row(rowp(a, i1, i2, i3), rowp(d, i1, i2, i3), d.ne[0], shf, shd);
 }
 
 // Rows are short (k experts): one thread per row, serial float sum like the reference.
@@ -120,8 +82,6 @@ __global__ void norm_sum_kernel(TView d, TView a, int64_t nrows) {
   for (int64_t i = 0; i < d.ne[0]; ++i) s += src[i];
   for (int64_t i = 0; i < d.ne[0]; ++i) dst[i] = src[i] / s;
 }
-
-int threads_for(int64_t n) { return n >= 256 ? 256 : n > 64 ? 128 : 64; }
 
 }  // namespace
 
@@ -142,7 +102,7 @@ void cuda_op_elementwise(const CudaOpCtx &c) {
     default: op = kCopy; break;
   }
   TView b = n.src[1] >= 0 ? tview(c.src(1)) : tview(c.src(0));
-  ew_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), b, op, n.fp[0], n.fp[1],
+  ew_kernel<<<static_cast<unsigned>(rows), row_threads(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), b, op, n.fp[0], n.fp[1],
                                                                                   static_cast<int64_t>(n.ip[0]));
   MOE_CUDA_LAUNCH_CHECK("ew_kernel");
 }
@@ -152,10 +112,10 @@ void cuda_op_rowwise(const CudaOpCtx &c) {
   const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
   if (rows == 0 || n.ne[0] == 0) return;
   if (n.op == Op::RmsNorm) {
-    rms_norm_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), n.fp[0]);
+    rms_norm_kernel<<<static_cast<unsigned>(rows), row_threads(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), n.fp[0]);
     MOE_CUDA_LAUNCH_CHECK("rms_norm_kernel");
   } else if (n.op == Op::Softmax) {
-    softmax_kernel<<<static_cast<unsigned>(rows), threads_for(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)));
+    softmax_kernel<<<static_cast<unsigned>(rows), row_threads(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)));
     MOE_CUDA_LAUNCH_CHECK("softmax_kernel");
   } else {
     norm_sum_kernel<<<static_cast<unsigned>((rows + 127) / 128), 128, 0, c.stream>>>(tview(n), tview(c.src(0)), rows);

@@ -8,6 +8,7 @@
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
@@ -457,7 +458,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const MatmulShape s = shape_of(c.g, c.n);
   if (s.M == 0 || s.rows == 0) return;
   if (c.n.op == Op::MatMulId && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
+  // F16 weights with one column or experts: half-precision sums like the reference.
   if (cuda_f16_halfsum_applies(c.g, c.n)) return cuda_op_matmul_f16_halfsum(c);
+  // One column (decode): rounding inside the mat-vec, no extra launch (ops/matvec.cu).
+  if (s.NT == 1 && cuda_matvec(c)) return;
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
   float *Y = static_cast<float *>(c.n.data);
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
@@ -468,7 +472,8 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
   if (s.NT == 1) {
-    // One column (decode): no routing tables; experts come straight from ids.
+    // One column that cuda_matvec does not take (activations too large for its shared
+    // memory): no routing tables; experts come straight from ids.
     const bool moe = c.n.op == Op::MatMulId;
     const dim3 grid(grid_x.x, moe ? static_cast<unsigned>(s.n_used) : 1u);
     launch_mmv1(w.type, grid, c.stream, W, w.nb[1], moe ? w.nb[2] : 0, static_cast<int>(s.K), static_cast<int>(s.M),

@@ -3,48 +3,17 @@
 // lookup / row selection) for every weight type.
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/quant.cuh"
+#include "backends/cuda/ops/top_k.cuh"
 
 namespace moe {
 
 namespace {
 
-constexpr int kSlots = kCudaMaxExperts / 32;
-
-// k rounds of "largest not yet taken, lowest index on ties", as the reference.
 __global__ void top_k_kernel(TView x, TView d, int k, int64_t T) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= T) return;
-  const int lane = threadIdx.x & 31;
-  const int E = static_cast<int>(x.ne[0]);
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[1]);
-  int32_t *dst = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(d.data) + t * d.nb[1]);
-  float v[kSlots];
-  unsigned taken = 0;
-#pragma unroll
-  for (int q = 0; q < kSlots; ++q) {
-    const int e = lane + 32 * q;
-    v[q] = e < E ? src[e] : 0.0f;
-    if (e >= E) taken |= 1u << q;
-  }
-  for (int j = 0; j < k; ++j) {
-    float bv = 0.0f;
-    int bi = -1;
-#pragma unroll
-    for (int q = 0; q < kSlots; ++q) {
-      if (taken & (1u << q)) continue;
-      const int e = lane + 32 * q;
-      if (bi < 0 || v[q] > bv) { bv = v[q]; bi = e; }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      const bool better = oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi));
-      if (better) { bv = ov; bi = oi; }
-    }
-    if (lane == 0) dst[j] = bi;
-    if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
-  }
+  warp_top_k(src, static_cast<int>(x.ne[0]), k, reinterpret_cast<int32_t *>(static_cast<uint8_t *>(d.data) + t * d.nb[1]));
 }
 
 __global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64_t T) {

@@ -1,0 +1,324 @@
+// Fusion plan: pattern matching over a compiled graph (see cuda_fusion.h for the rules).
+#include "backends/cuda/cuda_fusion.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace moe {
+
+namespace {
+
+std::atomic<bool> g_fusion{true};
+
+// The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
+// those kinds are planned (0: never, e.g. to measure without them).
+#ifndef MOE_CUDA_FUSED_MATVEC
+#define MOE_CUDA_FUSED_MATVEC 1
+#endif
+
+bool is_compute(const Node &n) { return n.op != Op::Leaf && n.op != Op::View; }
+bool f32_rows(const Node &n) { return n.type == DType::F32 && n.nb[0] == 4; }
+
+struct Range {
+  int device;
+  size_t lo, hi;
+};
+
+class Matcher {
+public:
+  explicit Matcher(const Graph &g) : g_(g), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
+                                     output_(static_cast<size_t>(n_), false) {
+    for (const Node &nd : g.nodes())
+      for (int s : nd.src)
+        if (s >= 0) uses_[static_cast<size_t>(s)]++;
+    for (int o : g.outputs()) output_[static_cast<size_t>(o)] = true;
+  }
+
+  FusionPlan run() {
+    FusionPlan p;
+    p.group_of.assign(static_cast<size_t>(n_), -1);
+    for (int i = 0; i < n_; ++i) {
+      if (!is_compute(g_.node(i))) continue;
+      FusedGroup grp;
+      if (!match_at(i, grp) || !safe(grp)) continue;
+      grp.first = grp.members.front();
+      grp.last = grp.members.back();
+      grp.label = "fused:";
+      for (size_t k = 0; k < grp.members.size(); ++k)
+        grp.label += std::string(k ? "+" : "") + op_name(g_.node(grp.members[k]).op);
+      for (int k = grp.first; k <= grp.last; ++k) p.group_of[static_cast<size_t>(k)] = static_cast<int>(p.groups.size());
+      i = grp.last;
+      p.groups.push_back(std::move(grp));
+    }
+    return p;
+  }
+
+private:
+  const Node &nd(int i) const { return g_.node(i); }
+  // Next node that runs (skipping leaves and views), or -1.
+  int next(int i) const {
+    for (int k = i + 1; k < n_; ++k)
+      if (is_compute(nd(k))) return k;
+    return -1;
+  }
+  // Read only by its one consumer inside the group and not a graph output.
+  bool private_to_group(int i) const { return uses_[static_cast<size_t>(i)] == 1 && !output_[static_cast<size_t>(i)]; }
+  bool read_outside(int i, int n_inside) const {
+    return uses_[static_cast<size_t>(i)] > n_inside || output_[static_cast<size_t>(i)];
+  }
+  bool same_place(int a, int b) const { return nd(a).device == nd(b).device && nd(a).segment == nd(b).segment; }
+  int other_src(const Node &add, int x) const { return add.src[0] == x ? add.src[1] : add.src[0]; }
+  bool same_shape(const Node &a, const Node &b) const {
+    for (int d = 0; d < 4; ++d)
+      if (a.ne[d] != b.ne[d]) return false;
+    return true;
+  }
+
+  bool match_at(int i, FusedGroup &grp) const {
+    switch (nd(i).op) {
+      case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
+      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp);
+      case Op::Softmax: return match_router(i, grp);
+      case Op::RmsNorm: case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
+      default: return false;
+    }
+  }
+
+  // Add(mm, r) or Add(r, mm) right after a one-token MatMul.
+  bool match_matmul_add(int i, FusedGroup &grp) const {
+    if (!MOE_CUDA_FUSED_MATVEC) return false;
+    const Node &mm = nd(i);
+    const int a = next(i);
+    if (a < 0 || nd(a).op != Op::Add || !same_place(i, a) || !private_to_group(i)) return false;
+    if (mm.ne[1] * mm.ne[2] * mm.ne[3] != 1) return false;
+    const Node &add = nd(a);
+    if ((add.src[0] == i) == (add.src[1] == i)) return false;
+    const Node &r = nd(other_src(add, i));
+    if (!f32_rows(add) || !f32_rows(r) || !f32_rows(mm) || !same_shape(r, add) || !same_shape(mm, add)) return false;
+    grp.kind = FusedKind::MatMulAdd;
+    grp.members = {i, a};
+    grp.written = {a};
+    return true;
+  }
+
+  // MatMulId(up|gate, x, ids), MatMulId(gate|up, x, ids), SwiGLU(gate, up); or the same with
+  // two MatMul (dense or shared-expert FFN); one token.
+  bool match_gate_up(int i, FusedGroup &grp) const {
+    if (!MOE_CUDA_FUSED_MATVEC) return false;
+    const int j = next(i);
+    if (j < 0 || nd(j).op != nd(i).op) return false;
+    const int s = next(j);
+    if (s < 0 || nd(s).op != Op::SwiGLU || !same_place(i, j) || !same_place(i, s)) return false;
+    const Node &a = nd(i), &b = nd(j), &sw = nd(s);
+    const bool moe = a.op == Op::MatMulId;
+    if (a.src[1] != b.src[1] || (moe && a.src[2] != b.src[2]) || !same_shape(a, b)) return false;
+    if (moe ? a.ne[2] != 1 : a.ne[1] * a.ne[2] * a.ne[3] != 1) return false;
+    const bool ab = sw.src[0] == j && sw.src[1] == i, ba = sw.src[0] == i && sw.src[1] == j;
+    if (!(ab || ba) || !private_to_group(i) || !private_to_group(j) || !f32_rows(sw)) return false;
+    grp.kind = FusedKind::GateUpSwiGLU;
+    grp.members = {i, j, s};
+    grp.written = {s};
+    return true;
+  }
+
+  // MatMulId(down, act, ids), MoeCombine(down, weights) [, Add(combine, r) / Add(r, combine)]; one token.
+  bool match_down(int i, FusedGroup &grp) const {
+    if (!MOE_CUDA_FUSED_MATVEC) return false;
+    const int c = next(i);
+    if (c < 0 || nd(c).op != Op::MoeCombine || nd(c).src[0] != i || !same_place(i, c) || !private_to_group(i)) return false;
+    if (nd(i).ne[2] != 1 || !f32_rows(nd(c))) return false;
+    grp.kind = FusedKind::DownCombine;
+    grp.members = {i, c};
+    const int a = next(c);
+    if (a >= 0 && nd(a).op == Op::Add && same_place(i, a) && private_to_group(c) && (nd(a).src[0] == c) != (nd(a).src[1] == c)) {
+      const Node &r = nd(other_src(nd(a), c));
+      if (f32_rows(nd(a)) && f32_rows(r) && same_shape(r, nd(a)) && same_shape(nd(c), nd(a))) grp.members.push_back(a);
+    }
+    grp.written = {grp.members.back()};
+    return true;
+  }
+
+  // Softmax(l) -> TopK(probs) -> GatherCols(probs, ids) [-> NormSum].
+  bool match_router(int i, FusedGroup &grp) const {
+    const Node &sm = nd(i);
+    const int t = next(i);
+    if (t < 0 || nd(t).op != Op::TopK || nd(t).src[0] != i || !same_place(i, t)) return false;
+    const int gc = next(t);
+    if (gc < 0 || nd(gc).op != Op::GatherCols || nd(gc).src[0] != i || nd(gc).src[1] != t || !same_place(i, gc)) return false;
+    const int64_t E = sm.ne[0], k = nd(t).ne[0];
+    if (!f32_rows(sm) || !f32_rows(nd(sm.src[0])) || E > kCudaMaxExperts || k > 32 || k > E) return false;
+    if (sm.ne[2] != 1 || sm.ne[3] != 1 || nd(t).ne[1] != sm.ne[1] || !f32_rows(nd(gc))) return false;
+    grp.kind = FusedKind::Router;
+    grp.members = {i, t, gc};
+    const int ns = next(gc);
+    if (ns >= 0 && nd(ns).op == Op::NormSum && nd(ns).src[0] == gc && private_to_group(gc) && same_place(i, ns) && f32_rows(nd(ns)))
+      grp.members.push_back(ns);
+    if (read_outside(i, 2)) grp.written.push_back(i);
+    grp.written.push_back(t);
+    if (grp.members.size() == 3) grp.written.push_back(gc);
+    else grp.written.push_back(grp.members.back());
+    return true;
+  }
+
+  // Can node j extend a chain whose tail is p (p -> j)?
+  bool chain_step_ok(int p, int j) const {
+    const Op a = nd(p).op, b = nd(j).op;
+    return (a == Op::RmsNorm && b == Op::Mul) || (a == Op::Mul && (b == Op::Rope || b == Op::KvStore)) ||
+           (a == Op::Rope && b == Op::KvStore);
+  }
+
+  // Per-node checks of the fused row-chain kernel (rows of ne0 F32 values).
+  bool row_node_ok(int j) const {
+    const Node &n = nd(j);
+    const Node &x = nd(n.src[0]);
+    if (x.type != DType::F32 || x.nb[0] != 4 || x.ne[0] > kMaxFusedRow || x.ne[0] < 1) return false;
+    switch (n.op) {
+      case Op::RmsNorm: return f32_rows(n);
+      case Op::Mul: {
+        const Node &w = nd(n.src[1]);
+        return f32_rows(n) && w.type == DType::F32 && w.nb[0] == 4 && w.ne[0] == n.ne[0] && w.ne[1] == 1 && w.ne[2] == 1 &&
+               w.ne[3] == 1;
+      }
+      case Op::Rope:
+        return f32_rows(n) && n.ne[3] == 1 && n.rope.n_rot <= kMaxRopeDims && n.rope.n_rot <= n.ne[0] && n.rope.n_rot % 2 == 0 &&
+               nd(n.src[1]).ne[0] == n.ne[2];
+      case Op::KvStore:
+        // The row of a token is its heads side by side (what the KvStore kernel reads).
+        return x.ne[3] == 1 && n.ip[0] == x.ne[0] * x.ne[1] && x.nb[1] == static_cast<size_t>(x.ne[0]) * 4;
+      default: return false;
+    }
+  }
+
+  bool match_row_chains(int i, FusedGroup &grp) const {
+    std::vector<int> tails;  // per chain: its current last node
+    std::vector<int> members;
+    for (int j = i; j >= 0; j = next(j)) {
+      const Node &n = nd(j);
+      if (!(n.op == Op::RmsNorm || n.op == Op::Mul || n.op == Op::Rope || n.op == Op::KvStore) || !same_place(i, j) || !row_node_ok(j))
+        break;
+      // Every source other than the chain predecessor comes from outside the group.
+      bool outside = true;
+      for (int s = 1; s < kMaxSrc; ++s)
+        if (n.src[s] >= 0 && std::find(members.begin(), members.end(), n.src[s]) != members.end()) outside = false;
+      if (!outside) break;
+      auto tail = std::find(tails.begin(), tails.end(), n.src[0]);
+      if (tail != tails.end()) {
+        if (!chain_step_ok(*tail, j) || !private_to_group(*tail)) break;
+        *tail = j;
+      } else {
+        if (n.op == Op::Mul || std::find(members.begin(), members.end(), n.src[0]) != members.end()) break;
+        if (static_cast<int>(tails.size()) == kMaxFusedChains) break;
+        tails.push_back(j);
+      }
+      members.push_back(j);
+    }
+    if (members.size() < 2) return false;
+    grp.kind = FusedKind::RowChains;
+    grp.members = members;
+    for (int t : tails)
+      if (nd(t).op != Op::KvStore) grp.written.push_back(t);
+    return true;
+  }
+
+  // Arena bytes of a node's storage (whole root, conservatively); false for weights/KV tokens.
+  bool range_of(int id, Range &r) const {
+    const Node &n = nd(id);
+    if (n.storage < 0) return false;
+    const Node &root = nd(n.storage);
+    r = {root.device, root.offset, root.offset + root.nbytes()};
+    return true;
+  }
+
+  // A group may write its output over one input of the same layout where each output value
+  // is computed by the thread that read the same input value first: a row chain over its own
+  // input (an in-place RmsNorm; a block stages its row before writing it), a fused Add over
+  // its residual (an in-place Add; y[i] = dot + r[i]).
+  bool same_rows(int w, int x) const {
+    const Node &a = nd(w), &b = nd(x);
+    if (a.storage < 0 || a.storage != b.storage || a.offset != b.offset) return false;
+    for (int d = 0; d < 4; ++d)
+      if (a.ne[d] != b.ne[d] || a.nb[d] != b.nb[d]) return false;
+    return true;
+  }
+
+  bool safe(const FusedGroup &grp) const {
+    struct Access {
+      Range r;
+      int node;
+    };
+    std::vector<Access> wr, rd;
+    Range r;
+    for (int w : grp.written)
+      if (range_of(w, r)) wr.push_back({r, w});
+    for (int m : grp.members) {
+      const Node &n = nd(m);
+      if (n.work_size) wr.push_back({{n.device, n.work_offset, n.work_offset + n.work_size}, -1});
+      for (int s : n.src)
+        if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end() && range_of(s, r)) rd.push_back({r, s});
+    }
+    std::vector<std::pair<int, int>> own;  // (written node, input it may overwrite)
+    if (grp.kind == FusedKind::RowChains)
+      for (const auto &ch : row_chains(g_, grp.members)) own.push_back({ch.back(), nd(ch.front()).src[0]});
+    const Node &last = nd(grp.last_member());
+    if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
+      const int prev = grp.members[grp.members.size() - 2];
+      own.push_back({grp.last_member(), other_src(last, prev)});
+    }
+    for (const Access &a : wr)
+      for (const Access &b : rd) {
+        if (a.r.device != b.r.device || a.r.hi <= b.r.lo || b.r.hi <= a.r.lo) continue;
+        const bool exempt = std::find(own.begin(), own.end(), std::make_pair(a.node, b.node)) != own.end() && same_rows(a.node, b.node);
+        if (!exempt) return false;
+      }
+    return true;
+  }
+
+  const Graph &g_;
+  int n_;
+  std::vector<int> uses_;
+  std::vector<bool> output_;
+};
+
+}  // namespace
+
+void cuda_fusion_enable(bool on) { g_fusion.store(on); }
+bool cuda_fusion_enabled() { return g_fusion.load(); }
+bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
+
+FusionPlan plan_fusion(const Graph &g) { return Matcher(g).run(); }
+
+std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members) {
+  std::vector<std::vector<int>> chains;
+  for (int m : members) {
+    bool appended = false;
+    for (auto &ch : chains)
+      if (ch.back() == g.node(m).src[0]) { ch.push_back(m); appended = true; break; }
+    if (!appended) chains.push_back({m});
+  }
+  return chains;
+}
+
+void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
+  switch (grp.kind) {
+    case FusedKind::RowChains:
+      if (cuda_fused_row_chains_fit(c, grp)) return cuda_fused_row_chains(c, grp);
+      break;
+    case FusedKind::Router: return cuda_fused_router(c, grp);
+#if MOE_CUDA_FUSED_MATVEC
+    case FusedKind::MatMulAdd: return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]));
+    case FusedKind::GateUpSwiGLU: {
+      const Node &sw = c.g.node(grp.members[2]);
+      return cuda_fused_gate_up_swiglu(c, c.g.node(sw.src[1]), c.g.node(sw.src[0]), sw);
+    }
+    case FusedKind::DownCombine:
+      return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]),
+                                     grp.members.size() > 2 ? &c.g.node(grp.members[2]) : nullptr);
+#endif
+    default: break;
+  }
+  // Unfused: the members in their own order (the group is consecutive, so this is the
+  // original schedule).
+  for (int m : grp.members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(m), c.ub, c.kv, c.n_sm});
+}
+
+}  // namespace moe

@@ -1,0 +1,70 @@
+// Kernel fusion in the CUDA executor: a fusion plan lists groups of consecutive graph nodes
+// (Leaf/View nodes between them do not run) that one fused launch computes. The IR and the
+// CPU backend are untouched: fusion is a CUDA-side decision made per compiled graph.
+//
+//   FusionPlan p = plan_fusion(g);           // once per graph (the executor caches it)
+//   int k = p.group_of[i];                   // node i belongs to group k (or -1)
+//   if (i == p.groups[k].last) cuda_run_group(p.groups[k], ctx);  // members before it are skipped
+//
+// A group is formed only when it is safe to run all its members at the position of its last
+// one: every member output that is read outside the group (or is a graph output) is in
+// `written` and the kernel writes it; every other member output has no reader outside the
+// group and is not written at all; nothing the kernel writes (outputs, scratch) overlaps
+// anything it reads from outside the group; all members share a device and a segment.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_ops.h"
+
+namespace moe {
+
+enum class FusedKind : uint8_t {
+  RowChains,     // per-row chains RmsNorm -> Mul(row weight) -> Rope -> KvStore (any suffix/prefix; up to 4 chains)
+  Router,        // Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating)
+  MatMulAdd,     // MatMul + Add (T = 1)
+  GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
+  DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1)
+};
+
+struct FusedGroup {
+  FusedKind kind = FusedKind::RowChains;
+  int first = 0, last = 0;     // node index range [first, last]
+  std::vector<int> members;    // the compute nodes in it, in order
+  std::vector<int> written;    // member outputs the fused kernel writes
+  std::string label;           // "fused:rms_norm+mul" (per-op profiler)
+  int last_member() const { return members.back(); }
+};
+
+struct FusionPlan {
+  std::vector<FusedGroup> groups;
+  std::vector<int> group_of;   // per node: the group whose range holds it, or -1
+};
+
+// Process-wide switch (tests compare fused and unfused runs); on by default. The executor
+// reads it once per pass.
+void cuda_fusion_enable(bool on);
+bool cuda_fusion_enabled();
+// Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine) are planned: their
+// launchers live in ops/matmul.cu and are used once they exist (MOE_CUDA_FUSED_MATVEC).
+bool cuda_fused_matvec_available();
+
+FusionPlan plan_fusion(const Graph &g);
+
+// The chains of a RowChains group: each chain lists member ids; a chain's first node reads
+// its input (src0) from outside the group, every later node reads the previous one.
+constexpr int kMaxFusedChains = 4;
+constexpr int64_t kMaxFusedRow = 8192;  // values per row (the row is staged in shared memory)
+std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members);
+
+// Runs a group; c.n is the group's last node. Falls back to the members' own launchers
+// where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
+void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
+
+// Fused kernels (ops/fused.cu).
+void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp);
+void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp);
+bool cuda_fused_row_chains_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run-time checks (KV type)
+
+}  // namespace moe

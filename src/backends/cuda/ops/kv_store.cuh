@@ -1,0 +1,38 @@
+// Writing F32 values into a KV cache row (F32 / F16 / Q8_0 cells), shared by the KvStore
+// kernel (attention.cu) and the fused head-norm chains (fused.cu) so both store alike.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "quant/dtype.h"
+
+namespace moe {
+
+// One Q8_0 block of 32 values, one per lane of the calling warp (all 32 lanes call it).
+__device__ __forceinline__ void kv_store_q8_0_block(float v, uint8_t *blk) {
+  const int lane = threadIdx.x & 31;
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  if (lane == 0) *reinterpret_cast<__half *>(blk) = __float2half_rn(d);
+  blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(v * id)));
+}
+
+// Values [0, n) of a cache row starting at element e0 of the row (e0 a multiple of 32 for
+// Q8_0, n too). Block-wide: every thread of the block calls it (Q8_0 uses whole warps).
+__device__ __forceinline__ void kv_store_values(const float *src, int64_t n, uint8_t *row, int64_t e0, int kt) {
+  if (kt == static_cast<int>(DType::F32)) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) reinterpret_cast<float *>(row)[e0 + i] = src[i];
+  } else if (kt == static_cast<int>(DType::F16)) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) reinterpret_cast<__half *>(row)[e0 + i] = __float2half_rn(src[i]);
+  } else {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t b = warp; b < n / 32; b += nw) kv_store_q8_0_block(src[b * 32 + lane], row + (e0 / 32 + b) * 34);
+  }
+}
+
+}  // namespace moe

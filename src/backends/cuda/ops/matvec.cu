@@ -1,0 +1,539 @@
+// Decode mat-vec: one activation column against a weight matrix (MatMul / MatMulId with one
+// token), and the fused one-token groups MatMul + Add, gate/up MatMulId + SwiGLU and down
+// MatMulId + MoeCombine (+ Add). Memory-bound: a token reads every weight byte once.
+//
+// A block of 8 warps owns a few weight rows. Each warp owns J "jobs" (weight rows: a row
+// pair, a gate row and its up row, or one output row of J experts) and walks K in chunks
+// of CH elements: for every job it first issues all its coalesced 16-byte loads of the
+// chunk's GGUF blocks (plus up to 30 bytes of alignment cover) into registers, then, one job
+// at a time, stores them to the warp's shared staging buffer and lets each lane decode
+// 32-weight sub-blocks from there with integer dot products against int8 activations.
+// The activations are rounded once per block into shared memory (int8 + scale per 32,
+// exactly the Q8_0 / Q8_K values act_round_kernel produces), while the first chunk's
+// weight loads are in flight. Plain weights (F32/F16/BF16) read the activation from global
+// memory (rounded elementwise on the fly) and need no staging.
+#include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/matvec_units.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kMvWarps = 8;
+constexpr int kMvThreads = kMvWarps * 32;
+constexpr int kMvSmemMax = 48 * 1024;  // no opt-in to larger dynamic shared memory
+constexpr int kRowsPlain = kMvWarps * 2;  // a row pair per warp
+constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row per warp
+
+// Kernel shapes: J jobs per warp, chunks of CH elements.
+constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
+constexpr int kJDown = 4, kChDown = 1024;  // down + combine: 4 experts at a time
+
+enum MvMode : int { kModeRows, kModeGateUp, kModeDown };
+
+struct MvArgs {
+  const uint8_t *w, *w2;   // weights; w2: up of gate/up
+  int64_t rb, eb, rb2, eb2;  // row and expert strides (bytes)
+  int K, M;
+  const uint8_t *x;        // activations, slot s at x + s * x_nb1
+  int64_t x_nb1;
+  int X;                   // activation slots: 1 (shared) or one per expert slot
+  const int32_t *ids;      // expert ids [n_used] or null (plain MatMul)
+  int E, n_used;
+  const float *cw;         // combine weights [n_used] (down)
+  const float *add;        // residual row [M] or null
+  float *y;
+  int mode;
+};
+
+constexpr DType act_type(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4 ? DType::Q8_0 : DType::Q8_K;
+}
+
+template <DType T> constexpr int qk() { return BlockInfo<T>::qk; }
+
+// 16-byte loads per lane for one job's chunk: the chunk's blocks plus <= 30 bytes of cover.
+template <DType T, int CH> constexpr int loads_per_lane() { return (CH / qk<T>() * BlockInfo<T>::bytes + 30 + 511) / 512; }
+template <DType T, int CH> constexpr int stage_bytes() {
+  if constexpr (is_plain(T)) return 0;  // plain weights are not staged
+  else return loads_per_lane<T, CH>() * 512 + 16;
+}
+
+// Shared memory: [warp staging buffers][int8 x: slots * K][scale per 32: float][sum per 16: int].
+struct MvSmem {
+  int xq, xd, xs, total;
+};
+__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots) {
+  MvSmem s;
+  s.xq = kMvWarps * stage;
+  s.xd = s.xq + slots * K;
+  s.xs = s.xd + slots * (K / 32) * 4;
+  s.total = s.xs + slots * (K / 16) * 4;
+  return s;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Rounds activation slots [first, first + n) into shared memory, the same values as
+// act_round_kernel: a warp takes 256 elements (one Q8_K block, eight Q8_0 blocks), a lane 8.
+// Every thread of the block must call it (it ends with no barrier; the caller syncs).
+template <DType V>
+__device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs) {
+  const int K = a.K, ng = (K + 255) / 256;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int t = warp; t < n * ng; t += kMvWarps) {
+    const int s = t / ng, i0 = (t % ng) * 256 + lane * 8;
+    const float *src = reinterpret_cast<const float *>(a.x + (first + s) * a.x_nb1);
+    const bool in = i0 < K;  // K % 32 == 0: a lane's 8 values are all in or all out
+    float v[8];
+    if (in && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+      const float4 p = reinterpret_cast<const float4 *>(src + i0)[0], q = reinterpret_cast<const float4 *>(src + i0)[1];
+      v[0] = p.x; v[1] = p.y; v[2] = p.z; v[3] = p.w; v[4] = q.x; v[5] = q.y; v[6] = q.z; v[7] = q.w;
+    } else {
+#pragma unroll
+      for (int l = 0; l < 8; ++l) v[l] = in ? src[i0 + l] : 0.0f;
+    }
+    int q[8];
+    float scale;
+    if constexpr (V == DType::Q8_0) {
+      float amax = 0.0f;
+#pragma unroll
+      for (int l = 0; l < 8; ++l) amax = fmaxf(amax, fabsf(v[l]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      scale = __half2float(__float2half_rn(d));
+#pragma unroll
+      for (int l = 0; l < 8; ++l) q[l] = static_cast<int>(roundf(v[l] * id));
+    } else {
+      // Largest magnitude over the 256, first index on ties (the reference scans with '>').
+      float am = 0.0f, mv = 0.0f;
+      int idx = 1 << 30;
+#pragma unroll
+      for (int l = 0; l < 8; ++l)
+        if (fabsf(v[l]) > am) { am = fabsf(v[l]); mv = v[l]; idx = i0 + l; }
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float oa = __shfl_xor_sync(0xffffffffu, am, o), ov = __shfl_xor_sync(0xffffffffu, mv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > am || (oa == am && oi < idx)) { am = oa; mv = ov; idx = oi; }
+      }
+      if (am == 0.0f) {
+        scale = 0.0f;
+#pragma unroll
+        for (int l = 0; l < 8; ++l) q[l] = 0;
+      } else {
+        const float iscale = -127.0f / mv;
+        scale = 1.0f / iscale;
+#pragma unroll
+        for (int l = 0; l < 8; ++l) q[l] = min(__float2int_rn(iscale * v[l]), 127);
+      }
+    }
+    const int part = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
+    const int half = part + __shfl_xor_sync(0xffffffffu, part, 1);  // lanes 2k, 2k+1: one 16-value half
+    if (in) {
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int l = 0; l < 4; ++l) {
+        lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
+        hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
+      }
+      reinterpret_cast<uint2 *>(xq + s * K + i0)[0] = make_uint2(lo, hi);
+      if ((lane & 3) == 0) xd[s * (K / 32) + i0 / 32] = scale;
+      if ((lane & 1) == 0) xs[s * (K / 16) + i0 / 16] = half;
+    }
+  }
+}
+
+// Shared-memory views of the rounded activations.
+struct XSmem {
+  int8_t *q;
+  float *d;
+  int *s;
+};
+
+// Lane partial sums of J weight rows (quantized types) against their activation slots.
+// jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0); xs_slot[k]: shared-memory slot.
+// round_first: this call rounds the activations (slots [x_first, x_first + x_n)) after the
+// first chunk's loads are issued; then every thread of the block must make the call.
+template <DType T, int J, int CH>
+__device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&slot)[J],
+                           bool round_first, int x_first, int x_n, uint8_t *stage, const XSmem &xm, float (&acc)[J]) {
+  constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, UPB = QK / 32, NL = loads_per_lane<T, CH>();
+  const int lane = threadIdx.x & 31, K = a.K;
+  for (int c0 = 0; c0 < K; c0 += CH) {
+    const int ne = min(CH, K - c0), nbytes = ne / QK * BS;
+    uint4 buf[J][NL];
+    int head[J];
+#pragma unroll
+    for (int k = 0; k < J; ++k) {
+      const uint8_t *p = wr[k] + static_cast<int64_t>(c0 / QK) * BS;
+      const uint4 *p16 = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
+      head[k] = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
+      const int np = (head[k] + nbytes + 15) >> 4;
+      // Unconditional loads (so all of them issue at once): lanes past the cover re-read its
+      // last piece; skipped jobs read a valid row that is never used.
+#pragma unroll
+      for (int t = 0; t < NL; ++t) buf[k][t] = __ldg(p16 + min(lane + 32 * t, np - 1));
+    }
+    if (round_first && c0 == 0) {
+      round_slots<act_type(T)>(a, x_first, x_n, xm.q, xm.d, xm.s);
+      __syncthreads();
+    }
+#pragma unroll
+    for (int k = 0; k < J; ++k) {
+      __syncwarp();
+#pragma unroll
+      for (int t = 0; t < NL; ++t) reinterpret_cast<uint4 *>(stage)[lane + 32 * t] = buf[k][t];
+      __syncwarp();
+      if (!ok[k]) continue;
+      const uint8_t *cb = stage + head[k];
+      const int x0 = slot[k] * K + c0;
+      for (int u = lane; u < ne / 32; u += 32) {
+        const int e = x0 + 32 * u;  // element index in the slot array
+        const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
+        acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
+      }
+    }
+  }
+}
+
+// Activation rounding of plain weight types, elementwise (as act_round_kernel).
+template <DType T> __device__ __forceinline__ float round_plain(float v) {
+  if constexpr (T == DType::F16) return __half2float(__float2half_rn(v));
+  else if constexpr (T == DType::BF16) return __bfloat162float(__float2bfloat16_rn(v));
+  else return v;
+}
+
+// 8 consecutive weights of a plain row from 16-byte aligned memory.
+template <DType T> __device__ __forceinline__ void load8(const uint8_t *row, int i, float (&w)[8]) {
+  if constexpr (T == DType::F32) {
+    const float4 p = __ldg(reinterpret_cast<const float4 *>(row) + i / 4), q = __ldg(reinterpret_cast<const float4 *>(row) + i / 4 + 1);
+    w[0] = p.x; w[1] = p.y; w[2] = p.z; w[3] = p.w; w[4] = q.x; w[5] = q.y; w[6] = q.z; w[7] = q.w;
+  } else {
+    const uint4 p = __ldg(reinterpret_cast<const uint4 *>(row) + i / 8);
+    const uint32_t u[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      if constexpr (T == DType::F16) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&u[h]));
+        w[2 * h] = f.x;
+        w[2 * h + 1] = f.y;
+      } else {
+        w[2 * h] = __uint_as_float(u[h] << 16);
+        w[2 * h + 1] = __uint_as_float(u[h] & 0xFFFF0000u);
+      }
+    }
+  }
+}
+
+// Lane partial sums of J plain-type rows against f32 activation rows xr[k].
+template <DType T, int J>
+__device__ void plain_dots(int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const float *const (&xr)[J], float (&acc)[J]) {
+  const int lane = threadIdx.x & 31;
+  bool vec = K % 8 == 0;  // warp-uniform
+#pragma unroll
+  for (int k = 0; k < J; ++k)
+    vec = vec && (reinterpret_cast<uintptr_t>(wr[k]) & 15) == 0 && (reinterpret_cast<uintptr_t>(xr[k]) & 15) == 0;
+  if (!vec) {
+    for (int i = lane; i < K; i += 32)
+#pragma unroll
+      for (int k = 0; k < J; ++k)
+        if (ok[k]) acc[k] += plain_at<T>(wr[k], i) * round_plain<T>(__ldg(xr[k] + i));
+    return;
+  }
+  constexpr int U = J <= 2 ? 4 : 2;  // 8-weight pieces per lane per job in flight (<= 8 per lane)
+  // Loads are unconditional (indices clamped into the row; rows of skipped jobs point at a
+  // valid row), so all of them issue before the first use; the sums are guarded instead.
+  for (int base = 0; base < K; base += 256 * U) {
+    float w[J][U][8], x[J][U][8];
+#pragma unroll
+    for (int k = 0; k < J; ++k)
+#pragma unroll
+      for (int u = 0; u < U; ++u) load8<T>(wr[k], min(base + 256 * u + 8 * lane, K - 8), w[k][u]);
+#pragma unroll
+    for (int k = 0; k < J; ++k)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float4 *p = reinterpret_cast<const float4 *>(xr[k] + min(base + 256 * u + 8 * lane, K - 8));
+        const float4 a = __ldg(p), b = __ldg(p + 1);
+        x[k][u][0] = a.x; x[k][u][1] = a.y; x[k][u][2] = a.z; x[k][u][3] = a.w;
+        x[k][u][4] = b.x; x[k][u][5] = b.y; x[k][u][6] = b.z; x[k][u][7] = b.w;
+      }
+#pragma unroll
+    for (int k = 0; k < J; ++k)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (!ok[k] || base + 256 * u + 8 * lane >= K) continue;
+#pragma unroll
+        for (int l = 0; l < 8; ++l) acc[k] += w[k][u][l] * round_plain<T>(x[k][u][l]);
+      }
+  }
+}
+
+template <DType T, int J, int CH>
+__device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
+                                         bool round_first, int x_first, int x_n, uint8_t *stage, const XSmem &xm, float (&acc)[J]) {
+#pragma unroll
+  for (int k = 0; k < J; ++k) acc[k] = 0.0f;
+  if constexpr (is_plain(T)) {
+    const float *xr[J];
+#pragma unroll
+    for (int k = 0; k < J; ++k) xr[k] = reinterpret_cast<const float *>(a.x + xslot[k] * a.x_nb1);
+    plain_dots<T, J>(a.K, wr, ok, xr, acc);
+  } else {
+    int slot[J];
+#pragma unroll
+    for (int k = 0; k < J; ++k) slot[k] = xslot[k] - x_first;
+    quant_dots<T, J, CH>(a, wr, ok, slot, round_first, x_first, x_n, stage, xm, acc);
+  }
+}
+
+template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MvArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int stage_sz = stage_bytes<T, CH>();
+  const int x_n = a.mode == kModeDown ? a.X : 1;
+  const MvSmem L = mv_smem(stage_sz, a.K, x_n);
+  const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
+  uint8_t *stage = smem + warp * stage_sz;
+  const uint8_t *wr[J];
+  bool ok[J];
+  int xslot[J];
+  float acc[J];
+  if constexpr (J == kJDown) {
+    // One output row per warp; J experts at a time, combined in slot order j = 0, 1, ...
+    const int row = blockIdx.x * kRowsOne + warp;
+    float out = 0.0f;
+    for (int j0 = 0; j0 < a.n_used; j0 += J) {
+#pragma unroll
+      for (int k = 0; k < J; ++k) {
+        const int j = j0 + k;
+        const int e = j < a.n_used ? a.ids[j] : -1;
+        ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
+        wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
+        xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
+      }
+      row_dots<T, J, CH>(a, wr, ok, xslot, j0 == 0, 0, x_n, stage, xm, acc);
+#pragma unroll
+      for (int k = 0; k < J; ++k) {
+        const float v = warp_sum(acc[k]);
+        if (ok[k]) out += v * a.cw[j0 + k];
+      }
+    }
+    if (lane == 0 && row < a.M) a.y[row] = a.add ? out + a.add[row] : out;
+  } else {
+    const int j = blockIdx.y;
+    const int xs0 = a.X == 1 ? 0 : j;
+    int e = 0;
+    bool e_ok = true;
+    if (a.ids) {
+      e = a.ids[j];
+      e_ok = e >= 0 && e < a.E;
+    }
+    const bool gu = a.mode == kModeGateUp;
+    const int row0 = gu ? blockIdx.x * kRowsOne + warp : blockIdx.x * kRowsPlain + 2 * warp;
+#pragma unroll
+    for (int k = 0; k < J; ++k) {
+      const int row = gu ? row0 : row0 + k;
+      ok[k] = e_ok && row < a.M;
+      const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
+                                         : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb;
+      wr[k] = ok[k] ? base : a.w;
+      xslot[k] = xs0;
+    }
+    row_dots<T, J, CH>(a, wr, ok, xslot, true, xs0, 1, stage, xm, acc);
+    float v[J];
+#pragma unroll
+    for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
+    float *yj = a.y + static_cast<int64_t>(j) * a.M;
+    if (lane == 0) {
+      if (gu) {
+        if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
+      } else {
+#pragma unroll
+        for (int k = 0; k < J; ++k) {
+          const int row = row0 + k;
+          if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
+        }
+      }
+    }
+  }
+}
+
+int stage_size(DType t, bool down) {
+  switch (t) {
+#define MOE_MV_STAGE(TY) \
+  case TY: return down ? stage_bytes<TY, kChDown>() : stage_bytes<TY, kChPair>();
+    MOE_MV_STAGE(DType::Q4_0)
+    MOE_MV_STAGE(DType::Q8_0)
+    MOE_MV_STAGE(DType::MXFP4)
+    MOE_MV_STAGE(DType::Q2_K)
+    MOE_MV_STAGE(DType::Q3_K)
+    MOE_MV_STAGE(DType::Q4_K)
+    MOE_MV_STAGE(DType::Q5_K)
+    MOE_MV_STAGE(DType::Q6_K)
+#undef MOE_MV_STAGE
+    default: return 0;  // plain types
+  }
+}
+
+bool type_ok(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q8_0: case DType::MXFP4:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+// Dynamic shared memory of a launch, or -1 when it does not fit.
+int smem_bytes(DType t, int K, int x_n, bool down) {
+  if (is_plain(t)) return 0;
+  if (static_cast<int64_t>(K) * x_n > kMvSmemMax) return -1;
+  const int64_t total = mv_smem(stage_size(t, down), K, x_n).total;
+  return total <= kMvSmemMax ? static_cast<int>(total) : -1;
+}
+
+void launch(DType t, bool down, dim3 grid, int smem, cudaStream_t s, const MvArgs &a) {
+  const dim3 block(kMvThreads);
+#define MOE_MV_CASE(TY)                                                                          \
+  case TY:                                                                                       \
+    if (down) matvec_kernel<TY, kJDown, kChDown><<<grid, block, static_cast<size_t>(smem), s>>>(a); \
+    else matvec_kernel<TY, kJPair, kChPair><<<grid, block, static_cast<size_t>(smem), s>>>(a);     \
+    break;
+  switch (t) {
+    MOE_MV_CASE(DType::F32)
+    MOE_MV_CASE(DType::F16)
+    MOE_MV_CASE(DType::BF16)
+    MOE_MV_CASE(DType::Q4_0)
+    MOE_MV_CASE(DType::Q8_0)
+    MOE_MV_CASE(DType::MXFP4)
+    MOE_MV_CASE(DType::Q2_K)
+    MOE_MV_CASE(DType::Q3_K)
+    MOE_MV_CASE(DType::Q4_K)
+    MOE_MV_CASE(DType::Q5_K)
+    MOE_MV_CASE(DType::Q6_K)
+    default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_MV_CASE
+  MOE_CUDA_LAUNCH_CHECK("matvec_kernel");
+}
+
+// Fields common to every mode, from a MatMul / MatMulId node with one token.
+MvArgs args_of(const Graph &g, const Node &mm, float *y) {
+  const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
+  MvArgs a{};
+  a.w = static_cast<const uint8_t *>(w.data);
+  a.rb = static_cast<int64_t>(w.nb[1]);
+  a.K = static_cast<int>(w.ne[0]);
+  a.M = static_cast<int>(w.ne[1]);
+  a.x = static_cast<const uint8_t *>(x.data);
+  a.x_nb1 = static_cast<int64_t>(x.nb[1]);
+  a.X = 1;
+  a.E = 1;
+  a.n_used = 1;
+  if (mm.op == Op::MatMulId) {
+    const Node &ids = g.node(mm.src[2]);
+    a.eb = static_cast<int64_t>(w.nb[2]);
+    a.E = static_cast<int>(w.ne[2]);
+    a.X = static_cast<int>(x.ne[1]);
+    a.ids = static_cast<const int32_t *>(ids.data);
+    a.n_used = static_cast<int>(ids.ne[0]);
+  }
+  a.y = y;
+  a.mode = kModeRows;
+  return a;
+}
+
+// One token, a supported type, contiguous f32 activation rows.
+bool one_token_ok(const Graph &g, const Node &mm) {
+  if (mm.op != Op::MatMul && mm.op != Op::MatMulId) return false;
+  const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
+  if (!type_ok(w.type) || x.type != DType::F32 || x.nb[0] != 4 || w.ne[0] > (1 << 30) || w.ne[1] > (1 << 30)) return false;
+  if (mm.op == Op::MatMul) return x.ne[1] * x.ne[2] * x.ne[3] == 1;
+  const Node &ids = g.node(mm.src[2]);
+  return ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && (x.ne[1] == 1 || x.ne[1] == ids.ne[0]) && ids.ne[0] <= 65535;
+}
+
+unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); }
+
+// Unfused fallback of a group: its members in their original order.
+void run_members(const CudaOpCtx &c, std::initializer_list<const Node *> members) {
+  for (const Node *m : members)
+    if (m) cuda_run_node(CudaOpCtx{c.stream, c.g, *m, c.ub, c.kv, c.n_sm});
+}
+
+const float *f32_data(const Node &n) { return static_cast<const float *>(n.data); }
+
+}  // namespace
+
+bool cuda_matvec(const CudaOpCtx &c) {
+  if (!one_token_ok(c.g, c.n)) return false;
+  MvArgs a = args_of(c.g, c.n, static_cast<float *>(c.n.data));
+  const DType t = c.src(0).type;
+  const int smem = smem_bytes(t, a.K, 1, false);
+  if (smem < 0) return false;
+  if (a.M == 0) return true;
+  launch(t, false, dim3(blocks(a.M, kRowsPlain), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+  return true;
+}
+
+void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
+  const Node &w = c.g.node(mm.src[0]);
+  const Node &other = &c.g.node(add.src[0]) == &mm ? c.g.node(add.src[1]) : c.g.node(add.src[0]);
+  const int smem = smem_bytes(w.type, static_cast<int>(w.ne[0]), 1, false);
+  if (mm.op != Op::MatMul || !one_token_ok(c.g, mm) || smem < 0 || other.type != DType::F32 || other.ne[0] != mm.ne[0]) {
+    run_members(c, {&mm, &add});
+    return;
+  }
+  MvArgs a = args_of(c.g, mm, static_cast<float *>(add.data));
+  a.add = f32_data(other);
+  if (a.M == 0) return;
+  launch(w.type, false, dim3(blocks(a.M, kRowsPlain), 1), smem, c.stream, a);
+}
+
+void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
+  const Node &wg = c.g.node(gate.src[0]), &wu = c.g.node(up.src[0]);
+  const int smem = smem_bytes(wg.type, static_cast<int>(wg.ne[0]), 1, false);
+  const bool same = gate.op == up.op && wg.type == wu.type && wg.ne[0] == wu.ne[0] && wg.ne[1] == wu.ne[1] && wg.ne[2] == wu.ne[2] &&
+                    gate.src[1] == up.src[1] && (gate.op == Op::MatMul || gate.src[2] == up.src[2]);
+  if (!same || !one_token_ok(c.g, gate) || smem < 0) {
+    run_members(c, {&gate, &up, &swiglu});
+    return;
+  }
+  MvArgs a = args_of(c.g, gate, static_cast<float *>(swiglu.data));
+  a.w2 = static_cast<const uint8_t *>(wu.data);
+  a.rb2 = static_cast<int64_t>(wu.nb[1]);
+  a.eb2 = gate.op == Op::MatMulId ? static_cast<int64_t>(wu.nb[2]) : 0;
+  a.mode = kModeGateUp;
+  if (a.M == 0) return;
+  launch(wg.type, false, dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+}
+
+void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add) {
+  const Node &w = c.g.node(down.src[0]);
+  const Node &cw = c.g.node(combine.src[1]);
+  const Node *other = nullptr;
+  if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
+  const bool ok = down.op == Op::MatMulId && one_token_ok(c.g, down) && cw.type == DType::F32 && cw.nb[0] == 4 &&
+                  (!other || (other->type == DType::F32 && other->ne[0] == down.ne[0]));
+  const int X = static_cast<int>(c.g.node(down.src[1]).ne[1]);
+  const int smem = ok ? smem_bytes(w.type, static_cast<int>(w.ne[0]), X, true) : -1;
+  if (smem < 0) {
+    run_members(c, {&down, &combine, add});
+    return;
+  }
+  MvArgs a = args_of(c.g, down, static_cast<float *>(add ? add->data : combine.data));
+  a.cw = f32_data(cw);
+  a.add = other ? f32_data(*other) : nullptr;
+  a.mode = kModeDown;
+  if (a.M == 0) return;
+  launch(w.type, true, dim3(blocks(a.M, kRowsOne), 1), smem, c.stream, a);
+}
+
+}  // namespace moe

@@ -1,0 +1,373 @@
+// CUDA kernel fusion (src/backends/cuda/cuda_fusion.h): each fused group against the same
+// graph run unfused on CUDA (bit-identical where the fused kernel uses the same device
+// functions) and against the CPU; the fusion plan on small graphs; tiny models of every
+// architecture fused / unfused / CPU; kernel launches per decode step.
+// Without a CUDA build or device every case WARNs and returns (tags [cuda][fusion]; the op
+// cases also carry [ops] and [attention] / [routing] so the sanitizer runs of
+// tests/cuda/device_check.sh cover them).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "kv/kv_cache.h"
+#include "memory/planner.h"
+#include "model/arch/arch.h"
+#include "model/model_impl.h"
+#include "model/synth/synth_model.h"
+#include "support/device_graph.h"
+#include "support/graph_runner.h"
+#include "support/random_data.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_fusion.h"
+#endif
+
+using namespace moe;
+using moe_test::gpu_or_skip;
+using moe_test::in;
+using moe_test::Input;
+using moe_test::randn;
+using moe_test::rel_err;
+using moe_test::run_on;
+using moe_test::WeightStore;
+
+#ifdef MOEINFER_WITH_CUDA
+namespace {
+
+// The GPU's fusion plan of g (compiled like run_on compiles it).
+FusionPlan plan_on(Backend &gpu, Graph g) {
+  CompileOptions o;
+  o.devices = {&gpu};
+  o.n_threads = 2;
+  o.allow_fallback = false;
+  auto plan = compile_graph(std::move(g), o);
+  return plan_fusion(plan->graph);
+}
+
+struct FusedRun {
+  std::vector<std::vector<uint8_t>> out;
+  uint64_t launches = 0;
+};
+
+FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std::vector<int> &outs, const ExecEnv &env, bool fused) {
+  cuda_fusion_enable(fused);
+  const uint64_t before = cuda_launch_count();
+  FusedRun r;
+  r.out = run_on(gpu, std::move(g), ins, outs, env);
+  r.launches = cuda_launch_count() - before;
+  cuda_fusion_enable(true);
+  return r;
+}
+
+std::string write_tiny(const std::string &preset, const std::string &mix) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("moe-cuda-fusion-" + preset + "-" + mix + "-" + std::to_string(::getpid()) + ".gguf")).string();
+  SynthSpec spec;
+  spec.preset = preset;
+  spec.type_mix = mix;
+  write_synthetic_model(spec, path);
+  return path;
+}
+
+}  // namespace
+#endif
+
+// Runs without a GPU: the decode graph of each tiny model compiled on the host, its arena
+// laid out with the CUDA backend's scratch sizes, then planned.
+TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion]") {
+#ifdef MOEINFER_WITH_CUDA
+  BackendRegistry reg;
+  for (const char *preset : {"tiny", "tiny-deepseek2", "tiny-gpt-oss"}) {
+    const std::string path = write_tiny(preset, "q8_0");
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      const Model::Impl &m = model->impl();
+      GraphBuildParams gp;
+      gp.n_cells = 64;
+      Graph g;
+      m.arch->build(m, gp, g);
+      CompileOptions co;
+      co.devices = {reg.cpu()};
+      auto plan = compile_graph(std::move(g), co);
+      const Graph &cg = plan->graph;
+      plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
+      const FusionPlan fp = plan_fusion(cg);
+      std::map<int, std::vector<std::string>> by_layer;
+      for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
+      for (const auto &l : by_layer) {
+        std::string line;
+        for (const auto &lab : l.second) line += " " + lab;
+        std::printf("[fusion] %s segment %d:%s\n", preset, l.first, line.c_str());
+      }
+      if (std::string(preset) == "tiny") {  // layer 0 (segment 1): the full qwen3moe pattern
+        std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
+                                         "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"};
+        if (cuda_fused_matvec_available())
+          want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
+                  "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
+                  "fused:matmul_id+moe_combine+add"};
+        CHECK(by_layer[1] == want);
+        CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == std::vector<std::string>{"fused:rms_norm+mul"});  // output norm
+      }
+    }
+    std::remove(path.c_str());
+  }
+#endif
+}
+
+TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads) equal unfused and the CPU", "[ops][cuda][fusion][attention]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Variant {
+    int64_t hd;
+    int n_rot;
+    bool neox, yarn;
+    KvType kt;
+    int64_t T;
+  };
+  const Variant variants[] = {{64, 64, true, false, KvType::F32, 1},  {64, 64, true, false, KvType::F16, 5},
+                              {64, 32, false, false, KvType::Q8_0, 1}, {96, 64, true, false, KvType::Q8_0, 3},
+                              {40, 40, true, true, KvType::F32, 2},   {40, 24, false, true, KvType::F16, 1}};
+  for (const Variant &v : variants) {
+    const int64_t hd = v.hd, nh = 4, nkv = 2, n_res = 300, T = v.T;
+    const uint32_t n_cells = 64;
+    RopeParams rp;
+    rp.n_rot = v.n_rot;
+    rp.neox = v.neox;
+    rp.freq_base = 1e6f;
+    if (v.yarn) { rp.freq_scale = 0.25f; rp.ext_factor = 1.0f; rp.n_ctx_orig = 4096; }
+    WeightStore ws;
+    const GgufTensorInfo *res_w = ws.add("res_w", DType::F32, {n_res}, randn(static_cast<size_t>(n_res), 21));
+    const GgufTensorInfo *qn = ws.add("qn", DType::F32, {hd}, randn(static_cast<size_t>(hd), 22));
+    const GgufTensorInfo *kn = ws.add("kn", DType::F32, {hd}, randn(static_cast<size_t>(hd), 23));
+    int xr, qi, ki, vi, pos, y, qr, att;
+    // The layout of a qwen3moe layer: residual norm, then q/k head norms, ropes, stores.
+    auto build = [&]() {
+      Graph g;
+      xr = g.input("xr", DType::F32, {n_res, T});
+      qi = g.input("q", DType::F32, {hd * nh, T});
+      ki = g.input("k", DType::F32, {hd * nkv, T});
+      vi = g.input("v", DType::F32, {hd * nkv, T});
+      pos = g.input("pos", DType::I32, {T});
+      y = g.rms_norm(xr, 1e-6f);
+      y = g.mul(y, g.weight(res_w));
+      const int q3 = g.view(qi, {hd, nh, T}), k3 = g.view(ki, {hd, nkv, T}), v3 = g.view(vi, {hd, nkv, T});
+      int q = g.rms_norm(q3, 1e-6f);
+      q = g.mul(q, g.weight(qn));
+      int k = g.rms_norm(k3, 1e-6f);
+      k = g.mul(k, g.weight(kn));
+      qr = g.rope(q, pos, rp);
+      k = g.rope(k, pos, rp);
+      const int ks = g.kv_store(k, 0, 0);
+      const int vs = g.kv_store(v3, 0, 1);
+      att = g.attention(qr, ks, vs, hd, 0.125f);
+      g.node(att).ip[1] = static_cast<int32_t>(n_cells);
+      g.mark_output(y, "y");
+      g.mark_output(qr, "qr");
+      g.mark_output(att, "att");
+      return g;
+    };
+    INFO("hd " << hd << " n_rot " << v.n_rot << " neox " << v.neox << " yarn " << v.yarn << " kv " << kv_type_name(v.kt) << " T " << T);
+    const FusionPlan fp = plan_on(*gpu, build());
+    REQUIRE(fp.groups.size() == 1);
+    CHECK(fp.groups[0].kind == FusedKind::RowChains);
+    CHECK(fp.groups[0].members.size() == 10);
+    CHECK(fp.groups[0].label == "fused:rms_norm+mul+rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store");
+
+    std::vector<int32_t> cells(static_cast<size_t>(T)), pv(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0);
+    for (int64_t i = 0; i < T; ++i) pv[static_cast<size_t>(i)] = static_cast<int32_t>(3 + 7 * i);
+    const std::vector<KvLayerDims> dims = {{hd * nkv, hd * nkv}};
+    KvCache kv_c(n_cells, 1, v.kt, dims, *reg.cpu()), kv_f(n_cells, 1, v.kt, dims, *gpu), kv_u(n_cells, 1, v.kt, dims, *gpu);
+    REQUIRE(kv_c.find_slots(static_cast<uint32_t>(T), cells.data()));
+    for (KvCache *kv : {&kv_c, &kv_f, &kv_u}) kv->claim(cells.data(), pv.data(), seq.data(), static_cast<uint32_t>(T));
+    UbatchInfo ub;
+    ub.n_tokens = static_cast<int32_t>(T);
+    ub.cells = cells.data();
+    ub.pos = pv.data();
+    ub.seq = seq.data();
+    ub.n_kv = kv_c.n_kv();
+    ub.cell_state = kv_c.cells();
+    UbatchInfo ub_f = ub, ub_u = ub;
+    ub_f.cell_state = kv_f.cells();
+    ub_u.cell_state = kv_u.cells();
+    Graph g0 = build();
+    const std::vector<Input> ins = {in(xr, randn(static_cast<size_t>(n_res * T), 31)), in(qi, randn(static_cast<size_t>(hd * nh * T), 32)),
+                                    in(ki, randn(static_cast<size_t>(hd * nkv * T), 33)), in(vi, randn(static_cast<size_t>(hd * nkv * T), 34)),
+                                    in(pos, pv)};
+    auto rc = run_on(*reg.cpu(), std::move(g0), ins, {y, qr, att}, ExecEnv{&ub, &kv_c});
+    const FusedRun f = run_gpu(*gpu, build(), ins, {y, qr, att}, ExecEnv{&ub_f, &kv_f}, true);
+    const FusedRun u = run_gpu(*gpu, build(), ins, {y, qr, att}, ExecEnv{&ub_u, &kv_u}, false);
+    CHECK(f.out[0] == u.out[0]);  // bit-identical: same device functions in the same order
+    CHECK(f.out[1] == u.out[1]);
+    CHECK(f.out[2] == u.out[2]);
+    CHECK(rel_err(f.out[0], rc[0]) < 1e-5);
+    CHECK(rel_err(f.out[1], rc[1]) < 1e-5);
+    CHECK(rel_err(f.out[2], rc[2]) < (v.kt == KvType::F16 ? 2e-3 : 1e-4));
+    CHECK(f.launches + 9 == u.launches);  // 10 row launches -> 1
+  }
+#endif
+}
+
+TEST_CASE("cuda fusion: softmax router (softmax, top_k, gather_cols, norm_sum) equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  for (int64_t E : {40, 128, 300})
+    for (int64_t T : {1, 7})
+      for (int variant = 0; variant < 3; ++variant) {  // 0: + norm_sum, 1: no norm_sum, 2: probs also read outside
+        const int64_t k = E == 40 ? 6 : 8;
+        int li, probs, ids, w;
+        auto build = [&]() {
+          Graph g;
+          li = g.input("logits", DType::F32, {E, T});
+          probs = g.softmax(li);
+          ids = g.top_k(probs, static_cast<int>(k));
+          w = g.gather_cols(probs, ids);
+          if (variant != 1) w = g.norm_sum(w);
+          g.mark_output(ids, "ids");
+          g.mark_output(w, "w");
+          if (variant == 2) g.mark_output(probs, "probs");
+          return g;
+        };
+        INFO("E " << E << " T " << T << " variant " << variant);
+        const FusionPlan fp = plan_on(*gpu, build());
+        REQUIRE(fp.groups.size() == 1);
+        CHECK(fp.groups[0].kind == FusedKind::Router);
+        CHECK(fp.groups[0].members.size() == (variant == 1 ? 3u : 4u));
+        auto lv = randn(static_cast<size_t>(E * T), static_cast<uint32_t>(40 + E + T));
+        lv[3] = lv[7];                                   // a tie: the lower index wins
+        if (T > 1) lv[static_cast<size_t>(E) + 1] = lv[static_cast<size_t>(E) + 2];
+        std::vector<int> outs = {ids, w};
+        if (variant == 2) outs.push_back(probs);
+        const std::vector<Input> ins = {in(li, lv)};
+        auto rc = run_on(*reg.cpu(), build(), ins, outs);
+        const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+        const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+        for (size_t o = 0; o < outs.size(); ++o) CHECK(f.out[o] == u.out[o]);
+        CHECK(f.out[0] == rc[0]);  // ids exactly
+        CHECK(rel_err(f.out[1], rc[1]) < 1e-5);
+        if (variant == 2) CHECK(rel_err(f.out[2], rc[2]) < 1e-5);
+        CHECK(f.launches + (variant == 1 ? 2 : 3) == u.launches);
+      }
+#endif
+}
+
+TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU", "[cuda][fusion][engine]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const std::pair<const char *, const char *> models[] = {{"tiny", "q8_0"}, {"tiny", "q4_k_m"}, {"tiny-deepseek2", "q8_0"}, {"tiny-gpt-oss", "q8_0"}};
+  for (const auto &pm : models) {
+    const std::string path = write_tiny(pm.first, pm.second);
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      std::map<std::string, std::vector<int32_t>> greedy;
+      std::map<std::string, std::vector<float>> logits;
+      for (const char *mode : {"cpu", "fused", "unfused"}) {
+        ContextParams cp;
+        cp.n_ctx = 128;
+        cp.n_threads = 2;
+        cp.device = std::string(mode) == "cpu" ? "cpu" : "cuda";
+        cp.kv_type = KvType::F32;  // see the [cuda][engine] test: F16 probabilities differ by design
+        cuda_fusion_enable(std::string(mode) != "unfused");
+        auto ctx = Context::create(*model, cp);
+        std::vector<BatchToken> prompt;
+        const int32_t ids[] = {300, 1, 2, 42, 77, 5, 9, 100};
+        for (int32_t i = 0; i < 8; ++i) prompt.push_back({ids[i], i, 0, i == 7});
+        ctx->decode(prompt.data(), prompt.size());
+        const int32_t nv = ctx->n_vocab();
+        std::vector<int32_t> out;
+        for (int step = 0; step < 10; ++step) {
+          const float *l = ctx->logits(-1);
+          if (step == 3) logits[mode].assign(l, l + nv);  // after decode steps (T = 1 paths)
+          int32_t best = 0;
+          for (int32_t t = 1; t < nv; ++t)
+            if (l[t] > l[best]) best = t;
+          out.push_back(best);
+          BatchToken t{best, 8 + step, 0, true};
+          ctx->decode(&t, 1);
+        }
+        greedy[mode] = out;
+      }
+      cuda_fusion_enable(true);
+      INFO(pm.first << " " << pm.second << " (fused vs unfused isolates fusion; CUDA vs CPU is the backend as a whole)");
+      CHECK(greedy["fused"] == greedy["unfused"]);
+      CHECK(greedy["fused"] == greedy["cpu"]);
+      auto bytes = [](const std::vector<float> &v) {
+        std::vector<uint8_t> b(v.size() * 4);
+        std::memcpy(b.data(), v.data(), b.size());
+        return b;
+      };
+      // Row chains and router are bit-identical; the fused mat-vec groups may sum in another order.
+      CHECK(rel_err(bytes(logits["fused"]), bytes(logits["unfused"])) < 1e-4);
+      CHECK(rel_err(bytes(logits["fused"]), bytes(logits["cpu"])) < 1e-3);
+    }
+    std::remove(path.c_str());
+  }
+#endif
+}
+
+// Kernel launches of one decode step (eager: graphs off). Fused: a qwen3moe layer is one
+// row-chain launch for the q/k/v head norms, ropes and stores, one router launch, and (once
+// the fused mat-vec launchers exist) one launch each for out-proj + residual, gate/up +
+// SwiGLU, down + combine + residual. The count must not depend on the expert counts.
+TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), independent of experts", "[cuda][engine][fusion]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  // Per layer (one-token mat-vecs round their activations inside: 1 launch each): attn norm 1,
+  // q/k/v 3, head chains 1, attention 2 (split + combine), out-proj + residual 1, ffn norm 1,
+  // router mat-vec 1 + router 1, gate/up + SwiGLU 1, down + combine + residual 1 = 13; without
+  // the fused mat-vec groups: out-proj 1 + add 1, gate 1 + up 1 + swiglu 1, down 1 + combine 1
+  // + add 1 = 18.
+  const int64_t per_layer = cuda_fused_matvec_available() ? 13 : 18;
+  // Embedding 1, output norm 1, LM head 1; the last layer selects its output rows (2) between
+  // out-proj and the residual add, so there those two stay apart (+1).
+  const int64_t fixed = 8;
+  std::map<std::string, uint64_t> counts;
+  for (const char *preset : {"tiny", "tiny-e16"}) {
+    const std::string path = write_tiny(preset, "q8_0");
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      for (bool fused : {true, false}) {
+        cuda_fusion_enable(fused);
+        ContextParams cp;
+        cp.n_ctx = 64;
+        cp.device = "cuda";
+        cp.gpu_graphs = false;
+        auto ctx = Context::create(*model, cp);
+        std::vector<BatchToken> prompt;
+        for (int32_t i = 0; i < 4; ++i) prompt.push_back({10 + i, i, 0, i == 3});
+        ctx->decode(prompt.data(), prompt.size());
+        uint64_t per_step = 0;
+        for (int step = 0; step < 3; ++step) {
+          BatchToken t{20 + step, 4 + step, 0, true};
+          const uint64_t before = cuda_launch_count();
+          ctx->decode(&t, 1);
+          per_step = cuda_launch_count() - before;
+        }
+        const int64_t n_layer = 2;
+        std::printf("[cuda][engine] %s %s: %llu kernel launches per decode step (%lld layers)\n", preset, fused ? "fused" : "unfused",
+                    static_cast<unsigned long long>(per_step), static_cast<long long>(n_layer));
+        counts[std::string(preset) + (fused ? "/fused" : "/unfused")] = per_step;
+        if (fused) CHECK(static_cast<int64_t>(per_step) <= per_layer * n_layer + fixed);
+      }
+      cuda_fusion_enable(true);
+    }
+    std::remove(path.c_str());
+  }
+  CHECK(counts["tiny/fused"] == counts["tiny-e16/fused"]);
+  CHECK(counts["tiny/unfused"] == counts["tiny-e16/unfused"]);
+  CHECK(counts["tiny/fused"] < counts["tiny/unfused"]);
+#endif
+}
