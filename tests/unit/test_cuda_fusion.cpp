@@ -87,24 +87,32 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
     {
       auto model = Model::load(path, ModelLoadParams{});
       const Model::Impl &m = model->impl();
-      GraphBuildParams gp;
-      gp.n_cells = 64;
-      Graph g;
-      m.arch->build(m, gp, g);
-      CompileOptions co;
-      co.devices = {reg.cpu()};
-      auto plan = compile_graph(std::move(g), co);
-      const Graph &cg = plan->graph;
-      plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
-      const FusionPlan fp = plan_fusion(cg);
-      std::map<int, std::vector<std::string>> by_layer;
-      for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
-      for (const auto &l : by_layer) {
-        std::string line;
-        for (const auto &lab : l.second) line += " " + lab;
-        std::printf("[fusion] %s segment %d:%s\n", preset, l.first, line.c_str());
-      }
-      if (std::string(preset) == "tiny") {  // layer 0 (segment 1): the full qwen3moe pattern
+      auto layers = [&](int64_t n_tokens) {
+        GraphBuildParams gp;
+        gp.n_tokens = n_tokens;
+        gp.n_cells = 64;
+        Graph g;
+        m.arch->build(m, gp, g);
+        CompileOptions co;
+        co.devices = {reg.cpu()};
+        auto plan = compile_graph(std::move(g), co);
+        const Graph &cg = plan->graph;
+        plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
+        const FusionPlan fp = plan_fusion(cg);
+        std::map<int, std::vector<std::string>> by_layer;
+        for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
+        for (const auto &l : by_layer) {
+          std::string line;
+          for (const auto &lab : l.second) line += " " + lab;
+          std::printf("[fusion] %s T=%lld segment %d:%s\n", preset, static_cast<long long>(n_tokens), l.first, line.c_str());
+        }
+        return by_layer;
+      };
+      auto by_layer = layers(1);
+      const auto prefill = layers(8);  // row chains and router at any T; the mat-vec groups only at one token
+      if (std::string(preset) == "tiny") {
+        CHECK(prefill.at(1) == std::vector<std::string>{"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
+                                                         "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"});  // layer 0 (segment 1): the full qwen3moe pattern
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                          "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"};
         if (cuda_fused_matvec_available())
