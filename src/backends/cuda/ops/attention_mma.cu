@@ -10,6 +10,10 @@
 //   A 16x16 (rows x k): reg 0 = (g, 2q..2q+1), 1 = (g+8, 2q..), 2 = (g, 2q+8..), 3 = (g+8, 2q+8..)
 //   B 16x8  (k x cols): reg 0 = (2q..2q+1, g), 1 = (2q+8..2q+9, g)
 //   C 16x8  f32       : c0, c1 = (g, 2q..2q+1), c2, c3 = (g+8, 2q..2q+1)
+// B fragments come from shared memory with ldmatrix.x4 (lanes 8m..8m+7 address the 8 rows of
+// matrix m; register m of a lane holds row g, columns 2q..2q+1 of matrix m, or with .trans
+// rows 2q..2q+1 of column g): K rows are cells, so q K^T needs K as stored; V rows are cells
+// too, so P V needs the transpose.
 #include "backends/cuda/ops/attention.cuh"
 
 namespace moe {
@@ -24,6 +28,18 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half *row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half *row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 // Two floats rounded to f16 (round to nearest even), the first in the low half.
@@ -55,10 +71,11 @@ __device__ __forceinline__ void load_tile(__half (*s)[LDH], const uint8_t *base,
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
                                                                   float *part) {
-  constexpr int LDH = HD + 8;     // halves per shared row: rows start 4 banks apart, fragment loads conflict-free
+  constexpr int LDH = HD + 8;     // halves per shared row (16-byte aligned): the 8 rows of an ldmatrix phase hit distinct banks
   constexpr int KS = HD / 16;     // k-steps of q K^T
   constexpr int NB = kCells / 8;  // score column blocks (8 cells)
   constexpr int ND = HD / 8;      // output column blocks (8 dims)
+  static_assert(KS % 2 == 0 && ND % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
   __shared__ __align__(16) __half s_k[kCells][LDH];
   __shared__ __align__(16) __half s_v[kCells][LDH];
   __shared__ int s_cpos[kCells];
@@ -114,7 +131,6 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   float S[2] = {0.0f, 0.0f};  // this thread's share of the row sums (its 2 columns per block)
 
   const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb;
-  const unsigned short *vs = reinterpret_cast<const unsigned short *>(&s_v[0][0]);
   int c_begin, c_end;
   attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
   for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
@@ -141,12 +157,15 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nb][e] = 0.0f;
+    // Matrix m of the ldmatrix: cells nb*8.., dims 16 ks + 8 m.. -> B of k-steps ks and ks + 1.
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
+    for (int ks = 0; ks < KS; ks += 2)
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
-        const __half *kp = &s_k[nb * 8 + g][ks * 16 + 2 * tq];
-        mma_f16(s[nb], qa[ks], *reinterpret_cast<const uint32_t *>(kp), *reinterpret_cast<const uint32_t *>(kp + 8));
+        uint32_t b[4];
+        ldsm_x4(b, &s_k[nb * 8 + (lane & 7)][ks * 16 + 8 * (lane >> 3)]);
+        mma_f16(s[nb], qa[ks], b[0], b[1]);
+        mma_f16(s[nb], qa[ks + 1], b[2], b[3]);
       }
 
     // Scale and mask (f32), then the online softmax of rows g (i = 0) and g + 8 (i = 1);
@@ -193,13 +212,14 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     for (int kc = 0; kc < kCells / 16; ++kc) {
       const uint32_t pa[4] = {pack_f16(s[2 * kc][0], s[2 * kc][1]), pack_f16(s[2 * kc][2], s[2 * kc][3]),
                               pack_f16(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack_f16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-      const int k0 = 16 * kc + 2 * tq;
+      // Matrix m of the transposing ldmatrix: cells 16 kc + 8 (m & 1).., dims 8 (nd + m / 2)..
+      // -> B of output blocks nd and nd + 1.
 #pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        const int col = nd * 8 + g;
-        const uint32_t b0 = vs[k0 * LDH + col] | (static_cast<uint32_t>(vs[(k0 + 1) * LDH + col]) << 16);
-        const uint32_t b1 = vs[(k0 + 8) * LDH + col] | (static_cast<uint32_t>(vs[(k0 + 9) * LDH + col]) << 16);
-        mma_f16(o[nd], pa, b0, b1);
+      for (int nd = 0; nd < ND; nd += 2) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, &s_v[16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1)][nd * 8 + 8 * (lane >> 4)]);
+        mma_f16(o[nd], pa, b[0], b[1]);
+        mma_f16(o[nd + 1], pa, b[2], b[3]);
       }
     }
   }
