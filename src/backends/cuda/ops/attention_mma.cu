@@ -1,8 +1,8 @@
 // Tiled prefill attention on f16 tensor cores (mma.sync m16n8k16, f32 accumulators) for an
 // F16 cache: a block of 4 warps owns 64 (token, head) rows of one KV head, 16 per warp; the
 // q rows (rounded to f16, as the reference does for an F16 cache) stay in registers as mma A
-// fragments. Per tile of 64 cells: K and V tiles to shared memory (16-byte loads, zeros for
-// free cells), S = q K^T on the tensor cores, scale and mask in f32, online softmax (running
+// fragments. Per tile of 64 cells: K and V tiles to shared memory (16-byte cp.async, zeros
+// for free cells; V lands while S and the softmax are computed), S = q K^T on the tensor cores, scale and mask in f32, online softmax (running
 // max and sum in f32), P rounded to f16 straight from the S fragments (their layout is the A
 // layout of the next mma), O += P V. Tiles no row can see are skipped before any load.
 //
@@ -48,24 +48,27 @@ __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-// One head's cells [c0, c0 + kCells) into s[cell][.] with 16-byte copies; unused cells
-// (free, or past this split) are zeros so nothing uninitialised meets a zero probability.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Starts copying one head's cells [c0, c0 + kCells) into s[cell][.] (16-byte asynchronous
+// copies, one commit group); unused cells (free, or past this split) are stored as zeros so
+// nothing uninitialised meets a zero probability.
 template <int HD, int LDH>
-__device__ __forceinline__ void load_tile(__half (*s)[LDH], const uint8_t *base, size_t rb, int c0, const int *s_cpos) {
+__device__ __forceinline__ void load_tile_async(__half (*s)[LDH], const uint8_t *base, size_t rb, int c0, const int *s_cpos) {
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
-  constexpr int kPer = kCells * kChunks / kThreads;
   static_assert(kCells * kChunks % kThreads == 0, "tile copy must divide evenly");
-  uint4 r[kPer];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {  // all loads first: several in flight per thread
+  for (int i = 0; i < kCells * kChunks / kThreads; ++i) {
     const int e = threadIdx.x + i * kThreads, j = e / kChunks, ch = e % kChunks;
-    r[i] = s_cpos[j] >= 0 ? *reinterpret_cast<const uint4 *>(base + static_cast<size_t>(c0 + j) * rb + ch * 16) : make_uint4(0, 0, 0, 0);
+    if (s_cpos[j] >= 0) cp_async16(&s[j][ch * 8], base + static_cast<size_t>(c0 + j) * rb + ch * 16);
+    else *reinterpret_cast<uint4 *>(&s[j][ch * 8]) = make_uint4(0, 0, 0, 0);
   }
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = threadIdx.x + i * kThreads, j = e / kChunks, ch = e % kChunks;
-    *reinterpret_cast<uint4 *>(&s[j][ch * 8]) = r[i];
-  }
+  cp_async_commit();
 }
 
 template <int HD>
@@ -148,9 +151,11 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     }
     if (!__syncthreads_or(any)) continue;  // uniform: no row sees this tile
 
-    load_tile<HD, LDH>(s_k, kbase, a.krb, c0, s_cpos);
-    load_tile<HD, LDH>(s_v, vbase, a.vrb, c0, s_cpos);
-    __syncthreads();
+    // V arrives while the scores and the softmax are computed.
+    load_tile_async<HD, LDH>(s_k, kbase, a.krb, c0, s_cpos);
+    load_tile_async<HD, LDH>(s_v, vbase, a.vrb, c0, s_cpos);
+    cp_async_wait<1>();  // this thread's K copies are done
+    __syncthreads();     // ... and everyone's
 
     float s[NB][4];
 #pragma unroll
@@ -207,6 +212,8 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       o[nd][3] *= corr[1];
     }
 
+    cp_async_wait<0>();
+    __syncthreads();  // V tile complete
     // O += P V: the S fragments of cell blocks 2kc and 2kc + 1 are the A fragment of k-step kc.
 #pragma unroll
     for (int kc = 0; kc < kCells / 16; ++kc) {
