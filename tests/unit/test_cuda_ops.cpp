@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <utility>
 #include <random>
 #include <unistd.h>
 
@@ -664,11 +665,14 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  for (const char *mix : {"q8_0", "q4_k_m"}) {
+  // "small" has head dim 64, so its 8-token prompt takes the tiled prefill attention (split
+  // over cells, then combined); "tiny" (head dim 32) the per-token kernel.
+  const std::pair<const char *, const char *> models[] = {{"tiny", "q8_0"}, {"tiny", "q4_k_m"}, {"small", "q8_0"}};
+  for (const auto &[preset, mix] : models) {
     const std::string path = (std::filesystem::temp_directory_path() /
-                              (std::string("moe-cuda-engine-") + mix + "-" + std::to_string(::getpid()) + ".gguf")).string();
+                              (std::string("moe-cuda-engine-") + preset + "-" + mix + "-" + std::to_string(::getpid()) + ".gguf")).string();
     SynthSpec spec;
-    spec.preset = "tiny";
+    spec.preset = preset;
     spec.type_mix = mix;
     write_synthetic_model(spec, path);
     {
@@ -709,7 +713,7 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
         }
         greedy[dev] = out;
       }
-      INFO("mix " << mix);
+      INFO("preset " << preset << " mix " << mix);
       CHECK(greedy["cuda"] == greedy["cpu"]);
       CHECK(greedy["cuda-nograph"] == greedy["cuda"]);
       std::vector<uint8_t> a(first_logits["cuda"].size() * 4), b(a.size());

@@ -1,8 +1,8 @@
 // Tiled prefill attention on f16 tensor cores (mma.sync m16n8k16, f32 accumulators) for an
 // F16 cache: a block of 4 warps owns 64 (token, head) rows of one KV head, 16 per warp; the
 // q rows (rounded to f16, as the reference does for an F16 cache) stay in registers as mma A
-// fragments. Per tile of 64 cells: K and V tiles to shared memory (16-byte loads, zeros for
-// free cells), S = q K^T on the tensor cores, scale and mask in f32, online softmax (running
+// fragments. Per tile of 64 cells: K and V tiles to shared memory (16-byte cp.async, zeros
+// for free cells; V lands while S and the softmax are computed), S = q K^T on the tensor cores, scale and mask in f32, online softmax (running
 // max and sum in f32), P rounded to f16 straight from the S fragments (their layout is the A
 // layout of the next mma), O += P V. Tiles no row can see are skipped before any load.
 //
@@ -10,6 +10,10 @@
 //   A 16x16 (rows x k): reg 0 = (g, 2q..2q+1), 1 = (g+8, 2q..), 2 = (g, 2q+8..), 3 = (g+8, 2q+8..)
 //   B 16x8  (k x cols): reg 0 = (2q..2q+1, g), 1 = (2q+8..2q+9, g)
 //   C 16x8  f32       : c0, c1 = (g, 2q..2q+1), c2, c3 = (g+8, 2q..2q+1)
+// B fragments come from shared memory with ldmatrix.x4 (lanes 8m..8m+7 address the 8 rows of
+// matrix m; register m of a lane holds row g, columns 2q..2q+1 of matrix m, or with .trans
+// rows 2q..2q+1 of column g): K rows are cells, so q K^T needs K as stored; V rows are cells
+// too, so P V needs the transpose.
 #include "backends/cuda/ops/attention.cuh"
 
 namespace moe {
@@ -26,39 +30,55 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half *row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half *row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // Two floats rounded to f16 (round to nearest even), the first in the low half.
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-// One head's cells [c0, c0 + kCells) into s[cell][.] with 16-byte copies; unused cells
-// (free, or past this split) are zeros so nothing uninitialised meets a zero probability.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Starts copying one head's cells [c0, c0 + kCells) into s[cell][.] (16-byte asynchronous
+// copies, one commit group); unused cells (free, or past this split) are stored as zeros so
+// nothing uninitialised meets a zero probability.
 template <int HD, int LDH>
-__device__ __forceinline__ void load_tile(__half (*s)[LDH], const uint8_t *base, size_t rb, int c0, const int *s_cpos) {
+__device__ __forceinline__ void load_tile_async(__half (*s)[LDH], const uint8_t *base, size_t rb, int c0, const int *s_cpos) {
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
-  constexpr int kPer = kCells * kChunks / kThreads;
   static_assert(kCells * kChunks % kThreads == 0, "tile copy must divide evenly");
-  uint4 r[kPer];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {  // all loads first: several in flight per thread
+  for (int i = 0; i < kCells * kChunks / kThreads; ++i) {
     const int e = threadIdx.x + i * kThreads, j = e / kChunks, ch = e % kChunks;
-    r[i] = s_cpos[j] >= 0 ? *reinterpret_cast<const uint4 *>(base + static_cast<size_t>(c0 + j) * rb + ch * 16) : make_uint4(0, 0, 0, 0);
+    if (s_cpos[j] >= 0) cp_async16(&s[j][ch * 8], base + static_cast<size_t>(c0 + j) * rb + ch * 16);
+    else *reinterpret_cast<uint4 *>(&s[j][ch * 8]) = make_uint4(0, 0, 0, 0);
   }
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int e = threadIdx.x + i * kThreads, j = e / kChunks, ch = e % kChunks;
-    *reinterpret_cast<uint4 *>(&s[j][ch * 8]) = r[i];
-  }
+  cp_async_commit();
 }
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
                                                                   float *part) {
-  constexpr int LDH = HD + 8;     // halves per shared row: rows start 4 banks apart, fragment loads conflict-free
+  constexpr int LDH = HD + 8;     // halves per shared row (16-byte aligned): the 8 rows of an ldmatrix phase hit distinct banks
   constexpr int KS = HD / 16;     // k-steps of q K^T
   constexpr int NB = kCells / 8;  // score column blocks (8 cells)
   constexpr int ND = HD / 8;      // output column blocks (8 dims)
+  static_assert(KS % 2 == 0 && ND % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
   __shared__ __align__(16) __half s_k[kCells][LDH];
   __shared__ __align__(16) __half s_v[kCells][LDH];
   __shared__ int s_cpos[kCells];
@@ -114,7 +134,6 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   float S[2] = {0.0f, 0.0f};  // this thread's share of the row sums (its 2 columns per block)
 
   const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb;
-  const unsigned short *vs = reinterpret_cast<const unsigned short *>(&s_v[0][0]);
   int c_begin, c_end;
   attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
   for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
@@ -132,21 +151,26 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     }
     if (!__syncthreads_or(any)) continue;  // uniform: no row sees this tile
 
-    load_tile<HD, LDH>(s_k, kbase, a.krb, c0, s_cpos);
-    load_tile<HD, LDH>(s_v, vbase, a.vrb, c0, s_cpos);
-    __syncthreads();
+    // V arrives while the scores and the softmax are computed.
+    load_tile_async<HD, LDH>(s_k, kbase, a.krb, c0, s_cpos);
+    load_tile_async<HD, LDH>(s_v, vbase, a.vrb, c0, s_cpos);
+    cp_async_wait<1>();  // this thread's K copies are done
+    __syncthreads();     // ... and everyone's
 
     float s[NB][4];
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nb][e] = 0.0f;
+    // Matrix m of the ldmatrix: cells nb*8.., dims 16 ks + 8 m.. -> B of k-steps ks and ks + 1.
 #pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
+    for (int ks = 0; ks < KS; ks += 2)
 #pragma unroll
       for (int nb = 0; nb < NB; ++nb) {
-        const __half *kp = &s_k[nb * 8 + g][ks * 16 + 2 * tq];
-        mma_f16(s[nb], qa[ks], *reinterpret_cast<const uint32_t *>(kp), *reinterpret_cast<const uint32_t *>(kp + 8));
+        uint32_t b[4];
+        ldsm_x4(b, &s_k[nb * 8 + (lane & 7)][ks * 16 + 8 * (lane >> 3)]);
+        mma_f16(s[nb], qa[ks], b[0], b[1]);
+        mma_f16(s[nb], qa[ks + 1], b[2], b[3]);
       }
 
     // Scale and mask (f32), then the online softmax of rows g (i = 0) and g + 8 (i = 1);
@@ -188,18 +212,21 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       o[nd][3] *= corr[1];
     }
 
+    cp_async_wait<0>();
+    __syncthreads();  // V tile complete
     // O += P V: the S fragments of cell blocks 2kc and 2kc + 1 are the A fragment of k-step kc.
 #pragma unroll
     for (int kc = 0; kc < kCells / 16; ++kc) {
       const uint32_t pa[4] = {pack_f16(s[2 * kc][0], s[2 * kc][1]), pack_f16(s[2 * kc][2], s[2 * kc][3]),
                               pack_f16(s[2 * kc + 1][0], s[2 * kc + 1][1]), pack_f16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-      const int k0 = 16 * kc + 2 * tq;
+      // Matrix m of the transposing ldmatrix: cells 16 kc + 8 (m & 1).., dims 8 (nd + m / 2)..
+      // -> B of output blocks nd and nd + 1.
 #pragma unroll
-      for (int nd = 0; nd < ND; ++nd) {
-        const int col = nd * 8 + g;
-        const uint32_t b0 = vs[k0 * LDH + col] | (static_cast<uint32_t>(vs[(k0 + 1) * LDH + col]) << 16);
-        const uint32_t b1 = vs[(k0 + 8) * LDH + col] | (static_cast<uint32_t>(vs[(k0 + 9) * LDH + col]) << 16);
-        mma_f16(o[nd], pa, b0, b1);
+      for (int nd = 0; nd < ND; nd += 2) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, &s_v[16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1)][nd * 8 + 8 * (lane >> 4)]);
+        mma_f16(o[nd], pa, b[0], b[1]);
+        mma_f16(o[nd + 1], pa, b[2], b[3]);
       }
     }
   }

@@ -1,0 +1,159 @@
+// Checks the prefill attention kernels, run through emu.h, against a float64 reference on
+// random cache states (see README.md). Args: SEED CASES; exit status 1 on any failure.
+#include "backends/cuda/ops/attention.cuh"
+#include <cstdio>
+#include <random>
+using namespace moe;
+
+static float f16r(float x) { return __half2float(__float2half_rn(x)); }
+static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
+
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma; };
+
+static double run(const Cfg &c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  std::uniform_real_distribution<float> ud(0, 1);
+  const int n_head = c.group * c.nkvh, hd = c.hd;
+  const int maxpos = c.n_kv / 2 + c.T + 4;
+  std::vector<int32_t> cpos(std::max(c.n_kv, 1)), pos(c.T), seq(c.T);
+  std::vector<unsigned long long> cseq(std::max(c.n_kv, 1));
+  for (int i = 0; i < c.n_kv; ++i) {
+    if (ud(rng) < 0.15f) { cpos[i] = -1; cseq[i] = 0; continue; }
+    cpos[i] = static_cast<int>(ud(rng) * maxpos);
+    const float r = ud(rng);
+    cseq[i] = r < 0.45f ? 1ull : r < 0.9f ? 2ull : 3ull;
+  }
+  for (int t = 0; t < c.T; ++t) { seq[t] = ud(rng) < 0.5f ? 0 : 1; pos[t] = static_cast<int>(ud(rng) * maxpos); }
+  const size_t khb = c.kt == (int)DType::F32 ? hd * 4 : c.kt == (int)DType::F16 ? hd * 2 : hd / 32 * 34;
+  const size_t krb = khb * c.nkvh;
+  std::vector<uint8_t> K(krb * std::max(c.n_kv, 1)), V(K.size());
+  std::vector<float> Kd(static_cast<size_t>(std::max(c.n_kv, 1)) * c.nkvh * hd), Vd(Kd.size());  // dequantized
+  for (int pass = 0; pass < 2; ++pass) {
+    auto &B = pass ? V : K;
+    auto &D = pass ? Vd : Kd;
+    for (int cell = 0; cell < c.n_kv; ++cell)
+      for (int h = 0; h < c.nkvh; ++h) {
+        uint8_t *row = B.data() + cell * krb + h * khb;
+        float *drow = D.data() + (static_cast<size_t>(cell) * c.nkvh + h) * hd;
+        const bool freec = cpos[cell] < 0;
+        if (c.kt == (int)DType::F32) {
+          for (int d = 0; d < hd; ++d) { float v = freec ? NAN : nd(rng); std::memcpy(row + 4 * d, &v, 4); drow[d] = v; }
+        } else if (c.kt == (int)DType::F16) {
+          for (int d = 0; d < hd; ++d) { uint16_t b = freec ? 0x7e00 : f16bits(nd(rng)); std::memcpy(row + 2 * d, &b, 2); __half hh; std::memcpy(&hh, &b, 2); drow[d] = __half2float(hh); }
+        } else {
+          for (int b = 0; b < hd / 32; ++b) {
+            uint8_t *blk = row + b * 34;
+            const float dsc = 0.01f + 0.03f * ud(rng);
+            uint16_t db = freec ? 0x7e00 : f16bits(dsc);
+            std::memcpy(blk, &db, 2);
+            __half hh; std::memcpy(&hh, &db, 2);
+            for (int l = 0; l < 32; ++l) {
+              int8_t qv = static_cast<int8_t>(static_cast<int>(ud(rng) * 254) - 127);
+              blk[2 + l] = static_cast<uint8_t>(qv);
+              drow[b * 32 + l] = qv * __half2float(hh);
+            }
+          }
+        }
+      }
+  }
+  std::vector<float> q(static_cast<size_t>(c.T) * n_head * hd), sinks(n_head), out(q.size(), -7.0f), ref(q.size());
+  for (auto &x : q) x = nd(rng);
+  for (int h = 0; h < n_head; ++h) sinks[h] = h % 5 == 3 ? 20.0f : ud(rng) * 5 - 2;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // reference
+  for (int t = 0; t < c.T; ++t)
+    for (int h = 0; h < n_head; ++h) {
+      const int hk = h / c.group;
+      std::vector<float> qr(hd);
+      const float *qrow = q.data() + (static_cast<size_t>(t) * n_head + h) * hd;
+      for (int b = 0; b < hd / 32; ++b) {
+        float amax = 0;
+        for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(qrow[b * 32 + l]));
+        const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        for (int l = 0; l < 32; ++l) {
+          const float v = qrow[b * 32 + l];
+          qr[b * 32 + l] = c.kt == (int)DType::F32 ? v : c.kt == (int)DType::F16 ? f16r(v) : std::round(v * id) * f16r(dd);
+        }
+      }
+      std::vector<double> s;
+      std::vector<int> cs;
+      for (int cell = 0; cell < c.n_kv; ++cell) {
+        const int cp = cpos[cell];
+        const bool vis = cp >= 0 && (cseq[cell] & (1ull << seq[t])) && cp <= pos[t] && (c.window <= 0 || pos[t] - cp < c.window);
+        if (!vis) continue;
+        double acc = 0;
+        const float *kr = Kd.data() + (static_cast<size_t>(cell) * c.nkvh + hk) * hd;
+        for (int d = 0; d < hd; ++d) acc += double(qr[d]) * kr[d];
+        s.push_back(acc * scale);
+        cs.push_back(cell);
+      }
+      double m = -INFINITY;
+      for (double x : s) m = std::max(m, x);
+      if (c.sinks) m = std::max(m, double(sinks[h]));
+      double den = c.sinks ? std::exp(sinks[h] - m) : 0.0;
+      for (double x : s) den += std::exp(x - m);
+      float *o = ref.data() + (static_cast<size_t>(t) * n_head + h) * hd;
+      for (int d = 0; d < hd; ++d) {
+        double v = 0;
+        for (size_t i = 0; i < s.size(); ++i) v += std::exp(s[i] - m) * Vd[(static_cast<size_t>(cs[i]) * c.nkvh + hk) * hd + d];
+        o[d] = den > 0 ? static_cast<float>(v / den) : 0.0f;
+      }
+    }
+  // emulated kernels
+  AttnArgs a{K.data(), V.data(), krb, krb, khb, khb, hd, hd, c.group, c.kt, scale, c.window, c.sinks ? sinks.data() : nullptr};
+  int32_t n_kv = c.n_kv;
+  DevUbatch ub{nullptr, pos.data(), seq.data(), cpos.data(), cseq.data(), &n_kv};
+  TView tq{q.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
+  TView to{out.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
+  std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hd + 2), NAN);
+  AttnTiledLaunch l{tq, to, a, ub, c.T, c.nkvh, c.n_split, part.data(), nullptr};
+  if (c.mma) attn_tiled_mma_launch(l);
+  else attn_tiled_fma_launch(l);
+  if (c.n_split > 1) attn_combine_launch(to, a, part.data(), c.T, n_head, c.n_split, nullptr);
+  double worst = 0;
+  for (size_t r = 0; r < out.size(); r += hd) {
+    double num = 0, den = 0;
+    for (int d = 0; d < hd; ++d) {
+      if (!std::isfinite(out[r + d])) return 1e30;
+      num += (double(out[r + d]) - ref[r + d]) * (double(out[r + d]) - ref[r + d]);
+      den += double(ref[r + d]) * ref[r + d];
+    }
+    const double e = den > 1e-30 ? std::sqrt(num / den) : std::sqrt(num);
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
+  const int n = argc > 2 ? atoi(argv[2]) : 20;
+  int fails = 0;
+  const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
+  for (int i = 0; i < n; ++i) {
+    Cfg c;
+    c.mma = i % 2 == 0;
+    c.kt = c.mma ? (int)DType::F16 : kts[rng() % 3];
+    c.hd = rng() % 2 ? 64 : 128;
+    const int gs[] = {1, 4, 8};
+    c.group = gs[rng() % 3];
+    c.nkvh = 1 + rng() % 2;
+    const int Ts[] = {8, 9, 33, 70};
+    c.T = Ts[rng() % 4];
+    const int nks[] = {0, 1, 37, 64, 130, 201};
+    c.n_kv = nks[rng() % 6];
+    c.window = rng() % 3 == 0 ? 17 : 0;
+    c.sinks = rng() % 3 == 0;
+    const int sp[] = {1, 1, 3, 16};
+    c.n_split = sp[rng() % 4];
+    const double e = run(c, rng());
+    const double tol = c.mma ? 3e-3 : 1e-5;
+    const bool ok = e < tol;
+    fails += !ok;
+    std::printf("%s %s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
+                c.mma ? "mma" : "fma", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
+    std::fflush(stdout);
+  }
+  std::printf("%d failures\n", fails);
+  return fails != 0;
+}

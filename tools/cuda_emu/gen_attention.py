@@ -1,0 +1,53 @@
+# Writes host-compilable copies of the prefill attention kernels into OUT: launches
+# kernel<<<grid, threads, 0, stream>>>(args) become emu_launch(grid, threads, kernel, args),
+# the inline-asm helpers (mma, ldmatrix, cp.async) become calls into emu.h, and
+# MOE_CUDA_LAUNCH_CHECK a no-op. Usage: gen_attention.py REPO OUT
+import os
+import re
+import sys
+
+src = os.path.join(sys.argv[1], 'src/backends/cuda/ops')
+out = sys.argv[2]
+
+
+def launches(s):
+    return re.sub(r'(\w+(?:<\d+>)?)<<<(.+?), (\w+), 0, ([\w.]+)>>>\(', r'emu_launch(\2, \3, \1, ', s)
+
+
+def no_launch_check(s):
+    inc = '#include "backends/cuda/ops/attention.cuh"'
+    return s.replace(inc, inc + '\n#undef MOE_CUDA_LAUNCH_CHECK\n#define MOE_CUDA_LAUNCH_CHECK(x) ((void)0)')
+
+
+def swap_function(s, head, body):
+    """Replaces the definition that starts with `head` (up to its closing brace at column 0
+    or its one-line body) by `head` + body."""
+    i = s.index(head)
+    j = s.index('\n}\n', i) + 3 if s[i:s.index('\n', i)].rstrip()[-1] != '}' else s.index('\n', i) + 1
+    return s[:i] + head + ' ' + body + '\n' + s[j:]
+
+
+def write(name, text):
+    with open(os.path.join(out, name), 'w') as f:
+        f.write(no_launch_check(launches(text)))
+
+
+m = open(os.path.join(src, 'attention_mma.cu')).read()
+for head, body in [
+    ('__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)', '{ emu_mma(c, a, b0, b1); }'),
+    ('__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half *row)', '{ emu_ldsm(r, row, false); }'),
+    ('__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half *row)', '{ emu_ldsm(r, row, true); }'),
+    ('__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)', '{ std::memcpy(smem, gmem, 16); }'),
+    ('__device__ __forceinline__ void cp_async_commit()', '{}'),
+    ('template <int N> __device__ __forceinline__ void cp_async_wait()', '{}'),
+]:
+    m = swap_function(m, head, body)
+assert 'asm' not in m, 'an inline-asm helper has no emulation'
+write('mma_emu.cpp', m)
+write('tiled_emu.cpp', open(os.path.join(src, 'attention_tiled.cu')).read())
+a = open(os.path.join(src, 'attention.cu')).read()
+k0 = a.index('// Merges the n_split partials')
+k1 = a.index('\n}\n', k0) + 3
+l0 = a.index('void attn_combine_launch')
+l1 = a.index('\n}\n', l0) + 3
+write('comb_emu.cpp', '#include "backends/cuda/ops/attention.cuh"\nnamespace moe {\nnamespace {\n' + a[k0:k1] + '}  // namespace\n' + a[l0:l1] + '}  // namespace moe\n')
