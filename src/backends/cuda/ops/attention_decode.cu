@@ -100,24 +100,48 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
   }
-  for (int c = c_begin + warp; c < c_end; c += kWarps) {
-    const int cp = ub.cell_pos[c];
-    if (!attn_visible(cp, ub.cell_seq[c], bit, pos, a.window)) continue;
+  // Software pipeline: the next cell's mask and K/V rows load while this one is computed.
+  // All kHeads heads are computed (absent ones have q = 0 and are never written), so their
+  // independent shuffle reductions interleave instead of forming one long chain.
+  float kn[DPL], vn[DPL];
+  bool vis_n = false;
+  int c = c_begin + warp;
+  auto fetch = [&](int cc) {
+    vis_n = cc < c_end && attn_visible(ub.cell_pos[cc], ub.cell_seq[cc], bit, pos, a.window);
+    if (vis_n) {
+      load_dims<DPL>(a.kbase + cc * a.krb + hk * a.khb, lane, a.kt, kn);
+      load_dims<DPL>(a.vbase + cc * a.vrb + hk * a.vhb, lane, a.kt, vn);
+    }
+  };
+  fetch(c);
+  for (; c < c_end; c += kWarps) {
+    const bool vis = vis_n;
     float kv[DPL], vv[DPL];
-    load_dims<DPL>(a.kbase + c * a.krb + hk * a.khb, lane, a.kt, kv);
-    load_dims<DPL>(a.vbase + c * a.vrb + hk * a.vhb, lane, a.kt, vv);
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+      kv[i] = kn[i];
+      vv[i] = vn[i];
+    }
+    fetch(c + kWarps);
+    if (!vis) continue;
+    float sc[kHeads];
 #pragma unroll
     for (int g = 0; g < kHeads; ++g) {
-      if (g >= ng) break;
       float sdot = 0.0f;
 #pragma unroll
       for (int i = 0; i < DPL; ++i) sdot += kv[i] * qv[g][i];
+      sc[g] = sdot;
+    }
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, o);
-      const float sc = sdot * a.scale;
-      const float newM = fmaxf(M[g], sc);
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
+#pragma unroll
+    for (int g = 0; g < kHeads; ++g) {
+      const float s = sc[g] * a.scale;
+      const float newM = fmaxf(M[g], s);
       const float corr = expf(M[g] - newM);  // 0 while M is -inf
-      const float p = expf(sc - newM);
+      const float p = expf(s - newM);
       S[g] = S[g] * corr + p;
 #pragma unroll
       for (int i = 0; i < DPL; ++i) acc[g][i] = acc[g][i] * corr + p * vv[i];

@@ -453,6 +453,8 @@ MvArgs args_of(const Graph &g, const Node &mm, float *y) {
 // One token, a supported type, contiguous f32 activation rows.
 bool one_token_ok(const Graph &g, const Node &mm) {
   if (mm.op != Op::MatMul && mm.op != Op::MatMulId) return false;
+  // F16 weights here sum in half precision like the reference (matmul_f16_halfsum.cu).
+  if (cuda_f16_halfsum_applies(g, mm)) return false;
   const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
   if (!type_ok(w.type) || x.type != DType::F32 || x.nb[0] != 4 || w.ne[0] > (1 << 30) || w.ne[1] > (1 << 30)) return false;
   if (mm.op == Op::MatMul) return x.ne[1] * x.ne[2] * x.ne[3] == 1;
