@@ -4,8 +4,9 @@
 //
 // A block of 8 warps owns a few weight rows. Each warp owns J "jobs" (weight rows: a row
 // pair, a gate row and its up row, or one output row of J experts) and walks K in chunks
-// of CH elements: for every job it first issues all its coalesced 16-byte loads of the
-// chunk's GGUF blocks (plus up to 30 bytes of alignment cover) into registers, then, one job
+// of CH elements: for every job it first issues all its coalesced 16-byte loads of two
+// chunks' GGUF blocks into registers (aligned down and up to 16 bytes: up to 15 bytes past a
+// row's end are read, which weight tensors have as padding, see weight_upload.cpp), then, one job
 // at a time, stores them to the warp's shared staging buffer and lets each lane decode
 // 32-weight sub-blocks from there with integer dot products against int8 activations.
 // The activations are rounded once per block into shared memory (int8 + scale per 32,
@@ -54,11 +55,11 @@ constexpr DType act_type(DType t) {
 
 template <DType T> constexpr int qk() { return BlockInfo<T>::qk; }
 
-// 16-byte loads per lane for one job's chunk: the chunk's blocks plus <= 30 bytes of cover.
 // Chunks of a job whose loads are issued together: two for row pairs (a 4096-long row in
 // one round trip), one for the down kernel's four experts.
 constexpr int chunks_in_flight(int J) { return J <= 2 ? 2 : 1; }
 
+// 16-byte loads per lane for one job's chunk: the chunk's blocks plus <= 30 bytes of cover.
 template <DType T, int CH> constexpr int loads_per_lane() { return (CH / qk<T>() * BlockInfo<T>::bytes + 30 + 511) / 512; }
 template <DType T, int CH> constexpr int stage_bytes() {
   if constexpr (is_plain(T)) return 0;  // plain weights are not staged
@@ -511,11 +512,20 @@ MvArgs args_of(const Graph &g, const Node &mm, float *y) {
   return a;
 }
 
-// One token, a supported type, contiguous f32 activation rows.
+// A weight tensor (or a view of one): padded to 256 bytes, so the 16-byte cover of its last
+// row stays inside the allocation.
+bool weight_backed(const Graph &g, const Node &n) {
+  const Node *p = &n;
+  while (p->op == Op::View) p = &g.node(p->src[0]);
+  return p->op == Op::Leaf && p->leaf == LeafKind::Weight;
+}
+
+// One token, a supported type, a weight matrix, contiguous f32 activation rows.
 bool one_token_ok(const Graph &g, const Node &mm) {
   if (mm.op != Op::MatMul && mm.op != Op::MatMulId) return false;
   const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
   if (!type_ok(w.type) || x.type != DType::F32 || x.nb[0] != 4 || w.ne[0] > (1 << 30) || w.ne[1] > (1 << 30)) return false;
+  if (!is_plain(w.type) && !weight_backed(g, w)) return false;
   if (mm.op == Op::MatMul) return x.ne[1] * x.ne[2] * x.ne[3] == 1;
   const Node &ids = g.node(mm.src[2]);
   return ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && (x.ne[1] == 1 || x.ne[1] == ids.ne[0]) && ids.ne[0] <= 65535;
