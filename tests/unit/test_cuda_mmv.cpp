@@ -40,6 +40,10 @@ int64_t long_k(DType t) {
   const int64_t b = type_traits(t).block_size;
   return b == 256 ? 2304 : b == 32 ? 2080 : t == DType::F16 ? 120 : 2056;
 }
+int64_t longer_k(DType t) {  // more than two 2048-element chunks
+  const int64_t b = type_traits(t).block_size;
+  return b == 256 ? 4352 : b == 32 ? 4160 : t == DType::F16 ? 112 : 4104;
+}
 
 }  // namespace
 
@@ -49,8 +53,9 @@ TEST_CASE("cuda mat-vec: one-token matmul and matmul_id, long rows and many rows
   if (!gpu) return;
   uint32_t seed = 300;
   for (DType t : kTypes)
-    for (bool longk : {false, true}) {
-      const int64_t K = longk ? long_k(t) : short_k(t), M = 301;
+    for (int shape = 0; shape < 4; ++shape) {
+      // Plain types with few rows split K over a block's warps; 2200 rows take row pairs per warp.
+      const int64_t K = shape == 1 ? long_k(t) : shape == 3 ? longer_k(t) : short_k(t), M = shape == 2 ? 2200 : 301;
       WeightStore ws;
       const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
       const GgufTensorInfo *we = ws.add("e", t, {K, M, 5}, randn(static_cast<size_t>(K * M * 5), seed++, 0.5f));
@@ -72,7 +77,7 @@ TEST_CASE("cuda mat-vec: one-token matmul and matmul_id, long rows and many rows
       const std::vector<moe_test::Input> inputs = {in(x, xv), in(xs, xsv), in(ids, idv)};
       auto r_cpu = run_on(*reg.cpu(), std::move(gc), inputs, {y, ye});
       auto r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye});
-      INFO("type " << dtype_name(t) << " K=" << K);
+      INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
       CHECK(rel_err(r_gpu[0], r_cpu[0]) < 1e-4);
       CHECK(rel_err(r_gpu[1], r_cpu[1]) < 1e-4);
     }

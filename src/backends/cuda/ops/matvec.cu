@@ -4,8 +4,9 @@
 //
 // A block of 8 warps owns a few weight rows. Each warp owns J "jobs" (weight rows: a row
 // pair, a gate row and its up row, or one output row of J experts) and walks K in chunks
-// of CH elements: for every job it first issues all its coalesced 16-byte loads of the
-// chunk's GGUF blocks (plus up to 30 bytes of alignment cover) into registers, then, one job
+// of CH elements: for every job it first issues all its coalesced 16-byte loads of two
+// chunks' GGUF blocks into registers (aligned down and up to 16 bytes: up to 15 bytes past a
+// row's end are read, which weight tensors have as padding, see weight_upload.cpp), then, one job
 // at a time, stores them to the warp's shared staging buffer and lets each lane decode
 // 32-weight sub-blocks from there with integer dot products against int8 activations.
 // The activations are rounded once per block into shared memory (int8 + scale per 32,
@@ -29,7 +30,9 @@ constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row pe
 constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
 constexpr int kJDown = 4, kChDown = 1024;  // down + combine: 4 experts at a time
 
-enum MvMode : int { kModeRows, kModeGateUp, kModeDown };
+// kModeSplit: plain types with few rows (e.g. an F32 router): a block takes one row pair
+// and its 8 warps split K, so the rows are spread over more multiprocessors.
+enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit };
 
 struct MvArgs {
   const uint8_t *w, *w2;   // weights; w2: up of gate/up
@@ -51,6 +54,10 @@ constexpr DType act_type(DType t) {
 }
 
 template <DType T> constexpr int qk() { return BlockInfo<T>::qk; }
+
+// Chunks of a job whose loads are issued together: two for row pairs (a 4096-long row in
+// one round trip), one for the down kernel's four experts.
+constexpr int chunks_in_flight(int J) { return J <= 2 ? 2 : 1; }
 
 // 16-byte loads per lane for one job's chunk: the chunk's blocks plus <= 30 bytes of cover.
 template <DType T, int CH> constexpr int loads_per_lane() { return (CH / qk<T>() * BlockInfo<T>::bytes + 30 + 511) / 512; }
@@ -165,39 +172,51 @@ template <DType T, int J, int CH>
 __device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&slot)[J],
                            bool round_first, int x_first, int x_n, uint8_t *stage, const XSmem &xm, float (&acc)[J]) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, UPB = QK / 32, NL = loads_per_lane<T, CH>();
+  constexpr int C = chunks_in_flight(J);
   const int lane = threadIdx.x & 31, K = a.K;
-  for (int c0 = 0; c0 < K; c0 += CH) {
-    const int ne = min(CH, K - c0), nbytes = ne / QK * BS;
-    uint4 buf[J][NL];
-    int head[J];
+  for (int c0 = 0; c0 < K; c0 += C * CH) {
+    uint4 buf[C][J][NL];
+    int head[C][J];
 #pragma unroll
-    for (int k = 0; k < J; ++k) {
-      const uint8_t *p = wr[k] + static_cast<int64_t>(c0 / QK) * BS;
-      const uint4 *p16 = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
-      head[k] = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
-      const int np = (head[k] + nbytes + 15) >> 4;
-      // Unconditional loads (so all of them issue at once): lanes past the cover re-read its
-      // last piece; skipped jobs read a valid row that is never used.
+    for (int c = 0; c < C; ++c) {
+      const int cs = c0 + c * CH;
+      if (cs >= K) break;  // block-uniform
+      const int nbytes = min(CH, K - cs) / QK * BS;
 #pragma unroll
-      for (int t = 0; t < NL; ++t) buf[k][t] = __ldg(p16 + min(lane + 32 * t, np - 1));
+      for (int k = 0; k < J; ++k) {
+        const uint8_t *p = wr[k] + static_cast<int64_t>(cs / QK) * BS;
+        const uint4 *p16 = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
+        head[c][k] = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
+        const int np = (head[c][k] + nbytes + 15) >> 4;
+        // Unconditional loads (so all of them issue at once): lanes past the cover re-read
+        // its last piece; skipped jobs read a valid row that is never used.
+#pragma unroll
+        for (int t = 0; t < NL; ++t) buf[c][k][t] = __ldg(p16 + min(lane + 32 * t, np - 1));
+      }
     }
     if (round_first && c0 == 0) {
       round_slots<act_type(T)>(a, x_first, x_n, xm.q, xm.d, xm.s);
       __syncthreads();
     }
 #pragma unroll
-    for (int k = 0; k < J; ++k) {
-      __syncwarp();
+    for (int c = 0; c < C; ++c) {
+      const int cs = c0 + c * CH;
+      if (cs >= K) break;
+      const int ne = min(CH, K - cs);
 #pragma unroll
-      for (int t = 0; t < NL; ++t) reinterpret_cast<uint4 *>(stage)[lane + 32 * t] = buf[k][t];
-      __syncwarp();
-      if (!ok[k]) continue;
-      const uint8_t *cb = stage + head[k];
-      const int x0 = slot[k] * K + c0;
-      for (int u = lane; u < ne / 32; u += 32) {
-        const int e = x0 + 32 * u;  // element index in the slot array
-        const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
-        acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
+      for (int k = 0; k < J; ++k) {
+        __syncwarp();
+#pragma unroll
+        for (int t = 0; t < NL; ++t) reinterpret_cast<uint4 *>(stage)[lane + 32 * t] = buf[c][k][t];
+        __syncwarp();
+        if (!ok[k]) continue;
+        const uint8_t *cb = stage + head[c][k];
+        const int x0 = slot[k] * K + cs;
+        for (int u = lane; u < ne / 32; u += 32) {
+          const int e = x0 + 32 * u;  // element index in the slot array
+          const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
+          acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
+        }
       }
     }
   }
@@ -276,6 +295,41 @@ __device__ void plain_dots(int K, const uint8_t *const (&wr)[J], const bool (&ok
   }
 }
 
+// kModeSplit: the warps' partial sums of the block's J rows, added in warp order (every
+// thread gets them; all threads must call it).
+template <DType T, int J>
+__device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], int xs0, float (&v)[J]) {
+  __shared__ float part[kMvWarps][J];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int kw = ((a.K + 7) / 8 + 7) / 8 * 8;  // per-warp share of K, a multiple of 8 (keeps 16-byte alignment)
+  const int kb = min(a.K, warp * kw), kn = min(a.K - kb, kw);
+  constexpr int elem = T == DType::F32 ? 4 : 2;
+  const float *x = reinterpret_cast<const float *>(a.x + xs0 * a.x_nb1) + kb;
+  const uint8_t *w[J];
+  const float *xr[J];
+  float acc[J];
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    w[k] = wr[k] + static_cast<int64_t>(kb) * elem;
+    xr[k] = x;
+    acc[k] = 0.0f;
+  }
+  plain_dots<T, J>(kn, w, ok, xr, acc);
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    const float s = warp_sum(acc[k]);
+    if (lane == 0) part[warp][k] = s;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMvWarps; ++i) s += part[i][k];
+    v[k] = s;
+  }
+}
+
 template <DType T, int J, int CH>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, int x_first, int x_n, uint8_t *stage, const XSmem &xm, float (&acc)[J]) {
@@ -336,8 +390,8 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) 
       e = a.ids[j];
       e_ok = e >= 0 && e < a.E;
     }
-    const bool gu = a.mode == kModeGateUp;
-    const int row0 = gu ? blockIdx.x * kRowsOne + warp : blockIdx.x * kRowsPlain + 2 * warp;
+    const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit;
+    const int row0 = gu ? blockIdx.x * kRowsOne + warp : split ? blockIdx.x * J : blockIdx.x * kRowsPlain + 2 * warp;
 #pragma unroll
     for (int k = 0; k < J; ++k) {
       const int row = gu ? row0 : row0 + k;
@@ -347,20 +401,28 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) 
       wr[k] = ok[k] ? base : a.w;
       xslot[k] = xs0;
     }
-    row_dots<T, J, CH>(a, wr, ok, xslot, true, xs0, 1, stage, xm, acc);
     float v[J];
+    bool writer = lane == 0;
+    if constexpr (is_plain(T)) {
+      if (split) {
+        split_dots<T, J>(a, wr, ok, xs0, v);
+        writer = threadIdx.x == 0;
+      }
+    }
+    if (!split) {
+      row_dots<T, J, CH>(a, wr, ok, xslot, true, xs0, 1, stage, xm, acc);
 #pragma unroll
-    for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
+      for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
+    }
+    if (!writer) return;
     float *yj = a.y + static_cast<int64_t>(j) * a.M;
-    if (lane == 0) {
-      if (gu) {
-        if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
-      } else {
+    if (gu) {
+      if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
+    } else {
 #pragma unroll
-        for (int k = 0; k < J; ++k) {
-          const int row = row0 + k;
-          if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
-        }
+      for (int k = 0; k < J; ++k) {
+        const int row = row0 + k;
+        if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
       }
     }
   }
@@ -450,19 +512,40 @@ MvArgs args_of(const Graph &g, const Node &mm, float *y) {
   return a;
 }
 
-// One token, a supported type, contiguous f32 activation rows.
+// A weight tensor (or a view of one): padded to 256 bytes, so the 16-byte cover of its last
+// row stays inside the allocation.
+bool weight_backed(const Graph &g, const Node &n) {
+  const Node *p = &n;
+  while (p->op == Op::View) p = &g.node(p->src[0]);
+  return p->op == Op::Leaf && p->leaf == LeafKind::Weight;
+}
+
+// One token, a supported type, a weight matrix, contiguous f32 activation rows.
 bool one_token_ok(const Graph &g, const Node &mm) {
   if (mm.op != Op::MatMul && mm.op != Op::MatMulId) return false;
   // F16 weights here sum in half precision like the reference (matmul_f16_halfsum.cu).
   if (cuda_f16_halfsum_applies(g, mm)) return false;
   const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
   if (!type_ok(w.type) || x.type != DType::F32 || x.nb[0] != 4 || w.ne[0] > (1 << 30) || w.ne[1] > (1 << 30)) return false;
+  if (!is_plain(w.type) && !weight_backed(g, w)) return false;
   if (mm.op == Op::MatMul) return x.ne[1] * x.ne[2] * x.ne[3] == 1;
   const Node &ids = g.node(mm.src[2]);
   return ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && (x.ne[1] == 1 || x.ne[1] == ids.ne[0]) && ids.ne[0] <= 65535;
 }
 
 unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); }
+
+// MatMul / MatMulId (+ Add): row pairs per warp, or per block (K split over the warps) for
+// plain types whose row pairs per warp would leave multiprocessors idle.
+void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
+  if (is_plain(t) && static_cast<int64_t>(blocks(a.M, kRowsPlain)) * a.n_used < c.n_sm) {
+    a.mode = kModeSplit;
+    launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+    return;
+  }
+  a.mode = kModeRows;
+  launch(t, false, dim3(blocks(a.M, kRowsPlain), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+}
 
 // Unfused fallback of a group: its members in their original order.
 void run_members(const CudaOpCtx &c, std::initializer_list<const Node *> members) {
@@ -481,7 +564,7 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
   if (a.M == 0) return true;
-  launch(t, false, dim3(blocks(a.M, kRowsPlain), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+  launch_rows(c, t, smem, a);
   return true;
 }
 
@@ -496,7 +579,7 @@ void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) 
   MvArgs a = args_of(c.g, mm, static_cast<float *>(add.data));
   a.add = f32_data(other);
   if (a.M == 0) return;
-  launch(w.type, false, dim3(blocks(a.M, kRowsPlain), 1), smem, c.stream, a);
+  launch_rows(c, w.type, smem, a);
 }
 
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
