@@ -25,7 +25,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // ---- activation rounding -------------------------------------------------------------
 
 // One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type.
-__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
+// q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0 / Q8_K, the MMQ
+// path) each value as int8 * block scale c: the integer as f16 bits into q_out[r * K + i]
+// and, per 16 elements, (c, c * their integer sum) into s_out[r * K / 16 + i / 16].
+__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, uint16_t *q_out, float2 *s_out) {
   const int64_t r = blockIdx.x;
   const int64_t i = static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x;
   const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
@@ -33,6 +36,7 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
   const bool in = i < K;
   const float v = in ? src[i] : 0.0f;
   float y = v;
+  float qv = 0.0f, c = 0.0f;  // y = qv * c for the Q8 formats
   if (vdt == static_cast<int>(DType::F16)) {
     y = __half2float(__float2half_rn(v));
   } else if (vdt == static_cast<int>(DType::BF16)) {
@@ -44,7 +48,9 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const float dh = __half2float(__float2half_rn(d));
-    y = roundf(v * id) * dh;
+    qv = roundf(v * id);
+    c = dh;
+    y = qv * dh;
   } else if (vdt == static_cast<int>(DType::Q8_K)) {
     // Largest magnitude, first index on ties (the reference scans with '>').
     __shared__ float s_a[8];
@@ -70,10 +76,22 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
       const float iscale = -127.0f / mx;
       int q = __float2int_rn(iscale * v);
       q = q < 127 ? q : 127;
-      y = q * (1.0f / iscale);
+      qv = static_cast<float>(q);
+      c = 1.0f / iscale;
+      y = qv * c;
     }
   }
-  if (in) out[r * K + i] = y;
+  if (q_out == nullptr) {
+    if (in) out[r * K + i] = y;
+    return;
+  }
+  // 16 consecutive threads (aligned in the warp) hold a group; K is a multiple of 32.
+  float sum = qv;
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!in) return;
+  q_out[r * K + i] = __half_as_ushort(__float2half_rn(qv));
+  if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, c * sum);
 }
 
 // ---- routing -------------------------------------------------------------------------
@@ -370,7 +388,10 @@ struct MatmulShape {
   int64_t K, M, E, rows;  // rows: activation rows to round
   int n_used, T, X, NT, max_tiles;
   bool mma;  // tensor-core kernel (matmul_mma.cu); NT is then its column tile
+  bool mmq;  // ... its exact-product variant for quantized weights (matmul_mmq.cu)
 };
+
+bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
 MatmulShape shape_of(const Graph &g, const Node &n) {
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
@@ -380,7 +401,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   if (n.op == Op::MatMul) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
-    s.mma = s.rows >= kMmaMinCols && cuda_mma_type_supported(w.type);
+    s.mma = s.rows >= kMmaMinCols && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
   } else {
     const Node &ids = g.node(n.src[2]);
@@ -390,11 +411,19 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    s.mma = s.T > 1 && n >= kMmaMinEntries && cuda_mma_type_supported(w.type);
+    s.mma = s.T > 1 && n >= kMmaMinEntries && tensor_core_type(w.type);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
+  s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   return s;
+}
+
+// Scratch of the rounded activations: f32 values, or for MMQ f16 integers then per-16 scales.
+size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * 2); }
+size_t act_scratch_bytes(const MatmulShape &s) {
+  if (s.mmq) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
+  return align256(static_cast<size_t>(s.K * s.rows) * 4);
 }
 
 }  // namespace
@@ -409,7 +438,7 @@ bool cuda_matmul_type_supported(DType t) {
 
 size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   const MatmulShape s = shape_of(g, n);
-  size_t bytes = align256(static_cast<size_t>(s.K * s.rows) * 4);
+  size_t bytes = act_scratch_bytes(s);
   if (n.op == Op::MatMulId) {
     bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
@@ -459,7 +488,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
-  act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
+  uint16_t *xq = s.mmq ? reinterpret_cast<uint16_t *>(work) : nullptr;
+  float2 *xs = s.mmq ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
+  act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt,
+                                                                                                                      xr, xq, xs);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
   if (s.NT == 1) {
     // One column (decode): no routing tables; experts come straight from ids.
@@ -473,7 +505,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
     const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
-    if (s.mma)
+    if (s.mmq)
+      launch_mmq_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, ncols, nullptr, nullptr,
+                        n_col_tiles);
+    else if (s.mma)
       launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
                         n_col_tiles);
     else
@@ -482,7 +517,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     return;
   }
   const Node &ids = c.src(2);
-  size_t off = align256(static_cast<size_t>(s.K * s.rows) * 4);
+  size_t off = act_scratch_bytes(s);
   RouteTables rt;
   rt.entries = reinterpret_cast<int2 *>(work + off);
   off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
@@ -492,7 +527,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
-  if (s.mma)
+  if (s.mmq)
+    launch_mmq_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, 0, rt.tiles,
+                      rt.entries, s.max_tiles);
+  else if (s.mma)
     launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, 0, rt.tiles,
                       rt.entries, s.max_tiles);
   else

@@ -1,45 +1,21 @@
-// Tensor-core GEMM for MatMul / MatMulId with many columns (prefill). A block of 8 warps
-// computes a 128 (weight rows) x 64 (columns) output tile: per 64-wide K step it
-// dequantizes the weight tile with dequant32<T> (the decoder the mat-vec uses) into shared
-// memory as f16, converts the pre-rounded f32 activations of its columns to f16 beside it,
-// and runs mma.sync m16n8k16 with f32 accumulators (each warp a 32 x 32 sub-tile).
-// F16 / BF16 weights are copied as they are and meet activations already rounded to that
-// type (bf16 mma for BF16), so their products are exact; quantized weights and their
-// Q8-rounded activations are rounded to f16 (~5e-4 relative per term).
+// Tensor-core GEMM for MatMul / MatMulId with many columns (prefill), F16 / BF16 weights
+// (quantized ones take the exact-product variant in matmul_mmq.cu). A block of 8 warps
+// computes a 128 (weight rows) x 64 (columns) output tile: per 64-wide K step it copies
+// the weight tile into shared memory, converts the pre-rounded f32 activations of its
+// columns to the weight type beside it, and runs mma.sync m16n8k16 with f32 accumulators
+// (each warp a 32 x 32 sub-tile). The activations were already rounded to the weight type
+// (bf16 mma for BF16), so the products are exact.
 // MatMulId: a block's columns are one routing tile (one expert, <= 64 entries), gathered
 // through entries[].x and scattered through entries[].y; all experts in one launch.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
-#include "backends/cuda/ops/quant.cuh"
+#include "backends/cuda/ops/mma_common.cuh"
 
 namespace moe {
 
 namespace {
 
-constexpr int kBM = 128;       // weight rows per block
-constexpr int kBN = kMmaCols;  // columns per block
-constexpr int kBK = 64;        // K per step: two 32-wide sub-blocks per weight row
-constexpr int kThreads = 256;  // 8 warps: 4 along the rows x 2 along the columns
-// Shared-memory row stride in 16-bit elements. The 16 extra bytes put the 8 rows an
-// ldmatrix phase reads (and the rows a quarter-warp stores) on distinct bank quads.
-constexpr int kLd = kBK + 8;
-
-static_assert(kThreads == 2 * kBM, "weight loader: one thread per (row, 32-wide half of the K step)");
-static_assert(kThreads * 16 == kBN * kBK, "activation loader: 16 elements per thread");
-
-// Two values as one 32-bit operand register, the lower k index in the low half (one
-// cvt.rn.{f16,bf16}x2.f32).
-template <bool BF> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t u;
-  if constexpr (BF) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    memcpy(&u, &v, 4);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    memcpy(&u, &v, 4);
-  }
-  return u;
-}
+using namespace mma_tile;
 
 // The per-thread share of one K step, staged in registers: 32 weights and 16 activations
 // as 16-bit pairs.
@@ -49,8 +25,7 @@ struct Stage {
 };
 
 // Thread -> (row tid / 2, elements k0 + 32 * (tid % 2) .. +31) of the weight tile. Rows past
-// M and elements past K are zero (K of a quantized type is a multiple of 32, so its
-// sub-blocks are either whole or absent).
+// M and elements past K are zero.
 template <DType T>
 __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0,
                                               bool vec_ok) {
@@ -62,28 +37,21 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
     return;
   }
   const uint8_t *wrow = W + static_cast<int64_t>(row) * row_bytes;
-  if constexpr (is_plain(T)) {
-    static_assert(T != DType::F32, "F32 weights stay on the exact f32 kernel");
-    const uint16_t *src = reinterpret_cast<const uint16_t *>(wrow) + kb;
-    if (vec_ok && kb + 32 <= K) {
-      const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+  static_assert(T == DType::F16 || T == DType::BF16, "F32 weights stay on the exact f32 kernel, quantized ones go to MMQ");
+  const uint16_t *src = reinterpret_cast<const uint16_t *>(wrow) + kb;
+  if (vec_ok && kb + 32 <= K) {
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint4 v = __ldg(s4 + q);
-        p[4 * q] = v.x; p[4 * q + 1] = v.y; p[4 * q + 2] = v.z; p[4 * q + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const uint32_t lo = kb + 2 * i < K ? src[2 * i] : 0u, hi = kb + 2 * i + 1 < K ? src[2 * i + 1] : 0u;
-        p[i] = lo | (hi << 16);
-      }
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = __ldg(s4 + q);
+      p[4 * q] = v.x; p[4 * q + 1] = v.y; p[4 * q + 2] = v.z; p[4 * q + 3] = v.w;
     }
   } else {
-    float w[32];
-    dequant32<T>(wrow, kb / 32, w);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) p[i] = pack2<false>(w[2 * i], w[2 * i + 1]);
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t lo = kb + 2 * i < K ? src[2 * i] : 0u, hi = kb + 2 * i + 1 < K ? src[2 * i + 1] : 0u;
+      p[i] = lo | (hi << 16);
+    }
   }
 }
 
@@ -115,15 +83,6 @@ __device__ __forceinline__ void fetch_acts(uint32_t *p, const float *X, int xrow
   }
 }
 
-// Asks L2 for this thread's weight bytes kBK * ahead elements further along its row
-// (row bytes are proportional to K in every layout, so k * row_bytes / K lies in the block
-// holding element k). Each step otherwise waits once for DRAM; clamped inside the row.
-__device__ __forceinline__ void prefetch_weights_l2(const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k) {
-  const int row = row0 + (threadIdx.x >> 1);
-  const int64_t off = static_cast<int64_t>(k + (threadIdx.x & 1) * 32) * row_bytes / K;
-  if (row < M && off < row_bytes) asm volatile("prefetch.L2 [%0];\n" : : "l"(W + static_cast<int64_t>(row) * row_bytes + off));
-}
-
 __device__ __forceinline__ void store_stage(const Stage &st, uint16_t (*sA)[kLd], uint16_t (*sB)[kLd]) {
   uint4 *a = reinterpret_cast<uint4 *>(&sA[threadIdx.x >> 1][(threadIdx.x & 1) * 32]);
 #pragma unroll
@@ -131,28 +90,6 @@ __device__ __forceinline__ void store_stage(const Stage &st, uint16_t (*sA)[kLd]
   uint4 *b = reinterpret_cast<uint4 *>(&sB[threadIdx.x >> 2][(threadIdx.x & 3) * 16]);
   b[0] = make_uint4(st.x[0], st.x[1], st.x[2], st.x[3]);
   b[1] = make_uint4(st.x[4], st.x[5], st.x[6], st.x[7]);
-}
-
-// Four 8x8 16-bit matrices; lane l gives the row address of matrix l / 8, row l % 8, and
-// receives in r[j] the elements (row l / 4, columns 2 (l % 4), +1) of matrix j.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-// d += a (16x16, row-major) * b (16x8, column-major); f32 accumulators.
-template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if constexpr (BF) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
 }
 
 // grid: (ceil(M / 128), column tiles). See launch_mma_matmul for the column tiles.
@@ -166,27 +103,15 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   __shared__ __align__(16) uint16_t sB[kBN][kLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
 
-  int expert = 0, first = blockIdx.y * kBN, cnt;
-  if (tiles) {
-    const int4 tl = tiles[blockIdx.y];
-    expert = tl.x;
-    first = tl.y;
-    cnt = tl.z;
-  } else {
-    cnt = min(kBN, ncols - first);
-  }
+  const ColTile ct = col_tile(ncols, tiles);
+  const int cnt = ct.cnt;
   if (cnt <= 0) return;  // whole block: before any barrier
   const int tid = threadIdx.x;
-  if (tid < kBN) {
-    int2 e = make_int2(-1, -1);
-    if (tid < cnt) e = entries ? entries[first + tid] : make_int2(first + tid, first + tid);
-    s_xrow[tid] = e.x;
-    s_yrow[tid] = e.y;
-  }
+  load_col_rows(ct, entries, s_xrow, s_yrow);
   __syncthreads();
 
   const int row0 = blockIdx.x * kBM;
-  const uint8_t *We = W + expert * expert_bytes;
+  const uint8_t *We = W + ct.expert * expert_bytes;
   const bool w_vec = ((reinterpret_cast<uintptr_t>(W) | static_cast<uintptr_t>(row_bytes) | static_cast<uintptr_t>(expert_bytes)) & 15) == 0;
   const bool x_vec = (K & 3) == 0;
   const int xrow = s_xrow[tid >> 2];
@@ -246,29 +171,12 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   }
 
   if (!live) return;
-  // Accumulator c of (mi, ni): row g + 8 (c / 2), column 2 t + (c % 2) of the 16x8 tile.
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int m = row0 + wm + mi * 16 + g + 8 * (c >> 1);
-        const int n = wn + ni * 8 + 2 * t + (c & 1);
-        if (m < M && n < cnt) Y[static_cast<int64_t>(s_yrow[n]) * M + m] = acc[mi][ni][c];
-      }
+  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wm, wn, lane);
 }
 
 }  // namespace
 
-bool cuda_mma_type_supported(DType t) {
-  switch (t) {
-    case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q8_0: case DType::MXFP4:
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
-    default: return false;
-  }
-}
+bool cuda_mma_type_supported(DType t) { return t == DType::F16 || t == DType::BF16; }
 
 void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles) {
@@ -279,14 +187,6 @@ void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
   switch (t) {
     MOE_MMA_CASE(DType::F16)
     MOE_MMA_CASE(DType::BF16)
-    MOE_MMA_CASE(DType::Q4_0)
-    MOE_MMA_CASE(DType::Q8_0)
-    MOE_MMA_CASE(DType::MXFP4)
-    MOE_MMA_CASE(DType::Q2_K)
-    MOE_MMA_CASE(DType::Q3_K)
-    MOE_MMA_CASE(DType::Q4_K)
-    MOE_MMA_CASE(DType::Q5_K)
-    MOE_MMA_CASE(DType::Q6_K)
     default: fail(Status::Internal, "CUDA tensor-core matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMA_CASE

@@ -1,0 +1,279 @@
+// Tensor-core GEMM for quantized weights (prefill MatMul / MatMulId) whose products are
+// exact: per group of 16 or 32 consecutive weights of a row, w = a q + b with small integer q
+// (unpack32<T>), and per activation block x = c qx with int8 qx (the Q8_0 / Q8_K rounding
+// of act_round_kernel, emitted as f16 integers plus per-16 (c, c * sum qx)). An m16n8k16
+// f16 mma of q against qx into a zeroed fragment yields S = sum q qx exactly (|S| <= 32 *
+// 127 * 127 < 2^24), which is folded into f32 accumulators as acc += S (a c) + b (c X).
+// So the only roundings are f32 ones, as in the f32 mat-vec kernels, unlike an f16
+// dequantized tile (matmul_mma.cu), whose ~2^-12 per term breaks conformance.
+// Tiling, column tiles (dense range or MatMulId routing tile), loads and stores are those
+// of matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns per block, 8 warps of 32 x 32.
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/mma_common.cuh"
+#include "backends/cuda/ops/quant.cuh"
+
+namespace moe {
+
+namespace {
+
+using namespace mma_tile;
+
+constexpr int kGroups = kBK / 16;  // k16 scale groups per K step
+// Scale rows padded to 5 float2 (40 bytes): the 8 rows (or 4 columns) a warp reads at once
+// fall on distinct banks.
+constexpr int kSld = kGroups + 1;
+
+// f16 bits of two integers in [-128, 127]: 0x6400 | v is the f16 1024 + v for v < 1024, so
+// (0x6400 | (q + 128)) - 1152 is q exactly; one subtraction for the pair.
+__device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
+  const uint32_t u = static_cast<uint32_t>(lo + 128) | (static_cast<uint32_t>(hi + 128) << 16) | 0x64006400u;
+  const uint32_t bias = 0x64806480u;  // 1152, 1152
+  __half2 h, b;
+  memcpy(&h, &u, 4);
+  memcpy(&b, &bias, 4);
+  h = __hsub2(h, b);
+  uint32_t r;
+  memcpy(&r, &h, 4);
+  return r;
+}
+
+// The per-thread share of one K step, staged in registers: 32 weight integers of one row
+// (f16 pairs) with the (a, b) of their two k16 groups; 16 activation integers of one column
+// (f16) with the (c, c X) of their k16 group.
+struct QStage {
+  uint32_t w[16];
+  float2 ws[2];
+  uint4 x[2];
+  float2 xs;
+};
+
+// Thread -> (row tid / 2, sub-block (k0 + 32 (tid % 2)) / 32). K is a multiple of 32 for
+// every quantized type: a sub-block is whole or past K (zero, like rows past M).
+template <DType T>
+__device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0) {
+  const int row = row0 + (threadIdx.x >> 1);
+  const int kb = k0 + (threadIdx.x & 1) * 32;
+  if (row >= M || kb >= K) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) st.w[i] = 0;
+    st.ws[0] = st.ws[1] = make_float2(0.0f, 0.0f);
+    return;
+  }
+  int q[32];
+  float a[2], b[2];
+  unpack32<T>(W + static_cast<int64_t>(row) * row_bytes, kb / 32, q, a, b);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) st.w[i] = int_pair_f16(q[2 * i], q[2 * i + 1]);
+  st.ws[0] = make_float2(a[0], b[0]);
+  st.ws[1] = make_float2(a[1], b[1]);
+}
+
+// Thread -> (column tid / 4, k16 group k0 / 16 + tid % 4). xrow < 0 (a column past the
+// tile's count) and groups past K are zero.
+__device__ __forceinline__ void fetch_qacts(QStage &st, const uint16_t *Xq, const float2 *Xs, int xrow, int K, int k0) {
+  const int kb = k0 + (threadIdx.x & 3) * 16;
+  if (xrow < 0 || kb >= K) {
+    st.x[0] = st.x[1] = make_uint4(0u, 0u, 0u, 0u);
+    st.xs = make_float2(0.0f, 0.0f);
+    return;
+  }
+  const uint4 *src = reinterpret_cast<const uint4 *>(Xq + static_cast<int64_t>(xrow) * K + kb);
+  st.x[0] = __ldg(src);
+  st.x[1] = __ldg(src + 1);
+  st.xs = __ldg(Xs + static_cast<int64_t>(xrow) * (K / 16) + kb / 16);
+}
+
+__device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kLd], uint16_t (*sB)[kLd], float2 (*sWs)[kSld],
+                                             float2 (*sXs)[kSld]) {
+  const int tid = threadIdx.x;
+  uint4 *a = reinterpret_cast<uint4 *>(&sA[tid >> 1][(tid & 1) * 32]);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) a[q] = make_uint4(st.w[4 * q], st.w[4 * q + 1], st.w[4 * q + 2], st.w[4 * q + 3]);
+  sWs[tid >> 1][2 * (tid & 1)] = st.ws[0];
+  sWs[tid >> 1][2 * (tid & 1) + 1] = st.ws[1];
+  uint4 *b = reinterpret_cast<uint4 *>(&sB[tid >> 2][(tid & 3) * 16]);
+  b[0] = st.x[0];
+  b[1] = st.x[1];
+  sXs[tid >> 2][tid & 3] = st.xs;
+}
+
+// grid: (ceil(M / 128), column tiles), as launch_mma_matmul.
+template <DType T>
+__global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                                                                  const uint16_t *Xq, const float2 *Xs, float *Y, int ncols,
+                                                                  const int4 *tiles, const int2 *entries) {
+  // One fold per scale group: weights sharing (a, b) and activations sharing c. Activation
+  // blocks (32 or 256) are multiples of 32 and aligned, so a 32-wide group has one c.
+  constexpr int G = scale_group<T>;
+  constexpr int kS = G / 16;  // k16 mmas per fold
+  // sA[row][k]: weight integers (mma A, row-major). sB[col][k]: activation integers (mma B,
+  // column-major). sWs[row][g] = (a, b), sXs[col][g] = (c, c X) of k16 group g of the step.
+  __shared__ __align__(16) uint16_t sA[kBM][kLd];
+  __shared__ __align__(16) uint16_t sB[kBN][kLd];
+  __shared__ float2 sWs[kBM][kSld];
+  __shared__ float2 sXs[kBN][kSld];
+  __shared__ int s_xrow[kBN], s_yrow[kBN];
+
+  const ColTile ct = col_tile(ncols, tiles);
+  const int cnt = ct.cnt;
+  if (cnt <= 0) return;  // whole block: before any barrier
+  const int tid = threadIdx.x;
+  load_col_rows(ct, entries, s_xrow, s_yrow);
+  __syncthreads();
+
+  const int row0 = blockIdx.x * kBM;
+  const uint8_t *We = W + ct.expert * expert_bytes;
+  const int xrow = s_xrow[tid >> 2];
+
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // this warp's 32 x 32 sub-tile
+  const int n_live = cnt - wn;                            // its real columns (if > 0)
+  const bool live = n_live > 0 && row0 + wm < M;          // warp-uniform: skip padding-only sub-tiles
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+
+  // Register-staged pipeline as in matmul_mma.cu: the next step's loads and unpacking are
+  // issued before this step's mma (the last fetch re-reads the last step, unused).
+  QStage st;
+  fetch_qweights<T>(st, We, row_bytes, row0, M, K, 0);
+  fetch_qacts(st, Xq, Xs, xrow, K, 0);
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+    store_qstage(st, sA, sB, sWs, sXs);
+    __syncthreads();
+    const int kn = k0 + kBK < K ? k0 + kBK : k0;
+    fetch_qweights<T>(st, We, row_bytes, row0, M, K, kn);
+    fetch_qacts(st, Xq, Xs, xrow, K, kn);
+    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
+    if (live) {
+#pragma unroll
+      for (int kg = 0; kg < kBK; kg += G) {
+        const int grp = kg / 16;  // first k16 group of this fold
+        // A 16x16 at (wm + 16 mi, kg + 16 s): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+        uint32_t a[2][kS][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int s = 0; s < kS; ++s) ldmatrix_x4(a[mi][s], &sA[wm + mi * 16 + (lane & 15)][kg + 16 * s + (lane >> 4) * 8]);
+        float2 ws[2][2];  // (a, b) of this thread's rows g and g + 8 of each 16-row tile
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) ws[mi][h] = sWs[wm + 16 * mi + g + 8 * h][grp];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
+          // B (8 columns x G k): matrix j = (columns 0-7, k 8j .. 8j + 7); b[s] = matrices 2s, 2s + 1.
+          uint32_t b[kS][2];
+          if constexpr (kS == 2) {
+            uint32_t r[4];
+            ldmatrix_x4(r, &sB[wn + ni * 8 + (lane & 7)][kg + (lane >> 3) * 8]);
+            b[0][0] = r[0];
+            b[0][1] = r[1];
+            b[1][0] = r[2];
+            b[1][1] = r[3];
+          } else {
+            ldmatrix_x2(b[0], &sB[wn + ni * 8 + (lane & 7)][kg + ((lane >> 3) & 1) * 8]);
+          }
+          float2 cs[2];  // (c, c X) of this thread's columns 2t, 2t + 1 over the fold
+#pragma unroll
+          for (int cc = 0; cc < 2; ++cc) {
+            const float2 *p = &sXs[wn + ni * 8 + 2 * t + cc][grp];
+            cs[cc] = kS == 2 ? make_float2(p[0].x, p[0].y + p[1].y) : p[0];
+          }
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const float2 w = ws[mi][c >> 1], x = cs[c & 1];
+              float v = fmaf(sum[c], w.x * x.x, acc[mi][ni][c]);
+              if constexpr (has_min<T>) v = fmaf(w.y, x.y, v);
+              acc[mi][ni][c] = v;
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  if (!live) return;
+  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wm, wn, lane);
+}
+
+// Test hook: sub-block s of `row` both ways, dequant32 into w[32 s ..] and unpack32 into
+// q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1).
+template <DType T> __global__ void unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n_sub) return;
+  dequant32<T>(row, s, w + 32 * s);
+  unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
+}
+
+}  // namespace
+
+bool cuda_mmq_type_supported(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q8_0: case DType::MXFP4: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K:
+    case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+#define MOE_MMQ_TYPES(X) \
+  X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+
+void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                       const uint16_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
+                       int n_col_tiles) {
+  if (n_col_tiles <= 0 || M <= 0) return;
+  const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles));
+#define MOE_MMQ_CASE(TY) \
+  case TY: mmq_matmul_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries); break;
+  switch (t) {
+    MOE_MMQ_TYPES(MOE_MMQ_CASE)
+    default: fail(Status::Internal, "CUDA MMQ matmul: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_MMQ_CASE
+  MOE_CUDA_LAUNCH_CHECK("mmq_matmul_kernel");
+}
+
+void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab) {
+  uint8_t *d_row = nullptr;
+  float *d_w = nullptr, *d_ab = nullptr;
+  int *d_q = nullptr;
+  MOE_CUDA_CHECK(cudaMalloc(&d_row, row_bytes));
+  MOE_CUDA_CHECK(cudaMalloc(&d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
+  MOE_CUDA_CHECK(cudaMalloc(&d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int)));
+  MOE_CUDA_CHECK(cudaMalloc(&d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float)));
+  MOE_CUDA_CHECK(cudaMemcpy(d_row, row, row_bytes, cudaMemcpyHostToDevice));
+  const unsigned blocks = static_cast<unsigned>((n_sub + 63) / 64);
+#define MOE_UNPACK_CASE(TY) \
+  case TY: unpack_check_kernel<TY><<<blocks, 64>>>(d_row, n_sub, d_w, d_q, d_ab); break;
+  switch (t) {
+    MOE_MMQ_TYPES(MOE_UNPACK_CASE)
+    default: fail(Status::Internal, "unpack32 check: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_UNPACK_CASE
+  MOE_CUDA_LAUNCH_CHECK("unpack_check_kernel");
+  MOE_CUDA_CHECK(cudaMemcpy(w, d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(q, d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(ab, d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaFree(d_row));
+  MOE_CUDA_CHECK(cudaFree(d_w));
+  MOE_CUDA_CHECK(cudaFree(d_q));
+  MOE_CUDA_CHECK(cudaFree(d_ab));
+}
+#undef MOE_MMQ_TYPES
+
+}  // namespace moe
