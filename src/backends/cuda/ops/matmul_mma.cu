@@ -145,20 +145,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
         uint32_t a[2][4], b[4][2];
-        // A 16x16 at (wm + 16 mi, kk): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3.
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sA[wm + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-        // B for two 8-column groups: matrices (cols 0-7, k 0-7), (cols 0-7, k 8-15),
-        // (cols 8-15, k 0-7), (cols 8-15, k 8-15) = b0, b1 of group 2np, then of 2np + 1.
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          uint32_t r[4];
-          ldmatrix_x4(r, &sB[wn + np * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8]);
-          b[2 * np][0] = r[0];
-          b[2 * np][1] = r[1];
-          b[2 * np + 1][0] = r[2];
-          b[2 * np + 1][1] = r[3];
-        }
+        load_frags_k16(a, b, sA, sB, wm, wn, kk, lane);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
           if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only

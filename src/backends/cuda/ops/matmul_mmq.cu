@@ -5,7 +5,9 @@
 // f16 mma of q against qx into a zeroed fragment yields S = sum q qx exactly (|S| <= 32 *
 // 127 * 127 < 2^24), which is folded into f32 accumulators as acc += S (a c) + b (c X).
 // So the only roundings are f32 ones, as in the f32 mat-vec kernels, unlike an f16
-// dequantized tile (matmul_mma.cu), whose ~2^-12 per term breaks conformance.
+// dequantized tile, whose ~2^-12 per term broke conformance.
+// The fold (a multiply and an FMA per output, + an FMA per min group) is the cost over a
+// plain f16 GEMM, so it is done as rarely as exactness allows (fold_width<T>).
 // Tiling, column tiles (dense range or MatMulId routing tile), loads and stores are those
 // of matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns per block, 8 warps of 32 x 32.
 #include "backends/cuda/cuda_common.h"
@@ -38,6 +40,15 @@ __device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
   return r;
 }
 
+// Weights per fold (one f32 rescale of an exact integer sum):
+// - Q2_K .. Q5_K: the whole K step (64 weights inside one 256-block). Their group scale is
+//   d * sc with a small integer sc, which is multiplied into the weight integers (|sc q| <=
+//   63 * 31 < 2048, exact in f16; per step |S| <= 64 * 1953 * 127 < 2^24), leaving d and the
+//   Q8_K block's c; the min term (b, per 16 or 32) is still applied per group.
+// - Q4_0 / Q8_0 / MXFP4: 32 (the weight scale and the Q8_0 c change per 32).
+// - Q6_K: 16 (int8 group scales: sc q would not be exact in f16).
+template <DType T> constexpr int fold_width = has_int_group_scale<T> ? kBK : scale_group<T>;
+
 // The per-thread share of one K step, staged in registers: 32 weight integers of one row
 // (f16 pairs) with the (a, b) of their two k16 groups; 16 activation integers of one column
 // (f16) with the (c, c X) of their k16 group.
@@ -62,9 +73,27 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
   }
   int q[32];
   float a[2], b[2];
-  unpack32<T>(W + static_cast<int64_t>(row) * row_bytes, kb / 32, q, a, b);
+  const uint8_t *wrow = W + static_cast<int64_t>(row) * row_bytes;
+  unpack32<T>(wrow, kb / 32, q, a, b);
 #pragma unroll
   for (int i = 0; i < 16; ++i) st.w[i] = int_pair_f16(q[2 * i], q[2 * i + 1]);
+  if constexpr (has_int_group_scale<T>) {
+    // a = d * sc exactly with |sc| <= 63, so a rounded fast quotient recovers sc; q * sc is
+    // exact in f16.
+    const float d = superblock_d<T>(wrow, kb / 32);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const __half2 sc = __float2half2_rn(d != 0.0f ? rintf(__fdividef(a[k], d)) : 0.0f);
+#pragma unroll
+      for (int i = 8 * k; i < 8 * k + 8; ++i) {
+        __half2 h;
+        memcpy(&h, &st.w[i], 4);
+        h = __hmul2(h, sc);
+        memcpy(&st.w[i], &h, 4);
+      }
+      a[k] = d;
+    }
+  }
   st.ws[0] = make_float2(a[0], b[0]);
   st.ws[1] = make_float2(a[1], b[1]);
 }
@@ -98,6 +127,129 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
   sXs[tid >> 2][tid & 3] = st.xs;
 }
 
+// Folds of 16 or 32 weights (fold_width<T> < kBK): per fold and (mi, ni), kS k16 mmas into
+// an exact sum, then acc += S (a c) (+ b (c X) with a min term).
+template <DType T>
+__device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
+                                               const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
+                                               int lane) {
+  constexpr int G = fold_width<T>;
+  constexpr int kS = G / 16;  // k16 mmas per fold
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int kg = 0; kg < kBK; kg += G) {
+    const int grp = kg / 16;  // first k16 group of this fold
+    // A 16x16 at (wm + 16 mi, kg + 16 s): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
+    uint32_t a[2][kS][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int s = 0; s < kS; ++s) ldmatrix_x4(a[mi][s], &sA[wm + mi * 16 + (lane & 15)][kg + 16 * s + (lane >> 4) * 8]);
+    float2 ws[2][2];  // (a, b) of this thread's rows g and g + 8 of each 16-row tile
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) ws[mi][h] = sWs[wm + 16 * mi + g + 8 * h][grp];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
+      // B (8 columns x G k): matrix j = (columns 0-7, k 8j .. 8j + 7); b[s] = matrices 2s, 2s + 1.
+      uint32_t b[kS][2];
+      if constexpr (kS == 2) {
+        uint32_t r[4];
+        ldmatrix_x4(r, &sB[wn + ni * 8 + (lane & 7)][kg + (lane >> 3) * 8]);
+        b[0][0] = r[0];
+        b[0][1] = r[1];
+        b[1][0] = r[2];
+        b[1][1] = r[3];
+      } else {
+        ldmatrix_x2(b[0], &sB[wn + ni * 8 + (lane & 7)][kg + ((lane >> 3) & 1) * 8]);
+      }
+      float2 cs[2];  // (c, c X) of this thread's columns 2t, 2t + 1 over the fold
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) {
+        const float2 *p = &sXs[wn + ni * 8 + 2 * t + cc][grp];
+        cs[cc] = kS == 2 ? make_float2(p[0].x, p[0].y + p[1].y) : p[0];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float2 w = ws[mi][c >> 1], x = cs[c & 1];
+          float v = fmaf(sum[c], w.x * x.x, acc[mi][ni][c]);
+          if constexpr (has_min<T>) v = fmaf(w.y, x.y, v);
+          acc[mi][ni][c] = v;
+        }
+      }
+    }
+  }
+}
+
+// One fold per K step (fold_width<T> == kBK): the 4 k16 mmas of each (mi, ni) into one
+// exact sum, then acc += S (d c) + sum over the min groups of b (c X).
+template <DType T>
+__device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
+                                            const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
+                                            int lane) {
+  float sum[2][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sum[mi][ni][c] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < kBK; kk += 16) {
+    uint32_t a[2][4], b[4][2];
+    load_frags_k16(a, b, sA, sB, wm, wn, kk, lane);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) mma16816<false>(sum[mi][ni], a[mi], b[ni]);
+    }
+  }
+  constexpr int kMinW = scale_group<T> / 16;                   // k16 groups per min group
+  constexpr int kMins = has_min<T> ? kGroups / kMinW : 0;      // min groups per step
+  constexpr int kMinSlots = kMins > 0 ? kMins : 1;
+  const int g = lane >> 2, t = lane & 3;
+  float d[2][2], bm[2][2][kMinSlots];  // per row g, g + 8 of each 16-row tile: d and the b's
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 *p = sWs[wm + 16 * mi + g + 8 * h];
+      d[mi][h] = p[0].x;
+#pragma unroll
+      for (int j = 0; j < kMins; ++j) bm[mi][h][j] = p[j * kMinW].y;
+    }
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    if (ni * 8 >= n_live) continue;
+    float c[2], cx[2][kMinSlots];  // per column 2t, 2t + 1: c and c X of each min group
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {
+      const float2 *p = sXs[wn + ni * 8 + 2 * t + cc];
+      c[cc] = p[0].x;
+#pragma unroll
+      for (int j = 0; j < kMins; ++j) cx[cc][j] = kMinW == 2 ? p[2 * j].y + p[2 * j + 1].y : p[j].y;
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, cc = e & 1;
+        float v = fmaf(sum[mi][ni][e], d[mi][h] * c[cc], acc[mi][ni][e]);
+#pragma unroll
+        for (int j = 0; j < kMins; ++j) v = fmaf(bm[mi][h][j], cx[cc][j], v);
+        acc[mi][ni][e] = v;
+      }
+  }
+}
+
 // grid: (ceil(M / 128), column tiles), as launch_mma_matmul.
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
@@ -105,8 +257,6 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
                                                                   const int4 *tiles, const int2 *entries) {
   // One fold per scale group: weights sharing (a, b) and activations sharing c. Activation
   // blocks (32 or 256) are multiples of 32 and aligned, so a 32-wide group has one c.
-  constexpr int G = scale_group<T>;
-  constexpr int kS = G / 16;  // k16 mmas per fold
   // sA[row][k]: weight integers (mma A, row-major). sB[col][k]: activation integers (mma B,
   // column-major). sWs[row][g] = (a, b), sXs[col][g] = (c, c X) of k16 group g of the step.
   __shared__ __align__(16) uint16_t sA[kBM][kLd];
@@ -127,7 +277,6 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
   const int xrow = s_xrow[tid >> 2];
 
   const int warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
   const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // this warp's 32 x 32 sub-tile
   const int n_live = cnt - wn;                            // its real columns (if > 0)
   const bool live = n_live > 0 && row0 + wm < M;          // warp-uniform: skip padding-only sub-tiles
@@ -153,55 +302,10 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
     fetch_qacts(st, Xq, Xs, xrow, K, kn);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
     if (live) {
-#pragma unroll
-      for (int kg = 0; kg < kBK; kg += G) {
-        const int grp = kg / 16;  // first k16 group of this fold
-        // A 16x16 at (wm + 16 mi, kg + 16 s): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
-        uint32_t a[2][kS][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int s = 0; s < kS; ++s) ldmatrix_x4(a[mi][s], &sA[wm + mi * 16 + (lane & 15)][kg + 16 * s + (lane >> 4) * 8]);
-        float2 ws[2][2];  // (a, b) of this thread's rows g and g + 8 of each 16-row tile
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) ws[mi][h] = sWs[wm + 16 * mi + g + 8 * h][grp];
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
-          // B (8 columns x G k): matrix j = (columns 0-7, k 8j .. 8j + 7); b[s] = matrices 2s, 2s + 1.
-          uint32_t b[kS][2];
-          if constexpr (kS == 2) {
-            uint32_t r[4];
-            ldmatrix_x4(r, &sB[wn + ni * 8 + (lane & 7)][kg + (lane >> 3) * 8]);
-            b[0][0] = r[0];
-            b[0][1] = r[1];
-            b[1][0] = r[2];
-            b[1][1] = r[3];
-          } else {
-            ldmatrix_x2(b[0], &sB[wn + ni * 8 + (lane & 7)][kg + ((lane >> 3) & 1) * 8]);
-          }
-          float2 cs[2];  // (c, c X) of this thread's columns 2t, 2t + 1 over the fold
-#pragma unroll
-          for (int cc = 0; cc < 2; ++cc) {
-            const float2 *p = &sXs[wn + ni * 8 + 2 * t + cc][grp];
-            cs[cc] = kS == 2 ? make_float2(p[0].x, p[0].y + p[1].y) : p[0];
-          }
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const float2 w = ws[mi][c >> 1], x = cs[c & 1];
-              float v = fmaf(sum[c], w.x * x.x, acc[mi][ni][c]);
-              if constexpr (has_min<T>) v = fmaf(w.y, x.y, v);
-              acc[mi][ni][c] = v;
-            }
-          }
-        }
+      if constexpr (fold_width<T> == kBK) {
+        fold_k_step<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
+      } else {
+        fold_per_group<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
       }
     }
     __syncthreads();

@@ -67,6 +67,27 @@ template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const
   }
 }
 
+// A warp's operands of one k16 step at column kk of the shared tiles: A fragments of its
+// two 16-row tiles (sA[row][k], row-major) and B fragments of its four 8-column groups
+// (sB[col][k], column-major).
+__device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b)[4][2], const uint16_t (*sA)[kLd],
+                                               const uint16_t (*sB)[kLd], int wm, int wn, int kk, int lane) {
+  // A 16x16 at (wm + 16 mi, kk): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3.
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sA[wm + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+  // B for two 8-column groups: matrices (cols 0-7, k 0-7), (cols 0-7, k 8-15),
+  // (cols 8-15, k 0-7), (cols 8-15, k 8-15) = b0, b1 of group 2np, then of 2np + 1.
+#pragma unroll
+  for (int np = 0; np < 2; ++np) {
+    uint32_t r[4];
+    ldmatrix_x4(r, &sB[wn + np * 16 + (lane >> 4) * 8 + (lane & 7)][kk + ((lane >> 3) & 1) * 8]);
+    b[2 * np][0] = r[0];
+    b[2 * np][1] = r[1];
+    b[2 * np + 1][0] = r[2];
+    b[2 * np + 1][1] = r[3];
+  }
+}
+
 // Asks L2 for this thread's weight bytes at element k of its row (thread -> row tid / 2,
 // half tid % 2 of the K step; row bytes are proportional to K in every layout, so
 // k * row_bytes / K lies in the block holding element k). Clamped inside the row.

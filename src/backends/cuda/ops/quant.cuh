@@ -56,6 +56,17 @@ template <DType T> constexpr int scale_group = T == DType::Q2_K || T == DType::Q
 
 template <DType T> __device__ __forceinline__ void unpack32(const uint8_t *row, int s, int *q, float *a, float *b);
 
+// K-quants whose group scales are a = d * sc with one f16 d per 256-weight block and a small
+// integer sc (|sc| <= 63; Q6_K's are int8): superblock_d<T> gives that d (a / d is exact).
+template <DType T> constexpr bool has_int_group_scale = T == DType::Q2_K || T == DType::Q3_K || T == DType::Q4_K || T == DType::Q5_K;
+template <DType T> __device__ __forceinline__ float superblock_d(const uint8_t *row, int s) {
+  static_assert(has_int_group_scale<T>, "only the K-quants with small integer group scales");
+  if constexpr (T == DType::Q2_K) return h2f(row + (s >> 3) * 84 + 80);
+  if constexpr (T == DType::Q3_K) return h2f(row + (s >> 3) * 110 + 108);
+  if constexpr (T == DType::Q4_K) return h2f(row + (s >> 3) * 144);
+  return h2f(row + (s >> 3) * 176);  // Q5_K
+}
+
 template <> __device__ __forceinline__ void unpack32<DType::Q4_0>(const uint8_t *row, int s, int *q, float *a, float *b) {
   const uint8_t *blk = row + s * 18;
   a[0] = a[1] = h2f(blk);
