@@ -27,7 +27,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type.
 // q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0 / Q8_K, the MMQ
 // path) each value as int8 * block scale c: the integer as f16 bits into q_out[r * K + i]
-// and, per 16 elements, (c, c * their integer sum) into s_out[r * K / 16 + i / 16].
+// and, per 16 elements, (c, their integer sum) into s_out[r * K / 16 + i / 16].
 __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, uint16_t *q_out, float2 *s_out) {
   const int64_t r = blockIdx.x;
   const int64_t i = static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x;
@@ -91,7 +91,7 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, uint16
   for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (!in) return;
   q_out[r * K + i] = __half_as_ushort(__float2half_rn(qv));
-  if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, c * sum);
+  if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, sum);
 }
 
 // ---- routing -------------------------------------------------------------------------

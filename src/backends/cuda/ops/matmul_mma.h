@@ -28,8 +28,8 @@ void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
                        const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles);
 
 // The same for quantized weights. Activation row r is given as Xq[r * K + k] (f16 bits of
-// the int8 value of element k) and Xs[r * K / 16 + g] = (c, c * sum of the 16 integers of
-// group g), c the scale of the Q8_0 / Q8_K block holding group g (K is a multiple of 32).
+// the int8 value of element k) and Xs[r * K / 16 + g] = (c, sum of the 16 integers of group
+// g), c the scale of the Q8_0 / Q8_K block holding group g (K is a multiple of 32).
 void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const uint16_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles);

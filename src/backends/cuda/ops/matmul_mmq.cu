@@ -1,13 +1,14 @@
 // Tensor-core GEMM for quantized weights (prefill MatMul / MatMulId) whose products are
 // exact: per group of 16 or 32 consecutive weights of a row, w = a q + b with small integer q
 // (unpack32<T>), and per activation block x = c qx with int8 qx (the Q8_0 / Q8_K rounding
-// of act_round_kernel, emitted as f16 integers plus per-16 (c, c * sum qx)). An m16n8k16
+// of act_round_kernel, emitted as f16 integers plus per-16 (c, X = sum qx)). An m16n8k16
 // f16 mma of q against qx into a zeroed fragment yields S = sum q qx exactly (|S| <= 32 *
 // 127 * 127 < 2^24), which is folded into f32 accumulators as acc += S (a c) + b (c X).
 // So the only roundings are f32 ones, as in the f32 mat-vec kernels, unlike an f16
 // dequantized tile, whose ~2^-12 per term broke conformance.
-// The fold (a multiply and an FMA per output, + an FMA per min group) is the cost over a
-// plain f16 GEMM, so it is done as rarely as exactness allows (fold_width<T>).
+// The fold (a multiply and an FMA per output) is the cost over a plain f16 GEMM, so it is
+// done as rarely as exactness allows (fold_width<T>); the min terms b c X of Q2_K / Q4_K /
+// Q5_K are one more exact mma per 256-block (fold_mins).
 // Tiling, column tiles (dense range or MatMulId routing tile), loads and stores are those
 // of matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns per block, 8 warps of 32 x 32.
 #include "backends/cuda/cuda_common.h"
@@ -25,6 +26,9 @@ constexpr int kGroups = kBK / 16;  // k16 scale groups per K step
 // Scale rows padded to 5 float2 (40 bytes): the 8 rows (or 4 columns) a warp reads at once
 // fall on distinct banks.
 constexpr int kSld = kGroups + 1;
+// Min integers m and activation sums X of the 16 k16 groups of a 256-block (types with a
+// min term), f16; 48-byte rows put the 8 rows of an ldmatrix phase on distinct bank quads.
+constexpr int kMinLd = 16 + 8;
 
 // f16 bits of two integers in [-128, 127]: 0x6400 | v is the f16 1024 + v for v < 1024, so
 // (0x6400 | (q + 128)) - 1152 is q exactly; one subtraction for the pair.
@@ -44,17 +48,19 @@ __device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
 // - Q2_K .. Q5_K: the whole K step (64 weights inside one 256-block). Their group scale is
 //   d * sc with a small integer sc, which is multiplied into the weight integers (|sc q| <=
 //   63 * 31 < 2048, exact in f16; per step |S| <= 64 * 1953 * 127 < 2^24), leaving d and the
-//   Q8_K block's c; the min term (b, per 16 or 32) is still applied per group.
+//   Q8_K block's c.
 // - Q4_0 / Q8_0 / MXFP4: 32 (the weight scale and the Q8_0 c change per 32).
 // - Q6_K: 16 (int8 group scales: sc q would not be exact in f16).
 template <DType T> constexpr int fold_width = has_int_group_scale<T> ? kBK : scale_group<T>;
 
 // The per-thread share of one K step, staged in registers: 32 weight integers of one row
-// (f16 pairs) with the (a, b) of their two k16 groups; 16 activation integers of one column
-// (f16) with the (c, c X) of their k16 group.
+// (f16 pairs) with the (scale, min scale) of their two k16 groups and their min integers
+// (f16 pair; types with a min term); 16 activation integers of one column (f16) with the
+// (c, X) of their k16 group.
 struct QStage {
   uint32_t w[16];
   float2 ws[2];
+  uint32_t m;
   uint4 x[2];
   float2 xs;
 };
@@ -69,6 +75,7 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
 #pragma unroll
     for (int i = 0; i < 16; ++i) st.w[i] = 0;
     st.ws[0] = st.ws[1] = make_float2(0.0f, 0.0f);
+    st.m = 0;
     return;
   }
   int q[32];
@@ -94,6 +101,18 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
       a[k] = d;
     }
   }
+  st.m = 0;
+  if constexpr (has_min<T>) {
+    // b = -(dmin * m) exactly with m <= 63: recovered like sc; the pair (b) becomes dmin.
+    const float dmin = superblock_dmin<T>(wrow, kb / 32);
+    float m[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      m[k] = dmin != 0.0f ? rintf(__fdividef(-b[k], dmin)) : 0.0f;
+      b[k] = dmin;
+    }
+    st.m = pack2<false>(m[0], m[1]);
+  }
   st.ws[0] = make_float2(a[0], b[0]);
   st.ws[1] = make_float2(a[1], b[1]);
 }
@@ -113,8 +132,10 @@ __device__ __forceinline__ void fetch_qacts(QStage &st, const uint16_t *Xq, cons
   st.xs = __ldg(Xs + static_cast<int64_t>(xrow) * (K / 16) + kb / 16);
 }
 
+// s4: the K step's place in its 256-block (min integers and sums go to its 4 groups there).
+template <DType T>
 __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kLd], uint16_t (*sB)[kLd], float2 (*sWs)[kSld],
-                                             float2 (*sXs)[kSld]) {
+                                             float2 (*sXs)[kSld], uint16_t (*sMA)[kMinLd], uint16_t (*sMB)[kMinLd], int s4) {
   const int tid = threadIdx.x;
   uint4 *a = reinterpret_cast<uint4 *>(&sA[tid >> 1][(tid & 1) * 32]);
 #pragma unroll
@@ -125,14 +146,19 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
   b[0] = st.x[0];
   b[1] = st.x[1];
   sXs[tid >> 2][tid & 3] = st.xs;
+  if constexpr (has_min<T>) {
+    *reinterpret_cast<uint32_t *>(&sMA[tid >> 1][4 * s4 + 2 * (tid & 1)]) = st.m;
+    sMB[tid >> 2][4 * s4 + (tid & 3)] = __half_as_ushort(__float2half_rn(st.xs.y));  // |X| <= 2032: exact
+  }
 }
 
 // Folds of 16 or 32 weights (fold_width<T> < kBK): per fold and (mi, ni), kS k16 mmas into
-// an exact sum, then acc += S (a c) (+ b (c X) with a min term).
+// an exact sum, then acc += S (a c).
 template <DType T>
 __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
                                                const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
                                                int lane) {
+  static_assert(!has_min<T>, "min terms are folded per 256-block (fold_mins)");
   constexpr int G = fold_width<T>;
   constexpr int kS = G / 16;  // k16 mmas per fold
   const int g = lane >> 2, t = lane & 3;
@@ -145,11 +171,11 @@ __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
       for (int s = 0; s < kS; ++s) ldmatrix_x4(a[mi][s], &sA[wm + mi * 16 + (lane & 15)][kg + 16 * s + (lane >> 4) * 8]);
-    float2 ws[2][2];  // (a, b) of this thread's rows g and g + 8 of each 16-row tile
+    float ws[2][2];  // a of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) ws[mi][h] = sWs[wm + 16 * mi + g + 8 * h][grp];
+      for (int h = 0; h < 2; ++h) ws[mi][h] = sWs[wm + 16 * mi + g + 8 * h][grp].x;
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
@@ -165,31 +191,23 @@ __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint
       } else {
         ldmatrix_x2(b[0], &sB[wn + ni * 8 + (lane & 7)][kg + ((lane >> 3) & 1) * 8]);
       }
-      float2 cs[2];  // (c, c X) of this thread's columns 2t, 2t + 1 over the fold
+      float cs[2];  // c of this thread's columns 2t, 2t + 1 (one activation block per fold)
 #pragma unroll
-      for (int cc = 0; cc < 2; ++cc) {
-        const float2 *p = &sXs[wn + ni * 8 + 2 * t + cc][grp];
-        cs[cc] = kS == 2 ? make_float2(p[0].x, p[0].y + p[1].y) : p[0];
-      }
+      for (int cc = 0; cc < 2; ++cc) cs[cc] = sXs[wn + ni * 8 + 2 * t + cc][grp].x;
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float2 w = ws[mi][c >> 1], x = cs[c & 1];
-          float v = fmaf(sum[c], w.x * x.x, acc[mi][ni][c]);
-          if constexpr (has_min<T>) v = fmaf(w.y, x.y, v);
-          acc[mi][ni][c] = v;
-        }
+        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = fmaf(sum[c], ws[mi][c >> 1] * cs[c & 1], acc[mi][ni][c]);
       }
     }
   }
 }
 
 // One fold per K step (fold_width<T> == kBK): the 4 k16 mmas of each (mi, ni) into one
-// exact sum, then acc += S (d c) + sum over the min groups of b (c X).
+// exact sum, then acc += S (d c).
 template <DType T>
 __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
                                             const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
@@ -212,41 +230,52 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
       for (int mi = 0; mi < 2; ++mi) mma16816<false>(sum[mi][ni], a[mi], b[ni]);
     }
   }
-  constexpr int kMinW = scale_group<T> / 16;                   // k16 groups per min group
-  constexpr int kMins = has_min<T> ? kGroups / kMinW : 0;      // min groups per step
-  constexpr int kMinSlots = kMins > 0 ? kMins : 1;
   const int g = lane >> 2, t = lane & 3;
-  float d[2][2], bm[2][2][kMinSlots];  // per row g, g + 8 of each 16-row tile: d and the b's
+  float d[2][2];  // d of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float2 *p = sWs[wm + 16 * mi + g + 8 * h];
-      d[mi][h] = p[0].x;
-#pragma unroll
-      for (int j = 0; j < kMins; ++j) bm[mi][h][j] = p[j * kMinW].y;
-    }
+    for (int h = 0; h < 2; ++h) d[mi][h] = sWs[wm + 16 * mi + g + 8 * h][0].x;
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     if (ni * 8 >= n_live) continue;
-    float c[2], cx[2][kMinSlots];  // per column 2t, 2t + 1: c and c X of each min group
+    float c[2];  // c of this thread's columns 2t, 2t + 1 (one Q8_K block per step)
 #pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      const float2 *p = sXs[wn + ni * 8 + 2 * t + cc];
-      c[cc] = p[0].x;
-#pragma unroll
-      for (int j = 0; j < kMins; ++j) cx[cc][j] = kMinW == 2 ? p[2 * j].y + p[2 * j + 1].y : p[j].y;
-    }
+    for (int cc = 0; cc < 2; ++cc) c[cc] = sXs[wn + ni * 8 + 2 * t + cc][0].x;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1, cc = e & 1;
-        float v = fmaf(sum[mi][ni][e], d[mi][h] * c[cc], acc[mi][ni][e]);
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(sum[mi][ni][e], d[mi][e >> 1] * c[e & 1], acc[mi][ni][e]);
+  }
+}
+
+// Min terms of a whole 256-block (Q2_K / Q4_K / Q5_K), after its last K step: sum over its
+// 16 k16 groups of b c X = -(dmin c) sum_g m_g X_g, the integer sum by one mma (m <= 63 and
+// |X| <= 2032 are exact in f16, |sum| <= 16 * 63 * 2032 < 2^24).
+template <DType T>
+__device__ __forceinline__ void fold_mins(float (&acc)[2][4][4], const uint16_t (*sMA)[kMinLd], const uint16_t (*sMB)[kMinLd],
+                                          const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live, int lane) {
+  uint32_t a[2][4], b[4][2];
+  load_frags_k16(a, b, sMA, sMB, wm, wn, 0, lane);
+  const int g = lane >> 2, t = lane & 3;
+  float dmin[2][2];  // of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
-        for (int j = 0; j < kMins; ++j) v = fmaf(bm[mi][h][j], cx[cc][j], v);
-        acc[mi][ni][e] = v;
-      }
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) dmin[mi][h] = sWs[wm + 16 * mi + g + 8 * h][0].y;
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    if (ni * 8 >= n_live) continue;
+    float c[2];
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) c[cc] = sXs[wn + ni * 8 + 2 * t + cc][0].x;
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma16816<false>(sum, a[mi], b[ni]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(-sum[e], dmin[mi][e >> 1] * c[e & 1], acc[mi][ni][e]);
+    }
   }
 }
 
@@ -255,14 +284,16 @@ template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                                   const uint16_t *Xq, const float2 *Xs, float *Y, int ncols,
                                                                   const int4 *tiles, const int2 *entries) {
-  // One fold per scale group: weights sharing (a, b) and activations sharing c. Activation
-  // blocks (32 or 256) are multiples of 32 and aligned, so a 32-wide group has one c.
+  // Activation blocks (32 or 256) are multiples of 32 and aligned, so a fold has one c.
   // sA[row][k]: weight integers (mma A, row-major). sB[col][k]: activation integers (mma B,
-  // column-major). sWs[row][g] = (a, b), sXs[col][g] = (c, c X) of k16 group g of the step.
+  // column-major). sWs[row][g] = (a or d, dmin), sXs[col][g] = (c, X) of k16 group g of the step.
   __shared__ __align__(16) uint16_t sA[kBM][kLd];
   __shared__ __align__(16) uint16_t sB[kBN][kLd];
   __shared__ float2 sWs[kBM][kSld];
   __shared__ float2 sXs[kBN][kSld];
+  // sMA[row][g] = m, sMB[col][g] = X of k16 group g of the current 256-block (min terms).
+  __shared__ __align__(16) uint16_t sMA[has_min<T> ? kBM : 1][kMinLd];
+  __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
 
   const ColTile ct = col_tile(ncols, tiles);
@@ -295,7 +326,8 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
   fetch_qweights<T>(st, We, row_bytes, row0, M, K, 0);
   fetch_qacts(st, Xq, Xs, xrow, K, 0);
   for (int k0 = 0; k0 < K; k0 += kBK) {
-    store_qstage(st, sA, sB, sWs, sXs);
+    const int s4 = (k0 / kBK) & 3;  // K step within its 256-block
+    store_qstage<T>(st, sA, sB, sWs, sXs, sMA, sMB, s4);
     __syncthreads();
     const int kn = k0 + kBK < K ? k0 + kBK : k0;
     fetch_qweights<T>(st, We, row_bytes, row0, M, K, kn);
@@ -304,6 +336,8 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
     if (live) {
       if constexpr (fold_width<T> == kBK) {
         fold_k_step<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
+        if constexpr (has_min<T>)
+          if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wm, wn, n_live, lane);  // K is a multiple of 256
       } else {
         fold_per_group<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
       }

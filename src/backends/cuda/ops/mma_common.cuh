@@ -69,9 +69,10 @@ template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const
 
 // A warp's operands of one k16 step at column kk of the shared tiles: A fragments of its
 // two 16-row tiles (sA[row][k], row-major) and B fragments of its four 8-column groups
-// (sB[col][k], column-major).
-__device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b)[4][2], const uint16_t (*sA)[kLd],
-                                               const uint16_t (*sB)[kLd], int wm, int wn, int kk, int lane) {
+// (sB[col][k], column-major). Ld: the row stride (16-byte multiple).
+template <int Ld>
+__device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b)[4][2], const uint16_t (*sA)[Ld], const uint16_t (*sB)[Ld],
+                                               int wm, int wn, int kk, int lane) {
   // A 16x16 at (wm + 16 mi, kk): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3.
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sA[wm + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);

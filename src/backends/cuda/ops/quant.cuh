@@ -66,6 +66,13 @@ template <DType T> __device__ __forceinline__ float superblock_d(const uint8_t *
   if constexpr (T == DType::Q4_K) return h2f(row + (s >> 3) * 144);
   return h2f(row + (s >> 3) * 176);  // Q5_K
 }
+// Of those, the ones with a min term have b = -(dmin * m), m <= 63: the block's dmin.
+template <DType T> __device__ __forceinline__ float superblock_dmin(const uint8_t *row, int s) {
+  static_assert(has_min<T>, "only the K-quants with a min term");
+  if constexpr (T == DType::Q2_K) return h2f(row + (s >> 3) * 84 + 82);
+  if constexpr (T == DType::Q4_K) return h2f(row + (s >> 3) * 144 + 2);
+  return h2f(row + (s >> 3) * 176 + 2);  // Q5_K
+}
 
 template <> __device__ __forceinline__ void unpack32<DType::Q4_0>(const uint8_t *row, int s, int *q, float *a, float *b) {
   const uint8_t *blk = row + s * 18;
