@@ -50,8 +50,10 @@ __device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
 //   63 * 31 < 2048, exact in f16; per step |S| <= 64 * 1953 * 127 < 2^24), leaving d and the
 //   Q8_K block's c.
 // - Q4_0 / Q8_0 / MXFP4: 32 (the weight scale and the Q8_0 c change per 32).
-// - Q6_K: 16 (int8 group scales: sc q would not be exact in f16).
-template <DType T> constexpr int fold_width = has_int_group_scale<T> ? kBK : scale_group<T>;
+// - Q6_K: 32 as well, but its int8 group scales would not keep sc q exact in f16, so the two
+//   k16 sums are combined in f32 as (a0 S0 + a1 S1) c (3 operations per output per 32).
+template <DType T> constexpr bool per_group_row_scale = T == DType::Q6_K;
+template <DType T> constexpr int fold_width = has_int_group_scale<T> ? kBK : 32;
 
 // The per-thread share of one K step, staged in registers: 32 weight integers of one row
 // (f16 pairs) with the (scale, min scale) of their two k16 groups and their min integers
@@ -152,13 +154,14 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
   }
 }
 
-// Folds of 16 or 32 weights (fold_width<T> < kBK): per fold and (mi, ni), kS k16 mmas into
-// an exact sum, then acc += S (a c).
+// Folds of 32 weights (fold_width<T> < kBK): per fold and (mi, ni), two k16 mmas into an
+// exact sum, then acc += S (a c); Q6_K (a per 16): two sums, acc += (a0 S0 + a1 S1) c.
 template <DType T>
 __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
                                                const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
                                                int lane) {
-  static_assert(!has_min<T>, "min terms are folded per 256-block (fold_mins)");
+  static_assert(!has_min<T> && fold_width<T> == 32, "32-wide folds without a min term");
+  static_assert(per_group_row_scale<T> || scale_group<T> == 32, "one a per fold unless combined per group");
   constexpr int G = fold_width<T>;
   constexpr int kS = G / 16;  // k16 mmas per fold
   const int g = lane >> 2, t = lane & 3;
@@ -171,36 +174,44 @@ __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
       for (int s = 0; s < kS; ++s) ldmatrix_x4(a[mi][s], &sA[wm + mi * 16 + (lane & 15)][kg + 16 * s + (lane >> 4) * 8]);
-    float ws[2][2];  // a of this thread's rows g and g + 8 of each 16-row tile
+    float ws[2][2][2];  // a of each k16 group of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) ws[mi][h] = sWs[wm + 16 * mi + g + 8 * h][grp].x;
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int s = 0; s < 2; ++s) ws[mi][h][s] = sWs[wm + 16 * mi + g + 8 * h][grp + s].x;
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
       // B (8 columns x G k): matrix j = (columns 0-7, k 8j .. 8j + 7); b[s] = matrices 2s, 2s + 1.
-      uint32_t b[kS][2];
-      if constexpr (kS == 2) {
-        uint32_t r[4];
-        ldmatrix_x4(r, &sB[wn + ni * 8 + (lane & 7)][kg + (lane >> 3) * 8]);
-        b[0][0] = r[0];
-        b[0][1] = r[1];
-        b[1][0] = r[2];
-        b[1][1] = r[3];
-      } else {
-        ldmatrix_x2(b[0], &sB[wn + ni * 8 + (lane & 7)][kg + ((lane >> 3) & 1) * 8]);
-      }
+      uint32_t b[kS][2], r[4];
+      ldmatrix_x4(r, &sB[wn + ni * 8 + (lane & 7)][kg + (lane >> 3) * 8]);
+      b[0][0] = r[0];
+      b[0][1] = r[1];
+      b[1][0] = r[2];
+      b[1][1] = r[3];
       float cs[2];  // c of this thread's columns 2t, 2t + 1 (one activation block per fold)
 #pragma unroll
       for (int cc = 0; cc < 2; ++cc) cs[cc] = sXs[wn + ni * 8 + 2 * t + cc][grp].x;
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (per_group_row_scale<T>) {
+          float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          mma16816<false>(s0, a[mi][0], b[0]);
+          mma16816<false>(s1, a[mi][1], b[1]);
 #pragma unroll
-        for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
+          for (int c = 0; c < 4; ++c) {
+            const float *w = ws[mi][c >> 1];
+            acc[mi][ni][c] = fmaf(fmaf(s1[c], w[1], s0[c] * w[0]), cs[c & 1], acc[mi][ni][c]);
+          }
+        } else {
+          float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = fmaf(sum[c], ws[mi][c >> 1] * cs[c & 1], acc[mi][ni][c]);
+          for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[mi][ni][c] = fmaf(sum[c], ws[mi][c >> 1][0] * cs[c & 1], acc[mi][ni][c]);
+        }
       }
     }
   }
@@ -219,6 +230,7 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
       for (int c = 0; c < 4; ++c) sum[mi][ni][c] = 0.0f;
+  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int kk = 0; kk < kBK; kk += 16) {
     uint32_t a[2][4], b[4][2];
@@ -230,7 +242,6 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
       for (int mi = 0; mi < 2; ++mi) mma16816<false>(sum[mi][ni], a[mi], b[ni]);
     }
   }
-  const int g = lane >> 2, t = lane & 3;
   float d[2][2];  // d of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)

@@ -48,12 +48,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p)
                : "r"(a));
 }
 
-// Two 8x8 matrices; lanes 0-15 give the row addresses (matrix l / 8, row l % 8).
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const uint16_t *p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-}
-
 // d += a (16x16, row-major) * b (16x8, column-major); f32 accumulators.
 template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   if constexpr (BF) {
