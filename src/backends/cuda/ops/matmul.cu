@@ -26,7 +26,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // ---- activation rounding -------------------------------------------------------------
 
 // One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type.
-__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
+// q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0 / Q8_K, the MMQ
+// path) each value as int8 * block scale c: the integer as f16 bits into q_out[r * K + i]
+// and, per 16 elements, (c, their integer sum) into s_out[r * K / 16 + i / 16].
+__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, uint16_t *q_out, float2 *s_out) {
   const int64_t r = blockIdx.x;
   const int64_t i = static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x;
   const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
@@ -34,6 +37,7 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
   const bool in = i < K;
   const float v = in ? src[i] : 0.0f;
   float y = v;
+  float qv = 0.0f, c = 0.0f;  // y = qv * c for the Q8 formats
   if (vdt == static_cast<int>(DType::F16)) {
     y = __half2float(__float2half_rn(v));
   } else if (vdt == static_cast<int>(DType::BF16)) {
@@ -45,7 +49,9 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const float dh = __half2float(__float2half_rn(d));
-    y = roundf(v * id) * dh;
+    qv = roundf(v * id);
+    c = dh;
+    y = qv * dh;
   } else if (vdt == static_cast<int>(DType::Q8_K)) {
     // Largest magnitude, first index on ties (the reference scans with '>').
     __shared__ float s_a[8];
@@ -71,10 +77,22 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out) {
       const float iscale = -127.0f / mx;
       int q = __float2int_rn(iscale * v);
       q = q < 127 ? q : 127;
-      y = q * (1.0f / iscale);
+      qv = static_cast<float>(q);
+      c = 1.0f / iscale;
+      y = qv * c;
     }
   }
-  if (in) out[r * K + i] = y;
+  if (q_out == nullptr) {
+    if (in) out[r * K + i] = y;
+    return;
+  }
+  // 16 consecutive threads (aligned in the warp) hold a group; K is a multiple of 32.
+  float sum = qv;
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!in) return;
+  q_out[r * K + i] = __half_as_ushort(__float2half_rn(qv));
+  if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, sum);
 }
 
 // ---- routing -------------------------------------------------------------------------
@@ -371,7 +389,10 @@ struct MatmulShape {
   int64_t K, M, E, rows;  // rows: activation rows to round
   int n_used, T, X, NT, max_tiles;
   bool mma;  // tensor-core kernel (matmul_mma.cu); NT is then its column tile
+  bool mmq;  // ... its exact-product variant for quantized weights (matmul_mmq.cu)
 };
+
+bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
 MatmulShape shape_of(const Graph &g, const Node &n) {
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
@@ -381,7 +402,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   if (n.op == Op::MatMul) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
-    s.mma = s.rows >= kMmaMinCols && cuda_mma_type_supported(w.type);
+    s.mma = s.rows >= kMmaMinCols && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
   } else {
     const Node &ids = g.node(n.src[2]);
@@ -391,16 +412,19 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    s.mma = s.T > 1 && n >= kMmaMinEntries && cuda_mma_type_supported(w.type);
+    s.mma = s.T > 1 && n >= kMmaMinEntries && tensor_core_type(w.type);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
+  s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   return s;
 }
 
-// The rounded f32 activations and, on the tensor-core path, its scratch (their f16 copy).
+// Scratch of the rounded activations: f32 values, or for MMQ f16 integers then per-16 scales.
+size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * 2); }
 size_t act_scratch_bytes(const MatmulShape &s) {
-  return align256(static_cast<size_t>(s.K * s.rows) * 4) + (s.mma ? align256(mma_matmul_scratch_bytes(s.K, s.rows)) : 0);
+  if (s.mmq) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
+  return align256(static_cast<size_t>(s.K * s.rows) * 4);
 }
 
 }  // namespace
@@ -467,9 +491,11 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
-  void *mma_scratch = work + align256(static_cast<size_t>(s.K * s.rows) * 4);  // used when s.mma
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
-  act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt, xr);
+  uint16_t *xq = s.mmq ? reinterpret_cast<uint16_t *>(work) : nullptr;
+  float2 *xs = s.mmq ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
+  act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt,
+                                                                                                                      xr, xq, xs);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
   if (s.NT == 1) {
     // One column that cuda_matvec does not take (activations too large for its shared
@@ -484,9 +510,12 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
     const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
-    if (s.mma)
-      launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, s.rows, mma_scratch, Y, ncols,
-                        nullptr, nullptr, n_col_tiles);
+    if (s.mmq)
+      launch_mmq_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, ncols, nullptr, nullptr,
+                        n_col_tiles);
+    else if (s.mma)
+      launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
+                        n_col_tiles);
     else
       launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
                         nullptr, nullptr);
@@ -503,9 +532,12 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
-  if (s.mma)
-    launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, s.rows, mma_scratch, Y, 0,
-                      rt.tiles, rt.entries, s.max_tiles);
+  if (s.mmq)
+    launch_mmq_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, 0, rt.tiles,
+                      rt.entries, s.max_tiles);
+  else if (s.mma)
+    launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, 0, rt.tiles,
+                      rt.entries, s.max_tiles);
   else
     launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(s.max_tiles)), c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0,
                       rt.tiles, rt.entries);

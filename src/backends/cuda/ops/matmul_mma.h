@@ -1,10 +1,10 @@
-// Tensor-core path of MatMul / MatMulId for batches of many columns (prefill), used by
-// cuda_op_matmul (matmul.cu) after the activations were rounded into f32 scratch. The
-// kernel itself is in matmul_mma.cu.
+// Tensor-core paths of MatMul / MatMulId for batches of many columns (prefill), used by
+// cuda_op_matmul (matmul.cu) after the activations were rounded into scratch: F16 / BF16
+// weights in matmul_mma.cu (f32 activations rounded to the weight type), quantized weights
+// in matmul_mmq.cu (activations as Q8 integers and per-16 scales: exact products).
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <cstdint>
 
 #include "quant/dtype.h"
@@ -15,20 +15,28 @@ constexpr int kMmaCols = 64;         // activation columns (tokens) per block = 
 constexpr int kMmaMinCols = 16;      // dense MatMul: fewer columns stay on the f32 tile kernel
 constexpr int kMmaMinEntries = 64;   // MatMulId: fewer routed (token, slot) entries stay on it too
 
-// Every matmul weight type except F32: f16 would round those weights (routers stay exact).
+// F16 / BF16 (launch_mma_matmul); F32 weights stay on the exact f32 kernel (routers).
 bool cuda_mma_type_supported(DType t);
+// Q4_0, Q8_0, MXFP4, Q2_K .. Q6_K (launch_mmq_matmul).
+bool cuda_mmq_type_supported(DType t);
 
-// Bytes of the scratch launch_mma_matmul needs for x_rows activation rows of K (their
-// 16-bit copy, rows padded to the K step).
-size_t mma_matmul_scratch_bytes(int64_t K, int64_t rows);
-
-// Y[col] = W X[col] for the columns of each tile; X: x_rows rows of K rounded f32 values.
-// Dense (tiles == nullptr): column c reads X row c and writes Y row c, n_col_tiles =
-// ceil(ncols / kMmaCols). MatMulId: tile i is (expert, first entry, count, 0) over `entries`
-// (activation row, output row) as built by the routing kernel; n_col_tiles = its tile
-// capacity (count-0 tiles exit at once). scratch: 256-byte aligned, mma_matmul_scratch_bytes.
+// Y[col] = W X[col] for the columns of each tile. Dense (tiles == nullptr): column c reads
+// X row c and writes Y row c, n_col_tiles = ceil(ncols / kMmaCols). MatMulId: tile i is
+// (expert, first entry, count, 0) over `entries` (activation row, output row) as built by
+// the routing kernel; n_col_tiles = its tile capacity (count-0 tiles exit at once).
 void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
-                       const float *X, int64_t x_rows, void *scratch, float *Y, int ncols, const int4 *tiles, const int2 *entries,
+                       const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles);
+
+// The same for quantized weights. Activation row r is given as Xq[r * K + k] (f16 bits of
+// the int8 value of element k) and Xs[r * K / 16 + g] = (c, sum of the 16 integers of group
+// g), c the scale of the Q8_0 / Q8_K block holding group g (K is a multiple of 32).
+void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                       const uint16_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles);
+
+// Test hook (synchronous, allocates): decodes sub-blocks 0 .. n_sub-1 of one host row of
+// type t on the device both ways: dequant32 into w[32 n_sub], unpack32 into q[32 n_sub]
+// and ab[4 n_sub] (a0, a1, b0, b1 per sub-block).
+void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab);
 
 }  // namespace moe
