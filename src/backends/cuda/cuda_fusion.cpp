@@ -75,6 +75,8 @@ private:
   }
 
   bool match_at(int i, FusedGroup &grp) const {
+    // F16 weights keep their own one-token kernel (half-precision sums like the reference).
+    if ((nd(i).op == Op::MatMul || nd(i).op == Op::MatMulId) && cuda_f16_halfsum_applies(g_, nd(i))) return false;
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp);
