@@ -14,9 +14,10 @@ namespace moe {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int kSplit = 32;      // cell ranges: 4 KV heads x 32 ranges = 128 blocks at batch 1
+constexpr int kSplit = 64;      // cell ranges: 4 KV heads x 64 ranges = 256 blocks at batch 1
 constexpr int kMaxTokens = 4;
 constexpr int kHeads = 8;       // query heads per block
+constexpr int kBatch = 4;       // K/V rows a warp loads before using them
 
 // This lane's DPL consecutive dims (lane * DPL ...) of a cache row, as floats.
 template <int DPL> __device__ __forceinline__ void load_dims(const uint8_t *row, int lane, int kt, float (&v)[DPL]) {
@@ -100,52 +101,58 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
   }
-  // Software pipeline: the next cell's mask and K/V rows load while this one is computed.
-  // All kHeads heads are computed (absent ones have q = 0 and are never written), so their
-  // independent shuffle reductions interleave instead of forming one long chain.
-  float kn[DPL], vn[DPL];
-  bool vis_n = false;
-  int c = c_begin + warp;
-  auto fetch = [&](int cc) {
-    vis_n = cc < c_end && attn_visible(ub.cell_pos[cc], ub.cell_seq[cc], bit, pos, a.window);
-    if (vis_n) {
-      load_dims<DPL>(a.kbase + cc * a.krb + hk * a.khb, lane, a.kt, kn);
-      load_dims<DPL>(a.vbase + cc * a.vrb + hk * a.vhb, lane, a.kt, vn);
-    }
-  };
-  fetch(c);
-  for (; c < c_end; c += kWarps) {
-    const bool vis = vis_n;
-    float kv[DPL], vv[DPL];
+  // Latency, not bandwidth, bounds this loop (a few warps per SM, each walking its cells):
+  // a warp reads the mask of 32 consecutive cells at once (one per lane), then issues the
+  // K/V loads of up to kBatch visible cells together before using any of them, so a cell
+  // costs about 1/kBatch of a memory round trip instead of two dependent ones. All kHeads
+  // heads are computed (absent ones have q = 0 and are never written), so their shuffle
+  // reductions interleave.
+  const int per_warp = (c_end - c_begin + kWarps - 1) / kWarps;
+  const int w_begin = c_begin + warp * per_warp, w_end = min(c_end, w_begin + per_warp);
+  for (int base = w_begin; base < w_end; base += 32) {
+    const int cl = base + lane;
+    const bool vis = cl < w_end && attn_visible(ub.cell_pos[cl], ub.cell_seq[cl], bit, pos, a.window);
+    unsigned todo = __ballot_sync(0xffffffffu, vis);
+    while (todo) {
+      int cs[kBatch];
+      float kv[kBatch][DPL], vv[kBatch][DPL];
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) {
-      kv[i] = kn[i];
-      vv[i] = vn[i];
-    }
-    fetch(c + kWarps);
-    if (!vis) continue;
-    float sc[kHeads];
+      for (int u = 0; u < kBatch; ++u) {
+        cs[u] = -1;
+        if (todo) {
+          cs[u] = base + __ffs(todo) - 1;
+          todo &= todo - 1;
+          load_dims<DPL>(a.kbase + cs[u] * a.krb + hk * a.khb, lane, a.kt, kv[u]);
+          load_dims<DPL>(a.vbase + cs[u] * a.vrb + hk * a.vhb, lane, a.kt, vv[u]);
+        }
+      }
 #pragma unroll
-    for (int g = 0; g < kHeads; ++g) {
-      float sdot = 0.0f;
+      for (int u = 0; u < kBatch; ++u) {
+        if (cs[u] < 0) break;  // warp-uniform
+        float sc[kHeads];
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) sdot += kv[i] * qv[g][i];
-      sc[g] = sdot;
-    }
+        for (int g = 0; g < kHeads; ++g) {
+          float sdot = 0.0f;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+          for (int i = 0; i < DPL; ++i) sdot += kv[u][i] * qv[g][i];
+          sc[g] = sdot;
+        }
 #pragma unroll
-      for (int g = 0; g < kHeads; ++g) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
+        for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-    for (int g = 0; g < kHeads; ++g) {
-      const float s = sc[g] * a.scale;
-      const float newM = fmaxf(M[g], s);
-      const float corr = expf(M[g] - newM);  // 0 while M is -inf
-      const float p = expf(s - newM);
-      S[g] = S[g] * corr + p;
+          for (int g = 0; g < kHeads; ++g) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[g][i] = acc[g][i] * corr + p * vv[i];
-      M[g] = newM;
+        for (int g = 0; g < kHeads; ++g) {
+          const float s = sc[g] * a.scale;
+          const float newM = fmaxf(M[g], s);
+          const float corr = expf(M[g] - newM);  // 0 while M is -inf
+          const float p = expf(s - newM);
+          S[g] = S[g] * corr + p;
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) acc[g][i] = acc[g][i] * corr + p * vv[u][i];
+          M[g] = newM;
+        }
+      }
     }
   }
 #pragma unroll
