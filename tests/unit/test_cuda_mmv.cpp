@@ -202,6 +202,36 @@ double gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, cons
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// Dense (or shared-expert) gate/up: two MatMuls + SwiGLU.
+double dense_gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *wg = ws.add("gate", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.3f));
+  const GgufTensorInfo *wu = ws.add("up", t, {K, M}, randn(static_cast<size_t>(K * M), seed + 1, 0.3f));
+  int gn, un, x, gate, up, sw;
+  auto build = [&] {
+    Graph g;
+    gn = g.weight(wg);
+    un = g.weight(wu);
+    x = g.input("x", DType::F32, {K, 1});
+    gate = g.matmul(gn, x);
+    up = g.matmul(un, x);
+    sw = g.swiglu(gate, up);
+    g.mark_output(sw, "y");
+    return g;
+  };
+  auto xv = randn(static_cast<size_t>(K), seed + 2);
+  Graph gc = build();  // sets the node ids used below
+  auto r_cpu = run_on(cpu, std::move(gc), {in(x, xv)}, {sw});
+  Graph g = build();
+  DeviceTensors d;
+  d.put_weight(g, gn);
+  d.put_weight(g, un);
+  d.put_vec(g, x, xv);
+  d.put_out(g, sw);
+  cuda_fused_gate_up_swiglu(d.ctx(g, sw), g.node(up), g.node(gate), g.node(sw));
+  return rel_err(d.get(g, sw), r_cpu[0]);
+}
+
 // down + MoeCombine, then optionally + residual (residual_mode 0: none, 1: combine first, 2: residual first).
 double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const std::vector<int32_t> &ids, int residual_mode,
                  uint32_t seed) {
@@ -280,6 +310,12 @@ TEST_CASE("cuda fused: gate/up + swiglu at one token matches the CPU", "[ops][cu
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << ids.size());
         CHECK(gate_up_case(*reg.cpu(), t, K, M, 6, ids, seed++) < 1e-4);
       }
+  SECTION("dense gate/up (two MatMuls)") {
+    for (DType t : kTypes) {
+      INFO("type " << dtype_name(t));
+      CHECK(dense_gate_up_case(*reg.cpu(), t, short_k(t), 53, seed++) < 1e-4);
+    }
+  }
   SECTION("out-of-range expert ids give zero columns") {
     for (DType t : {DType::Q4_K, DType::Q8_0, DType::F32}) {
       INFO("type " << dtype_name(t));

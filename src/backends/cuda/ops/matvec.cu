@@ -563,7 +563,7 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const DType t = c.src(0).type;
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
-  if (a.M == 0) return true;
+  if (a.M == 0 || a.n_used == 0) return true;
   launch_rows(c, t, smem, a);
   return true;
 }
@@ -587,7 +587,7 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
   const int smem = smem_bytes(wg.type, static_cast<int>(wg.ne[0]), 1, false);
   const bool same = gate.op == up.op && wg.type == wu.type && wg.ne[0] == wu.ne[0] && wg.ne[1] == wu.ne[1] && wg.ne[2] == wu.ne[2] &&
                     gate.src[1] == up.src[1] && (gate.op == Op::MatMul || gate.src[2] == up.src[2]);
-  if (!same || !one_token_ok(c.g, gate) || smem < 0) {
+  if (!same || !one_token_ok(c.g, gate) || !one_token_ok(c.g, up) || smem < 0) {
     run_members(c, {&gate, &up, &swiglu});
     return;
   }
@@ -596,7 +596,7 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
   a.rb2 = static_cast<int64_t>(wu.nb[1]);
   a.eb2 = gate.op == Op::MatMulId ? static_cast<int64_t>(wu.nb[2]) : 0;
   a.mode = kModeGateUp;
-  if (a.M == 0) return;
+  if (a.M == 0 || a.n_used == 0) return;
   launch(wg.type, false, dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
 }
 
