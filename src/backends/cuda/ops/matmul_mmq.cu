@@ -44,6 +44,46 @@ __device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
   return r;
 }
 
+// Fast path for the types that dominate prefill (Q4_K, Q6_K): the f16 operand pairs straight
+// from the packed bytes, 4 codes per 32-bit word, one byte permute per pair onto the f16
+// exponent byte 0x64 (1024 + code, exact); the weight integer is code + 1024 - bias, removed
+// by one f16 subtraction (or fused into the group-scale multiply). bias 0: unpack32's ints.
+template <DType T> constexpr int code_bias = T == DType::Q4_K ? 1024 : T == DType::Q6_K ? 1024 + 32 : 0;
+
+// Four codes (one per byte of n, each < 1024) -> two f16 pairs 1024 + code, lower k low.
+__device__ __forceinline__ void codes_to_pairs(uint32_t n, uint32_t *w) {
+  w[0] = __byte_perm(n, 0x64646464u, 0x4140);
+  w[1] = __byte_perm(n, 0x64646464u, 0x4342);
+}
+
+template <DType T> __device__ __forceinline__ void code_pairs(const uint8_t *row, int s, uint32_t *w);
+
+// The 32 nibbles of sub-block s (layout as in unpack32<Q4_K>).
+template <> __device__ __forceinline__ void code_pairs<DType::Q4_K>(const uint8_t *row, int s, uint32_t *w) {
+  const uint8_t *blk = row + (s >> 3) * 144;
+  const int j = s & 7, sh = (j & 1) * 4;
+  const uint4 *q4 = reinterpret_cast<const uint4 *>(blk + 16 + 32 * (j >> 1));
+  const uint4 v0 = q4[0], v1 = q4[1];
+  const uint32_t words[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+  for (int k = 0; k < 8; ++k) codes_to_pairs((words[k] >> sh) & 0x0F0F0F0Fu, w + 2 * k);
+}
+
+// The 32 6-bit codes (q + 32) of sub-block s (layout as in unpack32<Q6_K>; 16-bit loads).
+template <> __device__ __forceinline__ void code_pairs<DType::Q6_K>(const uint8_t *row, int s, uint32_t *w) {
+  const uint8_t *blk = row + (s >> 3) * 210;
+  const int j = s & 7, h = j >> 2, g = j & 3;
+  const uint16_t *ql16 = reinterpret_cast<const uint16_t *>(blk + 64 * h + (g & 1) * 32);
+  const uint16_t *qh16 = reinterpret_cast<const uint16_t *>(blk + 128 + 32 * h);
+  const int shl = (g >> 1) * 4, shh = 2 * g;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const uint32_t lo = ql16[2 * k] | (static_cast<uint32_t>(ql16[2 * k + 1]) << 16);
+    const uint32_t hi = qh16[2 * k] | (static_cast<uint32_t>(qh16[2 * k + 1]) << 16);
+    codes_to_pairs(((lo >> shl) & 0x0F0F0F0Fu) | (((hi >> shh) & 0x03030303u) << 4), w + 2 * k);
+  }
+}
+
 // Weights per fold (one f32 rescale of an exact integer sum):
 // - Q2_K .. Q5_K: the whole K step (64 weights inside one 256-block). Their group scale is
 //   d * sc with a small integer sc, which is multiplied into the weight integers (|sc q| <=
@@ -83,24 +123,39 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
   int q[32];
   float a[2], b[2];
   const uint8_t *wrow = W + static_cast<int64_t>(row) * row_bytes;
-  unpack32<T>(wrow, kb / 32, q, a, b);
+  unpack32<T>(wrow, kb / 32, q, a, b);  // (q unused on the fast path: dead code)
+  constexpr int bias = code_bias<T>;
+  if constexpr (bias != 0) {
+    code_pairs<T>(wrow, kb / 32, st.w);
+  } else {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) st.w[i] = int_pair_f16(q[2 * i], q[2 * i + 1]);
+    for (int i = 0; i < 16; ++i) st.w[i] = int_pair_f16(q[2 * i], q[2 * i + 1]);
+  }
   if constexpr (has_int_group_scale<T>) {
     // a = d * sc exactly with |sc| <= 63, so a rounded fast quotient recovers sc; q * sc is
-    // exact in f16.
+    // exact in f16 (fused with the bias removal: (q + bias) sc - bias sc rounds once, exact).
     const float d = superblock_d<T>(wrow, kb / 32);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const __half2 sc = __float2half2_rn(d != 0.0f ? rintf(__fdividef(a[k], d)) : 0.0f);
+      const float scf = d != 0.0f ? rintf(__fdividef(a[k], d)) : 0.0f;
+      const __half2 sc = __float2half2_rn(scf), off = __float2half2_rn(-static_cast<float>(bias) * scf);
 #pragma unroll
       for (int i = 8 * k; i < 8 * k + 8; ++i) {
         __half2 h;
         memcpy(&h, &st.w[i], 4);
-        h = __hmul2(h, sc);
+        h = bias != 0 ? __hfma2(h, sc, off) : __hmul2(h, sc);
         memcpy(&st.w[i], &h, 4);
       }
       a[k] = d;
+    }
+  } else if constexpr (bias != 0) {
+    const __half2 off = __float2half2_rn(static_cast<float>(bias));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      __half2 h;
+      memcpy(&h, &st.w[i], 4);
+      h = __hsub2(h, off);
+      memcpy(&st.w[i], &h, 4);
     }
   }
   st.m = 0;
