@@ -44,11 +44,16 @@ __device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
   return r;
 }
 
-// Fast path for the types that dominate prefill (Q4_K, Q6_K): the f16 operand pairs straight
-// from the packed bytes, 4 codes per 32-bit word, one byte permute per pair onto the f16
-// exponent byte 0x64 (1024 + code, exact); the weight integer is code + 1024 - bias, removed
+// Fast path for the common types: the f16 operand pairs straight from the packed bytes, 4
+// codes (unsigned, q + offset) per 32-bit word, one byte permute per pair onto the f16
+// exponent byte 0x64 (1024 + code, exact); the weight integer is 1024 + code - bias, removed
 // by one f16 subtraction (or fused into the group-scale multiply). bias 0: unpack32's ints.
-template <DType T> constexpr int code_bias = T == DType::Q4_K ? 1024 : T == DType::Q6_K ? 1024 + 32 : 0;
+template <DType T>
+constexpr int code_bias = T == DType::Q4_K || T == DType::Q5_K ? 1024
+                          : T == DType::Q6_K                    ? 1024 + 32
+                          : T == DType::Q4_0                    ? 1024 + 8
+                          : T == DType::Q8_0                    ? 1024 + 128
+                                                                : 0;
 
 // Four codes (one per byte of n, each < 1024) -> two f16 pairs 1024 + code, lower k low.
 __device__ __forceinline__ void codes_to_pairs(uint32_t n, uint32_t *w) {
@@ -69,19 +74,53 @@ template <> __device__ __forceinline__ void code_pairs<DType::Q4_K>(const uint8_
   for (int k = 0; k < 8; ++k) codes_to_pairs((words[k] >> sh) & 0x0F0F0F0Fu, w + 2 * k);
 }
 
+// 32-bit word k of bytes that are only 2-byte aligned.
+__device__ __forceinline__ uint32_t word16(const uint8_t *p, int k) {
+  const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+  return h[2 * k] | (static_cast<uint32_t>(h[2 * k + 1]) << 16);
+}
+
+// Q4_0: codes q + 8, elements 0-15 in the low nibbles of the 16 bytes, 16-31 in the high ones.
+template <> __device__ __forceinline__ void code_pairs<DType::Q4_0>(const uint8_t *row, int s, uint32_t *w) {
+  const uint8_t *qs = row + s * 18 + 2;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t v = word16(qs, k);
+    codes_to_pairs(v & 0x0F0F0F0Fu, w + 2 * k);
+    codes_to_pairs((v >> 4) & 0x0F0F0F0Fu, w + 8 + 2 * k);
+  }
+}
+
+// Q8_0: codes q + 128 (the sign bit flipped).
+template <> __device__ __forceinline__ void code_pairs<DType::Q8_0>(const uint8_t *row, int s, uint32_t *w) {
+  const uint8_t *qs = row + s * 34 + 2;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) codes_to_pairs(word16(qs, k) ^ 0x80808080u, w + 2 * k);
+}
+
+// Q5_K: codes q (layout as in unpack32<Q5_K>).
+template <> __device__ __forceinline__ void code_pairs<DType::Q5_K>(const uint8_t *row, int s, uint32_t *w) {
+  const uint8_t *blk = row + (s >> 3) * 176;
+  const int j = s & 7, p = j >> 1, hi = j & 1;
+  const uint4 *qh4 = reinterpret_cast<const uint4 *>(blk + 16);
+  const uint4 *ql4 = reinterpret_cast<const uint4 *>(blk + 48 + 32 * p);
+  const uint4 h0 = qh4[0], h1 = qh4[1], l0 = ql4[0], l1 = ql4[1];
+  const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+  const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+  const int sh = hi * 4, hb = 2 * p + hi;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) codes_to_pairs(((lw[k] >> sh) & 0x0F0F0F0Fu) | (((hw[k] >> hb) & 0x01010101u) << 4), w + 2 * k);
+}
+
 // The 32 6-bit codes (q + 32) of sub-block s (layout as in unpack32<Q6_K>; 16-bit loads).
 template <> __device__ __forceinline__ void code_pairs<DType::Q6_K>(const uint8_t *row, int s, uint32_t *w) {
   const uint8_t *blk = row + (s >> 3) * 210;
   const int j = s & 7, h = j >> 2, g = j & 3;
-  const uint16_t *ql16 = reinterpret_cast<const uint16_t *>(blk + 64 * h + (g & 1) * 32);
-  const uint16_t *qh16 = reinterpret_cast<const uint16_t *>(blk + 128 + 32 * h);
+  const uint8_t *ql = blk + 64 * h + (g & 1) * 32, *qh = blk + 128 + 32 * h;
   const int shl = (g >> 1) * 4, shh = 2 * g;
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const uint32_t lo = ql16[2 * k] | (static_cast<uint32_t>(ql16[2 * k + 1]) << 16);
-    const uint32_t hi = qh16[2 * k] | (static_cast<uint32_t>(qh16[2 * k + 1]) << 16);
-    codes_to_pairs(((lo >> shl) & 0x0F0F0F0Fu) | (((hi >> shh) & 0x03030303u) << 4), w + 2 * k);
-  }
+  for (int k = 0; k < 8; ++k)
+    codes_to_pairs(((word16(ql, k) >> shl) & 0x0F0F0F0Fu) | (((word16(qh, k) >> shh) & 0x03030303u) << 4), w + 2 * k);
 }
 
 // Weights per fold (one f32 rescale of an exact integer sum):
