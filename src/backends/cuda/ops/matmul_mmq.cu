@@ -146,26 +146,17 @@ struct QStage {
   float2 xs;
 };
 
-// Thread -> (row tid / 2, sub-block (k0 + 32 (tid % 2)) / 32). K is a multiple of 32 for
-// every quantized type: a sub-block is whole or past K (zero, like rows past M).
-template <DType T>
-__device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0) {
-  const int row = row0 + (threadIdx.x >> 1);
-  const int kb = k0 + (threadIdx.x & 1) * 32;
-  if (row >= M || kb >= K) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) st.w[i] = 0;
-    st.ws[0] = st.ws[1] = make_float2(0.0f, 0.0f);
-    st.m = 0;
-    return;
-  }
+// Sub-block s of a weight row as staged for the mma: st.w the f16 pairs of its integers
+// (times the integer group scale for Q2_K..Q5_K), st.ws[k] = (a or d, dmin) of its k16
+// groups, st.m the min integers of the groups (types with a min term); so weight l is
+// ws.x * w_l - ws.y * m (checked against dequant32 by cuda_unpack32_check).
+template <DType T> __device__ __forceinline__ void stage_subblock(const uint8_t *wrow, int s, QStage &st) {
   int q[32];
   float a[2], b[2];
-  const uint8_t *wrow = W + static_cast<int64_t>(row) * row_bytes;
-  unpack32<T>(wrow, kb / 32, q, a, b);  // (q unused on the fast path: dead code)
+  unpack32<T>(wrow, s, q, a, b);  // (q unused on the fast path: dead code)
   constexpr int bias = code_bias<T>;
   if constexpr (bias != 0) {
-    code_pairs<T>(wrow, kb / 32, st.w);
+    code_pairs<T>(wrow, s, st.w);
   } else {
 #pragma unroll
     for (int i = 0; i < 16; ++i) st.w[i] = int_pair_f16(q[2 * i], q[2 * i + 1]);
@@ -173,7 +164,7 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
   if constexpr (has_int_group_scale<T>) {
     // a = d * sc exactly with |sc| <= 63, so a rounded fast quotient recovers sc; q * sc is
     // exact in f16 (fused with the bias removal: (q + bias) sc - bias sc rounds once, exact).
-    const float d = superblock_d<T>(wrow, kb / 32);
+    const float d = superblock_d<T>(wrow, s);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const float scf = d != 0.0f ? rintf(__fdividef(a[k], d)) : 0.0f;
@@ -200,7 +191,7 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
   st.m = 0;
   if constexpr (has_min<T>) {
     // b = -(dmin * m) exactly with m <= 63: recovered like sc; the pair (b) becomes dmin.
-    const float dmin = superblock_dmin<T>(wrow, kb / 32);
+    const float dmin = superblock_dmin<T>(wrow, s);
     float m[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
@@ -211,6 +202,22 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
   }
   st.ws[0] = make_float2(a[0], b[0]);
   st.ws[1] = make_float2(a[1], b[1]);
+}
+
+// Thread -> (row tid / 2, sub-block (k0 + 32 (tid % 2)) / 32). K is a multiple of 32 for
+// every quantized type: a sub-block is whole or past K (zero, like rows past M).
+template <DType T>
+__device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0) {
+  const int row = row0 + (threadIdx.x >> 1);
+  const int kb = k0 + (threadIdx.x & 1) * 32;
+  if (row >= M || kb >= K) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) st.w[i] = 0;
+    st.ws[0] = st.ws[1] = make_float2(0.0f, 0.0f);
+    st.m = 0;
+    return;
+  }
+  stage_subblock<T>(W + static_cast<int64_t>(row) * row_bytes, kb / 32, st);
 }
 
 // Thread -> (column tid / 4, k16 group k0 / 16 + tid % 4). xrow < 0 (a column past the
@@ -454,13 +461,26 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
   store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wm, wn, lane);
 }
 
-// Test hook: sub-block s of `row` both ways, dequant32 into w[32 s ..] and unpack32 into
-// q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1).
-template <DType T> __global__ void unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab) {
+// Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into
+// q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1), and the kernel's staging (stage_subblock)
+// decoded back to weights into staged[32 s ..].
+template <DType T> __global__ void unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab, float *staged) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n_sub) return;
   dequant32<T>(row, s, w + 32 * s);
   unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
+  QStage st;
+  stage_subblock<T>(row, s, st);
+  __half2 m2;
+  memcpy(&m2, &st.m, 4);
+  const float m[2] = {__low2float(m2), __high2float(m2)};
+  for (int l = 0; l < 32; ++l) {
+    __half2 h;
+    memcpy(&h, &st.w[l / 2], 4);
+    const float v = (l & 1) ? __high2float(h) : __low2float(h);
+    const float2 sc = st.ws[l / 16];
+    staged[32 * s + l] = sc.x * v - sc.y * m[l / 16];
+  }
 }
 
 }  // namespace
@@ -491,18 +511,19 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
   MOE_CUDA_LAUNCH_CHECK("mmq_matmul_kernel");
 }
 
-void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab) {
+void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab, float *staged) {
   uint8_t *d_row = nullptr;
-  float *d_w = nullptr, *d_ab = nullptr;
+  float *d_w = nullptr, *d_ab = nullptr, *d_st = nullptr;
   int *d_q = nullptr;
   MOE_CUDA_CHECK(cudaMalloc(&d_row, row_bytes));
   MOE_CUDA_CHECK(cudaMalloc(&d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
   MOE_CUDA_CHECK(cudaMalloc(&d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int)));
   MOE_CUDA_CHECK(cudaMalloc(&d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float)));
+  MOE_CUDA_CHECK(cudaMalloc(&d_st, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
   MOE_CUDA_CHECK(cudaMemcpy(d_row, row, row_bytes, cudaMemcpyHostToDevice));
   const unsigned blocks = static_cast<unsigned>((n_sub + 63) / 64);
 #define MOE_UNPACK_CASE(TY) \
-  case TY: unpack_check_kernel<TY><<<blocks, 64>>>(d_row, n_sub, d_w, d_q, d_ab); break;
+  case TY: unpack_check_kernel<TY><<<blocks, 64>>>(d_row, n_sub, d_w, d_q, d_ab, d_st); break;
   switch (t) {
     MOE_MMQ_TYPES(MOE_UNPACK_CASE)
     default: fail(Status::Internal, "unpack32 check: type %s not dispatched", dtype_name(t));
@@ -512,10 +533,12 @@ void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_su
   MOE_CUDA_CHECK(cudaMemcpy(w, d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
   MOE_CUDA_CHECK(cudaMemcpy(q, d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int), cudaMemcpyDeviceToHost));
   MOE_CUDA_CHECK(cudaMemcpy(ab, d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(staged, d_st, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
   MOE_CUDA_CHECK(cudaFree(d_row));
   MOE_CUDA_CHECK(cudaFree(d_w));
   MOE_CUDA_CHECK(cudaFree(d_q));
   MOE_CUDA_CHECK(cudaFree(d_ab));
+  MOE_CUDA_CHECK(cudaFree(d_st));
 }
 #undef MOE_MMQ_TYPES
 
