@@ -116,18 +116,11 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   const bool x_vec = (K & 3) == 0;
   const int xrow = s_xrow[tid >> 2];
 
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // this warp's 32 x 32 sub-tile
-  const int n_live = cnt - wn;                            // its real columns (if > 0)
-  const bool live = n_live > 0 && row0 + wm < M;          // warp-uniform: skip padding-only sub-tiles
-
+  const WarpTile wt = warp_tile(cnt, row0, M);
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
+  const bool live = wt.live;
   float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+  zero_tile(acc);
 
   // Register-staged pipeline: the next step's loads and dequantization are issued before
   // this step's mma, so they can overlap (the last fetch re-reads the last step, unused).

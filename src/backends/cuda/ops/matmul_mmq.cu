@@ -176,12 +176,7 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
                                             const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
                                             int lane) {
   float sum[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sum[mi][ni][c] = 0.0f;
+  zero_tile(sum);
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int kk = 0; kk < kBK; kk += 16) {
@@ -270,18 +265,11 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
   const uint8_t *We = W + ct.expert * expert_bytes;
   const int xrow = s_xrow[tid >> 2];
 
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // this warp's 32 x 32 sub-tile
-  const int n_live = cnt - wn;                            // its real columns (if > 0)
-  const bool live = n_live > 0 && row0 + wm < M;          // warp-uniform: skip padding-only sub-tiles
-
+  const WarpTile wt = warp_tile(cnt, row0, M);
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
+  const bool live = wt.live;
   float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+  zero_tile(acc);
 
   // Register-staged pipeline as in matmul_mma.cu: the next step's loads and unpacking are
   // issued before this step's mma (the last fetch re-reads the last step, unused).

@@ -61,6 +61,34 @@ template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const
   }
 }
 
+// This warp's 32 x 32 sub-tile of the block (4 warps along the rows x 2 along the columns):
+// rows wm .., columns wn ..; n_live its real columns (if > 0); live is warp-uniform
+// (padding-only sub-tiles skip the mma).
+struct WarpTile {
+  int lane, wm, wn, n_live;
+  bool live;
+};
+__device__ __forceinline__ WarpTile warp_tile(int cnt, int row0, int M) {
+  const int warp = threadIdx.x >> 5;
+  WarpTile w;
+  w.lane = threadIdx.x & 31;
+  w.wm = (warp & 3) * 32;
+  w.wn = (warp >> 2) * 32;
+  w.n_live = cnt - w.wn;
+  w.live = w.n_live > 0 && row0 + w.wm < M;
+  return w;
+}
+
+// A warp's 2 x 4 accumulator fragments (16 x 8 each) set to zero.
+__device__ __forceinline__ void zero_tile(float (&acc)[2][4][4]) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+}
+
 // A warp's operands of one k16 step at column kk of the shared tiles: A fragments of its
 // two 16-row tiles (sA[row][k], row-major) and B fragments of its four 8-column groups
 // (sB[col][k], column-major). Ld: the row stride (16-byte multiple).
