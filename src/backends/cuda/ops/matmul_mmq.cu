@@ -110,8 +110,8 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
 // exact sum, then acc += S (a c); Q6_K (a per 16): two sums, acc += (a0 S0 + a1 S1) c.
 template <DType T>
 __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
-                                               const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
-                                               int lane) {
+                                               const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   static_assert(!has_min<T> && fold_width<T> == 32, "32-wide folds without a min term");
   static_assert(per_group_row_scale<T> || scale_group<T> == 32, "one a per fold unless combined per group");
   constexpr int G = fold_width<T>;
@@ -173,22 +173,12 @@ __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint
 // exact sum, then acc += S (d c).
 template <DType T>
 __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
-                                            const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
-                                            int lane) {
+                                            const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   float sum[2][4][4];
   zero_tile(sum);
+  mma_k_step<false>(sum, sA, sB, wt);
   const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int kk = 0; kk < kBK; kk += 16) {
-    uint32_t a[2][4], b[4][2];
-    load_frags_k16(a, b, sA, sB, wm, wn, kk, lane);
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) mma16816<false>(sum[mi][ni], a[mi], b[ni]);
-    }
-  }
   float d[2][2];  // d of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -212,7 +202,8 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
 // |X| <= 2032 are exact in f16, |sum| <= 16 * 63 * 2032 < 2^24).
 template <DType T>
 __device__ __forceinline__ void fold_mins(float (&acc)[2][4][4], const uint16_t (*sMA)[kMinLd], const uint16_t (*sMB)[kMinLd],
-                                          const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live, int lane) {
+                                          const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   uint32_t a[2][4], b[4][2];
   load_frags_k16(a, b, sMA, sMB, wm, wn, 0, lane);
   const int g = lane >> 2, t = lane & 3;
@@ -254,20 +245,15 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
   __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
 
-  const ColTile ct = col_tile(ncols, tiles);
-  const int cnt = ct.cnt;
-  if (cnt <= 0) return;  // whole block: before any barrier
-  const int tid = threadIdx.x;
-  load_col_rows(ct, entries, s_xrow, s_yrow);
-  __syncthreads();
+  const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+  const int cnt = ct.cnt, tid = threadIdx.x;
+  if (cnt <= 0) return;
 
   const int row0 = blockIdx.x * kBM;
   const uint8_t *We = W + ct.expert * expert_bytes;
   const int xrow = s_xrow[tid >> 2];
 
   const WarpTile wt = warp_tile(cnt, row0, M);
-  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
-  const bool live = wt.live;
   float acc[2][4][4];
   zero_tile(acc);
 
@@ -284,20 +270,20 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
     fetch_qweights<T>(st, We, row_bytes, row0, M, K, kn);
     fetch_qacts(st, Xq, Xs, xrow, K, kn);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
-    if (live) {
+    if (wt.live) {
       if constexpr (fold_width<T> == kBK) {
-        fold_k_step<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
+        fold_k_step<T>(acc, sA, sB, sWs, sXs, wt);
         if constexpr (has_min<T>)
-          if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wm, wn, n_live, lane);  // K is a multiple of 256
+          if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wt);  // K is a multiple of 256
       } else {
-        fold_per_group<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
+        fold_per_group<T>(acc, sA, sB, sWs, sXs, wt);
       }
     }
     __syncthreads();
   }
 
-  if (!live) return;
-  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wm, wn, lane);
+  if (!wt.live) return;
+  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
 // Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into

@@ -111,6 +111,23 @@ __device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b
   }
 }
 
+// d[mi][ni] += the warp's share of one K step (4 k16 mmas) of the shared tiles, skipping
+// 8-column groups past n_live.
+template <bool BF, int Ld>
+__device__ __forceinline__ void mma_k_step(float (&d)[2][4][4], const uint16_t (*sA)[Ld], const uint16_t (*sB)[Ld], const WarpTile &wt) {
+#pragma unroll
+  for (int kk = 0; kk < kBK; kk += 16) {
+    uint32_t a[2][4], b[4][2];
+    load_frags_k16(a, b, sA, sB, wt.wm, wt.wn, kk, wt.lane);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) mma16816<BF>(d[mi][ni], a[mi], b[ni]);
+    }
+  }
+}
+
 // Asks L2 for this thread's weight bytes at element k of its row (thread -> row tid / 2,
 // half tid % 2 of the K step; row bytes are proportional to K in every layout, so
 // k * row_bytes / K lies in the block holding element k). Clamped inside the row.
@@ -134,8 +151,12 @@ __device__ __forceinline__ ColTile col_tile(int ncols, const int4 *tiles) {
   return {0, first, min(kBN, ncols - first)};
 }
 
-// Activation row and output row of each tile column (-1 past the count); the caller syncs.
-__device__ __forceinline__ void load_col_rows(const ColTile &ct, const int2 *entries, int *s_xrow, int *s_yrow) {
+// The block's column tile, and the activation and output row of each of its columns in
+// s_xrow / s_yrow (-1 past the count). cnt <= 0 (uniform over the block): nothing loaded,
+// no barrier; the kernel returns.
+__device__ __forceinline__ ColTile begin_col_tile(int ncols, const int4 *tiles, const int2 *entries, int *s_xrow, int *s_yrow) {
+  const ColTile ct = col_tile(ncols, tiles);
+  if (ct.cnt <= 0) return ct;
   const int tid = threadIdx.x;
   if (tid < kBN) {
     int2 e = make_int2(-1, -1);
@@ -143,6 +164,8 @@ __device__ __forceinline__ void load_col_rows(const ColTile &ct, const int2 *ent
     s_xrow[tid] = e.x;
     s_yrow[tid] = e.y;
   }
+  __syncthreads();
+  return ct;
 }
 
 // A warp's 32 x 32 results: accumulator c of (mi, ni) is row g + 8 (c / 2), column
