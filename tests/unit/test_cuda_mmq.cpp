@@ -1,8 +1,10 @@
 // The exact-product tensor-core GEMM (ops/matmul_mmq.cu) rests on unpack32<T>: every
 // quantized sub-block as weight = a * q + b per 16 weights, q a small integer. This checks
 // that decomposition on the device against dequant32 (and both against the CPU's reference
-// dequantizer) on random blocks of every type the kernel takes. The GEMM itself is compared
-// with the CPU in test_cuda_ops.cpp ([mma]). WARNs and returns without a GPU.
+// dequantizer) on random blocks of every type the kernel takes, and the kernel's own staging
+// of a sub-block (f16 integers with folded group scales, byte-permuted codes, min integers)
+// decoded back to weights. The GEMM itself is compared with the CPU in test_cuda_ops.cpp
+// ([mma]). WARNs and returns without a GPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -38,11 +40,12 @@ TEST_CASE("cuda mmq: unpack32 integers and scales reproduce dequant32 and the CP
     for (int64_t i = 0; i < K; ++i) x[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>((i / 256) % 7) - 3);
     std::vector<uint8_t> row(row_size(t, K));
     quantize_row(t, x.data(), row.data(), K);
-    std::vector<float> ref(static_cast<size_t>(K)), w(static_cast<size_t>(K)), ab(static_cast<size_t>(4 * n_sub));
+    std::vector<float> ref(static_cast<size_t>(K)), w(static_cast<size_t>(K)), staged(static_cast<size_t>(K)),
+        ab(static_cast<size_t>(4 * n_sub));
     std::vector<int> q(static_cast<size_t>(K));
     dequantize_row(t, row.data(), ref.data(), K);
-    cuda_unpack32_check(t, row.data(), row.size(), n_sub, w.data(), q.data(), ab.data());
-    int bad_ref = 0, bad_affine = 0, bad_q = 0, bad_scale = 0;
+    cuda_unpack32_check(t, row.data(), row.size(), n_sub, w.data(), q.data(), ab.data(), staged.data());
+    int bad_ref = 0, bad_affine = 0, bad_q = 0, bad_scale = 0, bad_staged = 0;
     for (int s = 0; s < n_sub; ++s) {
       const float *abs = ab.data() + 4 * s;
       const float a[2] = {abs[0], abs[1]}, b[2] = {abs[2], abs[3]};
@@ -57,6 +60,7 @@ TEST_CASE("cuda mmq: unpack32 integers and scales reproduce dequant32 and the CP
         if (std::fabs(double(w[i]) - ref[i]) > tol) ++bad_ref;
         const double affine = double(a[l / 16]) * q[i] + double(b[l / 16]);
         if (std::fabs(affine - w[i]) > tol) ++bad_affine;
+        if (!(std::fabs(double(staged[i]) - w[i]) <= tol)) ++bad_staged;
       }
     }
     INFO("type " << dtype_name(t));
@@ -64,6 +68,7 @@ TEST_CASE("cuda mmq: unpack32 integers and scales reproduce dequant32 and the CP
     CHECK(bad_affine == 0);  // a * q + b vs dequant32
     CHECK(bad_q == 0);       // integers fit the f16 packing of the kernel
     CHECK(bad_scale == 0);   // b only with a min term; one (a, b) per 32 where the kernel folds per 32
+    CHECK(bad_staged == 0);  // the MMQ kernel's shared-memory staging decodes to the same weights
   }
 #endif
 }

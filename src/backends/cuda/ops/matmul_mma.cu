@@ -103,12 +103,9 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   __shared__ __align__(16) uint16_t sB[kBN][kLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
 
-  const ColTile ct = col_tile(ncols, tiles);
-  const int cnt = ct.cnt;
-  if (cnt <= 0) return;  // whole block: before any barrier
-  const int tid = threadIdx.x;
-  load_col_rows(ct, entries, s_xrow, s_yrow);
-  __syncthreads();
+  const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+  const int cnt = ct.cnt, tid = threadIdx.x;
+  if (cnt <= 0) return;
 
   const int row0 = blockIdx.x * kBM;
   const uint8_t *We = W + ct.expert * expert_bytes;
@@ -116,18 +113,9 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   const bool x_vec = (K & 3) == 0;
   const int xrow = s_xrow[tid >> 2];
 
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // this warp's 32 x 32 sub-tile
-  const int n_live = cnt - wn;                            // its real columns (if > 0)
-  const bool live = n_live > 0 && row0 + wm < M;          // warp-uniform: skip padding-only sub-tiles
-
+  const WarpTile wt = warp_tile(cnt, row0, M);
   float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+  zero_tile(acc);
 
   // Register-staged pipeline: the next step's loads and dequantization are issued before
   // this step's mma, so they can overlap (the last fetch re-reads the last step, unused).
@@ -141,24 +129,12 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
     fetch_weights<T>(st.w, We, row_bytes, row0, M, K, kn, w_vec);
     fetch_acts<BF>(st.x, X, xrow, K, kn, x_vec);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
-    if (live) {
-#pragma unroll
-      for (int kk = 0; kk < kBK; kk += 16) {
-        uint32_t a[2][4], b[4][2];
-        load_frags_k16(a, b, sA, sB, wm, wn, kk, lane);
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) mma16816<BF>(acc[mi][ni], a[mi], b[ni]);
-        }
-      }
-    }
+    if (wt.live) mma_k_step<BF>(acc, sA, sB, wt);
     __syncthreads();
   }
 
-  if (!live) return;
-  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wm, wn, lane);
+  if (!wt.live) return;
+  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
 }  // namespace

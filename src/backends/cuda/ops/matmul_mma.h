@@ -35,8 +35,9 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
                        int n_col_tiles);
 
 // Test hook (synchronous, allocates): decodes sub-blocks 0 .. n_sub-1 of one host row of
-// type t on the device both ways: dequant32 into w[32 n_sub], unpack32 into q[32 n_sub]
-// and ab[4 n_sub] (a0, a1, b0, b1 per sub-block).
-void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab);
+// type t on the device three ways: dequant32 into w[32 n_sub], unpack32 into q[32 n_sub]
+// and ab[4 n_sub] (a0, a1, b0, b1 per sub-block), and the MMQ kernel's shared-memory
+// staging decoded back to weights into staged[32 n_sub].
+void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab, float *staged);
 
 }  // namespace moe

@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
+#include "backends/cuda/ops/mmq_weights.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
@@ -21,6 +22,7 @@ namespace moe {
 namespace {
 
 using namespace mma_tile;
+using namespace mmq;
 
 constexpr int kGroups = kBK / 16;  // k16 scale groups per K step
 // Scale rows padded to 5 float2 (40 bytes): the 8 rows (or 4 columns) a warp reads at once
@@ -29,20 +31,6 @@ constexpr int kSld = kGroups + 1;
 // Min integers m and activation sums X of the 16 k16 groups of a 256-block (types with a
 // min term), f16; 48-byte rows put the 8 rows of an ldmatrix phase on distinct bank quads.
 constexpr int kMinLd = 16 + 8;
-
-// f16 bits of two integers in [-128, 127]: 0x6400 | v is the f16 1024 + v for v < 1024, so
-// (0x6400 | (q + 128)) - 1152 is q exactly; one subtraction for the pair.
-__device__ __forceinline__ uint32_t int_pair_f16(int lo, int hi) {
-  const uint32_t u = static_cast<uint32_t>(lo + 128) | (static_cast<uint32_t>(hi + 128) << 16) | 0x64006400u;
-  const uint32_t bias = 0x64806480u;  // 1152, 1152
-  __half2 h, b;
-  memcpy(&h, &u, 4);
-  memcpy(&b, &bias, 4);
-  h = __hsub2(h, b);
-  uint32_t r;
-  memcpy(&r, &h, 4);
-  return r;
-}
 
 // Weights per fold (one f32 rescale of an exact integer sum):
 // - Q2_K .. Q5_K: the whole K step (64 weights inside one 256-block). Their group scale is
@@ -80,43 +68,7 @@ __device__ __forceinline__ void fetch_qweights(QStage &st, const uint8_t *W, int
     st.m = 0;
     return;
   }
-  int q[32];
-  float a[2], b[2];
-  const uint8_t *wrow = W + static_cast<int64_t>(row) * row_bytes;
-  unpack32<T>(wrow, kb / 32, q, a, b);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) st.w[i] = int_pair_f16(q[2 * i], q[2 * i + 1]);
-  if constexpr (has_int_group_scale<T>) {
-    // a = d * sc exactly with |sc| <= 63, so a rounded fast quotient recovers sc; q * sc is
-    // exact in f16.
-    const float d = superblock_d<T>(wrow, kb / 32);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const __half2 sc = __float2half2_rn(d != 0.0f ? rintf(__fdividef(a[k], d)) : 0.0f);
-#pragma unroll
-      for (int i = 8 * k; i < 8 * k + 8; ++i) {
-        __half2 h;
-        memcpy(&h, &st.w[i], 4);
-        h = __hmul2(h, sc);
-        memcpy(&st.w[i], &h, 4);
-      }
-      a[k] = d;
-    }
-  }
-  st.m = 0;
-  if constexpr (has_min<T>) {
-    // b = -(dmin * m) exactly with m <= 63: recovered like sc; the pair (b) becomes dmin.
-    const float dmin = superblock_dmin<T>(wrow, kb / 32);
-    float m[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      m[k] = dmin != 0.0f ? rintf(__fdividef(-b[k], dmin)) : 0.0f;
-      b[k] = dmin;
-    }
-    st.m = pack2<false>(m[0], m[1]);
-  }
-  st.ws[0] = make_float2(a[0], b[0]);
-  st.ws[1] = make_float2(a[1], b[1]);
+  stage_subblock<T>(W + static_cast<int64_t>(row) * row_bytes, kb / 32, st.w, st.ws, st.m);
 }
 
 // Thread -> (column tid / 4, k16 group k0 / 16 + tid % 4). xrow < 0 (a column past the
@@ -158,8 +110,8 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
 // exact sum, then acc += S (a c); Q6_K (a per 16): two sums, acc += (a0 S0 + a1 S1) c.
 template <DType T>
 __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
-                                               const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
-                                               int lane) {
+                                               const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   static_assert(!has_min<T> && fold_width<T> == 32, "32-wide folds without a min term");
   static_assert(per_group_row_scale<T> || scale_group<T> == 32, "one a per fold unless combined per group");
   constexpr int G = fold_width<T>;
@@ -221,27 +173,12 @@ __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint
 // exact sum, then acc += S (d c).
 template <DType T>
 __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
-                                            const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live,
-                                            int lane) {
+                                            const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   float sum[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sum[mi][ni][c] = 0.0f;
+  zero_tile(sum);
+  mma_k_step<false>(sum, sA, sB, wt);
   const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int kk = 0; kk < kBK; kk += 16) {
-    uint32_t a[2][4], b[4][2];
-    load_frags_k16(a, b, sA, sB, wm, wn, kk, lane);
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) mma16816<false>(sum[mi][ni], a[mi], b[ni]);
-    }
-  }
   float d[2][2];  // d of this thread's rows g and g + 8 of each 16-row tile
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
@@ -265,7 +202,8 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
 // |X| <= 2032 are exact in f16, |sum| <= 16 * 63 * 2032 < 2^24).
 template <DType T>
 __device__ __forceinline__ void fold_mins(float (&acc)[2][4][4], const uint16_t (*sMA)[kMinLd], const uint16_t (*sMB)[kMinLd],
-                                          const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], int wm, int wn, int n_live, int lane) {
+                                          const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
+  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   uint32_t a[2][4], b[4][2];
   load_frags_k16(a, b, sMA, sMB, wm, wn, 0, lane);
   const int g = lane >> 2, t = lane & 3;
@@ -307,29 +245,17 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
   __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
 
-  const ColTile ct = col_tile(ncols, tiles);
-  const int cnt = ct.cnt;
-  if (cnt <= 0) return;  // whole block: before any barrier
-  const int tid = threadIdx.x;
-  load_col_rows(ct, entries, s_xrow, s_yrow);
-  __syncthreads();
+  const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+  const int cnt = ct.cnt, tid = threadIdx.x;
+  if (cnt <= 0) return;
 
   const int row0 = blockIdx.x * kBM;
   const uint8_t *We = W + ct.expert * expert_bytes;
   const int xrow = s_xrow[tid >> 2];
 
-  const int warp = tid >> 5, lane = tid & 31;
-  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // this warp's 32 x 32 sub-tile
-  const int n_live = cnt - wn;                            // its real columns (if > 0)
-  const bool live = n_live > 0 && row0 + wm < M;          // warp-uniform: skip padding-only sub-tiles
-
+  const WarpTile wt = warp_tile(cnt, row0, M);
   float acc[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+  zero_tile(acc);
 
   // Register-staged pipeline as in matmul_mma.cu: the next step's loads and unpacking are
   // issued before this step's mma (the last fetch re-reads the last step, unused).
@@ -344,29 +270,42 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
     fetch_qweights<T>(st, We, row_bytes, row0, M, K, kn);
     fetch_qacts(st, Xq, Xs, xrow, K, kn);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
-    if (live) {
+    if (wt.live) {
       if constexpr (fold_width<T> == kBK) {
-        fold_k_step<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
+        fold_k_step<T>(acc, sA, sB, sWs, sXs, wt);
         if constexpr (has_min<T>)
-          if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wm, wn, n_live, lane);  // K is a multiple of 256
+          if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wt);  // K is a multiple of 256
       } else {
-        fold_per_group<T>(acc, sA, sB, sWs, sXs, wm, wn, n_live, lane);
+        fold_per_group<T>(acc, sA, sB, sWs, sXs, wt);
       }
     }
     __syncthreads();
   }
 
-  if (!live) return;
-  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wm, wn, lane);
+  if (!wt.live) return;
+  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-// Test hook: sub-block s of `row` both ways, dequant32 into w[32 s ..] and unpack32 into
-// q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1).
-template <DType T> __global__ void unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab) {
+// Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into
+// q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1), and the kernel's staging (stage_subblock)
+// decoded back to weights into staged[32 s ..].
+template <DType T> __global__ void unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab, float *staged) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n_sub) return;
   dequant32<T>(row, s, w + 32 * s);
   unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
+  QStage st;
+  stage_subblock<T>(row, s, st.w, st.ws, st.m);
+  __half2 m2;
+  memcpy(&m2, &st.m, 4);
+  const float m[2] = {__low2float(m2), __high2float(m2)};
+  for (int l = 0; l < 32; ++l) {
+    __half2 h;
+    memcpy(&h, &st.w[l / 2], 4);
+    const float v = (l & 1) ? __high2float(h) : __low2float(h);
+    const float2 sc = st.ws[l / 16];
+    staged[32 * s + l] = sc.x * v - sc.y * m[l / 16];
+  }
 }
 
 }  // namespace
@@ -397,18 +336,19 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
   MOE_CUDA_LAUNCH_CHECK("mmq_matmul_kernel");
 }
 
-void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab) {
+void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab, float *staged) {
   uint8_t *d_row = nullptr;
-  float *d_w = nullptr, *d_ab = nullptr;
+  float *d_w = nullptr, *d_ab = nullptr, *d_st = nullptr;
   int *d_q = nullptr;
   MOE_CUDA_CHECK(cudaMalloc(&d_row, row_bytes));
   MOE_CUDA_CHECK(cudaMalloc(&d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
   MOE_CUDA_CHECK(cudaMalloc(&d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int)));
   MOE_CUDA_CHECK(cudaMalloc(&d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float)));
+  MOE_CUDA_CHECK(cudaMalloc(&d_st, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
   MOE_CUDA_CHECK(cudaMemcpy(d_row, row, row_bytes, cudaMemcpyHostToDevice));
   const unsigned blocks = static_cast<unsigned>((n_sub + 63) / 64);
 #define MOE_UNPACK_CASE(TY) \
-  case TY: unpack_check_kernel<TY><<<blocks, 64>>>(d_row, n_sub, d_w, d_q, d_ab); break;
+  case TY: unpack_check_kernel<TY><<<blocks, 64>>>(d_row, n_sub, d_w, d_q, d_ab, d_st); break;
   switch (t) {
     MOE_MMQ_TYPES(MOE_UNPACK_CASE)
     default: fail(Status::Internal, "unpack32 check: type %s not dispatched", dtype_name(t));
@@ -418,10 +358,12 @@ void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_su
   MOE_CUDA_CHECK(cudaMemcpy(w, d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
   MOE_CUDA_CHECK(cudaMemcpy(q, d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int), cudaMemcpyDeviceToHost));
   MOE_CUDA_CHECK(cudaMemcpy(ab, d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float), cudaMemcpyDeviceToHost));
+  MOE_CUDA_CHECK(cudaMemcpy(staged, d_st, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
   MOE_CUDA_CHECK(cudaFree(d_row));
   MOE_CUDA_CHECK(cudaFree(d_w));
   MOE_CUDA_CHECK(cudaFree(d_q));
   MOE_CUDA_CHECK(cudaFree(d_ab));
+  MOE_CUDA_CHECK(cudaFree(d_st));
 }
 #undef MOE_MMQ_TYPES
 

@@ -61,6 +61,34 @@ template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const
   }
 }
 
+// This warp's 32 x 32 sub-tile of the block (4 warps along the rows x 2 along the columns):
+// rows wm .., columns wn ..; n_live its real columns (if > 0); live is warp-uniform
+// (padding-only sub-tiles skip the mma).
+struct WarpTile {
+  int lane, wm, wn, n_live;
+  bool live;
+};
+__device__ __forceinline__ WarpTile warp_tile(int cnt, int row0, int M) {
+  const int warp = threadIdx.x >> 5;
+  WarpTile w;
+  w.lane = threadIdx.x & 31;
+  w.wm = (warp & 3) * 32;
+  w.wn = (warp >> 2) * 32;
+  w.n_live = cnt - w.wn;
+  w.live = w.n_live > 0 && row0 + w.wm < M;
+  return w;
+}
+
+// A warp's 2 x 4 accumulator fragments (16 x 8 each) set to zero.
+__device__ __forceinline__ void zero_tile(float (&acc)[2][4][4]) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+}
+
 // A warp's operands of one k16 step at column kk of the shared tiles: A fragments of its
 // two 16-row tiles (sA[row][k], row-major) and B fragments of its four 8-column groups
 // (sB[col][k], column-major). Ld: the row stride (16-byte multiple).
@@ -80,6 +108,23 @@ __device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b
     b[2 * np][1] = r[1];
     b[2 * np + 1][0] = r[2];
     b[2 * np + 1][1] = r[3];
+  }
+}
+
+// d[mi][ni] += the warp's share of one K step (4 k16 mmas) of the shared tiles, skipping
+// 8-column groups past n_live.
+template <bool BF, int Ld>
+__device__ __forceinline__ void mma_k_step(float (&d)[2][4][4], const uint16_t (*sA)[Ld], const uint16_t (*sB)[Ld], const WarpTile &wt) {
+#pragma unroll
+  for (int kk = 0; kk < kBK; kk += 16) {
+    uint32_t a[2][4], b[4][2];
+    load_frags_k16(a, b, sA, sB, wt.wm, wt.wn, kk, wt.lane);
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) mma16816<BF>(d[mi][ni], a[mi], b[ni]);
+    }
   }
 }
 
@@ -106,8 +151,12 @@ __device__ __forceinline__ ColTile col_tile(int ncols, const int4 *tiles) {
   return {0, first, min(kBN, ncols - first)};
 }
 
-// Activation row and output row of each tile column (-1 past the count); the caller syncs.
-__device__ __forceinline__ void load_col_rows(const ColTile &ct, const int2 *entries, int *s_xrow, int *s_yrow) {
+// The block's column tile, and the activation and output row of each of its columns in
+// s_xrow / s_yrow (-1 past the count). cnt <= 0 (uniform over the block): nothing loaded,
+// no barrier; the kernel returns.
+__device__ __forceinline__ ColTile begin_col_tile(int ncols, const int4 *tiles, const int2 *entries, int *s_xrow, int *s_yrow) {
+  const ColTile ct = col_tile(ncols, tiles);
+  if (ct.cnt <= 0) return ct;
   const int tid = threadIdx.x;
   if (tid < kBN) {
     int2 e = make_int2(-1, -1);
@@ -115,6 +164,8 @@ __device__ __forceinline__ void load_col_rows(const ColTile &ct, const int2 *ent
     s_xrow[tid] = e.x;
     s_yrow[tid] = e.y;
   }
+  __syncthreads();
+  return ct;
 }
 
 // A warp's 32 x 32 results: accumulator c of (mi, ni) is row g + 8 (c / 2), column
