@@ -79,13 +79,16 @@ if has conformance; then
 fi
 
 if has sanitize; then
+  # memcheck and racecheck side by side (the conformance runs beside them too).
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  timeout 130 "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
-  note "memcheck [ops][cuda] rc=$? $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
-  timeout 70 "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "[routing],[attention]" > "$OUT/racecheck.log" 2>&1
-  note "racecheck [routing],[attention] rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
+  ( timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
+    echo "rc=$?" >> "$OUT/memcheck.log" ) &
+  MC_PID=$!
+  timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "${RACECHECK_TAGS:-[routing],[attention],[mma],[fusion]}" > "$OUT/racecheck.log" 2>&1
+  note "racecheck ${RACECHECK_TAGS:-[routing],[attention],[mma],[fusion]} rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
+  wait $MC_PID
+  note "memcheck [ops][cuda] $(tail -1 "$OUT/memcheck.log") $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
 fi
-
 
 if [ -n "$CONF_PID" ]; then
   wait $CONF_PID
@@ -114,7 +117,7 @@ fi
 
 if has kernels && [ "$BENCH" = ON ]; then
   KB=$(find $B -name bench-cuda_kernels -type f | head -1)
-  timeout 180 "$KB" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 > "$OUT/kernels.log" 2>&1
+  timeout 90 "$KB" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 > "$OUT/kernels.log" 2>&1
   note "kernels rc=$? $(el)"
   grep -E "_median" "$OUT/kernels.log" | sed -E 's/ +/ /g' | tee -a "$SUM"
 fi
