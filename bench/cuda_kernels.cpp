@@ -174,21 +174,12 @@ void BM_CudaAttention(benchmark::State &state) {
   MOE_NEED_GPU(r, std::move(g));
 #ifdef MOEINFER_WITH_CUDA
   KvCache kv(n_cells, 1, KvType::F16, {KvLayerDims{kHd * kKvHeads, kHd * kKvHeads}}, *r.gpu);
-  std::vector<int32_t> cells(n_cells), pos(n_cells), seq(n_cells, 0);
-  for (uint32_t i = 0; i < n_cells; ++i) cells[i] = pos[i] = static_cast<int32_t>(i);
-  kv.claim(cells.data(), pos.data(), seq.data(), n_cells);
+  moe_bench::FilledCache fc(kv, static_cast<int32_t>(n_cells), T);
   auto qv = randv(static_cast<size_t>(kHd * kHeads * T), 3), kvv = randv(static_cast<size_t>(kHd * kKvHeads * T), 4);
   r.set_input(q, qv.data(), qv.size() * 4);
   r.set_input(k, kvv.data(), kvv.size() * 4);
   r.set_input(v, kvv.data(), kvv.size() * 4);
-  UbatchInfo ub;
-  ub.n_tokens = T;
-  ub.cells = &cells[static_cast<size_t>(depth)];
-  ub.pos = &pos[static_cast<size_t>(depth)];
-  ub.seq = seq.data();
-  ub.n_kv = kv.n_kv();
-  ub.cell_state = kv.cells();
-  ExecEnv env{&ub, &kv};
+  ExecEnv env{&fc.ub, &kv};
   time_graph(state, r, env);
   const double flops = 4.0 * kHd * kHeads * T * (depth + (T + 1) / 2.0);
   state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);

@@ -65,9 +65,7 @@ void BM_AttentionDecode(benchmark::State &state) {
   const int64_t hd = 128, n_head = 32, n_kv = 4;
   auto cpu = make_cpu_backend();
   KvCache kv(static_cast<uint32_t>(depth + 1), 1, KvType::F16, {KvLayerDims{hd * n_kv, hd * n_kv}}, *cpu);
-  std::vector<int32_t> cells(static_cast<size_t>(depth + 1)), pos(cells.size()), seq(cells.size(), 0);
-  for (size_t i = 0; i < cells.size(); ++i) cells[i] = pos[i] = static_cast<int32_t>(i);
-  kv.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(cells.size()));
+  moe_bench::FilledCache fc(kv, depth + 1, 1);
   Graph g;
   int q = g.input("q", DType::F32, {hd, n_head, 1});
   int k = g.input("k", DType::F32, {hd, n_kv, 1});
@@ -81,14 +79,7 @@ void BM_AttentionDecode(benchmark::State &state) {
   run.set_input(q, qv.data(), qv.size() * 4);
   run.set_input(k, kvv.data(), kvv.size() * 4);
   run.set_input(v, kvv.data(), kvv.size() * 4);
-  UbatchInfo ub;
-  ub.n_tokens = 1;
-  ub.cells = &cells[static_cast<size_t>(depth)];
-  ub.pos = &pos[static_cast<size_t>(depth)];
-  ub.seq = seq.data();
-  ub.n_kv = kv.n_kv();
-  ub.cell_state = kv.cells();
-  ExecEnv env{&ub, &kv};
+  ExecEnv env{&fc.ub, &kv};
   for (auto _ : state) run.run(env);
   state.counters["kv_GB/s"] = benchmark::Counter(static_cast<double>(kv.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -1,4 +1,4 @@
-// Bench helper: large quantized weights made fast. Random rows are quantized once per
+// Bench helpers. Large quantized weights made fast: Random rows are quantized once per
 // distinct pattern and tiled over the tensor: speed depends on shapes and types, not values,
 // and quantizing 600M weights would take minutes.
 #pragma once
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../tests/support/graph_runner.h"
+#include "kv/kv_cache.h"
 #include "quant/dtype.h"
 
 namespace moe_bench {
@@ -37,5 +38,22 @@ inline const GgufTensorInfo *tiled_weight(moe_test::WeightStore &ws, const char 
   ws.infos.push_back(std::move(info));
   return ws.infos.back().get();
 }
+
+// A cache of n cells filled with one sequence at positions 0..n-1, and the ubatch of the
+// last T of them (the new tokens of a benchmark step). The vectors must outlive the ubatch.
+struct FilledCache {
+  std::vector<int32_t> cells, pos, seq;
+  UbatchInfo ub;
+  FilledCache(KvCache &kv, int32_t n, int32_t T) : cells(static_cast<size_t>(n)), pos(cells.size()), seq(cells.size(), 0) {
+    for (size_t i = 0; i < cells.size(); ++i) cells[i] = pos[i] = static_cast<int32_t>(i);
+    kv.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(n));
+    ub.n_tokens = T;
+    ub.cells = &cells[static_cast<size_t>(n - T)];
+    ub.pos = &pos[static_cast<size_t>(n - T)];
+    ub.seq = seq.data();
+    ub.n_kv = kv.n_kv();
+    ub.cell_state = kv.cells();
+  }
+};
 
 }  // namespace moe_bench
