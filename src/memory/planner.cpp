@@ -102,10 +102,24 @@ PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size) {
 
   auto root_of = [&](int id) { return nodes[static_cast<size_t>(id)].storage; };
 
+  // Inputs are uploaded before the run starts, so they are live from its first node, not from
+  // where they were declared: place them before anything else (a late-declared input must
+  // not reuse the bytes of a value computed earlier in the run).
+  for (int i = 0; i < n; ++i) {
+    Node &nd = nodes[static_cast<size_t>(i)];
+    if (nd.leaf != LeafKind::Input || nd.op == Op::View || !needs_arena(nd)) continue;
+    if (nd.device < 0 || nd.device >= kMaxDevices) fail(Status::Internal, "node %d has no device", i);
+    nd.storage = i;
+    nd.offset = arenas[nd.device].alloc(nd.nbytes());
+    root_end[static_cast<size_t>(i)] = n;
+    nd.work_size = 0;
+  }
+
   for (int i = 0; i < n; ++i) {
     Node &nd = nodes[static_cast<size_t>(i)];
     if (nd.device < 0 || nd.device >= kMaxDevices) fail(Status::Internal, "node %d has no device", i);
     if (!needs_arena(nd)) { nd.storage = -1; continue; }
+    if (nd.leaf == LeafKind::Input && nd.op != Op::View) continue;  // placed above
     if (nd.op == Op::View) {
       int r = root_of(nd.src[0]);
       nd.storage = r;
