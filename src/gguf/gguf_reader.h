@@ -85,6 +85,7 @@ public:
   size_t alignment() const { return alignment_; }
   size_t file_size() const { return size_; }
   size_t data_offset() const { return data_offset_; }
+  const uint8_t *data_section() const { return base_ + data_offset_; }  // tensor data (mapping or owned)
   bool is_mmapped() const { return mapped_; }
 
   // Metadata, in file order.
