@@ -40,7 +40,7 @@ const GgufTensorInfo *Model::Impl::require(const std::string &name, std::initial
 
 void Model::Impl::ensure_cpu_copy() const {
   std::lock_guard<std::mutex> lock(cpu_copy_mu);
-  if (!cpu_weight_copy || vocab_only || !gguf->is_mmapped() || cpu_copy.data()) return;
+  if (!cpu_weight_copy || vocab_only || !gguf->is_mmapped() || cpu_copy_base.load()) return;
   const size_t bytes = gguf->file_size() - gguf->data_offset();
   if (bytes == 0) return;
   HugePageBuffer b(bytes);
@@ -58,6 +58,7 @@ void Model::Impl::ensure_cpu_copy() const {
     if (e > a) madvise(reinterpret_cast<void *>(a), e - a, MADV_DONTNEED);
   }
   cpu_copy = std::move(b);
+  cpu_copy_base.store(cpu_copy.data(), std::memory_order_release);
   MOE_LOG_INFO("copied %.2f MiB of weights into huge pages for the CPU", static_cast<double>(bytes) / 1048576.0);
 }
 

@@ -1,5 +1,6 @@
 // Model internals shared by the loader, the architecture graph builders and the context.
 #pragma once
+#include <atomic>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
@@ -28,11 +29,14 @@ struct Model::Impl {
   // Weights for CPU kernels: t.data, or its place in the huge-page copy once a CPU context
   // asked for one (ensure_cpu_copy: a mapped model, made once, shared by its contexts).
   const uint8_t *cpu_weights(const GgufTensorInfo &t) const {
-    return cpu_copy.data() ? cpu_copy.data() + (t.data - gguf->data_section()) : t.data;
+    const uint8_t *c = cpu_copy_base.load(std::memory_order_acquire);
+    return c ? c + (t.data - gguf->data_section()) : t.data;
   }
   void ensure_cpu_copy() const;
   mutable std::mutex cpu_copy_mu;
   mutable HugePageBuffer cpu_copy;
+  // Published once the copy is complete: contexts may bind plans while another is created.
+  mutable std::atomic<const uint8_t *> cpu_copy_base{nullptr};
 
   const GgufTensorInfo *find(const std::string &name) const { return gguf->tensor(name); }
   // The tensor with this exact shape (ne[0] first) or an InvalidModel error naming it.
