@@ -2,6 +2,9 @@
 #include <cstdint>
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__)
+// GCC 12's AVX-512 headers trip these on their own undefined-vector idiom (_mm512_abs_ps).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 namespace moe {
