@@ -42,6 +42,7 @@ void usage(FILE *out) {
                "  -fa 0|1              flash attention (default 1)\n"
                "  --no-mmap            read weights into memory instead of mapping the file\n"
                "  --no-gpu-graphs      run GPU steps eagerly instead of replaying a captured CUDA graph\n"
+               "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
                "  -o md|json           output format (default md)\n");
@@ -153,7 +154,7 @@ int cmd_bench(int argc, char **argv) {
   std::vector<int> ps = {512}, ns = {128}, ds = {0};
   int n_batch = 2048, n_ubatch = 512, reps = 5, threads = 0;
   unsigned seed = 1;
-  bool fa = true, mmap = true, gpu_graphs = true;
+  bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -170,6 +171,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(cli::value(argc, argv, i), "-fa") != 0;
     else if (a == "--no-mmap") mmap = false;
     else if (a == "--no-gpu-graphs") gpu_graphs = false;
+    else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));
     else if (a == "-o" || a == "--output") format = cli::value(argc, argv, i);
@@ -194,6 +196,7 @@ int cmd_bench(int argc, char **argv) {
   try {
     ModelLoadParams mp;
     mp.use_mmap = mmap;
+    mp.cpu_weight_copy = weight_copy;
     mp.kv_overrides = overrides;
     auto t0 = std::chrono::steady_clock::now();
     auto model = Model::load(model_path, mp);

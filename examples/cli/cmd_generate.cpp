@@ -37,7 +37,8 @@ static void usage() {
       "  --kv-type TYPE      f32 | f16 | q8_0 (default f16)\n"
       "  --device DEV        cpu | cuda | cuda0 | auto (default auto)\n"
       "  --override-kv K=T:V metadata override (repeatable)\n"
-      "  --no-mmap           read weights into memory instead of mapping the file\n");
+      "  --no-mmap           read weights into memory instead of mapping the file\n"
+      "  --no-weight-copy    CPU: read the mapped file pages in place (default: one copy in huge pages)\n");
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -46,7 +47,7 @@ int cmd_generate(int argc, char **argv) {
   long ctx = 0;
   double temp = 0.0;
   unsigned seed = 1;
-  bool json = false, mmap = true;
+  bool json = false, mmap = true, weight_copy = true;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -65,6 +66,7 @@ int cmd_generate(int argc, char **argv) {
     else if (a == "--device") device = cli::value(argc, argv, i);
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--no-mmap") mmap = false;
+    else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--kv-type") {
       const char *v = cli::value(argc, argv, i);
       if (!kv_type_from_name(v, &kv)) { std::fprintf(stderr, "--kv-type: '%s' is not f32, f16 or q8_0\n", v); return 2; }
@@ -79,6 +81,7 @@ int cmd_generate(int argc, char **argv) {
     }
     ModelLoadParams mp;
     mp.use_mmap = mmap;
+    mp.cpu_weight_copy = weight_copy;
     mp.kv_overrides = overrides;
     auto model = Model::load(model_path, mp);
     auto parse_ids = [](const std::string &list, const char *opt) {

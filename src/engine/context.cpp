@@ -51,6 +51,7 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
   for (Backend *b : c.devices) c.executors.push_back(b->make_executor(p.n_threads));
   if (!p.gpu_graphs)
     for (auto &e : c.executors) e->set_graphs_enabled(false);
+  if (main->host_memory()) m.ensure_cpu_copy();
   if (!main->host_memory()) {
     // Every weight goes to the GPU once, before any plan is bound to it.
     std::vector<const GgufTensorInfo *> ts;
@@ -125,7 +126,7 @@ void Context::Impl::rebind_all() {
 void *Context::Impl::weight_addr(const Node &n) const {
   if (dev_weights && !devices[static_cast<size_t>(n.device)]->host_memory())
     if (void *p = dev_weights->find(n.weight)) return p;
-  return const_cast<uint8_t *>(n.weight->data);
+  return const_cast<uint8_t *>(model->impl().cpu_weights(*n.weight));
 }
 
 void Context::Impl::update_report() {

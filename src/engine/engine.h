@@ -26,7 +26,11 @@ struct Hparams;
 struct MemoryReport;
 
 struct ModelLoadParams {
-  bool use_mmap = true;                     // map weights read-only and use them in place (CPU)
+  bool use_mmap = true;                     // map weights read-only (false: read into huge-page memory)
+  // A mapped model's first CPU context copies the weights once into 2 MiB huge pages:
+  // decode streams every weight byte per token, and 4 KiB file pages cost it 24-34% on
+  // the x86 dev VM (docs/perf/cpu_engine.md). false: CPU contexts read the mapped pages.
+  bool cpu_weight_copy = true;
   bool vocab_only = false;                  // load metadata + tokenizer only, no weights
   std::vector<std::string> kv_overrides;    // "key=type:value", applied before anything reads metadata
   std::vector<std::string> devices;         // device names to use ("cpu", "cuda0"); empty = all

@@ -165,7 +165,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
     f->base_ = static_cast<const uint8_t *>(p);
     f->mapped_ = true;
   } else {
-    f->owned_.resize(f->size_);
+    f->owned_ = HugePageBuffer(f->size_);
     size_t got = 0;
     while (got < f->size_) {
       ssize_t r = ::read(fd, f->owned_.data() + got, f->size_ - got);
@@ -187,8 +187,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
 std::unique_ptr<GgufFile> GgufFile::from_memory(const void *data, size_t size, const GgufOpenOptions &opts) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   const uint8_t *p = static_cast<const uint8_t *>(data);
-  f->owned_.assign(p, p + size);
-  f->base_ = f->owned_.data();
+  f->copy_.assign(p, p + size);
+  f->base_ = f->copy_.data();
   f->size_ = size;
   f->parse();
   for (const auto &o : opts.overrides) f->apply_override(o);

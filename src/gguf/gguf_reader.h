@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/huge_page_buffer.h"
 #include "core/status.h"
 #include "gguf/gguf_value.h"
 #include "quant/dtype.h"
@@ -84,6 +85,7 @@ public:
   size_t alignment() const { return alignment_; }
   size_t file_size() const { return size_; }
   size_t data_offset() const { return data_offset_; }
+  const uint8_t *data_section() const { return base_ + data_offset_; }  // tensor data (mapping or owned)
   bool is_mmapped() const { return mapped_; }
 
   // Metadata, in file order.
@@ -114,7 +116,8 @@ private:
   const uint8_t *base_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
-  std::vector<uint8_t> owned_;
+  HugePageBuffer owned_;        // use_mmap = false: the file read into huge-page memory
+  std::vector<uint8_t> copy_;   // from_memory
   uint32_t version_ = 0;
   size_t alignment_ = 32;
   size_t data_offset_ = 0;

@@ -1,6 +1,6 @@
 // Bytes per device and kind (weights, KV cache, activations), as planned for a context.
-// Weights used in place from a memory-mapped file are counted as weights of the CPU
-// (they are file-backed pages, not anonymous memory).
+// Weights a CPU context reads (the huge-page copy of a mapped model, or the mapped file
+// pages in place) are counted as weights of the CPU.
 #pragma once
 #include <cstddef>
 #include <string>

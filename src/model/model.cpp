@@ -1,4 +1,9 @@
 // Model loading: GGUF (mmap, overrides) -> hparams -> architecture checks -> vocabulary.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "core/log.h"
 #include "engine/engine.h"
 #include "model/arch/arch.h"
@@ -33,6 +38,30 @@ const GgufTensorInfo *Model::Impl::require(const std::string &name, std::initial
   return t;
 }
 
+void Model::Impl::ensure_cpu_copy() const {
+  std::lock_guard<std::mutex> lock(cpu_copy_mu);
+  if (!cpu_weight_copy || vocab_only || !gguf->is_mmapped() || cpu_copy_base.load()) return;
+  const size_t bytes = gguf->file_size() - gguf->data_offset();
+  if (bytes == 0) return;
+  HugePageBuffer b(bytes);
+  if (!b.huge()) return;  // no THP on this system: the mapping is as good as a copy
+  // Copy in slices and drop each slice's mapped pages from this process once copied (the
+  // page cache keeps them, reclaimable): resident memory holds the weights about once.
+  const uint8_t *src = gguf->data_section();
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  constexpr size_t kSlice = size_t(64) << 20;
+  for (size_t off = 0; off < bytes; off += kSlice) {
+    const size_t n = bytes - off < kSlice ? bytes - off : kSlice;
+    std::memcpy(b.data() + off, src + off, n);
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(src + off) + page - 1) & ~(page - 1);
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(src + off + n)) & ~(page - 1);
+    if (e > a) madvise(reinterpret_cast<void *>(a), e - a, MADV_DONTNEED);
+  }
+  cpu_copy = std::move(b);
+  cpu_copy_base.store(cpu_copy.data(), std::memory_order_release);
+  MOE_LOG_INFO("copied %.2f MiB of weights into huge pages for the CPU", static_cast<double>(bytes) / 1048576.0);
+}
+
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
@@ -49,6 +78,7 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParam
   m.gguf = GgufFile::open(path, o);
   m.vocab = Vocab::from_gguf(*m.gguf);
   m.vocab_only = params.vocab_only;
+  m.cpu_weight_copy = params.cpu_weight_copy;
   m.hp = Hparams::from_gguf(*m.gguf);
   m.arch = find_arch(m.hp.arch);
   if (!m.arch && !params.vocab_only)

@@ -179,3 +179,18 @@ TEST_CASE("engine: steady-state decode performs no heap allocation", "[engine][a
     CHECK(g_allocs.load() == 0);
   }
 }
+
+TEST_CASE("engine: the CPU huge-page weight copy gives the mapped weights' logits bit for bit", "[engine]") {
+  const std::string path = moe_test::tiny_model("q8_0");
+  ModelLoadParams in_place, copied;
+  in_place.cpu_weight_copy = false;
+  auto m_map = Model::load(path, in_place), m_copy = Model::load(path, copied);
+  auto a = make_ctx(*m_map), b = make_ctx(*m_copy), b2 = make_ctx(*m_copy);  // b2: shares the one copy
+  const std::vector<int32_t> ids = {5, 77, 300, 12, 9};
+  feed(*a, ids);
+  feed(*b, ids);
+  feed(*b2, ids);
+  int diff = 0;
+  for (int32_t v = 0; v < m_map->n_vocab(); ++v) diff += a->logits(-1)[v] != b->logits(-1)[v] || b->logits(-1)[v] != b2->logits(-1)[v];
+  CHECK(diff == 0);
+}

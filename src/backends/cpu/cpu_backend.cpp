@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/kernels/vec_dot.h"
@@ -47,16 +48,16 @@ size_t cpu_work_size(const Graph &g, int id, int n_threads) {
   switch (n.op) {
     case Op::MatMul: {
       const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
-      const CpuTypeKernels &k = cpu_type_kernels(w.type);
-      if (k.vec_dot_type == DType::F32) return 0;
-      return row_size(k.vec_dot_type, w.ne[0]) * static_cast<size_t>(x.ne[1] * x.ne[2] * x.ne[3]);
+      const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
+      return cpu_matmul_work_per_copy(w.type, w.ne[0], rows) * static_cast<size_t>(private_activations(rows) ? n_threads : 1);
     }
     case Op::MatMulId: {
       const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]), &ids = g.node(n.src[2]);
       const CpuTypeKernels &k = cpu_type_kernels(w.type);
-      size_t act = k.vec_dot_type == DType::F32 ? 0 : row_size(k.vec_dot_type, w.ne[0]) * static_cast<size_t>(x.ne[1] * x.ne[2]);
-      act = (act + 63) / 64 * 64;
-      return act + static_cast<size_t>(2 * w.ne[2] + ids.ne[0] * ids.ne[1]) * 4;
+      const int64_t rows = x.ne[1] * x.ne[2];
+      const size_t act = k.vec_dot_type == DType::F32 ? 0 : row_size(k.vec_dot_type, w.ne[0]) * static_cast<size_t>(rows);
+      return cpu_matmul_id_work_per_copy(act, w.ne[2], ids.ne[0] * ids.ne[1]) *
+             static_cast<size_t>(private_activations(rows) ? n_threads : 1);
     }
     case Op::Attention: return cpu_attention_work(g, n, n_threads);
     case Op::MatMulHeads: return cpu_matmul_heads_work(g, n);
@@ -84,6 +85,22 @@ private:
   size_t size_;
 };
 
+// Nodes small enough that one thread runs them faster than the threads can meet at a
+// barrier (a decode step's norms, RoPE, routing softmax / top-k, residual adds): thread 0
+// runs them alone with nth = 1, and a run of them needs no barrier in between, since no
+// other thread touches their data. Only row-local kernels that never use the pool
+// (barriers, shared item counters) qualify; their results do not depend on the split.
+constexpr int64_t kSerialMaxElements = 4096;
+bool cpu_node_serial(const Graph &g, const Node &n) {
+  switch (n.op) {
+    case Op::MatMul: case Op::MatMulId: case Op::MatMulHeads: case Op::Attention: case Op::Leaf: case Op::View:
+      return false;
+    default: break;
+  }
+  const int64_t src_elems = n.src[0] >= 0 ? g.node(n.src[0]).nelements() : 0;
+  return n.nelements() <= kSerialMaxElements && src_elems <= kSerialMaxElements;
+}
+
 class CpuExecutor final : public Executor {
 public:
   explicit CpuExecutor(int n_threads) : pool_(n_threads) {}
@@ -96,12 +113,26 @@ public:
       std::atomic<int> error{0};
     } job{&g, begin, end, &env, &pool_};
     Job *jp = &job;  // one-pointer capture: std::function stores it inline (no heap allocation)
-    pool_.run([jp](int ith, int nth) {
+    serial_.resize(g.nodes().size());
+    for (int i = begin; i < end; ++i) serial_[static_cast<size_t>(i)] = pool_.size() > 1 && cpu_node_serial(g, g.node(i));
+    const std::vector<char> *serial = &serial_;
+    pool_.run([jp, serial](int ith, int nth) {
+      const Graph &gr = *jp->g;
       for (int i = jp->begin; i < jp->end; ++i) {
-        const Node &n = jp->g->node(i);
+        const Node &n = gr.node(i);
         if (n.op == Op::Leaf || n.op == Op::View) continue;
-        CpuKernelArgs args{*jp->g, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), *jp->env, &jp->error};
-        cpu_kernel_for(n.op)(args);
+        if ((*serial)[static_cast<size_t>(i)]) {
+          if (ith == 0) {
+            CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), *jp->env, &jp->error};
+            cpu_kernel_for(n.op)(args);
+          }
+          int next = i + 1;  // the next node that runs: no barrier while the serial run goes on
+          while (next < jp->end && (gr.node(next).op == Op::Leaf || gr.node(next).op == Op::View)) ++next;
+          if (next < jp->end && (*serial)[static_cast<size_t>(next)]) continue;
+        } else {
+          CpuKernelArgs args{gr, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), *jp->env, &jp->error};
+          cpu_kernel_for(n.op)(args);
+        }
         jp->pool->barrier();
       }
     });
@@ -114,6 +145,7 @@ public:
 
 private:
   ThreadPool pool_;
+  std::vector<char> serial_;  // per node of the graph being run: cpu_node_serial
 };
 
 std::string cpu_model_name() {

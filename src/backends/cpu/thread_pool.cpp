@@ -105,10 +105,14 @@ constexpr int kBarrierSpins = 400;
 }  // namespace
 
 void ThreadPool::barrier() {
-  if (n_ == 1) return;
+  if (n_ == 1) {
+    items_.store(0, std::memory_order_relaxed);
+    return;
+  }
   const uint32_t phase = bar_phase_.load(std::memory_order_acquire);
   if (bar_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
     bar_count_.store(0, std::memory_order_relaxed);
+    items_.store(0, std::memory_order_relaxed);  // published by the phase change below
     bar_phase_.fetch_add(1, std::memory_order_seq_cst);
     if (bar_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&bar_phase_);
     return;

@@ -27,11 +27,11 @@ public:
   void run(const std::function<void(int, int)> &fn);
   // All threads of the current job meet here.
   void barrier();
-  // Dynamic work sharing inside one job step: thread 0 calls reset_items() before a
-  // barrier, then every thread takes item indices from take_items() until it gets one
-  // past its last item. A descheduled thread then delays the step by its current item only,
-  // not by a fixed share (2 threads on a busy host otherwise lost to 1).
-  void reset_items() { items_.store(0, std::memory_order_relaxed); }
+  // Dynamic work sharing inside one job step: every barrier restarts the item counter at
+  // 0, so after a barrier every thread takes item indices from take_items() until it gets
+  // one past its last item (and then must pass a barrier before the counter is used again).
+  // A descheduled thread then delays the step by its current item only, not by a fixed
+  // share (2 threads on a busy host otherwise lost to 1).
   int64_t take_items(int64_t n = 1) { return items_.fetch_add(n, std::memory_order_relaxed); }
 
 private:

@@ -15,7 +15,6 @@
 #include <cstring>
 
 #include "quant/dtype.h"
-#include "quant/quant_util.h"
 
 namespace moe {
 
@@ -55,6 +54,20 @@ struct RowBlock {
   float d, dmin;
 };
 
+// The 8 six-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K block, as
+// unpack_q4k_scales forms them, computed in registers: staging them through memory cost a
+// failed store-to-load forward per block (+7% on the cache-resident 16x1 tile without it).
+inline __m128i unpack_scales_mins(const BlockQ4_K *b) {
+  // words w0, w1, w2 = scales bytes 0..3, 4..7, 8..11 (the 16-byte load stays inside the block)
+  const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b->scales));
+  const __m128i a = _mm_shuffle_epi32(w, _MM_SHUFFLE(1, 0, 1, 0));  // w0, w1, w0, w1
+  const __m128i c = _mm_shuffle_epi32(w, _MM_SHUFFLE(2, 2, 2, 2));  // w2 x4
+  const __m128i lo = _mm_and_si128(a, _mm_set1_epi32(0x3f3f3f3f));   // s_lo, m_lo
+  const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(c, _mm_set_epi32(4, 0, 4, 0)), _mm_set1_epi32(0x0f0f0f0f)),
+                                  _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(a, 6), _mm_set1_epi32(0x03030303)), 4));
+  return _mm_unpacklo_epi32(lo, hi);  // s_lo, s_hi, m_lo, m_hi
+}
+
 inline void unpack_block(const BlockQ4_K *b, RowBlock &rb) {
   const __m512i shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -62,9 +75,7 @@ inline void unpack_block(const BlockQ4_K *b, RowBlock &rb) {
     const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b->qs + 32 * j)));
     rb.u[j] = _mm512_and_si512(_mm512_srlv_epi64(q, shift), m4);  // high half: >> 4 (bits from the next byte masked)
   }
-  alignas(16) uint8_t scm[16];
-  unpack_q4k_scales(b->scales, scm, scm + 8);
-  const __m128i sm8 = _mm_load_si128(reinterpret_cast<const __m128i *>(scm));
+  const __m128i sm8 = unpack_scales_mins(b);
   const __m512i sc16 = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(sm8));  // lanes 0..7 scales
   // s[j]: scale 2j in the low 16 int16 lanes, 2j+1 in the high 16
   alignas(64) static const int16_t idx[4][32] = {

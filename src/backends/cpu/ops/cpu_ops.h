@@ -64,6 +64,17 @@ inline void split_rows(int64_t nrows, int ith, int nth, int64_t &r0, int64_t &r1
   if (r0 > nrows) r0 = nrows;
 }
 
+// Matrix products with at most this many activation rows (decode) convert them once per
+// thread into the thread's own slice of the scratch (MoE products also build their own
+// routing tables) instead of sharing one copy behind a barrier: a row costs far less than
+// making the threads meet. cpu_work_size sizes the scratch for it.
+constexpr int64_t kPrivateActivationRows = 4;
+inline bool private_activations(int64_t rows) { return rows <= kPrivateActivationRows; }
+// Scratch bytes of one copy: a dense product's converted activations (n_rows of k values
+// against weights of type wt), a MoE product's activations plus routing tables.
+size_t cpu_matmul_work_per_copy(DType wt, int64_t k, int64_t n_rows);
+size_t cpu_matmul_id_work_per_copy(size_t act_bytes, int64_t n_expert, int64_t n_entries);
+
 constexpr int64_t kMaxHeadDim = 1024;  // attention scratch bound; larger heads are rejected at build
 size_t cpu_attention_work(const Graph &g, const Node &n, int n_threads);
 constexpr int64_t kMaxGqaGroup = 16;  // q heads per KV head handled together (F16 cache)

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/ref_math.h"
+#include "backends/cpu/kernels/ref_math_vec.h"
 #include "backends/cpu/ops/cpu_ops.h"
 
 namespace moe {
@@ -73,10 +74,8 @@ void cpu_softmax(const CpuKernelArgs &a) {
     // 16-lane tree, the tail uses libm expf; the running sum is double.
     double sum = 0.0;
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      for (int64_t k = 0; k < 16; ++k) dst[i + k] = refmath::expf_v(src[i + k] - mx);
-      sum += static_cast<double>(refmath::hsum16(dst + i));
-    }
+    ref_expf_shift(n & ~int64_t{15}, src, mx, dst);
+    for (; i + 16 <= n; i += 16) sum += static_cast<double>(refmath::hsum16(dst + i));
     for (; i < n; ++i) {
       const float e = std::exp(src[i] - mx);
       dst[i] = e;
@@ -116,9 +115,8 @@ void cpu_swiglu(const CpuKernelArgs &a) {
     // Reference order: its vector silu on 16-wide chunks, libm expf on the tail.
     const int64_t n = a.n.ne[0];
     const int64_t nv = n & ~int64_t{15};
-    int64_t i = 0;
-    for (; i < nv; ++i) dst[i] = refmath::silu_v(pg[i]) * pu[i];
-    for (; i < n; ++i) dst[i] = refmath::silu_s(pg[i]) * pu[i];
+    ref_silu_mul(nv, pg, pu, dst);
+    for (int64_t i = nv; i < n; ++i) dst[i] = refmath::silu_s(pg[i]) * pu[i];
   });
 }
 

@@ -15,8 +15,10 @@ namespace moe {
 
 namespace {
 
-// Convert rows [0, nrows) of x (row stride x_nb1) into work; threads split rows.
-// Returns the base of the converted rows and their stride.
+// Convert rows [0, nrows) of x (row stride x_nb1) into work: the threads split the rows
+// and meet at a barrier, or with private_activations(nrows) each thread converts them all
+// into its own copy (work: this thread's; see cpu_work_size). Returns the base of the
+// converted rows and their stride.
 const uint8_t *prepare_activations(const CpuKernelArgs &a, const Node &x, int64_t nrows, int64_t K,
                                    const CpuTypeKernels &k, uint8_t *work, size_t *stride) {
   if (k.vec_dot_type == DType::F32) {
@@ -24,11 +26,12 @@ const uint8_t *prepare_activations(const CpuKernelArgs &a, const Node &x, int64_
     return static_cast<const uint8_t *>(x.data);
   }
   const size_t rs = row_size(k.vec_dot_type, K);
-  int64_t r0, r1;
-  split_rows(nrows, a.ith, a.nth, r0, r1);
+  const bool priv = private_activations(nrows);
+  int64_t r0 = 0, r1 = nrows;
+  if (!priv) split_rows(nrows, a.ith, a.nth, r0, r1);
   for (int64_t r = r0; r < r1; ++r)
     k.from_float(reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + r * x.nb[1]), work + r * rs, K);
-  a.pool.barrier();
+  if (!priv) a.pool.barrier();
   *stride = rs;
   return work;
 }
@@ -77,15 +80,24 @@ inline int64_t row_chunk(int64_t rows_total, int64_t cols, int nth) {
 
 }  // namespace
 
+size_t cpu_matmul_work_per_copy(DType wt, int64_t k, int64_t n_rows) {
+  const CpuTypeKernels &kt = cpu_type_kernels(wt);
+  if (kt.vec_dot_type == DType::F32) return 0;
+  return (row_size(kt.vec_dot_type, k) * static_cast<size_t>(n_rows) + 63) / 64 * 64;
+}
+
+size_t cpu_matmul_id_work_per_copy(size_t act_bytes, int64_t n_expert, int64_t n_entries) {
+  return (act_bytes + 63) / 64 * 64 + (static_cast<size_t>(2 * n_expert + n_entries) * 4 + 63) / 64 * 64;
+}
+
 void cpu_matmul(const CpuKernelArgs &a) {
   const Node &w = a.src(0), &x = a.src(1);
   const int64_t K = w.ne[0], M = w.ne[1];
   const int64_t N = x.ne[1] * x.ne[2] * x.ne[3];
   const CpuTypeKernels &k = cpu_type_kernels(w.type);
-  if (a.ith == 0) a.pool.reset_items();
-  size_t xs;
-  const uint8_t *xq = prepare_activations(a, x, N, K, k, a.work, &xs);
-  if (k.vec_dot_type == DType::F32) a.pool.barrier();  // the item counter reset is visible
+  size_t xs;  // the item counter starts at 0 after the previous node's barrier
+  const size_t copy = private_activations(N) ? cpu_matmul_work_per_copy(w.type, K, N) : 0;
+  const uint8_t *xq = prepare_activations(a, x, N, K, k, a.work + static_cast<size_t>(a.ith) * copy, &xs);
   const uint8_t *wd = static_cast<const uint8_t *>(w.data);
   float *dst = static_cast<float *>(a.n.data);
   // Threads take row chunks from a shared counter (each weight byte is read by one thread).
@@ -123,14 +135,16 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
   const int64_t K = w.ne[0], M = w.ne[1], E = w.ne[2];
   const int64_t n_used = ids.ne[0], T = ids.ne[1], X = x.ne[1];
   const CpuTypeKernels &k = cpu_type_kernels(w.type);
-  // Work layout: [converted activations][counts E][offsets E][entries n_used*T].
+  // Work layout: [converted activations][counts E][offsets E][entries n_used*T], once, or
+  // once per thread (private_activations: each thread converts and routes on its own).
+  const bool priv = private_activations(X * T);
   const size_t act_bytes = k.vec_dot_type == DType::F32 ? 0 : row_size(k.vec_dot_type, K) * static_cast<size_t>(X * T);
   const size_t act_pad = (act_bytes + 63) / 64 * 64;
-  int32_t *counts = reinterpret_cast<int32_t *>(a.work + act_pad);
+  uint8_t *work = a.work + (priv ? static_cast<size_t>(a.ith) * cpu_matmul_id_work_per_copy(act_bytes, E, n_used * T) : 0);
+  int32_t *counts = reinterpret_cast<int32_t *>(work + act_pad);
   int32_t *offsets = counts + E;
   int32_t *entries = offsets + E;  // (j * T + t) grouped by expert
-  if (a.ith == 0) {
-    a.pool.reset_items();
+  if (priv || a.ith == 0) {
     std::memset(counts, 0, static_cast<size_t>(E) * 4);
     const int32_t *id = static_cast<const int32_t *>(ids.data);
     bool bad = false;
@@ -151,8 +165,8 @@ void cpu_matmul_id(const CpuKernelArgs &a) {
       }
   }
   size_t xs;
-  const uint8_t *xq = prepare_activations(a, x, X * T, K, k, a.work, &xs);
-  a.pool.barrier();  // routing tables (thread 0) and converted activations are ready
+  const uint8_t *xq = prepare_activations(a, x, X * T, K, k, work, &xs);
+  if (!priv) a.pool.barrier();  // routing tables (thread 0) and converted activations are ready
   const uint8_t *wd = static_cast<const uint8_t *>(w.data);
   float *dst = static_cast<float *>(a.n.data);
   int64_t n_active = 0;
