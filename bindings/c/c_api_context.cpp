@@ -115,6 +115,15 @@ MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_ca
   });
 }
 
+MOE_API moe_status moe_context_set_gpu_graphs(moe_context *ctx, int32_t enabled) {
+  return guard([&] {
+    MOE_CHECK_ARG(ctx, "moe_context_set_gpu_graphs: ctx is NULL");
+    if (!ctx->async->idle()) return fail(MOE_STATUS_BUSY, "moe_context_set_gpu_graphs: decode in flight");
+    ctx->ctx->set_gpu_graphs(enabled != 0);
+    return MOE_STATUS_OK;
+  });
+}
+
 MOE_API moe_status moe_context_check(const moe_context *ctx) {
   return guard([&] {
     MOE_CHECK_ARG(ctx, "moe_context_check: ctx is NULL");

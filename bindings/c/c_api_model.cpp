@@ -123,6 +123,15 @@ MOE_API moe_status moe_model_load(const char *path, const moe_model_params *para
 
 MOE_API void moe_model_free(moe_model *model) { delete model; }
 
+MOE_API moe_status moe_model_set_cpu_weight_copy(moe_model *model, int32_t enabled) {
+  return guard([&] {
+    MOE_CHECK_ARG(model, "moe_model_set_cpu_weight_copy: model is NULL");
+    if (!model->model->set_cpu_weight_copy(enabled != 0))
+      return fail(MOE_STATUS_BUSY, "moe_model_set_cpu_weight_copy: a CPU context already copied the weights");
+    return MOE_STATUS_OK;
+  });
+}
+
 MOE_API moe_status moe_model_get_info(const moe_model *model, moe_model_info *out) {
   return guard([&] {
     MOE_CHECK_ARG(model, "moe_model_get_info: model is NULL");

@@ -143,6 +143,14 @@ MOE_API moe_status moe_model_load(const char *path, const moe_model_params *para
 /* Frees a model. NULL is a no-op. All contexts of the model must be freed first. */
 MOE_API void moe_model_free(moe_model *model);
 
+/* CPU weights of a memory-mapped model: 1 (default) = the model's first CPU context copies
+ * them once into 2 MiB huge pages shared by its contexts (decode reads ~25% faster; mapped
+ * pages are released as they are copied, so resident memory holds the weights about once);
+ * 0 = CPU kernels read the mapped file pages in place. Call before the first CPU context:
+ * once the copy exists this returns MOE_STATUS_BUSY and changes nothing. Not thread-safe
+ * against a concurrent moe_context_create on the same model. */
+MOE_API moe_status moe_model_set_cpu_weight_copy(moe_model *model, int32_t enabled);
+
 typedef struct moe_model_info {
   size_t struct_size;      /* set to sizeof(moe_model_info) before the call */
   int32_t n_vocab;         /* vocabulary size (logits per position) */
@@ -276,6 +284,11 @@ typedef int (*moe_abort_callback)(void *user_data);
  * asynchronous decode is in flight. */
 MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_callback callback,
                                                   void *user_data);
+
+/* GPU decode steps: 1 (default) = each repeated step is captured once as a CUDA graph and
+ * replayed; 0 = every kernel is launched eagerly (debugging, profiling). Applies from the
+ * next decode; no effect on a CPU context. BUSY while an asynchronous decode is in flight. */
+MOE_API moe_status moe_context_set_gpu_graphs(moe_context *ctx, int32_t enabled);
 
 /* Why the context is unusable (MOE_STATUS_CONTEXT_UNUSABLE + message in moe_last_error)
  * or MOE_STATUS_OK when it is usable. */

@@ -200,6 +200,9 @@ public:
     return Model(m);
   }
 
+  // Before the first CPU context: copy mapped weights into huge pages (default) or not.
+  Ret<void> set_cpu_weight_copy(bool enabled) { return detail::done(moe_model_set_cpu_weight_copy(get(), enabled ? 1 : 0)); }
+
   Ret<moe_model_info> info() const {
     moe_model_info i{};
     i.struct_size = sizeof i;
@@ -363,6 +366,8 @@ public:
   void cancel() noexcept { moe_decode_cancel(get()); }
 
   // callback(user_data) != 0 aborts the running decode; user_data is borrowed.
+  // GPU: replay captured CUDA graphs (default) or launch eagerly, from the next decode.
+  Ret<void> set_gpu_graphs(bool enabled) { return detail::done(moe_context_set_gpu_graphs(get(), enabled ? 1 : 0)); }
   Ret<void> set_abort_callback(moe_abort_callback callback, void *user_data) {
     return detail::done(moe_context_set_abort_callback(get(), callback, user_data));
   }

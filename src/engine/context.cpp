@@ -257,4 +257,9 @@ bool Context::unusable(std::string *why) const {
   return impl_->broken;
 }
 
+void Context::set_gpu_graphs(bool on) {
+  impl_->params.gpu_graphs = on;
+  for (auto &e : impl_->executors) e->set_graphs_enabled(on);
+}
+
 }  // namespace moe

@@ -45,6 +45,9 @@ public:
 
   const GgufFile &gguf() const;
   const Hparams &hparams() const;
+  // Before the model's first CPU context: copy mapped weights into huge pages (default) or
+  // read the mapped pages in place. False once the copy exists (the call then changes nothing).
+  bool set_cpu_weight_copy(bool on);
   const Vocab *vocab() const;               // nullptr when the file has no tokenizer
   const std::string &arch_name() const;     // general.architecture
   int32_t n_vocab() const;
@@ -111,6 +114,8 @@ public:
   uint32_t kv_used_cells() const;
 
   void set_abort_callback(AbortCallback cb, void *user_data);
+  // GPU: replay captured CUDA graphs (default) or launch eagerly; from the next decode on.
+  void set_gpu_graphs(bool on);
   const MemoryReport &memory_report() const;
 
   // Whether a sticky device error made this context unusable (and why).

@@ -101,6 +101,13 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParam
 
 const GgufFile &Model::gguf() const { return *impl_->gguf; }
 const Hparams &Model::hparams() const { return impl_->hp; }
+
+bool Model::set_cpu_weight_copy(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->cpu_copy_mu);  // ensure_cpu_copy reads it under this lock
+  if (impl_->cpu_copy_base.load()) return false;
+  impl_->cpu_weight_copy = on;
+  return true;
+}
 const Vocab *Model::vocab() const { return impl_->vocab.get(); }
 const std::string &Model::arch_name() const { return impl_->hp.arch; }
 int32_t Model::n_vocab() const { return static_cast<int32_t>(impl_->hp.n_vocab); }

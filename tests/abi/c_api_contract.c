@@ -144,6 +144,9 @@ static void null_handles(void) {
     moe_detokenizer_free(NULL);
   }
 
+  EXPECT(moe_model_set_cpu_weight_copy(NULL, 0), BAD);
+  EXPECT(moe_context_set_gpu_graphs(NULL, 0), BAD);
+
   /* context */
   {
     moe_context_params cp = moe_context_default_params();
@@ -354,6 +357,8 @@ static void with_model(const char *path) {
   cp.n_ctx = 64;
   cp.n_batch = 32;
   cp.n_ubatch = 32;
+  EXPECT(moe_model_set_cpu_weight_copy(m, 0), MOE_STATUS_OK); /* before the first CPU context */
+  EXPECT(moe_model_set_cpu_weight_copy(m, 1), MOE_STATUS_OK);
   EXPECT(moe_context_create(m, &cp, &c), MOE_STATUS_OK);
   if (!c) {
     moe_model_free(m);
@@ -363,6 +368,8 @@ static void with_model(const char *path) {
   nv = moe_context_n_vocab(c);
   TRUE_(nv == mi.n_vocab);
   EXPECT(moe_context_check(c), MOE_STATUS_OK);
+  EXPECT(moe_context_set_gpu_graphs(c, 0), MOE_STATUS_OK); /* no effect on a CPU context */
+  EXPECT(moe_context_set_gpu_graphs(c, 1), MOE_STATUS_OK);
 
   EXPECT(moe_batch_create(64, &b), MOE_STATUS_OK);
   EXPECT(moe_decode(c, b), BAD); /* empty */
