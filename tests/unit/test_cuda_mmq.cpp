@@ -44,7 +44,26 @@ TEST_CASE("cuda mmq: unpack32 integers and scales reproduce dequant32 and the CP
         ab(static_cast<size_t>(4 * n_sub));
     std::vector<int> q(static_cast<size_t>(K));
     dequantize_row(t, row.data(), ref.data(), K);
-    cuda_unpack32_check(t, row.data(), row.size(), n_sub, w.data(), q.data(), ab.data(), staged.data());
+    {  // device copies, one launch, results back (cudaMemcpy on the default stream waits for it)
+      uint8_t *d_row = nullptr;
+      float *d_w = nullptr, *d_ab = nullptr, *d_st = nullptr;
+      int *d_q = nullptr;
+      const size_t nw = static_cast<size_t>(32 * n_sub);
+      REQUIRE(cudaMalloc(&d_row, row.size()) == cudaSuccess);
+      REQUIRE(cudaMalloc(&d_w, nw * sizeof(float)) == cudaSuccess);
+      REQUIRE(cudaMalloc(&d_q, nw * sizeof(int)) == cudaSuccess);
+      REQUIRE(cudaMalloc(&d_ab, ab.size() * sizeof(float)) == cudaSuccess);
+      REQUIRE(cudaMalloc(&d_st, nw * sizeof(float)) == cudaSuccess);
+      REQUIRE(cudaMemcpy(d_row, row.data(), row.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+      cuda_unpack32_check_launch(t, d_row, n_sub, d_w, d_q, d_ab, d_st, nullptr);
+      REQUIRE(cudaMemcpy(w.data(), d_w, nw * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+      REQUIRE(cudaMemcpy(q.data(), d_q, nw * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+      REQUIRE(cudaMemcpy(ab.data(), d_ab, ab.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+      REQUIRE(cudaMemcpy(staged.data(), d_st, nw * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+      for (void *p : {static_cast<void *>(d_row), static_cast<void *>(d_w), static_cast<void *>(d_q), static_cast<void *>(d_ab),
+                      static_cast<void *>(d_st)})
+        cudaFree(p);
+    }
     int bad_ref = 0, bad_affine = 0, bad_q = 0, bad_scale = 0, bad_staged = 0;
     for (int s = 0; s < n_sub; ++s) {
       const float *abs = ab.data() + 4 * s;

@@ -34,10 +34,11 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
                        const uint16_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles);
 
-// Test hook (synchronous, allocates): decodes sub-blocks 0 .. n_sub-1 of one host row of
-// type t on the device three ways: dequant32 into w[32 n_sub], unpack32 into q[32 n_sub]
-// and ab[4 n_sub] (a0, a1, b0, b1 per sub-block), and the MMQ kernel's shared-memory
-// staging decoded back to weights into staged[32 n_sub].
-void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab, float *staged);
+// Test hook: enqueues on s the decoding of sub-blocks 0 .. n_sub-1 of one device row of type
+// t three ways: dequant32 into d_w[32 n_sub], unpack32 into d_q[32 n_sub] and d_ab[4 n_sub]
+// (a0, a1, b0, b1 per sub-block), and the MMQ kernel's shared-memory staging decoded back to
+// weights into d_staged[32 n_sub]. The caller owns the buffers and the waiting.
+void cuda_unpack32_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
+                                cudaStream_t s);
 
 }  // namespace moe

@@ -336,34 +336,17 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
   MOE_CUDA_LAUNCH_CHECK("mmq_matmul_kernel");
 }
 
-void cuda_unpack32_check(DType t, const uint8_t *row, size_t row_bytes, int n_sub, float *w, int *q, float *ab, float *staged) {
-  uint8_t *d_row = nullptr;
-  float *d_w = nullptr, *d_ab = nullptr, *d_st = nullptr;
-  int *d_q = nullptr;
-  MOE_CUDA_CHECK(cudaMalloc(&d_row, row_bytes));
-  MOE_CUDA_CHECK(cudaMalloc(&d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
-  MOE_CUDA_CHECK(cudaMalloc(&d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int)));
-  MOE_CUDA_CHECK(cudaMalloc(&d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float)));
-  MOE_CUDA_CHECK(cudaMalloc(&d_st, static_cast<size_t>(n_sub) * 32 * sizeof(float)));
-  MOE_CUDA_CHECK(cudaMemcpy(d_row, row, row_bytes, cudaMemcpyHostToDevice));
+void cuda_unpack32_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
+                                cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>((n_sub + 63) / 64);
 #define MOE_UNPACK_CASE(TY) \
-  case TY: unpack_check_kernel<TY><<<blocks, 64>>>(d_row, n_sub, d_w, d_q, d_ab, d_st); break;
+  case TY: unpack_check_kernel<TY><<<blocks, 64, 0, s>>>(d_row, n_sub, d_w, d_q, d_ab, d_staged); break;
   switch (t) {
     MOE_MMQ_TYPES(MOE_UNPACK_CASE)
     default: fail(Status::Internal, "unpack32 check: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_UNPACK_CASE
   MOE_CUDA_LAUNCH_CHECK("unpack_check_kernel");
-  MOE_CUDA_CHECK(cudaMemcpy(w, d_w, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaMemcpy(q, d_q, static_cast<size_t>(n_sub) * 32 * sizeof(int), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaMemcpy(ab, d_ab, static_cast<size_t>(n_sub) * 4 * sizeof(float), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaMemcpy(staged, d_st, static_cast<size_t>(n_sub) * 32 * sizeof(float), cudaMemcpyDeviceToHost));
-  MOE_CUDA_CHECK(cudaFree(d_row));
-  MOE_CUDA_CHECK(cudaFree(d_w));
-  MOE_CUDA_CHECK(cudaFree(d_q));
-  MOE_CUDA_CHECK(cudaFree(d_ab));
-  MOE_CUDA_CHECK(cudaFree(d_st));
 }
 #undef MOE_MMQ_TYPES
 

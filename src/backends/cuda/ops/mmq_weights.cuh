@@ -112,7 +112,7 @@ template <> __device__ __forceinline__ void code_pairs<DType::Q6_K>(const uint8_
 // Sub-block s of a weight row as staged for the mma: w the f16 pairs of its integers (times
 // the integer group scale for Q2_K..Q5_K), ws[k] = (a, or d for Q2_K..Q5_K; dmin) of its
 // k16 groups, m the min integers of the groups (f16 pair; types with a min term), so weight
-// l is ws.x * w_l - ws.y * m (checked against dequant32 by cuda_unpack32_check).
+// l is ws.x * w_l - ws.y * m (checked against dequant32 through cuda_unpack32_check_launch).
 template <DType T>
 __device__ __forceinline__ void stage_subblock(const uint8_t *wrow, int s, uint32_t (&w)[16], float2 (&ws)[2], uint32_t &m) {
   int q[32];
