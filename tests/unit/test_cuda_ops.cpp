@@ -92,38 +92,37 @@ int64_t k_for(DType t, bool odd) {
   return odd ? 37 : 64;
 }
 
+
+// dense_case for every weight type, even and odd shapes (k_for; M_even / M_odd rows), each
+// of the column counts Ns.
+void dense_sweep(BackendRegistry &reg, Backend &gpu, std::initializer_list<int64_t> Ns, int64_t M_even, int64_t M_odd, uint32_t seed) {
+  for (DType t : kAllTypes)
+    for (bool odd : {false, true})
+      for (int64_t N : Ns) {
+        const int64_t K = k_for(t, odd), M = odd ? M_odd : M_even;
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+        CHECK(dense_case(reg, gpu, t, K, M, N, seed));
+        seed += 2;
+      }
+}
+
 }  // namespace
 
 TEST_CASE("cuda op: matmul matches the CPU for every weight type, odd shapes, batch 1 and >1", "[ops][cuda]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  uint32_t seed = 1;
-  for (DType t : kAllTypes)
-    for (bool odd : {false, true})
-      for (int64_t N : {1, 3, 17}) {
-        const int64_t K = k_for(t, odd), M = odd ? 37 : 64;
-        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
-        CHECK(dense_case(reg, *gpu, t, K, M, N, seed));
-        seed += 2;
-      }
+  dense_sweep(reg, *gpu, {1, 3, 17}, 64, 37, 1);
 }
 
 TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd shapes, real shapes", "[ops][cuda][mma]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  uint32_t seed = 500;
-  for (DType t : kAllTypes)
-    for (bool odd : {false, true})
-      for (int64_t N : {16, 77, 512}) {
-        // M = 203: a partial 128-row tile; K odd: a partial 64-wide K step (and for plain
-        // types a K that is not a multiple of 8, off the 16-byte load path).
-        const int64_t K = k_for(t, odd), M = odd ? 203 : 128;
-        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
-        CHECK(dense_case(reg, *gpu, t, K, M, N, seed));
-        seed += 2;
-      }
+  // M = 203: a partial 128-row tile; K odd: a partial 64-wide K step (and for plain types a
+  // K that is not a multiple of 8, off the 16-byte load path).
+  dense_sweep(reg, *gpu, {16, 77, 512}, 128, 203, 500);
+  uint32_t seed = 600;
   // The shapes of Qwen3-30B-A3B's expert projections (gate/up and down) as dense products,
   // for every fold of the exact-product kernel (per-32 and per-16 scales, with and without
   // a min term).

@@ -61,18 +61,24 @@ __device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd,
   return s;
 }
 
+// q row (head h, token t) rounded to the cache's dot type into s_q; whole warps on 32
+// consecutive dims (attn_round_q's Q8_0 rule). The caller syncs before reading s_q.
+__device__ __forceinline__ void load_q_rounded(const TView &q, const AttnArgs &a, int h, int t, float *s_q) {
+  const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
+  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {
+    const int i = i0 + static_cast<int>(threadIdx.x);
+    const float v = attn_round_q(i < a.hd_k ? qrow[i] : 0.0f, a.kt);
+    if (i < a.hd_k) s_q[i] = v;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) attn_kernel(TView q, TView out, AttnArgs a, DevUbatch ub) {
   __shared__ float s_q[kCudaMaxHeadDim];
   __shared__ float s_p[kThreads];
   __shared__ float s_red[32];
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
   const int hk = h / a.group;
-  const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
-  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {  // whole warps on 32 consecutive dims
-    const int i = i0 + tid;
-    const float v = attn_round_q(i < a.hd_k ? qrow[i] : 0.0f, a.kt);
-    if (i < a.hd_k) s_q[i] = v;
-  }
+  load_q_rounded(q, a, h, t, s_q);
   __syncthreads();
   const int n_kv = *ub.n_kv;
   const unsigned long long bit = 1ull << ub.seq[t];
@@ -137,12 +143,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_head = gridDim.x;
   const int hk = h / a.group;
-  const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
-  for (int i0 = 0; i0 < a.hd_k; i0 += kThreads) {  // whole warps on 32 consecutive dims
-    const int i = i0 + tid;
-    const float v = attn_round_q(i < a.hd_k ? qrow[i] : 0.0f, a.kt);
-    if (i < a.hd_k) s_q[i] = v;
-  }
+  load_q_rounded(q, a, h, t, s_q);
   __syncthreads();
   const int n_kv = *ub.n_kv;
   const int chunk = (n_kv + kSplit - 1) / kSplit;
