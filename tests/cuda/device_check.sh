@@ -1,6 +1,6 @@
 #!/bin/bash
 # One-shot CUDA check for a GPU machine (run from the repository root):
-#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench] [kernels] [profile]
+#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench] [kernels] [profile] [ncu]
 # Builds with ninja for sm_90, runs the [cuda] tests, compute-sanitizer memcheck/racecheck
 # on the op tests, the conformance check on --device cuda, and the bench on a generated
 # Qwen3-30B-A3B-shaped Q4_K_M file. Logs go to $OUT (default /tmp/moe-cuda-out); a summary
@@ -47,7 +47,7 @@ CLI=$(find $B -name moeinfer-cli -type f | head -1)
 TESTS=$(find $B -name moeinfer-tests -type f | head -1)
 
 MK_PID=""
-if (has bench || has profile) && [ ! -f /tmp/q3.gguf ]; then
+if (has bench || has profile || has ncu) && [ ! -f /tmp/q3.gguf ]; then
   ( nice "$CLI" mkmodel --preset qwen3-30b-a3b --type q4_k_m -o /tmp/q3.gguf --threads 10 --quiet > "$OUT/mkmodel.log" 2>&1; echo "mkmodel rc=$?" >> "$OUT/mkmodel.log" ) &
   MK_PID=$!
 fi
@@ -126,5 +126,15 @@ if has profile; then
   timeout 100 "$TESTS" "[.cuda-profile]" > "$OUT/profile.log" 2>&1
   note "profile rc=$? $(el)"
   grep -A16 -- "----" "$OUT/profile.log" | tee -a "$SUM"
+fi
+if has ncu; then
+  # Kernel time of decode steps without launch gaps (ncu times each launch alone; eager launches).
+  [ -n "$MK_PID" ] && wait $MK_PID
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 240 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+    --csv --launch-skip ${NCU_SKIP:-4000} --launch-count ${NCU_COUNT:-1262} "$CLI" bench -m ${NCU_MODEL:-/tmp/q3.gguf} --device cuda \
+    -p 0 -n 16 -r 1 --no-gpu-graphs > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+  note "ncu rc=$? $(el)"
+  python3 tests/cuda/ncu_summary.py "$OUT/ncu.csv" ${NCU_STEPS:-2} 2>&1 | head -40 | tee -a "$SUM"
 fi
 echo "==== summary"; cat "$SUM"
