@@ -62,7 +62,7 @@ CONF_PID=""
 if has conformance; then
   # In the background: it drives the CLI (one process per check) while the sanitizer runs.
   D=.devdata/conformance
-  [ -d ../shared/conformance ] && D=../shared/conformance
+  ls ../shared/conformance/models/*.gguf > /dev/null 2>&1 && D=../shared/conformance
   # Greedy ids for every model present; logits for qwen3moe/deepseek2 with check.py and for
   # gpt-oss with the incremental feeder (the reference fed those tokens one at a time).
   CLI_ABS=$PWD/$CLI

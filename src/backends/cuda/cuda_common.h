@@ -30,6 +30,11 @@ uint64_t cuda_launch_count();  // process-wide total of kernel launches (capture
     MOE_CUDA_CHECK(cudaPeekAtLastError());         \
   } while (0)
 
+// Programmatic dependent launch (ops/pdl.cuh): process-wide switch for benchmarks and
+// debugging, on by default; active only on sm_90 or newer.
+void cuda_pdl_enable(bool on);
+bool cuda_pdl_active();
+
 // Every host-blocking wait of the backend goes through here, so tests can count them
 // (a decode step must perform at most one: the logits copy).
 enum class SyncWhy { Download, StagingReuse, Executor, Setup, Teardown };
