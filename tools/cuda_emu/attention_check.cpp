@@ -1,14 +1,33 @@
-// Checks the prefill attention kernels, run through emu.h, against a float64 reference on
-// random cache states (see README.md). Args: SEED CASES; exit status 1 on any failure.
+// Checks the attention kernels (prefill: tiled f16 mma / f32 fma + combine; decode: the
+// grouped kernel with its last-block merge), run through emu.h, against a float64 reference
+// on random cache states (see README.md). Args: SEED CASES; exit status 1 on any failure.
 #include "backends/cuda/ops/attention.cuh"
+#include "backends/cuda/ops/attention_decode.cuh"
+#include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 using namespace moe;
+
+namespace moe {
+[[noreturn]] void fail(Status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::abort();
+}
+}  // namespace moe
 
 static float f16r(float x) { return __half2float(__float2half_rn(x)); }
 static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
 
-struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma; };
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec; };
+
+namespace moe {  // comb_emu.cpp (generated from attention.cu)
+void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge);
+int emu_split_count();
+}  // namespace moe
 
 static double run(const Cfg &c, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -106,11 +125,31 @@ static double run(const Cfg &c, uint32_t seed) {
   DevUbatch ub{nullptr, pos.data(), seq.data(), cpos.data(), cseq.data(), &n_kv};
   TView tq{q.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
   TView to{out.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
-  std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hd + 2), NAN);
-  AttnTiledLaunch l{tq, to, a, ub, c.T, c.nkvh, c.n_split, part.data(), nullptr};
-  if (c.mma) attn_tiled_mma_launch(l);
-  else attn_tiled_fma_launch(l);
-  if (c.n_split > 1) attn_combine_launch(to, a, part.data(), c.T, n_head, c.n_split, nullptr);
+  if (c.split_dec) {  // the generic decode split kernel, merged by its last blocks (n_split = 1) or by a combine launch
+    std::vector<unsigned> sync(kCudaSyncSlots, 0);
+    ub.sync = sync.data();
+    std::vector<float> part(static_cast<size_t>(c.T) * n_head * emu_split_count() * (hd + 2), NAN);
+    for (int rep = 0; rep < 2; ++rep) {
+      emu_split_launch(tq, to, a, ub, part.data(), c.T, n_head, c.n_split == 1 ? 1 : 0);
+      for (unsigned v : sync)
+        if (v != 0) return 1e30;
+    }
+  } else if (c.decode) {  // twice: the last-block counters must be back at zero after each launch
+    std::vector<unsigned> sync(kCudaSyncSlots, 0);
+    ub.sync = sync.data();
+    std::vector<float> part(attn_decode_work_size(c.T, n_head, hd) / 4, NAN);
+    for (int rep = 0; rep < 2; ++rep) {
+      attn_decode_launch(nullptr, tq, to, a, ub, part.data());
+      for (unsigned v : sync)
+        if (v != 0) return 1e30;
+    }
+  } else {
+    std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hd + 2), NAN);
+    AttnTiledLaunch l{tq, to, a, ub, c.T, c.nkvh, c.n_split, part.data(), nullptr};
+    if (c.mma) attn_tiled_mma_launch(l);
+    else attn_tiled_fma_launch(l);
+    if (c.n_split > 1) attn_combine_launch(to, a, part.data(), c.T, n_head, c.n_split, nullptr);
+  }
   double worst = 0;
   for (size_t r = 0; r < out.size(); r += hd) {
     double num = 0, den = 0;
@@ -132,7 +171,9 @@ int main(int argc, char **argv) {
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
   for (int i = 0; i < n; ++i) {
     Cfg c;
-    c.mma = i % 2 == 0;
+    c.mma = i % 4 == 0;
+    c.decode = i % 4 == 2;
+    c.split_dec = i % 4 == 3;
     c.kt = c.mma ? (int)DType::F16 : kts[rng() % 3];
     c.hd = rng() % 2 ? 64 : 128;
     const int gs[] = {1, 4, 8};
@@ -146,12 +187,25 @@ int main(int argc, char **argv) {
     c.sinks = rng() % 3 == 0;
     const int sp[] = {1, 1, 3, 16};
     c.n_split = sp[rng() % 4];
+    if (c.decode) {  // the grouped decode kernel: its head sizes, groups over 8 heads, deep caches
+      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12}, dnks[] = {0, 1, 37, 64, 130, 201, 2500};
+      c.hd = hds[rng() % 3];
+      c.group = dgs[rng() % 4];
+      c.T = 1 + static_cast<int>(rng() % 4);
+      c.n_kv = dnks[rng() % 7];
+      c.n_split = 1;
+    }
+    if (c.split_dec) {  // any head size; n_split 1: merged in the launch, 2: by attn_combine_kernel
+      c.hd = 32 * (1 + static_cast<int>(rng() % 5));
+      c.T = 1 + static_cast<int>(rng() % 4);
+      c.n_split = 1 + static_cast<int>(rng() % 2);
+    }
     const double e = run(c, rng());
-    const double tol = c.mma ? 3e-3 : 1e-5;
+    const double tol = c.mma ? 3e-3 : c.decode || c.split_dec ? 2e-5 : 1e-5;
     const bool ok = e < tol;
     fails += !ok;
     std::printf("%s %s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
-                c.mma ? "mma" : "fma", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
+                c.mma ? "mma" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
     std::fflush(stdout);
   }
   std::printf("%d failures\n", fails);

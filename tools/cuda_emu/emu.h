@@ -16,6 +16,13 @@
 #include <algorithm>
 using std::min; using std::max;
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+// Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes (b:a) (no sign-replicate mode).
+inline unsigned __byte_perm(unsigned a, unsigned b, unsigned s) {
+  const uint64_t x = (static_cast<uint64_t>(b) << 32) | a;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((x >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+}
 
 #undef __global__
 #undef __device__
@@ -104,6 +111,31 @@ inline void emu_ldsm(uint32_t (&r)[4], const void *row, bool trans) {
     r[m] = lo | (hi << 16);
   }
   W.bar->arrive_and_wait();
+}
+
+inline unsigned __ballot_sync(unsigned, int pred) {
+  const int lane = threadIdx.x & 31;
+  EmuWarp &W = g_warps[threadIdx.x >> 5];
+  W.f[lane] = pred ? 1.0f : 0.0f;
+  W.bar->arrive_and_wait();
+  unsigned m = 0;
+  for (int l = 0; l < 32; ++l)
+    if (W.f[l] != 0.0f) m |= 1u << l;
+  W.bar->arrive_and_wait();
+  return m;
+}
+inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline float __ldcg(const float *p) { return *p; }
+inline float2 __ldcg(const float2 *p) { return *p; }
+
+// Programmatic dependent launch (ops/pdl.cuh): blocks run in order here, so the waits are no-ops.
+inline void pdl_wait() {}
+inline void pdl_trigger() {}
+template <class K, class... Args> void emu_launch(dim3 grid, int threads, K kernel, Args... args);
+template <class K, class... Args> void launch_pdl(K kernel, dim3 grid, dim3 block, size_t, cudaStream_t, Args... args) {
+  emu_launch(grid, static_cast<int>(block.x), kernel, args...);
 }
 
 template <class K, class... Args> void emu_launch(dim3 grid, int threads, K kernel, Args... args) {

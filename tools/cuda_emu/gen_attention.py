@@ -1,4 +1,4 @@
-# Writes host-compilable copies of the prefill attention kernels into OUT: launches
+# Writes host-compilable copies of the attention kernels (prefill, decode) into OUT: launches
 # kernel<<<grid, threads, 0, stream>>>(args) become emu_launch(grid, threads, kernel, args),
 # the inline-asm helpers (mma, ldmatrix, cp.async) become calls into emu.h, and
 # MOE_CUDA_LAUNCH_CHECK a no-op. Usage: gen_attention.py REPO OUT
@@ -45,9 +45,21 @@ for head, body in [
 assert 'asm' not in m, 'an inline-asm helper has no emulation'
 write('mma_emu.cpp', m)
 write('tiled_emu.cpp', open(os.path.join(src, 'attention_tiled.cu')).read())
+d = open(os.path.join(src, 'attention_decode.cu')).read()
+write('decode_emu.cpp', d.replace('#include "backends/cuda/ops/pdl.cuh"\n', ''))  # emu.h has the PDL no-ops
 a = open(os.path.join(src, 'attention.cu')).read()
-k0 = a.index('// Merges the n_split partials')
-k1 = a.index('\n}\n', k0) + 3
+# The per-token / split decode kernels and the combine (everything up to attn_split_kernel),
+# plus a launcher of the split kernel for attention_check.cpp.
+k0 = a.index('namespace {')
+k1 = a.index('\n}\n', a.index('__global__ void __launch_bounds__(kThreads) attn_split_kernel')) + 3
 l0 = a.index('void attn_combine_launch')
 l1 = a.index('\n}\n', l0) + 3
-write('comb_emu.cpp', '#include "backends/cuda/ops/attention.cuh"\nnamespace moe {\nnamespace {\n' + a[k0:k1] + '}  // namespace\n' + a[l0:l1] + '}  // namespace moe\n')
+split_launch = (
+    'void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge) {\n'
+    '  launch_pdl(attn_split_kernel, dim3(n_head, T, kSplit), dim3(kThreads), 0, nullptr, q, out, a, ub, part, merge);\n'
+    '  if (!merge) attn_combine_launch(out, a, part, T, n_head, kSplit, nullptr);\n'
+    '}\n'
+    'int emu_split_count() { return kSplit; }\n')
+write('comb_emu.cpp', '#include "backends/cuda/ops/attention.cuh"\n#include "backends/cuda/ops/kv_store.cuh"\n'
+      '#include "backends/cuda/ops/reduce.cuh"\nnamespace moe {\n' + a[k0:k1] + '}  // namespace\n' + a[l0:l1] + split_launch +
+      '}  // namespace moe\n')

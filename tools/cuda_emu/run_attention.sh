@@ -10,7 +10,7 @@ CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$OUT"
 python3 "$HERE/gen_attention.py" "$REPO" "$OUT"
 FLAGS="-std=c++20 -O1 -include $HERE/emu.h -I$CUDA_INC -I$REPO/src -I$REPO/include -DMOEINFER_WITH_CUDA=1"
-for f in mma_emu tiled_emu comb_emu; do g++ $FLAGS -c "$OUT/$f.cpp" -o "$OUT/$f.o"; done
+for f in mma_emu tiled_emu comb_emu decode_emu; do g++ $FLAGS -c "$OUT/$f.cpp" -o "$OUT/$f.o"; done
 g++ $FLAGS -c "$HERE/attention_check.cpp" -o "$OUT/attention_check.o"
 g++ -pthread "$OUT"/*.o -o "$OUT/attention_check"
 "$OUT/attention_check" "${1:-1}" "${2:-20}"

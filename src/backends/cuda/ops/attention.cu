@@ -1,8 +1,8 @@
 // KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
 // over the cache, three paths by the number of query tokens T:
-//  * T <= 4 (decode): head dims 64/128/256 take the grouped kernel of attention_decode.cu
-//    (one launch); others split the cells over 16 blocks per (head, token), partials merged
-//    by attn_combine_kernel;
+//  * T <= 4 (decode): head dims 64/128/256 take the grouped kernel of attention_decode.cu;
+//    others split the cells over 16 blocks per (head, token), partials merged by the last
+//    block of each (attn_combine_row); one launch either way;
 //  * T >= 8 with head dims 64 / 128 (prefill): the tiled kernels (attention_mma.cu on f16
 //    tensor cores for an F16 cache, attention_tiled.cu on f32 FMA for the others), a block
 //    per tile of (token, head) rows of one KV head, the cells split when a chunk has too
@@ -139,10 +139,43 @@ constexpr int kSplit = 16;
 constexpr int kMaxSplitTokens = 4;
 constexpr int kAccW = kCudaMaxHeadDim / 32;
 
+// Merges the n_split partials of (head h, token t) into the output row, the block's threads
+// over the dims. Loads bypass L1: attn_split_kernel's last block reads partials that other
+// blocks wrote in the same launch.
+__device__ void attn_combine_row(const TView &out, const AttnArgs &a, const float *part, int n_split, int h, int t, int n_head) {
+  const float *src = attn_partial(const_cast<float *>(part), t, h, 0, n_head, n_split, a.hd_v);
+  float M = -INFINITY;
+  for (int z = 0; z < n_split; ++z) M = fmaxf(M, __ldcg(src + z * (a.hd_v + 2)));
+  float S = 0.0f;
+  for (int z = 0; z < n_split; ++z) {
+    const float mz = __ldcg(src + z * (a.hd_v + 2));
+    if (mz != -INFINITY) S += __ldcg(src + z * (a.hd_v + 2) + 1) * expf(mz - M);
+  }
+  const float f = attn_final_scale(M, S, a.sinks, h);
+  float *o = attn_out_row(out, t, h);
+  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
+    float v = 0.0f;
+    for (int z = 0; z < n_split; ++z) {
+      const float mz = __ldcg(src + z * (a.hd_v + 2));
+      if (mz != -INFINITY) v += __ldcg(src + z * (a.hd_v + 2) + 2 + d) * expf(mz - M);
+    }
+    o[d] = v * f;
+  }
+}
+
+// The partials of (head blockIdx.x, token blockIdx.y) merged by their own launch.
+__global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
+  pdl_wait();
+  pdl_trigger();
+  attn_combine_row(out, a, part, n_split, blockIdx.x, blockIdx.y, gridDim.x);
+}
+
 // A warp per cell (lanes over head dims), an online softmax per warp, warps merged in shared
-// memory; the block writes (max, sum, acc[hd_v]) for its share of the cells.
-__global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs a, DevUbatch ub, float *part) {
+// memory; the block writes (max, sum, acc[hd_v]) for its share of the cells. merge = 1: the
+// last of a (head, token)'s blocks (counter in DevUbatch::sync) merges them into the output.
+__global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int merge) {
   __shared__ float s_q[kCudaMaxHeadDim];
+  __shared__ bool s_last;
   __shared__ float s_acc[kThreads / 32][kCudaMaxHeadDim];
   __shared__ float s_m[kThreads / 32], s_s[kThreads / 32];
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -206,32 +239,20 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
     dst[2 + d] = v;
   }
   if (tid == 0) { dst[0] = Mb; dst[1] = Sb; }
+  if (!merge) return;
+  __threadfence();  // this block's partial is visible device-wide before it is counted
+  __syncthreads();
+  unsigned *ctr = ub.sync + t * n_head + h;
+  if (tid == 0) {
+    s_last = atomicAdd(ctr, 1u) == gridDim.z - 1;
+    if (s_last) *ctr = 0;  // every split has counted: ready for the next launch / replay
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  attn_combine_row(out, a, part, kSplit, h, t, n_head);
 }
 
-// Merges the n_split partials of (head blockIdx.x, token blockIdx.y) into the output row.
-__global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
-  pdl_wait();
-  pdl_trigger();
-  const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
-  const float *src = attn_partial(const_cast<float *>(part), t, h, 0, n_head, n_split, a.hd_v);
-  float M = -INFINITY;
-  for (int z = 0; z < n_split; ++z) M = fmaxf(M, src[z * (a.hd_v + 2)]);
-  float S = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
-    const float mz = src[z * (a.hd_v + 2)];
-    if (mz != -INFINITY) S += src[z * (a.hd_v + 2) + 1] * expf(mz - M);
-  }
-  const float f = attn_final_scale(M, S, a.sinks, h);
-  float *o = attn_out_row(out, t, h);
-  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
-    float v = 0.0f;
-    for (int z = 0; z < n_split; ++z) {
-      const float mz = src[z * (a.hd_v + 2)];
-      if (mz != -INFINITY) v += src[z * (a.hd_v + 2) + 2 + d] * expf(mz - M);
-    }
-    o[d] = v * f;
-  }
-}
 
 // ---- prefill (many query tokens): tiled kernels (attention_tiled.cu, attention_mma.cu) ----
 
@@ -321,9 +342,10 @@ void cuda_op_attention(const CudaOpCtx &c) {
   }
   if (T <= kMaxSplitTokens && c.n.work) {
     float *part = static_cast<float *>(c.n.work);
-    launch_pdl(attn_split_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T), kSplit), dim3(kThreads), 0, c.stream, tview(q), a,
-               c.ub, part);
-    attn_combine_launch(tview(c.n), a, part, static_cast<int>(T), static_cast<int>(n_head), kSplit, c.stream);
+    const int merge = c.ub.sync && T * n_head <= kCudaSyncSlots ? 1 : 0;  // a counter per (head, token)
+    launch_pdl(attn_split_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T), kSplit), dim3(kThreads), 0, c.stream, tview(q),
+               tview(c.n), a, c.ub, part, merge);
+    if (!merge) attn_combine_launch(tview(c.n), a, part, static_cast<int>(T), static_cast<int>(n_head), kSplit, c.stream);
     return;
   }
   if (T >= kMinTiledTokens && tiled_shape(hd_k, hd_v, v_from_k) && n_head % n_head_kv == 0) {
