@@ -575,6 +575,15 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
           s.batches = {37, 50, Ts[ti]};  // the last batch first refills the freed cells
           attention_case(reg, *gpu, s, "tiled");
         }
+  for (KvType kt : kts) {  // GQA 2 (the conformance files' shape), first batches on an empty cache
+    AttnSetup s;
+    s.kt = kt;
+    s.hd = s.hd_v = 64;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.batches = {13, 16, 3, 40};
+    attention_case(reg, *gpu, s, "tiled, GQA 2");
+  }
   for (KvType kt : kts) {  // deeper cache: many cell tiles per block and per split
     AttnSetup s;
     s.kt = kt;
