@@ -123,9 +123,16 @@ if has kernels && [ "$BENCH" = ON ]; then
 fi
 
 if has profile; then
+  [ -n "$MK_PID" ] && wait $MK_PID
   timeout 100 "$TESTS" "[.cuda-profile]" > "$OUT/profile.log" 2>&1
   note "profile rc=$? $(el)"
   grep -A16 -- "----" "$OUT/profile.log" | tee -a "$SUM"
+  if [ -n "${PROFILE_GLM:-}" ]; then  # the deepseek2 (MLA) shape, GLM-4.7-Flash
+    [ -f /tmp/glm.gguf ] || "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 12 --quiet > /dev/null 2>&1
+    MOE_PROFILE_MODEL=/tmp/glm.gguf timeout 100 "$TESTS" "[.cuda-profile]" > "$OUT/profile_glm.log" 2>&1
+    note "profile glm rc=$? $(el)"
+    grep -A16 -- "----" "$OUT/profile_glm.log" | tee -a "$SUM"
+  fi
 fi
 if has models; then
   # The other architectures' benchmark shapes (deepseek2: GLM-4.7-Flash, gpt-oss-20b MXFP4).
