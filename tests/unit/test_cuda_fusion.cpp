@@ -7,6 +7,7 @@
 // tests/cuda/device_check.sh cover them).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -114,10 +115,10 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         CHECK(prefill.at(1) == std::vector<std::string>{"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                                          "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"});  // layer 0 (segment 1): the full qwen3moe pattern
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
-                                         "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"};
+                                         "fused:rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum"};  // one token: + the router mat-vec
         if (cuda_fused_matvec_available())
           want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
-                  "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
+                  "fused:rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
                   "fused:matmul_id+moe_combine+add"};
         CHECK(by_layer[1] == want);
         CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == std::vector<std::string>{"fused:rms_norm+mul"});  // output norm
@@ -335,6 +336,67 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
 #endif
 }
 
+// The router's one-token F32 mat-vec in the router's launch: many blocks compute the logits
+// in the unfused mat-vec's summation order, the last block routes (bit-identical to the
+// unfused mat-vec + router). Rows 3 and 7 of the weight are equal: tied logits, the lower
+// index wins. K not a multiple of 8 keeps the mat-vec apart.
+TEST_CASE("cuda fusion: router with its F32 mat-vec in one launch equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Case {
+    int64_t K, E, k;
+  };
+  for (const Case &cs : {Case{64, 40, 6}, Case{2048, 128, 8}, Case{768, 300, 8}, Case{2056, 512, 8}, Case{8, 16, 4}, Case{100, 32, 4}})
+    for (int variant = 0; variant < 2; ++variant) {  // 0: + norm_sum, 1: probs also read outside
+      const int64_t K = cs.K, E = cs.E, k = cs.k;
+      auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(50 + K + E), 0.05f);
+      const auto xv = randn(static_cast<size_t>(K), static_cast<uint32_t>(60 + K));
+      // Rows 3 and 7: x scaled to a logit ~3 sigma above the others, so the tie is selected.
+      for (int64_t i = 0; i < K; ++i)
+        wv[static_cast<size_t>(3 * K + i)] = wv[static_cast<size_t>(7 * K + i)] = 0.15f * xv[static_cast<size_t>(i)] / std::sqrt(static_cast<float>(K));
+      WeightStore ws;
+      const GgufTensorInfo *wi = ws.add("router", DType::F32, {K, E}, wv);
+      int xi, probs, ids, w;
+      auto build = [&]() {
+        Graph g;
+        xi = g.input("x", DType::F32, {K, 1});
+        const int logits = g.matmul(g.weight(wi), xi);
+        probs = g.softmax(logits);
+        ids = g.top_k(probs, static_cast<int>(k));
+        w = g.norm_sum(g.gather_cols(probs, ids));
+        g.mark_output(ids, "ids");
+        g.mark_output(w, "w");
+        if (variant == 1) g.mark_output(probs, "probs");
+        return g;
+      };
+      INFO("K " << K << " E " << E << " variant " << variant);
+      const bool with_mm = K % 8 == 0;
+      const FusionPlan fp = plan_on(*gpu, build());
+      REQUIRE(fp.groups.size() == 1);
+      CHECK(fp.groups[0].kind == FusedKind::Router);
+      CHECK(fp.groups[0].members.size() == (with_mm ? 5u : 4u));
+      if (with_mm) CHECK(fp.groups[0].label == "fused:matmul+softmax+top_k+gather_cols+norm_sum");
+      std::vector<int> outs = {ids, w};
+      if (variant == 1) outs.push_back(probs);
+      const std::vector<Input> ins = {in(xi, xv)};
+      auto rc = run_on(*reg.cpu(), build(), ins, outs);
+      const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+      for (size_t o = 0; o < outs.size(); ++o) CHECK(f.out[o] == u.out[o]);
+      CHECK(f.out[0] == rc[0]);  // ids exactly (random logits are far from ties but for rows 3 and 7)
+      CHECK(rel_err(f.out[1], rc[1]) < 1e-4);  // the CPU sums the logits in another order
+      if (variant == 1) CHECK(rel_err(f.out[2], rc[2]) < 1e-4);
+      // Unfused: mat-vec, softmax, top_k, gather_cols, norm_sum; fused: 1 (2 with K % 8 != 0).
+      CHECK(f.launches + (with_mm ? 4 : 3) == u.launches);
+      // The same graph again: the last-block counter was left at zero.
+      const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
+    }
+#endif
+}
+
 TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU", "[cuda][fusion][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -401,11 +463,11 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
   // Per layer (one-token mat-vecs round their activations inside: 1 launch each): attn norm 1,
-  // q/k/v 1, head chains 1, attention 2 (split + combine), out-proj + residual 1, ffn norm 1,
-  // router mat-vec 1 + router 1, gate/up + SwiGLU 1, down + combine + residual 1 = 11; without
-  // the fused mat-vec groups: q 1 + k 1 + v 1, out-proj 1 + add 1, gate 1 + up 1 + swiglu 1,
-  // down 1 + combine 1 + add 1 = 18.
-  const int64_t per_layer = cuda_fused_matvec_available() ? 11 : 18;
+  // attn norm 1, q/k/v 1, head chains 1, attention 1 (its last blocks merge the cell ranges),
+  // out-proj + residual 1, ffn norm 1, router with its mat-vec 1, gate/up + SwiGLU 1, down +
+  // combine + residual 1 = 9; without the fused mat-vec groups: q 1 + k 1 + v 1, out-proj 1 +
+  // add 1, gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 16.
+  const int64_t per_layer = cuda_fused_matvec_available() ? 9 : 16;
   // Embedding 1, output norm 1, LM head 1; the last layer selects its output rows (2) between
   // out-proj and the residual add, so there those two stay apart (+1).
   const int64_t fixed = 8;

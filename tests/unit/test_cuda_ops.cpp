@@ -622,6 +622,22 @@ TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, 
           s.batches = {257, 130, T, T};  // cell ranges of several cells per warp; refilled holes
           attention_case(reg, *gpu, s, "grouped decode");
         }
+  // A deep cache: every cell range in use, each longer than the minimum (32 cells), merged by
+  // the last block of each KV head; then a short context where most ranges are empty.
+  for (KvType kt : {KvType::F16, KvType::Q8_0}) {
+    AttnSetup s;
+    s.kt = kt;
+    s.hd = s.hd_v = 128;
+    s.n_head_kv = 2;
+    s.n_head = 16;
+    s.sinks = kt == KvType::Q8_0;
+    s.n_cells = 4300;
+    s.batches = {2100, 2000, 1, 3};
+    attention_case(reg, *gpu, s, "grouped decode, deep");
+    s.n_cells = 64;
+    s.batches = {5, 1, 1};
+    attention_case(reg, *gpu, s, "grouped decode, short");
+  }
 }
 
 TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, graphs on/off agree", "[cuda][engine]") {

@@ -90,6 +90,7 @@ public:
     for (auto &kv : states_)
       if (kv.second.exec) (void)cudaGraphExecDestroy(kv.second.exec);
     if (ub_dev_) (void)cudaFree(ub_dev_);
+    if (sync_dev_) (void)cudaFree(sync_dev_);
     for (cudaEvent_t e : prof_ev_) (void)cudaEventDestroy(e);
   }
 
@@ -165,6 +166,11 @@ private:
     segs_.clear();
     kv_ = env.kv;
     upload_ubatch(env);
+    if (!sync_dev_) {  // the last-block counters (DevUbatch::sync): zero once, kept zero by their kernels
+      MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&sync_dev_), static_cast<size_t>(kCudaSyncSlots) * 4));
+      be_.memset_async(sync_dev_, 0, static_cast<size_t>(kCudaSyncSlots) * 4);
+    }
+    ub_.sync = sync_dev_;
     st_ = &states_[&g];
     st_->seen++;
     mode_ = Mode::Eager;
@@ -202,6 +208,7 @@ private:
     uint64_t h = 1469598103934665603ull;
     auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(reinterpret_cast<uintptr_t>(ub_dev_));
+    mix(reinterpret_cast<uintptr_t>(sync_dev_));
     mix(reinterpret_cast<uintptr_t>(kv_));
     mix(fusion_on_);  // a captured graph holds one choice of fused / unfused kernels
     for (const Seg &s : segs)
@@ -343,6 +350,7 @@ private:
   const FusionPlan *fusion_ = nullptr;  // this pass's plan, once looked up
   KvCache *kv_ = nullptr;
   void *ub_dev_ = nullptr;
+  unsigned *sync_dev_ = nullptr;
   size_t ub_cap_ = 0;
   std::vector<uint8_t> host_;
   DevUbatch ub_;

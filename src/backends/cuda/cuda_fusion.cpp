@@ -79,7 +79,7 @@ private:
     if ((nd(i).op == Op::MatMul || nd(i).op == Op::MatMulId) && cuda_f16_halfsum_applies(g_, nd(i))) return false;
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
-      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_matvecs(i, grp);
+      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       default: return false;
@@ -186,6 +186,19 @@ private:
     grp.written.push_back(t);
     if (grp.members.size() == 3) grp.written.push_back(gc);
     else grp.written.push_back(grp.members.back());
+    return true;
+  }
+
+  // A one-token MatMul of an F32 weight whose only reader is a router's Softmax: the logits
+  // are computed in the router's launch (written: its last block reads them back).
+  bool match_router_mm(int i, FusedGroup &grp) const {
+    const Node &mm = nd(i), &w = nd(mm.src[0]);
+    const int s = next(i);
+    if (s < 0 || nd(s).op != Op::Softmax || nd(s).src[0] != i || !same_place(i, s) || !private_to_group(i)) return false;
+    if (w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[2] != 1 || w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1) return false;
+    if (!f32_rows(mm) || !f32_rows(nd(mm.src[1])) || !match_router(s, grp)) return false;
+    grp.members.insert(grp.members.begin(), i);
+    grp.written.insert(grp.written.begin(), i);
     return true;
   }
 

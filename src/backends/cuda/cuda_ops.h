@@ -19,7 +19,14 @@ struct DevUbatch {
   const int32_t *cell_pos = nullptr;  // [n_kv] (-1 free)
   const unsigned long long *cell_seq = nullptr;  // [n_kv] sequence bit sets
   const int32_t *n_kv = nullptr;      // scalar
+  // kCudaSyncSlots counters (the executor's own, not per pass) for kernels whose last block
+  // merges the others' results (found with __threadfence + atomicAdd). Zeroed once; every such
+  // kernel's last block sets its slot back to 0, so each launch (and graph replay) starts from
+  // zero. Kernels on the executor's one stream run in order (with PDL a kernel touches them
+  // only after pdl_wait), so any kernel may use any slot. Null: none (use a fallback).
+  unsigned *sync = nullptr;
 };
+constexpr int kCudaSyncSlots = 1024;
 
 struct CudaOpCtx {
   cudaStream_t stream;

@@ -1,7 +1,8 @@
 // KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
 // over the cache, three paths by the number of query tokens T:
-//  * T <= 4 (decode): cells split over 16 blocks per (head, token), partials merged by
-//    attn_combine_kernel;
+//  * T <= 4 (decode): head dims 64/128/256 take the grouped kernel of attention_decode.cu
+//    (one launch); others split the cells over 16 blocks per (head, token), partials merged
+//    by attn_combine_kernel;
 //  * T >= 8 with head dims 64 / 128 (prefill): the tiled kernels (attention_mma.cu on f16
 //    tensor cores for an F16 cache, attention_tiled.cu on f32 FMA for the others), a block
 //    per tile of (token, head) rows of one KV head, the cells split when a chunk has too
@@ -11,7 +12,8 @@
 // future position, sliding window) comes from the device copy of the cell state, and the
 // number of cells from device memory, so a captured graph stays valid as the cache fills.
 // q meets the cache in its type like the reference: rounded to f16 for an F16 cache,
-// quantized to Q8_0 for a Q8_0 cache.
+// quantized to Q8_0 for a Q8_0 cache. The decode kernels and the KV store launch with PDL
+// (ops/pdl.cuh): each waits for its predecessor before its first load.
 #include <algorithm>
 
 #include <cuda_fp16.h>
@@ -19,6 +21,7 @@
 #include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
 #include "backends/cuda/ops/kv_store.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/reduce.cuh"
 #include "kv/kv_cache.h"
 
@@ -30,6 +33,8 @@ constexpr int kThreads = 128;
 constexpr int kAcc = kCudaMaxHeadDim / kThreads;
 
 __global__ void kv_store_kernel(TView x, uint8_t *base, size_t rb, int64_t row, int kt, const int32_t *cells) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[2]);
   kv_store_values(src, row, base + static_cast<size_t>(cells[t]) * rb, 0, kt);
@@ -143,6 +148,8 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
   const int h = blockIdx.x, t = blockIdx.y, z = blockIdx.z, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_head = gridDim.x;
   const int hk = h / a.group;
+  pdl_wait();
+  pdl_trigger();
   load_q_rounded(q, a, h, t, s_q);
   __syncthreads();
   const int n_kv = *ub.n_kv;
@@ -203,6 +210,8 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, AttnArgs 
 
 // Merges the n_split partials of (head blockIdx.x, token blockIdx.y) into the output row.
 __global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
+  pdl_wait();
+  pdl_trigger();
   const int h = blockIdx.x, t = blockIdx.y, n_head = gridDim.x;
   const float *src = attn_partial(const_cast<float *>(part), t, h, 0, n_head, n_split, a.hd_v);
   float M = -INFINITY;
@@ -267,8 +276,7 @@ size_t cuda_attention_work_size(const Graph &g, const Node &n) {
 }
 
 void attn_combine_launch(const TView &out, const AttnArgs &a, const float *part, int T, int n_head, int n_split, cudaStream_t stream) {
-  attn_combine_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), 128, 0, stream>>>(out, a, part, n_split);
-  MOE_CUDA_LAUNCH_CHECK("attn_combine_kernel");
+  launch_pdl(attn_combine_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), dim3(128), 0, stream, out, a, part, n_split);
 }
 
 void cuda_op_kv_store(const CudaOpCtx &c) {
@@ -279,8 +287,8 @@ void cuda_op_kv_store(const CudaOpCtx &c) {
   KvCache &kv = *c.kv;
   uint8_t *base = static_cast<uint8_t *>(c.n.kv_which == 0 ? kv.k_data(layer) : kv.v_data(layer));
   const size_t rb = c.n.kv_which == 0 ? kv.k_row_bytes(layer) : kv.v_row_bytes(layer);
-  kv_store_kernel<<<static_cast<unsigned>(T), 128, 0, c.stream>>>(tview(x), base, rb, c.n.ip[0], static_cast<int>(kv.dtype()), c.ub.cells);
-  MOE_CUDA_LAUNCH_CHECK("kv_store_kernel");
+  launch_pdl(kv_store_kernel, dim3(static_cast<unsigned>(T)), dim3(128), 0, c.stream, tview(x), base, rb, static_cast<int64_t>(c.n.ip[0]),
+             static_cast<int>(kv.dtype()), c.ub.cells);
 }
 
 void cuda_op_attention(const CudaOpCtx &c) {
@@ -313,9 +321,8 @@ void cuda_op_attention(const CudaOpCtx &c) {
   }
   if (T <= kMaxSplitTokens && c.n.work) {
     float *part = static_cast<float *>(c.n.work);
-    attn_split_kernel<<<dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T), kSplit), kThreads, 0, c.stream>>>(tview(q), a, c.ub,
-                                                                                                                      part);
-    MOE_CUDA_LAUNCH_CHECK("attn_split_kernel");
+    launch_pdl(attn_split_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T), kSplit), dim3(kThreads), 0, c.stream, tview(q), a,
+               c.ub, part);
     attn_combine_launch(tview(c.n), a, part, static_cast<int>(T), static_cast<int>(n_head), kSplit, c.stream);
     return;
   }

@@ -3,11 +3,15 @@
 // K/V row is read once for the whole group (the per-q-head kernel read it group times). A warp
 // takes a cell at a time: each lane holds HD/32 consecutive dims of K, V, q and the output,
 // an online softmax per head in registers; the block's warps merge in shared memory and write
-// (max, sum, acc) partials that attn_combine_launch folds over the ranges (plus the sink).
+// (max, sum, acc) partials. The last block of a (KV head, token) to finish (an atomic counter
+// in DevUbatch::sync) folds them over the ranges (plus the sink) into the output: one launch.
+// Ranges hold at least kMinChunk cells, so at a short context most blocks find an empty range
+// and only write an empty partial header and count themselves.
 // Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
 #include "backends/cuda/ops/attention_decode.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 
 namespace moe {
 
@@ -18,6 +22,7 @@ constexpr int kSplit = 64;      // cell ranges: 4 KV heads x 64 ranges = 256 blo
 constexpr int kMaxTokens = 4;
 constexpr int kHeads = 8;       // query heads per block
 constexpr int kBatch = 4;       // K/V rows a warp loads before using them
+constexpr int kMinChunk = 32;   // cells per range at least (a short context uses few ranges)
 
 // This lane's DPL consecutive dims (lane * DPL ...) of a cache row, as floats.
 template <int DPL> __device__ __forceinline__ void load_dims(const uint8_t *row, int lane, int kt, float (&v)[DPL]) {
@@ -62,17 +67,15 @@ template <int DPL> __device__ __forceinline__ void round_q(float (&v)[DPL], int 
   }
 }
 
+// One block's share: cells [c_begin, c_end) of KV head hk for query heads h0 .. h0 + ng - 1
+// of token t, written as the partials of range z.
 template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs a, DevUbatch ub, float *part, int n_head,
-                                                               int head_blocks) {
+__device__ __forceinline__ void attn_decode_range(const TView &q, const AttnArgs &a, const DevUbatch &ub, float *part, int n_head, int h0,
+                                                  int ng, int hk, int t, int z, int c_begin, int c_end,
+                                                  float (&s_acc)[kWarps][kHeads][HD], float (&s_m)[kWarps][kHeads],
+                                                  float (&s_s)[kWarps][kHeads]) {
   constexpr int DPL = HD / 32;
-  __shared__ float s_acc[kWarps][kHeads][HD];
-  __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int hk = blockIdx.x / head_blocks;
-  const int h0 = hk * a.group + (blockIdx.x % head_blocks) * kHeads;
-  const int ng = min(kHeads, (hk + 1) * a.group - h0);  // uniform over the block
-  const int t = blockIdx.y, z = blockIdx.z;
 
   float qv[kHeads][DPL];
 #pragma unroll
@@ -88,9 +91,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
     }
   }
 
-  const int n_kv = *ub.n_kv;
-  const int chunk = (n_kv + kSplit - 1) / kSplit;
-  const int c_begin = z * chunk, c_end = min(n_kv, c_begin + chunk);
   const unsigned long long bit = 1ull << ub.seq[t];
   const int pos = ub.pos[t];
   float M[kHeads], S[kHeads], acc[kHeads][DPL];
@@ -189,6 +189,103 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, AttnArgs
   }
 }
 
+// Cells [begin, end) of range z: n_kv cut into chunks of at least kMinChunk cells.
+__device__ __forceinline__ void decode_range(int n_kv, int z, int &begin, int &end) {
+  const int chunk = max(kMinChunk, (n_kv + kSplit - 1) / kSplit);
+  begin = min(n_kv, z * chunk);
+  end = min(n_kv, begin + chunk);
+}
+
+// The last block of (KV head block, token t): folds the kSplit partials of its ng heads into
+// the output rows. Empty ranges have max -inf and weigh 0 (their accumulators are not read).
+template <int HD>
+__device__ void decode_merge(const TView &out, const AttnArgs &a, const float *part, int t, int h0, int ng, int n_head) {
+  __shared__ float s_w[kHeads][kSplit];
+  __shared__ float s_f[kHeads];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int g = warp; g < ng; g += kWarps) {  // a warp per head: lanes over the ranges
+    float m[kSplit / 32], M = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kSplit / 32; ++i) {
+      m[i] = __ldcg(attn_partial(const_cast<float *>(part), t, h0 + g, lane + 32 * i, n_head, kSplit, HD));
+      M = fmaxf(M, m[i]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float S = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kSplit / 32; ++i) {
+      const float w = m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
+      if (w != 0.0f) S += __ldcg(attn_partial(const_cast<float *>(part), t, h0 + g, lane + 32 * i, n_head, kSplit, HD) + 1) * w;
+      s_w[g][lane + 32 * i] = w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
+    if (lane == 0) s_f[g] = attn_final_scale(M, S, a.sinks, h0 + g);
+  }
+  __syncthreads();
+  // A thread per pair of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2 even);
+  // kMergeBatch ranges' loads in flight at once (the merge is latency bound at a deep cache).
+  constexpr int kMergeBatch = 16;
+  for (int idx = threadIdx.x; idx < ng * (HD / 2); idx += kThreads) {
+    const int g = idx / (HD / 2), d = 2 * (idx % (HD / 2));  // g is uniform over a warp
+    const float *src = attn_partial(const_cast<float *>(part), t, h0 + g, 0, n_head, kSplit, HD) + 2 + d;
+    float vx = 0.0f, vy = 0.0f;
+    for (int z0 = 0; z0 < kSplit; z0 += kMergeBatch) {
+      float2 p[kMergeBatch];
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j)
+        p[j] = s_w[g][z0 + j] != 0.0f ? __ldcg(reinterpret_cast<const float2 *>(src + (z0 + j) * (HD + 2))) : make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kMergeBatch; ++j) {
+        vx += p[j].x * s_w[g][z0 + j];
+        vy += p[j].y * s_w[g][z0 + j];
+      }
+    }
+    float *o = attn_out_row(out, t, h0 + g);
+    o[d] = vx * s_f[g];
+    o[d + 1] = vy * s_f[g];
+  }
+}
+
+// PDL: the ranges come from the ubatch (uploaded before the pass); q, the cache and the
+// partials are touched after pdl_wait. merge = 0: partials only (attn_combine_launch folds).
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
+                                                               int head_blocks, int merge) {
+  __shared__ float s_acc[kWarps][kHeads][HD];
+  __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
+  __shared__ bool s_last;
+  const int hk = blockIdx.x / head_blocks;
+  const int h0 = hk * a.group + (blockIdx.x % head_blocks) * kHeads;
+  const int ng = min(kHeads, (hk + 1) * a.group - h0);  // uniform over the block
+  const int t = blockIdx.y, z = blockIdx.z;
+  int c_begin, c_end;
+  decode_range(*ub.n_kv, z, c_begin, c_end);
+  pdl_wait();
+  pdl_trigger();
+  if (c_begin >= c_end) {  // empty range: only the header (max -inf, sum 0) of each head
+    if (threadIdx.x < ng) {
+      float *dst = attn_partial(part, t, h0 + threadIdx.x, z, n_head, kSplit, HD);
+      dst[0] = -INFINITY;
+      dst[1] = 0.0f;
+    }
+  } else {
+    attn_decode_range<HD>(q, a, ub, part, n_head, h0, ng, hk, t, z, c_begin, c_end, s_acc, s_m, s_s);
+  }
+  if (!merge) return;
+  __threadfence();  // this block's partials are visible device-wide before it is counted
+  __syncthreads();
+  unsigned *ctr = ub.sync + t * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) {
+    s_last = atomicAdd(ctr, 1u) == gridDim.z - 1;
+    if (s_last) *ctr = 0;  // every block has counted: ready for the next launch / replay
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  decode_merge<HD>(out, a, part, t, h0, ng, n_head);
+}
 }  // namespace
 
 bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k) {
@@ -204,15 +301,15 @@ void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, c
   const int n_head_kv = n_head / a.group;
   const int head_blocks = (a.group + kHeads - 1) / kHeads;
   const dim3 grid(static_cast<unsigned>(n_head_kv * head_blocks), static_cast<unsigned>(T), kSplit);
+  // One counter per (KV head block, token); without room for them, a separate combine launch.
+  const int merge = ub.sync && static_cast<int64_t>(grid.x) * T <= kCudaSyncSlots ? 1 : 0;
   switch (a.hd_k) {
-    case 64: attn_decode_kernel<64><<<grid, kThreads, 0, s>>>(q, a, ub, work, n_head, head_blocks); break;
-    case 128: attn_decode_kernel<128><<<grid, kThreads, 0, s>>>(q, a, ub, work, n_head, head_blocks); break;
-    case 256: attn_decode_kernel<256><<<grid, kThreads, 0, s>>>(q, a, ub, work, n_head, head_blocks); break;
+    case 64: launch_pdl(attn_decode_kernel<64>, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge); break;
+    case 128: launch_pdl(attn_decode_kernel<128>, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge); break;
+    case 256: launch_pdl(attn_decode_kernel<256>, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge); break;
     default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
   }
-  MOE_CUDA_LAUNCH_CHECK("attn_decode_kernel");
-  attn_combine_launch(out, a, work, T, n_head, kSplit, s);
+  if (!merge) attn_combine_launch(out, a, work, T, n_head, kSplit, s);
 }
-
 
 }  // namespace moe

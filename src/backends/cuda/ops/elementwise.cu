@@ -1,7 +1,9 @@
 // Row-local F32 ops (strided rows over dims 1..3, GGML broadcasting for src1) and the
 // row reductions RmsNorm / Softmax / NormSum, with the CPU reference's accumulation
-// precision (double sums where the reference uses them).
+// precision (double sums where the reference uses them). All launch with PDL (ops/pdl.cuh):
+// every kernel waits for its predecessor before its first load.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
@@ -15,6 +17,8 @@ __device__ __forceinline__ float *rowp(const TView &v, int64_t i1, int64_t i2, i
 }
 
 __global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1, int64_t start) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
   float *dst = rowp(d, i1, i2, i3);
@@ -54,6 +58,8 @@ __global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1,
 
 __global__ void rms_norm_kernel(TView d, TView a, float eps) {
   __shared__ double sh[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
   const float *src = rowp(a, i1, i2, i3);
@@ -66,13 +72,17 @@ __global__ void rms_norm_kernel(TView d, TView a, float eps) {
 __global__ void softmax_kernel(TView d, TView a) {
   __shared__ float shf[32];
   __shared__ double shd[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
-  softmax_row(rowp(a, i1, i2, i3), rowp(d, i1, i2, i3), d.ne[0], shf, shd);
+  softmax_row(rowp(a, i1, i2, i3), rowp(d, i1, i2, i3), d.ne[0], shf, shd, static_cast<int>(blockDim.x));
 }
 
 // Rows are short (k experts): one thread per row, serial float sum like the reference.
 __global__ void norm_sum_kernel(TView d, TView a, int64_t nrows) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= nrows) return;
   const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
@@ -102,25 +112,18 @@ void cuda_op_elementwise(const CudaOpCtx &c) {
     default: op = kCopy; break;
   }
   TView b = n.src[1] >= 0 ? tview(c.src(1)) : tview(c.src(0));
-  ew_kernel<<<static_cast<unsigned>(rows), row_threads(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), b, op, n.fp[0], n.fp[1],
-                                                                                  static_cast<int64_t>(n.ip[0]));
-  MOE_CUDA_LAUNCH_CHECK("ew_kernel");
+  launch_pdl(ew_kernel, dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(row_threads(n.ne[0]))), 0, c.stream, tview(n),
+             tview(c.src(0)), b, op, n.fp[0], n.fp[1], static_cast<int64_t>(n.ip[0]));
 }
 
 void cuda_op_rowwise(const CudaOpCtx &c) {
   const Node &n = c.n;
   const int64_t rows = n.ne[1] * n.ne[2] * n.ne[3];
   if (rows == 0 || n.ne[0] == 0) return;
-  if (n.op == Op::RmsNorm) {
-    rms_norm_kernel<<<static_cast<unsigned>(rows), row_threads(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)), n.fp[0]);
-    MOE_CUDA_LAUNCH_CHECK("rms_norm_kernel");
-  } else if (n.op == Op::Softmax) {
-    softmax_kernel<<<static_cast<unsigned>(rows), row_threads(n.ne[0]), 0, c.stream>>>(tview(n), tview(c.src(0)));
-    MOE_CUDA_LAUNCH_CHECK("softmax_kernel");
-  } else {
-    norm_sum_kernel<<<static_cast<unsigned>((rows + 127) / 128), 128, 0, c.stream>>>(tview(n), tview(c.src(0)), rows);
-    MOE_CUDA_LAUNCH_CHECK("norm_sum_kernel");
-  }
+  const dim3 grid(static_cast<unsigned>(rows)), block(static_cast<unsigned>(row_threads(n.ne[0])));
+  if (n.op == Op::RmsNorm) launch_pdl(rms_norm_kernel, grid, block, 0, c.stream, tview(n), tview(c.src(0)), n.fp[0]);
+  else if (n.op == Op::Softmax) launch_pdl(softmax_kernel, grid, block, 0, c.stream, tview(n), tview(c.src(0)));
+  else launch_pdl(norm_sum_kernel, dim3(static_cast<unsigned>((rows + 127) / 128)), dim3(128), 0, c.stream, tview(n), tview(c.src(0)), rows);
 }
 
 }  // namespace moe

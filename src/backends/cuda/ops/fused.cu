@@ -1,13 +1,17 @@
 // Fused kernels of the CUDA fusion plan (cuda_fusion.h): per-row chains RmsNorm -> Mul(row
 // weight) -> Rope -> KvStore (a block per row of each chain, the row staged in shared
 // memory; q, k and v heads of a layer in one launch), and the softmax router Softmax ->
-// TopK -> GatherCols [-> NormSum] (a block per token). They call the same device functions
-// as the unfused kernels (row_ops.cuh, rope.cuh, kv_store.cuh, top_k.cuh), in the same
-// order, so fused and unfused results are bit-identical.
+// TopK -> GatherCols [-> NormSum] (a block per token), optionally behind its one-token F32
+// MatMul (many blocks compute the logits, the last one to finish selects). They call the
+// same device functions as the unfused kernels (row_ops.cuh, rope.cuh, kv_store.cuh,
+// top_k.cuh) and sum the logits in the unfused mat-vec's order, so fused and unfused
+// results are bit-identical. All launch with PDL (ops/pdl.cuh): before pdl_wait they read
+// only weights.
 #include <algorithm>
 
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/kv_store.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/rope.cuh"
 #include "backends/cuda/ops/row_ops.cuh"
 #include "backends/cuda/ops/top_k.cuh"
@@ -42,6 +46,8 @@ __device__ __forceinline__ const float *row_in(const TView &v, int64_t i1, int64
   return reinterpret_cast<const float *>(static_cast<const uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
 }
 
+constexpr int kWeightRegs = 8;  // Mul weights a thread holds in registers (rows up to 8 x 256)
+
 // __grid_constant__: the chain is picked by a run-time index into the parameters, which
 // must not make each thread copy them to local memory.
 __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
@@ -55,13 +61,30 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   const ChainDesc &d = a.ch[c];
   const int64_t n = d.in.ne[0], ne1 = d.in.ne[1], ne2 = d.in.ne[2];
   const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+  // The Mul weight (a weight, so before pdl_wait): its load overlaps the previous kernel.
+  float wr[kWeightRegs];
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    wr[j] = d.w && i < n ? __ldg(d.w + i) : 0.0f;
+  }
+  pdl_wait();
+  pdl_trigger();
   const float *src = row_in(d.in, i1, i2, i3);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s_row[i] = src[i];
   __syncthreads();
   if (d.rms) {
     const float scale = rms_row_scale(s_row, n, d.eps, d.rms_threads, s_red);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < kWeightRegs; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (i >= n) continue;
       float v = s_row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
+      if (d.w) v = v * wr[j];
+      s_row[i] = v;
+    }
+    for (int64_t i = threadIdx.x + static_cast<int64_t>(kWeightRegs) * blockDim.x; i < n; i += blockDim.x) {
+      float v = s_row[i] * scale;
       if (d.w) v = v * d.w[i];
       s_row[i] = v;
     }
@@ -90,15 +113,16 @@ struct RouterArgs {
   int k;
 };
 
-// A block per token (the block size of the unfused Softmax kernel); warp 0 selects.
-__global__ void router_kernel(RouterArgs a) {
+// Softmax, top-k, gather [, norm] of token t's logits row (may be shared memory) over
+// threads [0, nthr) of the block (the unfused Softmax kernel's block size); warp 0 selects.
+// Block-wide: every thread calls it.
+__device__ void route_row(const float *logits, const RouterArgs &a, int64_t t, int nthr) {
   __shared__ float s_p[kCudaMaxExperts];
   __shared__ float s_max[32];
   __shared__ double s_sum[32];
   __shared__ int32_t s_ids[32];
-  const int64_t t = blockIdx.x;
   const int E = static_cast<int>(a.logits.ne[0]);
-  softmax_row(row_in(a.logits, t, 0, 0), s_p, E, s_max, s_sum);
+  softmax_row(logits, s_p, E, s_max, s_sum, nthr);
   __syncthreads();
   if (a.probs.data) {
     float *p = const_cast<float *>(row_in(a.probs, t, 0, 0));
@@ -125,6 +149,106 @@ __global__ void router_kernel(RouterArgs a) {
     float *o = const_cast<float *>(row_in(a.weights, t, 0, 0));
     for (int j = 0; j < a.k; ++j) o[j] = g[j] / s;
   }
+}
+
+// A block per token (the block size of the unfused Softmax kernel).
+__global__ void router_kernel(RouterArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  route_row(row_in(a.logits, blockIdx.x, 0, 0), a, blockIdx.x, static_cast<int>(blockDim.x));
+}
+
+// The router's one-token F32 mat-vec in the same launch. Each block computes a pair of
+// logits exactly as the unfused mat-vec does for a plain type with few rows (ops/matvec.cu,
+// kModeSplit): 8 warps cut K into shares of kw (a multiple of 8) values; a lane sums its
+// 8-value pieces base + 256 u + 8 lane (u < 4, base += 1024) with fmaf in that order, the
+// warp adds by xor shuffles 16..1, the block adds the warps' sums in warp order from 0.
+// The last block to finish (DevUbatch::sync counter) reads the logits back and routes.
+constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = 2, kRmPieces = 4;
+
+struct RouterMv {
+  const float *w;    // [K, E] rows of K floats, 16-byte aligned, row stride w_rs floats
+  int64_t w_rs;
+  const float *x;    // [K], 16-byte aligned
+  float *logits;     // [E] (the MatMul's output)
+  unsigned *sync;    // one counter
+  int K, nthr;       // nthr: the unfused Softmax kernel's block size
+};
+
+__device__ __forceinline__ void load8f(const float *p, float (&v)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+__global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, RouterMv m) {
+  __shared__ float s_part[kRmWarps][kRmRows];
+  __shared__ float s_l[kCudaMaxExperts];
+  __shared__ bool s_last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int E = static_cast<int>(a.logits.ne[0]);
+  const int row0 = blockIdx.x * kRmRows;
+  const int kw = ((m.K + 7) / 8 + 7) / 8 * 8;
+  const int kb = min(m.K, warp * kw), kn = min(m.K - kb, kw);
+  float acc[kRmRows] = {0.0f, 0.0f};
+  float w[kRmRows][kRmPieces][8];
+  auto load_w = [&](int base) {  // guarded: pieces past the share or rows past E read nothing
+#pragma unroll
+    for (int k = 0; k < kRmRows; ++k)
+#pragma unroll
+      for (int u = 0; u < kRmPieces; ++u) {
+        const int i = base + 256 * u + 8 * lane;
+        if (row0 + k < E && i < kn) load8f(m.w + (row0 + k) * m.w_rs + kb + i, w[k][u]);
+        else
+#pragma unroll
+          for (int l = 0; l < 8; ++l) w[k][u][l] = 0.0f;
+      }
+  };
+  load_w(0);  // weights: before pdl_wait
+  pdl_wait();
+  pdl_trigger();
+  for (int base = 0; base < kn; base += 256 * kRmPieces) {
+    if (base > 0) load_w(base);
+    float x[kRmPieces][8];
+#pragma unroll
+    for (int u = 0; u < kRmPieces; ++u) {
+      const int i = base + 256 * u + 8 * lane;
+      if (i < kn) load8f(m.x + kb + i, x[u]);
+    }
+#pragma unroll
+    for (int k = 0; k < kRmRows; ++k)
+#pragma unroll
+      for (int u = 0; u < kRmPieces; ++u) {
+        if (row0 + k >= E || base + 256 * u + 8 * lane >= kn) continue;
+#pragma unroll
+        for (int l = 0; l < 8; ++l) acc[k] = fmaf(w[k][u][l], x[u][l], acc[k]);
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < kRmRows; ++k) {
+    float v = acc[k];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) s_part[warp][k] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int k = 0; k < kRmRows; ++k) {
+      float v = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kRmWarps; ++i) v += s_part[i][k];
+      if (row0 + k < E) m.logits[row0 + k] = v;
+    }
+    __threadfence();  // the logits are visible device-wide before this block is counted
+    s_last = atomicAdd(m.sync, 1u) == gridDim.x - 1;
+    if (s_last) *m.sync = 0;  // every block has counted: ready for the next launch / replay
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < E; i += blockDim.x) s_l[i] = __ldcg(m.logits + i);
+  __syncthreads();
+  route_row(s_l, a, 0, m.nthr);
 }
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
@@ -179,26 +303,55 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
   }
   if (total == 0) return;
   const int threads = row_threads(widest);
-  row_chains_kernel<<<static_cast<unsigned>(total), threads, static_cast<size_t>(widest) * 4, c.stream>>>(a);
-  MOE_CUDA_LAUNCH_CHECK("row_chains_kernel");
+  launch_pdl(row_chains_kernel, dim3(static_cast<unsigned>(total)), dim3(static_cast<unsigned>(threads)), static_cast<size_t>(widest) * 4,
+             c.stream, a);
 }
 
+namespace {
+
+// The fused router mat-vec applies where the unfused mat-vec would take its split path
+// (its summation order): contiguous 16-byte aligned F32 rows, K a multiple of 8, few rows.
+bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
+  const Node &w = c.g.node(mm.src[0]), &x = c.g.node(mm.src[1]);
+  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t K = w.ne[0], E = w.ne[1];
+  return c.ub.sync && w.type == DType::F32 && w.nb[0] == 4 && w.nb[1] % 16 == 0 && aligned(w.data) && K % 8 == 0 && K < (1 << 30) &&
+         x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts &&
+         (E + 15) / 16 < c.n_sm;  // ops/matvec.cu launch_rows: split when its row blocks leave multiprocessors idle
+}
+
+}  // namespace
+
 void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
-  const Node &sm = c.g.node(grp.members[0]), &tk = c.g.node(grp.members[1]), &gc = c.g.node(grp.members[2]);
+  const bool with_mm = c.g.node(grp.members[0]).op == Op::MatMul;
+  const size_t m0 = with_mm ? 1 : 0;  // the Softmax
+  const Node &sm = c.g.node(grp.members[m0]), &tk = c.g.node(grp.members[m0 + 1]), &gc = c.g.node(grp.members[m0 + 2]);
   const int64_t T = sm.ne[1];
   if (T == 0) return;
   RouterArgs a{};
   a.logits = tview(c.g.node(sm.src[0]));
   a.probs = tview(sm);
-  if (!is_written(grp, grp.members[0])) a.probs.data = nullptr;
+  if (!is_written(grp, grp.members[m0])) a.probs.data = nullptr;
   a.ids = tview(tk);
   a.gathered = tview(gc);
-  if (!is_written(grp, grp.members[2])) a.gathered.data = nullptr;
+  if (!is_written(grp, grp.members[m0 + 2])) a.gathered.data = nullptr;
   a.weights.data = nullptr;
-  if (grp.members.size() > 3) a.weights = tview(c.g.node(grp.members[3]));
+  if (grp.members.size() > m0 + 3) a.weights = tview(c.g.node(grp.members[m0 + 3]));
   a.k = static_cast<int>(tk.ne[0]);
-  router_kernel<<<static_cast<unsigned>(T), row_threads(sm.ne[0]), 0, c.stream>>>(a);
-  MOE_CUDA_LAUNCH_CHECK("router_kernel");
+  const int nthr = row_threads(sm.ne[0]);
+  if (with_mm) {
+    const Node &mm = c.g.node(grp.members[0]);
+    if (T == 1 && router_mv_fits(c, mm)) {
+      const Node &w = c.g.node(mm.src[0]);
+      RouterMv m{static_cast<const float *>(w.data), static_cast<int64_t>(w.nb[1] / 4), static_cast<const float *>(c.g.node(mm.src[1]).data),
+                 static_cast<float *>(mm.data), c.ub.sync, static_cast<int>(w.ne[0]), nthr};
+      const unsigned blocks = static_cast<unsigned>((sm.ne[0] + kRmRows - 1) / kRmRows);
+      launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), 0, c.stream, a, m);
+      return;
+    }
+    cuda_run_node(CudaOpCtx{c.stream, c.g, mm, c.ub, c.kv, c.n_sm});  // the mat-vec on its own
+  }
+  launch_pdl(router_kernel, dim3(static_cast<unsigned>(T)), dim3(static_cast<unsigned>(nthr)), 0, c.stream, a);
 }
 
 }  // namespace moe

@@ -2,6 +2,7 @@
 // probabilities, and the weighted combine of expert outputs; plus GetRows (embedding
 // lookup / row selection) for every weight type.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 #include "backends/cuda/ops/top_k.cuh"
 
@@ -99,6 +100,8 @@ template <DType T> __device__ void get_row_sub(const uint8_t *row, int64_t s, fl
 }
 
 __global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t n_units) {
+  pdl_wait();  // PDL: every thread waits before its first load
+  pdl_trigger();
   const int64_t r = blockIdx.y;
   const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (s >= n_units) return;
@@ -175,9 +178,8 @@ void cuda_op_get_rows(const CudaOpCtx &c) {
   if (n == 0) return;
   const bool plain = tab.type == DType::F32 || tab.type == DType::F16 || tab.type == DType::BF16;
   const int64_t units = plain ? tab.ne[0] : tab.ne[0] / 32;
-  get_rows_kernel<<<dim3(static_cast<unsigned>((units + 127) / 128), static_cast<unsigned>(n)), 128, 0, c.stream>>>(
-      tview(tab), static_cast<int>(tab.type), tview(ids), tview(c.n), units);
-  MOE_CUDA_LAUNCH_CHECK("get_rows_kernel");
+  launch_pdl(get_rows_kernel, dim3(static_cast<unsigned>((units + 127) / 128), static_cast<unsigned>(n)), dim3(128), 0, c.stream, tview(tab),
+             static_cast<int>(tab.type), tview(ids), tview(c.n), units);
 }
 
 }  // namespace moe

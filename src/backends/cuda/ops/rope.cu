@@ -1,6 +1,7 @@
 // RoPE with GGML semantics (NeoX / normal pairing, YaRN); the math is in rope.cuh (shared
-// with the fused head-norm chains of fused.cu).
+// with the fused head-norm chains of fused.cu). Launched with PDL (ops/pdl.cuh).
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/rope.cuh"
 
 namespace moe {
@@ -12,6 +13,8 @@ __global__ void rope_kernel(TView x, TView d, const int32_t *pos, RopeArgs p) {
   __shared__ float s_theta[kMaxRopeDims / 2];
   __shared__ float s_cs[kMaxRopeDims];
   const int64_t t = blockIdx.x;
+  pdl_wait();
+  pdl_trigger();
   const int half_pairs = p.n_rot / 2;
   rope_angle_table(pos[t], p, s_theta, s_cs);
   const int64_t hd = d.ne[0], n_head = d.ne[1];
@@ -40,8 +43,7 @@ void cuda_op_rope(const CudaOpCtx &c) {
   const int64_t T = c.n.ne[2];
   if (T == 0) return;
   const RopeArgs a = make_rope_args(rp);
-  rope_kernel<<<static_cast<unsigned>(T), 256, 0, c.stream>>>(tview(x), tview(c.n), static_cast<const int32_t *>(pos.data), a);
-  MOE_CUDA_LAUNCH_CHECK("rope_kernel");
+  launch_pdl(rope_kernel, dim3(static_cast<unsigned>(T)), dim3(256), 0, c.stream, tview(x), tview(c.n), static_cast<const int32_t *>(pos.data), a);
 }
 
 }  // namespace moe

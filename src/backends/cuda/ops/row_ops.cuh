@@ -24,21 +24,24 @@ __device__ __forceinline__ float rms_row_scale(const float *src, int64_t n, floa
   return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(n)) + eps);
 }
 
-// Softmax of one row (max, exp, double sum, one float reciprocal) over the whole block;
-// dst may be shared memory. Each thread rescales only the values it wrote.
-__device__ __forceinline__ void softmax_row(const float *src, float *dst, int64_t n, float *shf, double *shd) {
+// Softmax of one row (max, exp, double sum, one float reciprocal) over threads [0, nthr)
+// of the block (stride nthr; threads past nthr add nothing: the bits of a block of nthr);
+// dst may be shared memory. Block-wide: every thread calls it. Each thread rescales only
+// the values it wrote.
+__device__ __forceinline__ void softmax_row(const float *src, float *dst, int64_t n, float *shf, double *shd, int nthr) {
+  const int64_t i0 = static_cast<int>(threadIdx.x) < nthr ? threadIdx.x : n;
   float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, src[i]);
+  for (int64_t i = i0; i < n; i += nthr) mx = fmaxf(mx, src[i]);
   mx = blk_max(mx, shf);
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int64_t i = i0; i < n; i += nthr) {
     const float e = expf(src[i] - mx);
     dst[i] = e;
     s += e;
   }
   s = blk_sum(s, shd);
   const float inv = static_cast<float>(1.0 / s);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] *= inv;
+  for (int64_t i = i0; i < n; i += nthr) dst[i] *= inv;
 }
 
 }  // namespace moe
