@@ -27,18 +27,29 @@ bool cuda_mmq_type_supported(DType t);
 void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles);
 
-// The same for quantized weights. Activation row r is given as Xq[r * K + k] (f16 bits of
-// the int8 value of element k) and Xs[r * K / 16 + g] = (c, sum of the 16 integers of group
-// g), c the scale of the Q8_0 / Q8_K block holding group g (K is a multiple of 32).
+// The same for quantized weights. Activation row r is given as Xq[r * K + k], the integer of
+// element k (int8_t for cuda_mmq_int8_type(t), else f16 bits as uint16_t), and
+// Xs[r * K / 16 + g] = (c, sum of the 16 integers of group g), c the scale of the Q8_0 / Q8_K
+// block holding group g (K is a multiple of 32).
 void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
-                       const uint16_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
+                       const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles);
+
+// Of the quantized types, those on int8 tensor cores (matmul_mmq_i8.cu: Q4_0, Q8_0, Q4_K,
+// Q5_K, Q6_K); launch_mmq_matmul hands them to launch_mmq_i8_matmul (int8 activations).
+bool cuda_mmq_int8_type(DType t);
+void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                          const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
+                          int n_col_tiles);
 
 // Test hook: enqueues on s the decoding of sub-blocks 0 .. n_sub-1 of one device row of type
 // t three ways: dequant32 into d_w[32 n_sub], unpack32 into d_q[32 n_sub] and d_ab[4 n_sub]
 // (a0, a1, b0, b1 per sub-block), and the MMQ kernel's shared-memory staging decoded back to
-// weights into d_staged[32 n_sub]. The caller owns the buffers and the waiting.
+// weights into d_staged[32 n_sub] (the int8 staging for cuda_mmq_int8_type(t), through
+// cuda_i8_unpack_check_launch). The caller owns the buffers and the waiting.
 void cuda_unpack32_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
                                 cudaStream_t s);
+void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
+                                 cudaStream_t s);
 
 }  // namespace moe
