@@ -23,9 +23,11 @@ template <> struct Layout<DType::Q4_K> { static constexpr int qk = 256, bytes = 
 template <> struct Layout<DType::Q5_K> { static constexpr int qk = 256, bytes = 176, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q6_K> { static constexpr int qk = 256, bytes = 210, d[2] = {208, -1}; };
 
-// One case: E experts of M x K weights; tiles == empty: dense over N columns, else routed.
+// One case: E experts of M x K weights; tiles == empty: dense over N columns (K split into
+// k_len ranges, partial results summed here in order), else routed.
 template <DType T>
-static bool run_case(const char *name, int M, int K, int N, int E, std::vector<int4> tiles, std::vector<int2> entries, uint32_t seed) {
+static bool run_case(const char *name, int M, int K, int N, int E, std::vector<int4> tiles, std::vector<int2> entries, uint32_t seed,
+                     int k_len = 0) {
   using L = Layout<T>;
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255), q8(-127, 127);
@@ -56,13 +58,20 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
   if (dense)
     for (int n = 0; n < N; ++n) entries.push_back(make_int2(n, n));
   const int n_out = static_cast<int>(entries.size());
-  std::vector<float> Y(static_cast<size_t>(n_out) * M, -777.0f);
+  if (k_len <= 0) k_len = K;
+  const int nz = (K + k_len - 1) / k_len;
+  const int64_t y_split = nz > 1 ? static_cast<int64_t>(n_out) * M : 0;
+  std::vector<float> part(static_cast<size_t>(n_out) * M * nz, -777.0f), Y(static_cast<size_t>(n_out) * M);
   const int n_col_tiles = dense ? (N + 63) / 64 : static_cast<int>(tiles.size());
-  const dim3 grid(static_cast<unsigned>((M + 127) / 128), static_cast<unsigned>(n_col_tiles));
+  const dim3 grid(static_cast<unsigned>((M + 127) / 128), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
   emu_launch(grid, 256, mmq_i8_emu::mmq_i8_kernel<T>, static_cast<const uint8_t *>(W.data()), row_bytes, dense ? int64_t(0) : expert_bytes,
-             K, M, static_cast<const int8_t *>(Xq.data()), static_cast<const float2 *>(Xs.data()), Y.data(), dense ? N : 0,
+             K, M, static_cast<const int8_t *>(Xq.data()), static_cast<const float2 *>(Xs.data()), part.data(), dense ? N : 0,
              dense ? static_cast<const int4 *>(nullptr) : static_cast<const int4 *>(tiles.data()),
-             dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()));
+             dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()), k_len, y_split);
+  for (size_t i = 0; i < Y.size(); ++i) {
+    Y[i] = part[i];
+    for (int z = 1; z < nz; ++z) Y[i] += part[static_cast<size_t>(z) * Y.size() + i];
+  }
   // Reference: expert of each entry from the tiles.
   std::vector<int> expert_of(static_cast<size_t>(n_out), 0);
   for (const int4 &t : tiles)
@@ -114,6 +123,8 @@ template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
   ok &= run_case<T>(name, 203, kq ? 512 : 96, 77, 1, {}, {}, seed);
   std::snprintf(name, sizeof name, "%s dense M=64 N=16", tn);
   ok &= run_case<T>(name, 64, kq ? 256 : 160, 16, 1, {}, {}, seed + 1);
+  std::snprintf(name, sizeof name, "%s dense K split 3 ways", tn);
+  ok &= run_case<T>(name, 40, 768, 20, 1, {}, {}, seed + 4, 256);
   std::vector<int4> tiles;
   std::vector<int2> entries;
   routing(3, 150, 40, seed + 2, tiles, entries);

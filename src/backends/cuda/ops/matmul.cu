@@ -434,6 +434,17 @@ size_t act_scratch_bytes(const MatmulShape &s) {
   return align256(static_cast<size_t>(s.K * s.rows) * 4);
 }
 
+// Dense int8 MMQ with few blocks splits K (launch_mmq_i8_matmul); the partial results follow
+// the activation scratch. The work buffer is planned for an H200's SMs; fewer splits fit
+// any device.
+constexpr int kPlannedSms = 132;
+size_t split_part_bytes(const MatmulShape &s, int splits) {
+  return splits > 1 ? align256(static_cast<size_t>(splits) * static_cast<size_t>(s.rows * s.M) * 4) : 0;
+}
+int dense_k_splits(const MatmulShape &s, int n_sm) {
+  return s.mmq_i8 && s.E == 1 ? mmq_i8_k_splits(s.K, s.M, s.rows, n_sm) : 1;
+}
+
 }  // namespace
 
 bool cuda_matmul_type_supported(DType t) {
@@ -447,6 +458,7 @@ bool cuda_matmul_type_supported(DType t) {
 size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   const MatmulShape s = shape_of(g, n);
   size_t bytes = act_scratch_bytes(s);
+  if (n.op == Op::MatMul) bytes += split_part_bytes(s, dense_k_splits(s, kPlannedSms));
   if (n.op == Op::MatMulId) {
     bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
@@ -517,15 +529,19 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
     const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
-    if (s.mmq)
+    if (s.mmq) {
+      int splits = dense_k_splits(s, c.n_sm);
+      while (splits > 1 && act_scratch_bytes(s) + split_part_bytes(s, splits) > c.n.work_size) --splits;
+      float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : nullptr;
       launch_mmq_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, ncols, nullptr, nullptr,
-                        n_col_tiles);
-    else if (s.mma)
+                        n_col_tiles, part, splits);
+    } else if (s.mma) {
       launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
                         n_col_tiles);
-    else
+    } else {
       launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
                         nullptr, nullptr);
+    }
     return;
   }
   const Node &ids = c.src(2);

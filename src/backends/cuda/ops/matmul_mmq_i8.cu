@@ -21,6 +21,8 @@
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
+#include <algorithm>
+
 namespace moe {
 
 namespace {
@@ -215,11 +217,12 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
   }
 }
 
-// grid: (ceil(M / 128), column tiles), as launch_mma_matmul.
+// grid: (ceil(M / 128), column tiles, K splits). Split z sums K range [z k_len, (z + 1)
+// k_len) (k_len a multiple of 256, K without a split) into Y + z y_split.
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                              const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
-                                                             const int2 *entries) {
+                                                             const int2 *entries, int k_len, int64_t y_split) {
   __shared__ __align__(16) uint16_t sA[kBM][kLd8];
   __shared__ __align__(16) uint16_t sB[kBN][kLd8];
   __shared__ int sSc[kBM][kGroups];
@@ -251,21 +254,22 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
 
   // Register-staged pipeline as in matmul_mma.cu: the next step's loads are issued before
   // this step's mma (the last fetch re-reads the last step, unused).
+  const int kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
   I8Stage st;
-  fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, 0);
-  fetch_i8_acts<T>(st, Xq, Xs, xrow, K, 0);
-  for (int k0 = 0; k0 < K; k0 += kBK) {
+  fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kz0);
+  fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kz0);
+  for (int k0 = kz0; k0 < kz1; k0 += kBK) {
     const int s4 = (k0 / kBK) & 3;  // K step within its 256-block
     store_i8_stage<T>(st, tl, s4);
     __syncthreads();
-    const int kn = k0 + kBK < K ? k0 + kBK : k0;
+    const int kn = k0 + kBK < kz1 ? k0 + kBK : k0;
     fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kn);
     fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kn);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
     if (wt.live) {
       if constexpr (i8_block_sum<T>) {
         block_sum_step<T>(I, tl, wt);
-        if (s4 == 3) fold_block<T>(acc, I, tl, wt);  // K is a multiple of 256
+        if (s4 == 3) fold_block<T>(acc, I, tl, wt);  // K and k_len are multiples of 256
       } else {
         fold_per_sub(acc, tl, wt);
       }
@@ -274,8 +278,20 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   }
 
   if (!wt.live) return;
-  store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
+  store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
+
+// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z.
+__global__ void sum_k_splits_kernel(const float *part, int64_t n, int n_split, float *Y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = part[i];
+    for (int z = 1; z < n_split; ++z) s += part[z * n + i];
+    Y[i] = s;
+  }
+}
+
+// K range of a split: whole 256-blocks (a K-quant block folds inside one split).
+int split_len(int K, int k_splits) { return (K / 256 + k_splits - 1) / k_splits * 256; }
 
 // Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into
 // q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1), and the kernel's int8 staging decoded back
@@ -307,19 +323,39 @@ bool cuda_mmq_int8_type(DType t) {
 
 #define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
 
+int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
+  if (K % 256 != 0) return 1;
+  const int64_t blocks = (M + kBM - 1) / kBM * ((ncols + kBN - 1) / kBN);
+  const int64_t want = 2 * static_cast<int64_t>(n_sm) / std::max<int64_t>(1, blocks);  // 2 blocks per SM
+  const int splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kMaxKSplits, K / 256, want})));
+  return (static_cast<int>(K) + split_len(static_cast<int>(K), splits) - 1) / split_len(static_cast<int>(K), splits);  // none empty
+}
+
 void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                           const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
-                          int n_col_tiles) {
+                          int n_col_tiles, float *part, int k_splits) {
   if (n_col_tiles <= 0 || M <= 0) return;
-  const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles));
-#define MOE_MMQ_I8_CASE(TY) \
-  case TY: mmq_i8_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries); break;
+  const bool split = k_splits > 1 && part != nullptr && tiles == nullptr && K % 256 == 0;
+  const int k_len = split ? split_len(K, k_splits) : K;
+  const int nz = split ? (K + k_len - 1) / k_len : 1;
+  const int64_t y_split = split ? static_cast<int64_t>(ncols) * M : 0;
+  float *out = split ? part : Y;
+  const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
+#define MOE_MMQ_I8_CASE(TY)                                                                                                       \
+  case TY:                                                                                                                        \
+    mmq_i8_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split); \
+    break;
   switch (t) {
     MOE_MMQ_I8_TYPES(MOE_MMQ_I8_CASE)
     default: fail(Status::Internal, "CUDA int8 MMQ matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMQ_I8_CASE
   MOE_CUDA_LAUNCH_CHECK("mmq_i8_kernel");
+  if (!split) return;
+  const int64_t n = y_split;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+  sum_k_splits_kernel<<<blocks, 256, 0, s>>>(part, n, nz, Y);
+  MOE_CUDA_LAUNCH_CHECK("sum_k_splits_kernel");
 }
 
 void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
