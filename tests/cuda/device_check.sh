@@ -1,6 +1,6 @@
 #!/bin/bash
 # One-shot CUDA check for a GPU machine (run from the repository root):
-#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench] [kernels] [profile] [ncu]
+#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench] [kernels] [profile] [ncu] [models]
 # Builds with ninja for sm_90, runs the [cuda] tests, compute-sanitizer memcheck/racecheck
 # on the op tests, the conformance check on --device cuda, and the bench on a generated
 # Qwen3-30B-A3B-shaped Q4_K_M file. Logs go to $OUT (default /tmp/moe-cuda-out); a summary
@@ -123,10 +123,29 @@ if has kernels && [ "$BENCH" = ON ]; then
 fi
 
 if has profile; then
+  [ -n "$MK_PID" ] && wait $MK_PID
   timeout 100 "$TESTS" "[.cuda-profile]" > "$OUT/profile.log" 2>&1
   note "profile rc=$? $(el)"
   grep -A16 -- "----" "$OUT/profile.log" | tee -a "$SUM"
+  if [ -n "${PROFILE_GLM:-}" ]; then  # the deepseek2 (MLA) shape, GLM-4.7-Flash
+    [ -f /tmp/glm.gguf ] || "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 12 --quiet > /dev/null 2>&1
+    MOE_PROFILE_MODEL=/tmp/glm.gguf timeout 100 "$TESTS" "[.cuda-profile]" > "$OUT/profile_glm.log" 2>&1
+    note "profile glm rc=$? $(el)"
+    grep -A16 -- "----" "$OUT/profile_glm.log" | tee -a "$SUM"
+  fi
 fi
+if has models; then
+  # The other architectures' benchmark shapes (deepseek2: GLM-4.7-Flash, gpt-oss-20b MXFP4).
+  ( nice "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 6 --quiet > "$OUT/mk_glm.log" 2>&1 ) &
+  G_PID=$!
+  nice "$CLI" mkmodel --preset gpt-oss-20b --type mxfp4 -o /tmp/oss.gguf --threads 8 --quiet > "$OUT/mk_oss.log" 2>&1
+  timeout 100 "$CLI" bench -m /tmp/oss.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_oss.log" 2>&1
+  note "bench gpt-oss-20b rc=$? $(el): $(grep -E '(pp|tg)[0-9]+ +\|' "$OUT/bench_oss.log" | tr '\n' ' ')"
+  wait $G_PID
+  timeout 100 "$CLI" bench -m /tmp/glm.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_glm.log" 2>&1
+  note "bench glm-4.7-flash rc=$? $(el): $(grep -E '(pp|tg)[0-9]+ +\|' "$OUT/bench_glm.log" | tr '\n' ' ')"
+fi
+
 if has ncu; then
   # Kernel time of decode steps without launch gaps (ncu times each launch alone; eager launches).
   [ -n "$MK_PID" ] && wait $MK_PID

@@ -117,7 +117,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                          "fused:rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum"};  // one token: + the router mat-vec
         if (cuda_fused_matvec_available())
-          want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
+          want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
                   "fused:rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
                   "fused:matmul_id+moe_combine+add"};
         CHECK(by_layer[1] == want);
@@ -269,6 +269,73 @@ TEST_CASE("cuda fusion: softmax router (softmax, top_k, gather_cols, norm_sum) e
 #endif
 }
 
+// One-token MatMuls of one activation (q, k, v): one launch per run of up to four quantized
+// MatMuls, any mix of types; bit-identical to their own launches (same device code).
+TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and the CPU", "[ops][cuda][fusion]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Variant {
+    int64_t K;
+    std::vector<DType> types;
+    std::vector<int64_t> rows;
+    std::vector<size_t> groups;  // members of each planned group
+    bool add_last = false;       // the last MatMul feeds an Add (a MatMul + Add group instead)
+  };
+  using D = DType;
+  const Variant variants[] = {
+      {768, {D::Q4_K, D::Q4_K, D::Q6_K}, {301, 37, 129}, {3}},                    // Q4_K_M q, k, v
+      {2304, {D::Q4_K, D::Q8_0, D::Q8_0}, {64, 16, 16}, {3}},                    // K-quant and Q8_0 rounding mixed
+      {2080, {D::Q8_0, D::Q4_0, D::MXFP4}, {5, 300, 33}, {3}},                   // odd rows, long K
+      {4352, {D::Q5_K, D::Q2_K, D::Q3_K, D::Q6_K, D::Q4_K}, {40, 17, 1, 90, 9}, {4}},  // at most four per launch
+      {512, {D::Q4_K, D::F32, D::Q6_K, D::Q4_K}, {32, 32, 32, 32}, {2}},        // a plain type cuts the run
+      {256, {D::Q6_K, D::Q4_K, D::Q4_K}, {48, 24, 24}, {2}, true},               // the last one goes to its Add
+  };
+  uint32_t seed = 900;
+  for (const Variant &v : variants) {
+    const size_t n = v.types.size();
+    WeightStore ws;
+    std::vector<const GgufTensorInfo *> w;
+    for (size_t i = 0; i < n; ++i)
+      w.push_back(ws.add("w" + std::to_string(i), v.types[i], {v.K, v.rows[i]}, randn(static_cast<size_t>(v.K * v.rows[i]), seed++, 0.5f)));
+    int x = -1, r = -1;
+    std::vector<int> outs;
+    auto build = [&]() {
+      Graph g;
+      x = g.input("x", DType::F32, {v.K, 1});
+      if (v.add_last) r = g.input("r", DType::F32, {v.rows.back(), 1});
+      outs.clear();
+      for (size_t i = 0; i < n; ++i) outs.push_back(g.matmul(g.weight(w[i]), x));
+      if (v.add_last) outs.back() = g.add(outs.back(), r);
+      for (size_t i = 0; i < n; ++i) g.mark_output(outs[i], "y" + std::to_string(i));
+      return g;
+    };
+    std::string name;
+    for (DType t : v.types) name += std::string(dtype_name(t)) + " ";
+    INFO("K " << v.K << " types " << name);
+    const FusionPlan fp = plan_on(*gpu, build());
+    std::vector<size_t> matvec_groups;
+    for (const FusedGroup &grp : fp.groups)
+      if (grp.kind == FusedKind::MatVecs) matvec_groups.push_back(grp.members.size());
+    CHECK(matvec_groups == v.groups);
+    std::vector<Input> ins = {in(x, randn(static_cast<size_t>(v.K), seed++))};
+    if (v.add_last) ins.push_back(in(r, randn(static_cast<size_t>(v.rows.back()), seed++)));
+    auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+    for (size_t i = 0; i < n; ++i) {
+      INFO("output " << i);
+      if (!v.add_last || i + 1 < n) CHECK(f.out[i] == u.out[i]);  // bit-identical (the MatMul + Add may sum otherwise)
+      CHECK(rel_err(f.out[i], rc[i]) < 1e-4);
+    }
+    uint64_t saved = v.add_last ? 1 : 0;
+    for (size_t m : v.groups) saved += m - 1;
+    CHECK(f.launches + saved == u.launches);
+  }
+#endif
+}
+
 // The router's one-token F32 mat-vec in the router's launch: many blocks compute the logits
 // in the unfused mat-vec's summation order, the last block routes (bit-identical to the
 // unfused mat-vec + router). Rows 3 and 7 of the weight are equal: tied logits, the lower
@@ -396,11 +463,11 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
   // Per layer (one-token mat-vecs round their activations inside: 1 launch each): attn norm 1,
-  // q/k/v 3, head chains 1, attention 1 (its last blocks merge the cell ranges), out-proj +
-  // residual 1, ffn norm 1, router with its mat-vec 1, gate/up + SwiGLU 1, down + combine +
-  // residual 1 = 11; without the fused mat-vec groups: out-proj 1 + add 1, gate 1 + up 1 +
-  // swiglu 1, down 1 + combine 1 + add 1 = 16.
-  const int64_t per_layer = cuda_fused_matvec_available() ? 11 : 16;
+  // attn norm 1, q/k/v 1, head chains 1, attention 1 (its last blocks merge the cell ranges),
+  // out-proj + residual 1, ffn norm 1, router with its mat-vec 1, gate/up + SwiGLU 1, down +
+  // combine + residual 1 = 9; without the fused mat-vec groups: q 1 + k 1 + v 1, out-proj 1 +
+  // add 1, gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 16.
+  const int64_t per_layer = cuda_fused_matvec_available() ? 9 : 16;
   // Embedding 1, output norm 1, LM head 1; the last layer selects its output rows (2) between
   // out-proj and the residual add, so there those two stay apart (+1).
   const int64_t fixed = 8;

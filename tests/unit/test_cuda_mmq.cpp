@@ -1,9 +1,11 @@
 // The exact-product tensor-core GEMM (ops/matmul_mmq.cu) rests on unpack32<T>: every
 // quantized sub-block as weight = a * q + b per 16 weights, q a small integer. This checks
 // that decomposition on the device against dequant32 (and both against the CPU's reference
-// dequantizer) on random blocks of every type the kernel takes, and the kernel's own staging
-// of a sub-block (f16 integers with folded group scales, byte-permuted codes, min integers)
-// decoded back to weights. The GEMM itself is compared with the CPU in test_cuda_ops.cpp
+// dequantizer) on random blocks of every type the kernels take, and the kernels' own staging
+// of a sub-block decoded back to weights: int8 integers with integer group scales, (d, dmin)
+// and min integers for Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K (matmul_mmq_i8.cu; Q6_K rows of
+// 210-byte blocks read through aligned words on both alignments), f16 integers with folded
+// group scales for MXFP4 / Q2_K / Q3_K (matmul_mmq.cu). The GEMM itself is compared with the CPU in test_cuda_ops.cpp
 // ([mma]). WARNs and returns without a GPU.
 #include <catch2/catch.hpp>
 
@@ -87,7 +89,7 @@ TEST_CASE("cuda mmq: unpack32 integers and scales reproduce dequant32 and the CP
     CHECK(bad_affine == 0);  // a * q + b vs dequant32
     CHECK(bad_q == 0);       // integers fit the f16 packing of the kernel
     CHECK(bad_scale == 0);   // b only with a min term; one (a, b) per 32 where the kernel folds per 32
-    CHECK(bad_staged == 0);  // the MMQ kernel's shared-memory staging decodes to the same weights
+    CHECK(bad_staged == 0);  // the MMQ kernel's shared-memory staging (int8 or f16) decodes to the same weights
   }
 #endif
 }

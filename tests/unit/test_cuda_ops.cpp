@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -575,6 +576,15 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
           s.batches = {37, 50, Ts[ti]};  // the last batch first refills the freed cells
           attention_case(reg, *gpu, s, "tiled");
         }
+  for (KvType kt : kts) {  // GQA 2 (the conformance files' shape), first batches on an empty cache
+    AttnSetup s;
+    s.kt = kt;
+    s.hd = s.hd_v = 64;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.batches = {13, 16, 3, 40};
+    attention_case(reg, *gpu, s, "tiled, GQA 2");
+  }
   for (KvType kt : kts) {  // deeper cache: many cell tiles per block and per split
     AttnSetup s;
     s.kt = kt;
@@ -698,13 +708,16 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
 
 // Hidden ([.]): per-op kernel time on a big model, run by tests/cuda/device_check.sh after
 // it generates /tmp/q3.gguf (moeinfer-cli mkmodel --preset qwen3-30b-a3b --type q4_k_m).
-TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf", "[.cuda-profile]") {
+TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PROFILE_MODEL)", "[.cuda-profile]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  if (!std::filesystem::exists("/tmp/q3.gguf")) { WARN("/tmp/q3.gguf missing: skipped"); return; }
-  auto model = Model::load("/tmp/q3.gguf", ModelLoadParams{});
+  // MOE_PROFILE_MODEL picks another file (the device script profiles other architectures too).
+  const char *env = std::getenv("MOE_PROFILE_MODEL");
+  const std::string path = env && *env ? env : "/tmp/q3.gguf";
+  if (!std::filesystem::exists(path)) { WARN(path << " missing: skipped"); return; }
+  auto model = Model::load(path, ModelLoadParams{});
   ContextParams cp;
   cp.n_ctx = 1024;
   cp.device = "cuda";

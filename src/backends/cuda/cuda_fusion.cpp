@@ -79,7 +79,7 @@ private:
     if ((nd(i).op == Op::MatMul || nd(i).op == Op::MatMulId) && cuda_f16_halfsum_applies(g_, nd(i))) return false;
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
-      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp);
+      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       default: return false;
@@ -137,6 +137,33 @@ private:
       if (f32_rows(nd(a)) && f32_rows(r) && same_shape(r, nd(a)) && same_shape(nd(c), nd(a))) grp.members.push_back(a);
     }
     grp.written = {grp.members.back()};
+    return true;
+  }
+
+  // A one-token MatMul the MatVecs kernel takes: quantized weights, f32 activation and output.
+  bool matvec_member_ok(int i) const {
+    const Node &mm = nd(i);
+    return mm.op == Op::MatMul && mm.ne[1] * mm.ne[2] * mm.ne[3] == 1 && f32_rows(mm) && f32_rows(nd(mm.src[1])) &&
+           cuda_matvec_groupable(nd(mm.src[0]).type);
+  }
+
+  // MatMul x 2..kMaxFusedMatVecs in a row reading the same activation (a layer's q, k, v):
+  // one launch writes every output. A MatMul that starts a MatMul + Add or gate/up group is
+  // left to that group.
+  bool match_matvecs(int i, FusedGroup &grp) const {
+    if (!MOE_CUDA_FUSED_MATVEC || !matvec_member_ok(i)) return false;
+    std::vector<int> members = {i};
+    for (int j = next(i); j >= 0 && static_cast<int>(members.size()) < kMaxFusedMatVecs; j = next(j)) {
+      FusedGroup other;
+      if (!matvec_member_ok(j) || nd(j).src[1] != nd(i).src[1] || !same_place(i, j) || match_gate_up(j, other) ||
+          match_matmul_add(j, other))
+        break;
+      members.push_back(j);
+    }
+    if (members.size() < 2) return false;
+    grp.kind = FusedKind::MatVecs;
+    grp.members = members;
+    grp.written = members;
     return true;
   }
 
@@ -328,6 +355,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::DownCombine:
       return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]),
                                      grp.members.size() > 2 ? &c.g.node(grp.members[2]) : nullptr);
+    case FusedKind::MatVecs: return cuda_fused_matvecs(c, grp.members);
 #endif
     default: break;
   }

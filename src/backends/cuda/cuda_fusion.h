@@ -26,6 +26,7 @@ enum class FusedKind : uint8_t {
   MatMulAdd,     // MatMul + Add (T = 1)
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1)
+  MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
 };
 
 struct FusedGroup {
@@ -46,8 +47,8 @@ struct FusionPlan {
 // reads it once per pass.
 void cuda_fusion_enable(bool on);
 bool cuda_fusion_enabled();
-// Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine) are planned: their
-// launchers live in ops/matmul.cu and are used once they exist (MOE_CUDA_FUSED_MATVEC).
+// Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
+// their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
 
 FusionPlan plan_fusion(const Graph &g);

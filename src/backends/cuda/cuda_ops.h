@@ -66,11 +66,16 @@ bool cuda_matmul_type_supported(DType t);
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);
 void cuda_op_matmul_f16_halfsum(const CudaOpCtx &c);
 
-// Fused decode mat-vec launchers (ops/matmul.cu), one token only. c.n is the group's last node (its data is
+// Fused decode mat-vec launchers (ops/matvec.cu), one token only. c.n is the group's last node (its data is
 // the output). Activations are rounded inside the kernel; no extra launch.
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add);   // add = W x + the other src of add
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu); // MatMulId x2 + SwiGLU(gate, up)
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add); // MatMulId + MoeCombine (+ Add residual)
+// 2..kMaxFusedMatVecs MatMuls of one activation (a layer's q, k, v) in one launch; each
+// member's output is written. Quantized weights of any mix of types (cuda_matvec_groupable).
+constexpr int kMaxFusedMatVecs = 4;
+bool cuda_matvec_groupable(DType t);
+void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
 
 constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane
 constexpr int kCudaMaxHeadDim = 1024;  // attention accumulators: 8 per thread of 128

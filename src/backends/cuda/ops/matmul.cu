@@ -27,9 +27,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type.
 // q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0 / Q8_K, the MMQ
-// path) each value as int8 * block scale c: the integer as f16 bits into q_out[r * K + i]
-// and, per 16 elements, (c, their integer sum) into s_out[r * K / 16 + i / 16].
-__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, uint16_t *q_out, float2 *s_out) {
+// path) each value as int8 * block scale c: the integer into q_out[r * K + i] (int8_t if
+// q_int8, else f16 bits as uint16_t) and, per 16 elements, (c, their integer sum) into
+// s_out[r * K / 16 + i / 16].
+__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *q_out, bool q_int8, float2 *s_out) {
   const int64_t r = blockIdx.x;
   const int64_t i = static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x;
   const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
@@ -91,7 +92,10 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, uint16
 #pragma unroll
   for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (!in) return;
-  q_out[r * K + i] = __half_as_ushort(__float2half_rn(qv));
+  if (q_int8)
+    static_cast<int8_t *>(q_out)[r * K + i] = static_cast<int8_t>(__float2int_rn(qv));  // |qv| <= 127
+  else
+    static_cast<uint16_t *>(q_out)[r * K + i] = __half_as_ushort(__float2half_rn(qv));
   if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, sum);
 }
 
@@ -390,6 +394,7 @@ struct MatmulShape {
   int n_used, T, X, NT, max_tiles;
   bool mma;  // tensor-core kernel (matmul_mma.cu); NT is then its column tile
   bool mmq;  // ... its exact-product variant for quantized weights (matmul_mmq.cu)
+  bool mmq_i8;  // ... on int8 tensor cores (matmul_mmq_i8.cu): int8 activation integers
 };
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
@@ -417,14 +422,27 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
   s.mmq = s.mma && cuda_mmq_type_supported(w.type);
+  s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   return s;
 }
 
-// Scratch of the rounded activations: f32 values, or for MMQ f16 integers then per-16 scales.
-size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * 2); }
+// Scratch of the rounded activations: f32 values, or for MMQ int8 / f16 integers then per-16
+// scales.
+size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * (s.mmq_i8 ? 1 : 2)); }
 size_t act_scratch_bytes(const MatmulShape &s) {
   if (s.mmq) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
   return align256(static_cast<size_t>(s.K * s.rows) * 4);
+}
+
+// Dense int8 MMQ with few blocks splits K (launch_mmq_i8_matmul); the partial results follow
+// the activation scratch. The work buffer is planned for an H200's SMs; fewer splits fit
+// any device.
+constexpr int kPlannedSms = 132;
+size_t split_part_bytes(const MatmulShape &s, int splits) {
+  return splits > 1 ? align256(static_cast<size_t>(splits) * static_cast<size_t>(s.rows * s.M) * 4) : 0;
+}
+int dense_k_splits(const MatmulShape &s, int n_sm) {
+  return s.mmq_i8 && s.E == 1 ? mmq_i8_k_splits(s.K, s.M, s.rows, n_sm) : 1;
 }
 
 }  // namespace
@@ -440,6 +458,7 @@ bool cuda_matmul_type_supported(DType t) {
 size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   const MatmulShape s = shape_of(g, n);
   size_t bytes = act_scratch_bytes(s);
+  if (n.op == Op::MatMul) bytes += split_part_bytes(s, dense_k_splits(s, kPlannedSms));
   if (n.op == Op::MatMulId) {
     bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
@@ -492,10 +511,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
-  uint16_t *xq = s.mmq ? reinterpret_cast<uint16_t *>(work) : nullptr;
+  void *xq = s.mmq ? work : nullptr;
   float2 *xs = s.mmq ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
   act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt,
-                                                                                                                      xr, xq, xs);
+                                                                                                                      xr, xq, s.mmq_i8, xs);
   MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
   if (s.NT == 1) {
     // One column that cuda_matvec does not take (activations too large for its shared
@@ -510,15 +529,19 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   if (c.n.op == Op::MatMul) {
     const int ncols = static_cast<int>(s.rows);
     const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
-    if (s.mmq)
+    if (s.mmq) {
+      int splits = dense_k_splits(s, c.n_sm);
+      while (splits > 1 && act_scratch_bytes(s) + split_part_bytes(s, splits) > c.n.work_size) --splits;
+      float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : nullptr;
       launch_mmq_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, ncols, nullptr, nullptr,
-                        n_col_tiles);
-    else if (s.mma)
+                        n_col_tiles, part, splits);
+    } else if (s.mma) {
       launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
                         n_col_tiles);
-    else
+    } else {
       launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
                         nullptr, nullptr);
+    }
     return;
   }
   const Node &ids = c.src(2);

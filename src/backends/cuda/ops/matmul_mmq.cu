@@ -1,5 +1,7 @@
 // Tensor-core GEMM for quantized weights (prefill MatMul / MatMulId) whose products are
-// exact: per group of 16 or 32 consecutive weights of a row, w = a q + b with small integer q
+// exact, on f16 mma for the types whose integers need more than int8 once their group scale
+// is folded in or whose scales are not integers (MXFP4, Q2_K, Q3_K; the others use int8
+// mma, matmul_mmq_i8.cu): per group of 16 or 32 consecutive weights of a row, w = a q + b with small integer q
 // (unpack32<T>), and per activation block x = c qx with int8 qx (the Q8_0 / Q8_K rounding
 // of act_round_kernel, emitted as f16 integers plus per-16 (c, X = sum qx)). An m16n8k16
 // f16 mma of q against qx into a zeroed fragment yields S = sum q qx exactly (|S| <= 32 *
@@ -7,8 +9,8 @@
 // So the only roundings are f32 ones, as in the f32 mat-vec kernels, unlike an f16
 // dequantized tile, whose ~2^-12 per term broke conformance.
 // The fold (a multiply and an FMA per output) is the cost over a plain f16 GEMM, so it is
-// done as rarely as exactness allows (fold_width<T>); the min terms b c X of Q2_K / Q4_K /
-// Q5_K are one more exact mma per 256-block (fold_mins).
+// done as rarely as exactness allows (fold_width<T>); the min terms b c X of Q2_K are one
+// more exact mma per 256-block (fold_mins).
 // Tiling, column tiles (dense range or MatMulId routing tile), loads and stores are those
 // of matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns per block, 8 warps of 32 x 32.
 #include "backends/cuda/cuda_common.h"
@@ -33,14 +35,11 @@ constexpr int kSld = kGroups + 1;
 constexpr int kMinLd = 16 + 8;
 
 // Weights per fold (one f32 rescale of an exact integer sum):
-// - Q2_K .. Q5_K: the whole K step (64 weights inside one 256-block). Their group scale is
+// - Q2_K / Q3_K: the whole K step (64 weights inside one 256-block). Their group scale is
 //   d * sc with a small integer sc, which is multiplied into the weight integers (|sc q| <=
-//   63 * 31 < 2048, exact in f16; per step |S| <= 64 * 1953 * 127 < 2^24), leaving d and the
-//   Q8_K block's c.
-// - Q4_0 / Q8_0 / MXFP4: 32 (the weight scale and the Q8_0 c change per 32).
-// - Q6_K: 32 as well, but its int8 group scales would not keep sc q exact in f16, so the two
-//   k16 sums are combined in f32 as (a0 S0 + a1 S1) c (3 operations per output per 32).
-template <DType T> constexpr bool per_group_row_scale = T == DType::Q6_K;
+//   32 * 4, exact in f16; per step |S| <= 64 * 128 * 127 < 2^24), leaving d and the Q8_K
+//   block's c.
+// - MXFP4: 32 (the weight scale and the Q8_0 c change per 32).
 template <DType T> constexpr int fold_width = has_int_group_scale<T> ? kBK : 32;
 
 // The per-thread share of one K step, staged in registers: 32 weight integers of one row
@@ -107,13 +106,13 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
 }
 
 // Folds of 32 weights (fold_width<T> < kBK): per fold and (mi, ni), two k16 mmas into an
-// exact sum, then acc += S (a c); Q6_K (a per 16): two sums, acc += (a0 S0 + a1 S1) c.
+// exact sum, then acc += S (a c).
 template <DType T>
 __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
                                                const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
   const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
   static_assert(!has_min<T> && fold_width<T> == 32, "32-wide folds without a min term");
-  static_assert(per_group_row_scale<T> || scale_group<T> == 32, "one a per fold unless combined per group");
+  static_assert(scale_group<T> == 32, "one a per fold");
   constexpr int G = fold_width<T>;
   constexpr int kS = G / 16;  // k16 mmas per fold
   const int g = lane >> 2, t = lane & 3;
@@ -148,22 +147,11 @@ __device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint
       for (int cc = 0; cc < 2; ++cc) cs[cc] = sXs[wn + ni * 8 + 2 * t + cc][grp].x;
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        if constexpr (per_group_row_scale<T>) {
-          float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          mma16816<false>(s0, a[mi][0], b[0]);
-          mma16816<false>(s1, a[mi][1], b[1]);
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float *w = ws[mi][c >> 1];
-            acc[mi][ni][c] = fmaf(fmaf(s1[c], w[1], s0[c] * w[0]), cs[c & 1], acc[mi][ni][c]);
-          }
-        } else {
-          float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
 #pragma unroll
-          for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
-#pragma unroll
-          for (int c = 0; c < 4; ++c) acc[mi][ni][c] = fmaf(sum[c], ws[mi][c >> 1][0] * cs[c & 1], acc[mi][ni][c]);
-        }
+        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = fmaf(sum[c], ws[mi][c >> 1][0] * cs[c & 1], acc[mi][ni][c]);
       }
     }
   }
@@ -197,7 +185,7 @@ __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_
   }
 }
 
-// Min terms of a whole 256-block (Q2_K / Q4_K / Q5_K), after its last K step: sum over its
+// Min terms of a whole 256-block (Q2_K), after its last K step: sum over its
 // 16 k16 groups of b c X = -(dmin c) sum_g m_g X_g, the integer sum by one mma (m <= 63 and
 // |X| <= 2032 are exact in f16, |sum| <= 16 * 63 * 2032 < 2^24).
 template <DType T>
@@ -318,16 +306,20 @@ bool cuda_mmq_type_supported(DType t) {
   }
 }
 
-#define MOE_MMQ_TYPES(X) \
-  X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+#define MOE_MMQ_TYPES(X) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K)
 
 void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
-                       const uint16_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
-                       int n_col_tiles) {
+                       const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
+                       int n_col_tiles, float *part, int k_splits) {
+  if (cuda_mmq_int8_type(t))
+    return launch_mmq_i8_matmul(t, s, W, row_bytes, expert_bytes, K, M, static_cast<const int8_t *>(Xq), Xs, Y, ncols, tiles, entries,
+                                n_col_tiles, part, k_splits);
   if (n_col_tiles <= 0 || M <= 0) return;
   const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles));
 #define MOE_MMQ_CASE(TY) \
-  case TY: mmq_matmul_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries); break;
+  case TY: mmq_matmul_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, static_cast<const uint16_t *>(Xq), Xs, Y, \
+                                                   ncols, tiles, entries);                                                    \
+    break;
   switch (t) {
     MOE_MMQ_TYPES(MOE_MMQ_CASE)
     default: fail(Status::Internal, "CUDA MMQ matmul: type %s not dispatched", dtype_name(t));
@@ -338,6 +330,7 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
 
 void cuda_unpack32_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
                                 cudaStream_t s) {
+  if (cuda_mmq_int8_type(t)) return cuda_i8_unpack_check_launch(t, d_row, n_sub, d_w, d_q, d_ab, d_staged, s);
   const unsigned blocks = static_cast<unsigned>((n_sub + 63) / 64);
 #define MOE_UNPACK_CASE(TY) \
   case TY: unpack_check_kernel<TY><<<blocks, 64, 0, s>>>(d_row, n_sub, d_w, d_q, d_ab, d_staged); break;

@@ -13,8 +13,17 @@
 // exactly the Q8_0 / Q8_K values act_round_kernel produces), while the first chunk's
 // weight loads are in flight. Plain weights (F32/F16/BF16) read the activation from global
 // memory (rounded elementwise on the fly) and need no staging.
+//
+// Launched with programmatic dependent launch (pdl.cuh): a block whose weight rows do not
+// depend on expert ids issues its first weight loads (quantized) or an L2 prefetch of its
+// rows (plain) before it waits for the previous kernel, so the launch and the first DRAM
+// round trip overlap that kernel's tail. Blocks of expert products wait first (the ids are
+// an earlier kernel's output).
+#include <algorithm>
+
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/matvec_units.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 
 namespace moe {
 
@@ -77,6 +86,20 @@ __host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots) {
   s.xs = s.xd + slots * (K / 32) * 4;
   s.total = s.xs + slots * (K / 16) * 4;
   return s;
+}
+
+// Waits for the previous kernel (all reads of activations / ids and all writes come after)
+// and lets the next one start its prologue.
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+
+// One warp prefetches [p, p + n) into L2 (weights only: allowed before pdl_enter). At most
+// 64 KB: enough to cover the first DRAM round trip.
+__device__ __forceinline__ void prefetch_l2(const uint8_t *p, int64_t n) {
+  n = n < 65536 ? n : 65536;
+  for (int64_t o = (threadIdx.x & 31) * 128; o < n; o += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -168,9 +191,12 @@ struct XSmem {
 // jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0); xs_slot[k]: shared-memory slot.
 // round_first: this call rounds the activations (slots [x_first, x_first + x_n)) after the
 // first chunk's loads are issued; then every thread of the block must make the call.
+// wait_late (with round_first and K > 0): the block has not waited for the previous kernel
+// yet and does so right after issuing the first loads (pdl_enter).
 template <DType T, int J, int CH>
 __device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&slot)[J],
-                           bool round_first, int x_first, int x_n, uint8_t *stage, const XSmem &xm, float (&acc)[J]) {
+                           bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
+                           float (&acc)[J]) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, UPB = QK / 32, NL = loads_per_lane<T, CH>();
   constexpr int C = chunks_in_flight(J);
   const int lane = threadIdx.x & 31, K = a.K;
@@ -195,6 +221,7 @@ __device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
       }
     }
     if (round_first && c0 == 0) {
+      if (wait_late) pdl_enter();
       round_slots<act_type(T)>(a, x_first, x_n, xm.q, xm.d, xm.s);
       __syncthreads();
     }
@@ -297,13 +324,22 @@ __device__ void plain_dots(int K, const uint8_t *const (&wr)[J], const bool (&ok
 
 // kModeSplit: the warps' partial sums of the block's J rows, added in warp order (every
 // thread gets them; all threads must call it).
+template <DType T> constexpr int plain_bytes() { return T == DType::F32 ? 4 : 2; }
+
+// kModeSplit: this warp's share [kb, kb + kn) of K, a multiple of 8 (keeps 16-byte alignment).
+__device__ __forceinline__ void split_share(int K, int &kb, int &kn) {
+  const int kw = ((K + 7) / 8 + 7) / 8 * 8;
+  kb = min(K, static_cast<int>(threadIdx.x >> 5) * kw);
+  kn = min(K - kb, kw);
+}
+
 template <DType T, int J>
 __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], int xs0, float (&v)[J]) {
   __shared__ float part[kMvWarps][J];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int kw = ((a.K + 7) / 8 + 7) / 8 * 8;  // per-warp share of K, a multiple of 8 (keeps 16-byte alignment)
-  const int kb = min(a.K, warp * kw), kn = min(a.K - kb, kw);
-  constexpr int elem = T == DType::F32 ? 4 : 2;
+  int kb, kn;
+  split_share(a.K, kb, kn);
+  constexpr int elem = plain_bytes<T>();
   const float *x = reinterpret_cast<const float *>(a.x + xs0 * a.x_nb1) + kb;
   const uint8_t *w[J];
   const float *xr[J];
@@ -332,7 +368,8 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 
 template <DType T, int J, int CH>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
-                                         bool round_first, int x_first, int x_n, uint8_t *stage, const XSmem &xm, float (&acc)[J]) {
+                                         bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
+                                         float (&acc)[J]) {
 #pragma unroll
   for (int k = 0; k < J; ++k) acc[k] = 0.0f;
   if constexpr (is_plain(T)) {
@@ -344,15 +381,22 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     int slot[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) slot[k] = xslot[k] - x_first;
-    quant_dots<T, J, CH>(a, wr, ok, slot, round_first, x_first, x_n, stage, xm, acc);
+    quant_dots<T, J, CH>(a, wr, ok, slot, round_first, wait_late, x_first, x_n, stage, xm, acc);
   }
 }
 
-template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MvArgs a) {
+__device__ __forceinline__ uint8_t *dyn_smem() {
   extern __shared__ __align__(16) uint8_t smem[];
+  return smem;
+}
+
+// kModeDown: one output row per warp; J experts at a time, combined in slot order j = 0, 1, ...
+template <DType T, int J, int CH> __device__ __forceinline__ void down_block(const MvArgs &a) {
+  pdl_enter();  // the expert ids are an earlier kernel's output
+  uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int stage_sz = stage_bytes<T, CH>();
-  const int x_n = a.mode == kModeDown ? a.X : 1;
+  const int x_n = a.X;
   const MvSmem L = mv_smem(stage_sz, a.K, x_n);
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
@@ -360,72 +404,104 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) 
   bool ok[J];
   int xslot[J];
   float acc[J];
-  if constexpr (J == kJDown) {
-    // One output row per warp; J experts at a time, combined in slot order j = 0, 1, ...
-    const int row = blockIdx.x * kRowsOne + warp;
-    float out = 0.0f;
-    for (int j0 = 0; j0 < a.n_used; j0 += J) {
-#pragma unroll
-      for (int k = 0; k < J; ++k) {
-        const int j = j0 + k;
-        const int e = j < a.n_used ? a.ids[j] : -1;
-        ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
-        wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
-        xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
-      }
-      row_dots<T, J, CH>(a, wr, ok, xslot, j0 == 0, 0, x_n, stage, xm, acc);
-#pragma unroll
-      for (int k = 0; k < J; ++k) {
-        const float v = warp_sum(acc[k]);
-        if (ok[k]) out += v * a.cw[j0 + k];
-      }
-    }
-    if (lane == 0 && row < a.M) a.y[row] = a.add ? out + a.add[row] : out;
-  } else {
-    const int j = blockIdx.y;
-    const int xs0 = a.X == 1 ? 0 : j;
-    int e = 0;
-    bool e_ok = true;
-    if (a.ids) {
-      e = a.ids[j];
-      e_ok = e >= 0 && e < a.E;
-    }
-    const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit;
-    const int row0 = gu ? blockIdx.x * kRowsOne + warp : split ? blockIdx.x * J : blockIdx.x * kRowsPlain + 2 * warp;
+  const int row = blockIdx.x * kRowsOne + warp;
+  float out = 0.0f;
+  for (int j0 = 0; j0 < a.n_used; j0 += J) {
 #pragma unroll
     for (int k = 0; k < J; ++k) {
-      const int row = gu ? row0 : row0 + k;
-      ok[k] = e_ok && row < a.M;
-      const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
-                                         : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb;
-      wr[k] = ok[k] ? base : a.w;
-      xslot[k] = xs0;
+      const int j = j0 + k;
+      const int e = j < a.n_used ? a.ids[j] : -1;
+      ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
+      wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
+      xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
-    float v[J];
-    bool writer = lane == 0;
-    if constexpr (is_plain(T)) {
-      if (split) {
-        split_dots<T, J>(a, wr, ok, xs0, v);
-        writer = threadIdx.x == 0;
-      }
-    }
-    if (!split) {
-      row_dots<T, J, CH>(a, wr, ok, xslot, true, xs0, 1, stage, xm, acc);
+    row_dots<T, J, CH>(a, wr, ok, xslot, j0 == 0, false, 0, x_n, stage, xm, acc);
 #pragma unroll
-      for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
-    }
-    if (!writer) return;
-    float *yj = a.y + static_cast<int64_t>(j) * a.M;
-    if (gu) {
-      if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
-    } else {
-#pragma unroll
-      for (int k = 0; k < J; ++k) {
-        const int row = row0 + k;
-        if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
-      }
+    for (int k = 0; k < J; ++k) {
+      const float v = warp_sum(acc[k]);
+      if (ok[k]) out += v * a.cw[j0 + k];
     }
   }
+  if (lane == 0 && row < a.M) a.y[row] = a.add ? out + a.add[row] : out;
+}
+
+// kModeRows / kModeGateUp / kModeSplit for block bx of the row range (blockIdx.y: expert
+// slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
+template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
+  constexpr int J = kJPair, CH = kChPair;
+  uint8_t *smem = dyn_smem();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const MvSmem L = mv_smem(stage_sz, a.K, 1);
+  const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
+  uint8_t *stage = smem + warp * stage_sz;
+  const uint8_t *wr[J];
+  bool ok[J];
+  int xslot[J];
+  float acc[J];
+  const int j = blockIdx.y;
+  const int xs0 = a.X == 1 ? 0 : j;
+  int e = 0;
+  bool e_ok = true;
+  // Without expert ids the rows are known before the wait: quantized rows wait after their
+  // first loads (quant_dots; needs K > 0 to reach it), plain rows after an L2 prefetch.
+  const bool wait_late = a.ids == nullptr && !is_plain(T) && a.K > 0;
+  if (a.ids) {
+    pdl_enter();
+    e = a.ids[j];
+    e_ok = e >= 0 && e < a.E;
+  }
+  const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit;
+  const int row0 = gu ? bx * kRowsOne + warp : split ? bx * J : bx * kRowsPlain + 2 * warp;
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    const int row = gu ? row0 : row0 + k;
+    ok[k] = e_ok && row < a.M;
+    const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
+                                       : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb;
+    wr[k] = ok[k] ? base : a.w;
+    xslot[k] = xs0;
+  }
+  if constexpr (is_plain(T)) {
+    if (!a.ids) {
+      int kb = 0, kn = a.K;
+      if (split) split_share(a.K, kb, kn);
+#pragma unroll
+      for (int k = 0; k < J; ++k)
+        if (ok[k]) prefetch_l2(wr[k] + static_cast<int64_t>(kb) * plain_bytes<T>(), static_cast<int64_t>(kn) * plain_bytes<T>());
+      pdl_enter();
+    }
+  } else if (!a.ids && !wait_late) {
+    pdl_enter();  // K == 0: nothing to load first
+  }
+  float v[J];
+  bool writer = lane == 0;
+  if constexpr (is_plain(T)) {
+    if (split) {
+      split_dots<T, J>(a, wr, ok, xs0, v);
+      writer = threadIdx.x == 0;
+    }
+  }
+  if (!split) {
+    row_dots<T, J, CH>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc);
+#pragma unroll
+    for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
+  }
+  if (!writer) return;
+  float *yj = a.y + static_cast<int64_t>(j) * a.M;
+  if (gu) {
+    if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
+  } else {
+#pragma unroll
+    for (int k = 0; k < J; ++k) {
+      const int row = row0 + k;
+      if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
+    }
+  }
+}
+
+template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MvArgs a) {
+  if constexpr (J == kJDown) down_block<T, J, CH>(a);
+  else rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
 }
 
 int stage_size(DType t, bool down) {
@@ -465,8 +541,8 @@ void launch(DType t, bool down, dim3 grid, int smem, cudaStream_t s, const MvArg
   const dim3 block(kMvThreads);
 #define MOE_MV_CASE(TY)                                                                          \
   case TY:                                                                                       \
-    if (down) matvec_kernel<TY, kJDown, kChDown><<<grid, block, static_cast<size_t>(smem), s>>>(a); \
-    else matvec_kernel<TY, kJPair, kChPair><<<grid, block, static_cast<size_t>(smem), s>>>(a);     \
+    if (down) launch_pdl(matvec_kernel<TY, kJDown, kChDown>, grid, block, static_cast<size_t>(smem), s, a); \
+    else launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a);     \
     break;
   switch (t) {
     MOE_MV_CASE(DType::F32)
@@ -483,7 +559,55 @@ void launch(DType t, bool down, dim3 grid, int smem, cudaStream_t s, const MvArg
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MV_CASE
-  MOE_CUDA_LAUNCH_CHECK("matvec_kernel");
+}
+
+// MatVecs group: one-token MatMuls of one activation, each a range of blocks of the
+// row-pair kernel (the same device code as their own launches: bit-identical results).
+// Every block rounds the activation for its own segment's type, so types may mix.
+struct MvSeg {
+  const uint8_t *w;
+  int64_t rb;
+  float *y;
+  int M;
+  DType type;
+};
+struct MvGroupArgs {
+  MvArgs a;                           // fields the segments share (activation, K)
+  MvSeg seg[kMaxFusedMatVecs];
+  unsigned block0[kMaxFusedMatVecs];  // first block of each segment, non-decreasing
+  int n, stage;                       // segments; staging bytes per warp (the largest type's)
+};
+
+// A block belongs to the last segment whose first block is <= blockIdx.x (so empty segments
+// are skipped); the choice is block-uniform, the type switch does not diverge.
+__global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g) {
+  MvArgs a = g.a;
+  DType t = g.seg[0].type;
+  unsigned b0 = 0;
+#pragma unroll
+  for (int s = 0; s < kMaxFusedMatVecs; ++s)
+    if (s < g.n && blockIdx.x >= g.block0[s]) {
+      a.w = g.seg[s].w;
+      a.rb = g.seg[s].rb;
+      a.y = g.seg[s].y;
+      a.M = g.seg[s].M;
+      t = g.seg[s].type;
+      b0 = g.block0[s];
+    }
+  switch (t) {
+#define MOE_MV_GROUP_CASE(TY) \
+  case TY: rows_block<TY>(a, blockIdx.x - b0, g.stage); break;
+    MOE_MV_GROUP_CASE(DType::Q4_0)
+    MOE_MV_GROUP_CASE(DType::Q8_0)
+    MOE_MV_GROUP_CASE(DType::MXFP4)
+    MOE_MV_GROUP_CASE(DType::Q2_K)
+    MOE_MV_GROUP_CASE(DType::Q3_K)
+    MOE_MV_GROUP_CASE(DType::Q4_K)
+    MOE_MV_GROUP_CASE(DType::Q5_K)
+    MOE_MV_GROUP_CASE(DType::Q6_K)
+#undef MOE_MV_GROUP_CASE
+    default: pdl_enter(); break;  // never launched (cuda_matvec_groupable); keeps the PDL contract
+  }
 }
 
 // Fields common to every mode, from a MatMul / MatMulId node with one token.
@@ -566,6 +690,44 @@ bool cuda_matvec(const CudaOpCtx &c) {
   if (a.M == 0 || a.n_used == 0) return true;
   launch_rows(c, t, smem, a);
   return true;
+}
+
+bool cuda_matvec_groupable(DType t) { return type_ok(t) && !is_plain(t); }
+
+void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
+  const int n = static_cast<int>(members.size());
+  const Node &first = c.g.node(members.front());
+  const int64_t K = c.g.node(first.src[0]).ne[0];
+  bool ok = n <= kMaxFusedMatVecs;
+  int smem = 0, stage = 0;
+  for (int id : members) {
+    const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
+    ok = ok && mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_groupable(w.type) &&
+         one_token_ok(c.g, mm);
+    if (!ok) break;
+    const int b = smem_bytes(w.type, static_cast<int>(K), 1, false);
+    ok = b >= 0;
+    smem = std::max(smem, b);
+    stage = std::max(stage, stage_size(w.type, false));
+  }
+  if (!ok) {
+    for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
+    return;
+  }
+  MvGroupArgs g{};
+  g.a = args_of(c.g, first, nullptr);
+  g.n = n;
+  g.stage = stage;
+  unsigned total = 0;
+  for (int s = 0; s < n; ++s) {
+    const Node &mm = c.g.node(members[static_cast<size_t>(s)]), &w = c.g.node(mm.src[0]);
+    g.seg[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
+                     static_cast<int>(w.ne[1]), w.type};
+    g.block0[s] = total;
+    total += blocks(w.ne[1], kRowsPlain);
+  }
+  if (total == 0) return;
+  launch_pdl(matvec_group_kernel, dim3(total), dim3(kMvThreads), static_cast<size_t>(smem), c.stream, g);
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {

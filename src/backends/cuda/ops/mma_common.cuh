@@ -61,6 +61,24 @@ template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const
   }
 }
 
+// Integer products of int8 operands (matmul_mmq_i8.cu), s32 accumulators d += a b, exact.
+// m16n8k32: a = 16 x 32 row-major (a[0] rows 0-7 / a[1] rows 8-15 of k 0-15, a[2] / a[3]
+// of k 16-31: byte 4 (l % 4) + i of row l / 4 in lane l), b = 32 x 8 column-major (b[0]
+// k 0-15, b[1] k 16-31), d as mma16816's. Those are the ldmatrix fragments of load_frags_k16
+// on tiles of bytes viewed as 16-bit pairs (kk = byte offset / 2).
+__device__ __forceinline__ void mma_s8_k32(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// m16n8k16 on one k16 half of those fragments: (a0, a1, b) = (a[0], a[1], b[0]) for k 0-15,
+// (a[2], a[3], b[1]) for k 16-31.
+__device__ __forceinline__ void mma_s8_k16(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a0), "r"(a1), "r"(b));
+}
+
 // This warp's 32 x 32 sub-tile of the block (4 warps along the rows x 2 along the columns):
 // rows wm .., columns wn ..; n_live its real columns (if > 0); live is warp-uniform
 // (padding-only sub-tiles skip the mma).
@@ -89,17 +107,16 @@ __device__ __forceinline__ void zero_tile(float (&acc)[2][4][4]) {
       for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
 }
 
-// A warp's operands of one k16 step at column kk of the shared tiles: A fragments of its
-// two 16-row tiles (sA[row][k], row-major) and B fragments of its four 8-column groups
-// (sB[col][k], column-major). Ld: the row stride (16-byte multiple).
-template <int Ld>
-__device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b)[4][2], const uint16_t (*sA)[Ld], const uint16_t (*sB)[Ld],
-                                               int wm, int wn, int kk, int lane) {
-  // A 16x16 at (wm + 16 mi, kk): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3.
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) ldmatrix_x4(a[mi], &sA[wm + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-  // B for two 8-column groups: matrices (cols 0-7, k 0-7), (cols 0-7, k 8-15),
-  // (cols 8-15, k 0-7), (cols 8-15, k 8-15) = b0, b1 of group 2np, then of 2np + 1.
+// The A fragment of the 16 x 16 tile at (row r0, column kk) of sA[row][k] (row-major):
+// matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) = a0..a3. Ld: the row stride (16-byte multiple).
+template <int Ld> __device__ __forceinline__ void load_a_frag(uint32_t (&a)[4], const uint16_t (*sA)[Ld], int r0, int kk, int lane) {
+  ldmatrix_x4(a, &sA[r0 + (lane & 15)][kk + (lane >> 4) * 8]);
+}
+
+// B fragments of four 8-column groups from column wn of sB[col][k] (column-major), two
+// groups per ldmatrix: matrices (cols 0-7, k 0-7), (cols 0-7, k 8-15), (cols 8-15, k 0-7),
+// (cols 8-15, k 8-15) = b0, b1 of group 2np, then of 2np + 1.
+template <int Ld> __device__ __forceinline__ void load_b_frags(uint32_t (&b)[4][2], const uint16_t (*sB)[Ld], int wn, int kk, int lane) {
 #pragma unroll
   for (int np = 0; np < 2; ++np) {
     uint32_t r[4];
@@ -109,6 +126,16 @@ __device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b
     b[2 * np + 1][0] = r[2];
     b[2 * np + 1][1] = r[3];
   }
+}
+
+// A warp's operands of one k16 step at column kk of the shared tiles: A fragments of its
+// two 16-row tiles and B fragments of its four 8-column groups.
+template <int Ld>
+__device__ __forceinline__ void load_frags_k16(uint32_t (&a)[2][4], uint32_t (&b)[4][2], const uint16_t (*sA)[Ld], const uint16_t (*sB)[Ld],
+                                               int wm, int wn, int kk, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) load_a_frag<Ld>(a[mi], sA, wm + mi * 16, kk, lane);
+  load_b_frags<Ld>(b, sB, wn, kk, lane);
 }
 
 // d[mi][ni] += the warp's share of one K step (4 k16 mmas) of the shared tiles, skipping

@@ -1,0 +1,375 @@
+// Exact-product tensor-core GEMM on int8 mma (prefill MatMul / MatMulId) for Q4_0, Q8_0,
+// Q4_K, Q5_K, Q6_K: the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
+// Q8_K integers (act_round_kernel, int8, with per-16 (c, X = sum qx)) in
+// mma.sync.m16n8k32.s8 with s32 results, exact, at twice the f16 rate of matmul_mmq.cu and
+// half its shared-memory bytes per K. The folds follow the CPU's dot products:
+// - K-quants: per 32 (Q6_K per 16) the integer sum S times the integer group scale sc is
+//   accumulated in int32 over the 256-block, then once per block in f32:
+//   acc += (d c) I - (dmin c) sum_g m_g X_g (the min term by one exact f16 mma, as in
+//   matmul_mmq.cu). Bounds of I per 256-block (|qx| <= 127):
+//     Q4_K: 8 * 63 * 32 * 15 * 127  =  30.7e6 < 2^31
+//     Q5_K: 8 * 63 * 32 * 31 * 127  =  63.5e6 < 2^31
+//     Q6_K: 16 * 128 * 16 * 32 * 127 = 133.2e6 < 2^31 (16-wide int8 scales: two
+//           m16n8k16 s8 mmas per 32 on the k16 halves of the same fragments, rather than
+//           two masked k32 ones: the same tensor work, no masking)
+// - Q4_0 / Q8_0: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in f32).
+// Tiling, column tiles, register staging, L2 prefetch and the output scatter are those of
+// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32.
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/mma_common.cuh"
+#include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/quant.cuh"
+
+#include <algorithm>
+
+namespace moe {
+
+namespace {
+
+using namespace mma_tile;
+using namespace mmq;
+
+constexpr int kSubs = kBK / 32;    // weight sub-blocks per K step
+constexpr int kGroups = kBK / 16;  // k16 groups per K step
+// Byte tiles of a K step, rows of 64 + 16 bytes (the 8 rows of an ldmatrix phase on distinct
+// bank quads), addressed as 16-bit pairs by load_frags_k16.
+constexpr int kLd8 = (kBK + 16) / 2;
+// Activation scales padded to 5 per column (the 4 columns a warp reads at once on distinct
+// banks).
+constexpr int kSld = kGroups + 1;
+// Min integers m and activation sums X of the 16 k16 groups of a 256-block, f16 (48-byte rows).
+constexpr int kMinLd = 16 + 8;
+
+// The per-thread share of one K step, staged in registers: one weight sub-block and the 16
+// activation integers of one column's k16 group with their (c, X).
+struct I8Stage {
+  I8Weights w;
+  uint4 x;
+  float2 xs;
+};
+
+// Thread -> (row tid / 2, sub-block (k0 + 32 (tid % 2)) / 32); rows past M and sub-blocks
+// past K (Q4_0 / Q8_0 with K % 64 == 32) are zero.
+template <DType T>
+__device__ __forceinline__ void fetch_i8_weights(I8Weights &o, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0) {
+  const int row = row0 + (threadIdx.x >> 1);
+  const int kb = k0 + (threadIdx.x & 1) * 32;
+  if (row >= M || kb >= K) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o.w[i] = 0;
+    o.scm = o.dm = 0;
+    return;
+  }
+  stage_i8<T>(W + static_cast<int64_t>(row) * row_bytes, kb / 32, o);
+}
+
+// Thread -> (column tid / 4, k16 group k0 / 16 + tid % 4); xrow < 0 (past the tile's count)
+// and groups past K are zero. X only where the weights have a min term.
+template <DType T>
+__device__ __forceinline__ void fetch_i8_acts(I8Stage &st, const int8_t *Xq, const float2 *Xs, int xrow, int K, int k0) {
+  const int kb = k0 + (threadIdx.x & 3) * 16;
+  if (xrow < 0 || kb >= K) {
+    st.x = make_uint4(0u, 0u, 0u, 0u);
+    st.xs = make_float2(0.0f, 0.0f);
+    return;
+  }
+  st.x = __ldg(reinterpret_cast<const uint4 *>(Xq + static_cast<int64_t>(xrow) * K + kb));  // K % 32 == 0: aligned
+  const float2 *xs = Xs + static_cast<int64_t>(xrow) * (K / 16) + kb / 16;
+  if constexpr (has_min<T>)
+    st.xs = __ldg(xs);
+  else
+    st.xs = make_float2(__ldg(&xs->x), 0.0f);
+}
+
+// The shared tiles of one K step. sA[row][k] / sB[col][k]: int8 weights / activations.
+// sSc[row][g]: integer scale of k16 group g; sD[row][s]: (d, dmin) of sub-block s;
+// sC[col][g]: c. sMA[row][g] / sMB[col][g]: m / X of k16 group g of the 256-block (f16).
+struct I8Tiles {
+  uint16_t (*sA)[kLd8];
+  uint16_t (*sB)[kLd8];
+  int (*sSc)[kGroups];
+  float2 (*sD)[kSubs];
+  float (*sC)[kSld];
+  uint16_t (*sMA)[kMinLd];
+  uint16_t (*sMB)[kMinLd];
+};
+
+// s4: the K step's place in its 256-block (min integers and sums go to its 4 groups there).
+template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage &st, const I8Tiles &t, int s4) {
+  const int tid = threadIdx.x, r = tid >> 1, h = tid & 1, c = tid >> 2, g = tid & 3;
+  uint4 *a = reinterpret_cast<uint4 *>(&t.sA[r][h * 16]);
+  a[0] = make_uint4(st.w.w[0], st.w.w[1], st.w.w[2], st.w.w[3]);
+  a[1] = make_uint4(st.w.w[4], st.w.w[5], st.w.w[6], st.w.w[7]);
+  t.sSc[r][2 * h] = i8_byte(st.w.scm, 0);
+  t.sSc[r][2 * h + 1] = i8_byte(st.w.scm, 1);
+  __half2 dm;
+  memcpy(&dm, &st.w.dm, 4);
+  t.sD[r][h] = __half22float2(dm);
+  *reinterpret_cast<uint4 *>(&t.sB[c][g * 8]) = st.x;
+  t.sC[c][g] = st.xs.x;
+  if constexpr (has_min<T>) {
+    const float m = static_cast<float>((st.w.scm >> 16) & 0xFFu);  // m <= 63, |X| <= 2032: exact in f16
+    *reinterpret_cast<uint32_t *>(&t.sMA[r][4 * s4 + 2 * h]) = pack2<false>(m, m);
+    t.sMB[c][4 * s4 + g] = __half_as_ushort(__float2half_rn(st.xs.y));
+  }
+}
+
+// K-quants, one K step: I[mi][ni] += sc S per 32 (Q6_K: sc0 S0 + sc1 S1 per two k16 halves).
+// One 16-row A fragment at a time keeps the registers of the integer sums affordable.
+template <DType T> __device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+  const int lane = wt.lane, g = lane >> 2;
+  constexpr bool per16 = T == DType::Q6_K;
+#pragma unroll 1  // the two sub-blocks one after the other: fewer live registers
+  for (int s = 0; s < kSubs; ++s) {
+    uint32_t b[4][2];
+    load_b_frags<kLd8>(b, t.sB, wt.wn, s * 16, lane);
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      uint32_t a[4];
+      load_a_frag<kLd8>(a, t.sA, wt.wm + 16 * mi, s * 16, lane);
+      int sc[2][2];  // [rows g, g + 8][k16 half]
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int k = 0; k < 2; ++k) sc[h][k] = t.sSc[wt.wm + 16 * mi + g + 8 * h][2 * s + k];
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni) {
+        if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
+        if constexpr (per16) {
+          int s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
+          mma_s8_k16(s0, a[0], a[1], b[ni][0]);
+          mma_s8_k16(s1, a[2], a[3], b[ni][1]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) I[mi][ni][e] += sc[e >> 1][0] * s0[e] + sc[e >> 1][1] * s1[e];
+        } else {
+          int sum[4] = {0, 0, 0, 0};
+          mma_s8_k32(sum, a, b[ni]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) I[mi][ni][e] += sc[e >> 1][0] * sum[e];
+        }
+      }
+    }
+  }
+}
+
+// K-quants, after the last K step of a 256-block: acc += (d c) I - (dmin c) sum_g m_g X_g
+// (the integer min sum by one f16 mma: |sum| <= 16 * 63 * 2032 < 2^24), then I = 0. c is
+// the Q8_K block's (the same in every group of the step).
+template <DType T>
+__device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+  const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
+  float2 dd[2][2];  // (d, dmin) of rows g, g + 8 of each 16-row tile
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) dd[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][0];
+  uint32_t am[2][4] = {}, bm[4][2] = {};
+  if constexpr (has_min<T>) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    if (ni * 8 >= wt.n_live) continue;
+    float c[2];  // of this thread's columns 2 tq, 2 tq + 1
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) c[cc] = t.sC[wt.wn + ni * 8 + 2 * tq + cc][0];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi) {
+      float ms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (has_min<T>) mma16816<false>(ms, am[mi], bm[ni]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 w = dd[mi][e >> 1];
+        float v = fmaf(static_cast<float>(I[mi][ni][e]), w.x * c[e & 1], acc[mi][ni][e]);
+        if constexpr (has_min<T>) v = fmaf(-ms[e], w.y * c[e & 1], v);
+        acc[mi][ni][e] = v;
+        I[mi][ni][e] = 0;
+      }
+    }
+  }
+}
+
+// Q4_0 / Q8_0, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
+__device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+  const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int s = 0; s < kSubs; ++s) {
+    uint32_t a[2][4], b[4][2];
+    load_frags_k16<kLd8>(a, b, t.sA, t.sB, wt.wm, wt.wn, s * 16, lane);
+    float d[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) d[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][s].x;
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      if (ni * 8 >= wt.n_live) continue;
+      float c[2];
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) c[cc] = t.sC[wt.wn + ni * 8 + 2 * tq + cc][2 * s];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        int sum[4] = {0, 0, 0, 0};
+        mma_s8_k32(sum, a[mi], b[ni]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(static_cast<float>(sum[e]), d[mi][e >> 1] * c[e & 1], acc[mi][ni][e]);
+      }
+    }
+  }
+}
+
+// grid: (ceil(M / 128), column tiles, K splits). Split z sums K range [z k_len, (z + 1)
+// k_len) (k_len a multiple of 256, K without a split) into Y + z y_split.
+template <DType T>
+__global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                                                             const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
+                                                             const int2 *entries, int k_len, int64_t y_split) {
+  __shared__ __align__(16) uint16_t sA[kBM][kLd8];
+  __shared__ __align__(16) uint16_t sB[kBN][kLd8];
+  __shared__ int sSc[kBM][kGroups];
+  __shared__ float2 sD[kBM][kSubs];
+  __shared__ float sC[kBN][kSld];
+  __shared__ __align__(16) uint16_t sMA[has_min<T> ? kBM : 1][kMinLd];
+  __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
+  __shared__ int s_xrow[kBN], s_yrow[kBN];
+  const I8Tiles tl{sA, sB, sSc, sD, sC, sMA, sMB};
+
+  const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+  const int cnt = ct.cnt, tid = threadIdx.x;
+  if (cnt <= 0) return;
+
+  const int row0 = blockIdx.x * kBM;
+  const uint8_t *We = W + ct.expert * expert_bytes;
+  const int xrow = s_xrow[tid >> 2];
+
+  const WarpTile wt = warp_tile(cnt, row0, M);
+  float acc[2][4][4];
+  zero_tile(acc);
+  int I[2][4][4];  // K-quants: integer sums of the current 256-block
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) I[mi][ni][e] = 0;
+
+  // Register-staged pipeline as in matmul_mma.cu: the next step's loads are issued before
+  // this step's mma (the last fetch re-reads the last step, unused).
+  const int kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
+  I8Stage st;
+  fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kz0);
+  fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kz0);
+  for (int k0 = kz0; k0 < kz1; k0 += kBK) {
+    const int s4 = (k0 / kBK) & 3;  // K step within its 256-block
+    store_i8_stage<T>(st, tl, s4);
+    __syncthreads();
+    const int kn = k0 + kBK < kz1 ? k0 + kBK : k0;
+    fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kn);
+    fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kn);
+    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
+    if (wt.live) {
+      if constexpr (i8_block_sum<T>) {
+        block_sum_step<T>(I, tl, wt);
+        if (s4 == 3) fold_block<T>(acc, I, tl, wt);  // K and k_len are multiples of 256
+      } else {
+        fold_per_sub(acc, tl, wt);
+      }
+    }
+    __syncthreads();
+  }
+
+  if (!wt.live) return;
+  store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
+}
+
+// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z.
+__global__ void sum_k_splits_kernel(const float *part, int64_t n, int n_split, float *Y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = part[i];
+    for (int z = 1; z < n_split; ++z) s += part[z * n + i];
+    Y[i] = s;
+  }
+}
+
+// K range of a split: whole 256-blocks (a K-quant block folds inside one split).
+int split_len(int K, int k_splits) { return (K / 256 + k_splits - 1) / k_splits * 256; }
+
+// Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into
+// q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1), and the kernel's int8 staging decoded back
+// to weights into staged[32 s ..] (with the kernel's f32 operations: (d sc) q - dmin m).
+template <DType T> __global__ void i8_unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab, float *staged) {
+  const int s = blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= n_sub) return;
+  dequant32<T>(row, s, w + 32 * s);
+  unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
+  I8Weights o;
+  stage_i8<T>(row, s, o);
+  __half2 dm;
+  memcpy(&dm, &o.dm, 4);
+  const float d = __low2float(dm), dmin = __high2float(dm), m = static_cast<float>((o.scm >> 16) & 0xFFu);
+  for (int l = 0; l < 32; ++l) {
+    const float v = static_cast<float>(i8_byte(o.w[l / 4], l % 4));
+    staged[32 * s + l] = d * static_cast<float>(i8_byte(o.scm, l / 16)) * v - dmin * m;
+  }
+}
+
+}  // namespace
+
+bool cuda_mmq_int8_type(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+#define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+
+int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
+  if (K % 256 != 0) return 1;
+  const int64_t blocks = (M + kBM - 1) / kBM * ((ncols + kBN - 1) / kBN);
+  const int64_t want = 2 * static_cast<int64_t>(n_sm) / std::max<int64_t>(1, blocks);  // 2 blocks per SM
+  const int splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kMaxKSplits, K / 256, want})));
+  return (static_cast<int>(K) + split_len(static_cast<int>(K), splits) - 1) / split_len(static_cast<int>(K), splits);  // none empty
+}
+
+void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                          const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
+                          int n_col_tiles, float *part, int k_splits) {
+  if (n_col_tiles <= 0 || M <= 0) return;
+  const bool split = k_splits > 1 && part != nullptr && tiles == nullptr && K % 256 == 0;
+  const int k_len = split ? split_len(K, k_splits) : K;
+  const int nz = split ? (K + k_len - 1) / k_len : 1;
+  const int64_t y_split = split ? static_cast<int64_t>(ncols) * M : 0;
+  float *out = split ? part : Y;
+  const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
+#define MOE_MMQ_I8_CASE(TY)                                                                                                       \
+  case TY:                                                                                                                        \
+    mmq_i8_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split); \
+    break;
+  switch (t) {
+    MOE_MMQ_I8_TYPES(MOE_MMQ_I8_CASE)
+    default: fail(Status::Internal, "CUDA int8 MMQ matmul: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_MMQ_I8_CASE
+  MOE_CUDA_LAUNCH_CHECK("mmq_i8_kernel");
+  if (!split) return;
+  const int64_t n = y_split;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
+  sum_k_splits_kernel<<<blocks, 256, 0, s>>>(part, n, nz, Y);
+  MOE_CUDA_LAUNCH_CHECK("sum_k_splits_kernel");
+}
+
+void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
+                                 cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>((n_sub + 63) / 64);
+#define MOE_I8_CHECK_CASE(TY) \
+  case TY: i8_unpack_check_kernel<TY><<<blocks, 64, 0, s>>>(d_row, n_sub, d_w, d_q, d_ab, d_staged); break;
+  switch (t) {
+    MOE_MMQ_I8_TYPES(MOE_I8_CHECK_CASE)
+    default: fail(Status::Internal, "int8 unpack check: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_I8_CHECK_CASE
+  MOE_CUDA_LAUNCH_CHECK("i8_unpack_check_kernel");
+}
+#undef MOE_MMQ_I8_TYPES
+
+}  // namespace moe

@@ -1,0 +1,44 @@
+// Host emulation of what the int8 MMQ kernel (matmul_mmq_i8.cu) needs beyond emu.h:
+// mma.m16n8k32 / m16n8k16 .s8 -> .s32 by the PTX fragment layouts, and the device
+// intrinsics it calls, with their documented semantics.
+#pragma once
+#include "emu.h"
+
+template <class T> inline T __ldg(const T *p) { return *p; }
+inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh) {
+  const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
+  return static_cast<uint32_t>(v >> (sh & 31));
+}
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+}
+inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
+inline float __fdividef(float a, float b) { return a / b; }
+
+// D = A B + C with int8 A (16 x K, row-major) and B (K x 8, column-major), s32 C / D, K = 32
+// (a: 4 registers, b: 2) or 16 (a: 2, b: 1). Register r of lane l holds 4 consecutive k:
+// A row l / 4 (+ 8 for odd r), k 4 (l % 4) (+ 16 for r >= 2); B column l / 4, the same k.
+inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K) {
+  const int lane = threadIdx.x & 31;
+  EmuWarp &W = g_warps[threadIdx.x >> 5];
+  const int na = K / 8, nb = K / 16;
+  for (int i = 0; i < na; ++i) W.a[lane][i] = a[i];
+  for (int i = 0; i < nb; ++i) W.b[lane][i] = b[i];
+  W.bar->arrive_and_wait();
+  auto byte = [](uint32_t reg, int k) { return static_cast<int>(static_cast<int8_t>(reg >> (8 * (k % 4)))); };
+  auto A = [&](int row, int k) { return byte(W.a[(row % 8) * 4 + (k % 16) / 4][(row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k); };
+  auto B = [&](int k, int col) { return byte(W.b[col * 4 + (k % 16) / 4][k >= 16 ? 1 : 0], k); };
+  int d[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = (lane >> 2) + (i >= 2 ? 8 : 0), col = 2 * (lane & 3) + (i & 1);
+    int64_t s = c[i];
+    for (int k = 0; k < K; ++k) s += A(row, k) * B(k, col);
+    if (s != static_cast<int>(s)) std::abort();  // the kernel's int32 bounds were wrong
+    d[i] = static_cast<int>(s);
+  }
+  W.bar->arrive_and_wait();
+  for (int i = 0; i < 4; ++i) c[i] = d[i];
+}

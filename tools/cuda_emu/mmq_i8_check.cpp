@@ -1,0 +1,146 @@
+// Checks the int8 MMQ kernel (matmul_mmq_i8.cu), run through emu.h / emu_int8.h, against a
+// float64 product of dequant32's weights and the int8 activations, dense and with routing
+// tiles, on random blocks (random bytes: every scale and min code, Q6_K's -128 included;
+// only the f16 block scales are set to sane values). Args: SEED; exit status 1 on failure.
+#include "emu_int8.h"
+#include "backends/cuda/ops/mma_common.cuh"
+#include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/quant.cuh"
+#include <cstdio>
+#include <random>
+
+namespace moe {
+#include "mmq_i8_emu.inc"
+}
+using namespace moe;
+
+static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
+
+template <DType T> struct Layout;
+template <> struct Layout<DType::Q4_0> { static constexpr int qk = 32, bytes = 18, d[2] = {0, -1}; };
+template <> struct Layout<DType::Q8_0> { static constexpr int qk = 32, bytes = 34, d[2] = {0, -1}; };
+template <> struct Layout<DType::Q4_K> { static constexpr int qk = 256, bytes = 144, d[2] = {0, 2}; };
+template <> struct Layout<DType::Q5_K> { static constexpr int qk = 256, bytes = 176, d[2] = {0, 2}; };
+template <> struct Layout<DType::Q6_K> { static constexpr int qk = 256, bytes = 210, d[2] = {208, -1}; };
+
+// One case: E experts of M x K weights; tiles == empty: dense over N columns (K split into
+// k_len ranges, partial results summed here in order), else routed.
+template <DType T>
+static bool run_case(const char *name, int M, int K, int N, int E, std::vector<int4> tiles, std::vector<int2> entries, uint32_t seed,
+                     int k_len = 0) {
+  using L = Layout<T>;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255), q8(-127, 127);
+  std::uniform_real_distribution<float> ud(0.25f, 1.0f);
+  const int64_t row_bytes = static_cast<int64_t>(K / L::qk) * L::bytes, expert_bytes = row_bytes * M;
+  std::vector<uint8_t> W(static_cast<size_t>(expert_bytes * E));
+  for (auto &b : W) b = static_cast<uint8_t>(byte(rng));
+  for (size_t blk = 0; blk < W.size() / L::bytes; ++blk)
+    for (int f = 0; f < 2; ++f)
+      if (L::d[f] >= 0) {
+        const uint16_t b = f16bits(ud(rng) * (f ? 0.02f : 0.01f));
+        std::memcpy(&W[blk * L::bytes + L::d[f]], &b, 2);
+      }
+  const int cblk = L::qk == 256 ? 256 : 32;  // Q8_K or Q8_0 activation blocks
+  std::vector<int8_t> Xq(static_cast<size_t>(N) * K);
+  std::vector<float2> Xs(static_cast<size_t>(N) * K / 16);
+  std::vector<float> c(static_cast<size_t>(N) * K / cblk);
+  for (auto &v : c) v = ud(rng) * 0.01f;
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) Xq[static_cast<size_t>(n) * K + k] = static_cast<int8_t>(k % 97 == 5 ? (k & 1 ? 127 : -127) : q8(rng));
+  for (int n = 0; n < N; ++n)
+    for (int g = 0; g < K / 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += Xq[static_cast<size_t>(n) * K + 16 * g + i];
+      Xs[static_cast<size_t>(n) * (K / 16) + g] = make_float2(c[static_cast<size_t>(n) * (K / cblk) + 16 * g / cblk], static_cast<float>(sum));
+    }
+  const bool dense = tiles.empty();
+  if (dense)
+    for (int n = 0; n < N; ++n) entries.push_back(make_int2(n, n));
+  const int n_out = static_cast<int>(entries.size());
+  if (k_len <= 0) k_len = K;
+  const int nz = (K + k_len - 1) / k_len;
+  const int64_t y_split = nz > 1 ? static_cast<int64_t>(n_out) * M : 0;
+  std::vector<float> part(static_cast<size_t>(n_out) * M * nz, -777.0f), Y(static_cast<size_t>(n_out) * M);
+  const int n_col_tiles = dense ? (N + 63) / 64 : static_cast<int>(tiles.size());
+  const dim3 grid(static_cast<unsigned>((M + 127) / 128), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
+  emu_launch(grid, 256, mmq_i8_emu::mmq_i8_kernel<T>, static_cast<const uint8_t *>(W.data()), row_bytes, dense ? int64_t(0) : expert_bytes,
+             K, M, static_cast<const int8_t *>(Xq.data()), static_cast<const float2 *>(Xs.data()), part.data(), dense ? N : 0,
+             dense ? static_cast<const int4 *>(nullptr) : static_cast<const int4 *>(tiles.data()),
+             dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()), k_len, y_split);
+  for (size_t i = 0; i < Y.size(); ++i) {
+    Y[i] = part[i];
+    for (int z = 1; z < nz; ++z) Y[i] += part[static_cast<size_t>(z) * Y.size() + i];
+  }
+  // Reference: expert of each entry from the tiles.
+  std::vector<int> expert_of(static_cast<size_t>(n_out), 0);
+  for (const int4 &t : tiles)
+    for (int i = 0; i < t.z; ++i) expert_of[static_cast<size_t>(t.y + i)] = t.x;
+  std::vector<float> w(static_cast<size_t>(K));
+  double worst = 0;
+  int bad = 0;
+  for (int e = 0; e < n_out; ++e) {
+    const int xrow = entries[static_cast<size_t>(e)].x, yrow = entries[static_cast<size_t>(e)].y;
+    for (int m = 0; m < M; ++m) {
+      const uint8_t *row = W.data() + expert_of[static_cast<size_t>(e)] * expert_bytes + m * row_bytes;
+      for (int s = 0; s < K / 32; ++s) dequant32<T>(row, s, w.data() + 32 * s);
+      double ref = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        const double x = double(Xq[static_cast<size_t>(xrow) * K + k]) * c[static_cast<size_t>(xrow) * (K / cblk) + k / cblk];
+        ref += double(w[static_cast<size_t>(k)]) * x;
+        mag += std::fabs(double(w[static_cast<size_t>(k)]) * x);
+      }
+      const double err = std::fabs(double(Y[static_cast<size_t>(yrow) * M + m]) - ref) / (mag + 1e-30);
+      worst = std::max(worst, err);
+      if (!(err < 2e-6) && bad++ < 5) std::printf("  %s: out %d row %d: %g vs %g\n", name, yrow, m, Y[static_cast<size_t>(yrow) * M + m], ref);
+    }
+  }
+  std::printf("%-28s %s (worst error / sum |w x| = %.2e)\n", name, bad ? "FAIL" : "ok", worst);
+  return bad == 0;
+}
+
+// Routing tiles over E experts: entries grouped by expert, tiles of <= 64, plus an empty tile.
+static void routing(int E, int n_tok, int N, uint32_t seed, std::vector<int4> &tiles, std::vector<int2> &entries) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int>> by_e(static_cast<size_t>(E));
+  for (int t = 0; t < n_tok; ++t) by_e[static_cast<size_t>(rng() % E)].push_back(static_cast<int>(rng() % N));
+  for (int e = 0; e < E; ++e) {
+    const auto &v = by_e[static_cast<size_t>(e)];
+    for (size_t i = 0; i < v.size(); i += 64) {
+      const int first = static_cast<int>(entries.size()), cnt = static_cast<int>(std::min<size_t>(64, v.size() - i));
+      for (int j = 0; j < cnt; ++j) entries.push_back(make_int2(v[i + j], static_cast<int>(entries.size())));
+      tiles.push_back(make_int4(e, first, cnt, 0));
+    }
+  }
+  tiles.push_back(make_int4(0, 0, 0, 0));
+}
+
+template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
+  constexpr bool kq = Layout<T>::qk == 256;
+  bool ok = true;
+  char name[64];
+  std::snprintf(name, sizeof name, "%s dense M=203 N=77", tn);
+  ok &= run_case<T>(name, 203, kq ? 512 : 96, 77, 1, {}, {}, seed);
+  std::snprintf(name, sizeof name, "%s dense M=64 N=16", tn);
+  ok &= run_case<T>(name, 64, kq ? 256 : 160, 16, 1, {}, {}, seed + 1);
+  std::snprintf(name, sizeof name, "%s dense K split 3 ways", tn);
+  ok &= run_case<T>(name, 40, 768, 20, 1, {}, {}, seed + 4, 256);
+  std::vector<int4> tiles;
+  std::vector<int2> entries;
+  routing(3, 150, 40, seed + 2, tiles, entries);
+  std::snprintf(name, sizeof name, "%s routed E=3 M=136", tn);
+  ok &= run_case<T>(name, 136, kq ? 256 : 64, 40, 3, tiles, entries, seed + 3);
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  const uint32_t seed = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 1;
+  bool ok = true;
+  ok &= type_cases<DType::Q4_0>("Q4_0", seed * 100);
+  ok &= type_cases<DType::Q8_0>("Q8_0", seed * 100 + 10);
+  ok &= type_cases<DType::Q4_K>("Q4_K", seed * 100 + 20);
+  ok &= type_cases<DType::Q5_K>("Q5_K", seed * 100 + 30);
+  ok &= type_cases<DType::Q6_K>("Q6_K", seed * 100 + 40);
+  std::printf(ok ? "all passed\n" : "FAILED\n");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,16 @@
+#!/bin/sh
+# Builds the host emulation of the int8 MMQ kernel and checks it against a float64 product:
+# run_mmq.sh [SEED]. Needs g++ >= 12 (C++20) and the CUDA headers (no GPU, no CUDA runtime
+# library). SANITIZE=1 adds AddressSanitizer (out-of-bounds weight reads).
+set -e
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+OUT=${OUT:-/tmp/moe-cuda-emu-mmq}
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+mkdir -p "$OUT"
+python3 "$HERE/gen_mmq.py" "$REPO" "$OUT"
+SAN=""
+[ "${SANITIZE:-0}" = 1 ] && SAN="-fsanitize=address -fno-omit-frame-pointer"
+g++ -std=c++20 -O1 $SAN -include "$HERE/emu.h" -I"$OUT/inc" -I"$OUT" -I"$HERE" -I"$CUDA_INC" -I"$REPO/src" -I"$REPO/include" \
+  -DMOEINFER_WITH_CUDA=1 "$HERE/mmq_i8_check.cpp" -pthread -o "$OUT/mmq_i8_check"
+"$OUT/mmq_i8_check" "${1:-1}"
