@@ -114,11 +114,12 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
       if (std::string(preset) == "tiny") {
         CHECK(prefill.at(1) == std::vector<std::string>{"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                                          "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"});  // layer 0 (segment 1): the full qwen3moe pattern
+        // One token: the router also takes its mat-vec and the ffn norm in front of it.
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
-                                         "fused:rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum"};  // one token: + the router mat-vec
+                                         "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum"};
         if (cuda_fused_matvec_available())
           want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
-                  "fused:rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
+                  "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
                   "fused:matmul_id+moe_combine+add"};
         CHECK(by_layer[1] == want);
         CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == std::vector<std::string>{"fused:rms_norm+mul"});  // output norm
@@ -336,11 +337,12 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
 #endif
 }
 
-// The router's one-token F32 mat-vec in the router's launch: many blocks compute the logits
-// in the unfused mat-vec's summation order, the last block routes (bit-identical to the
-// unfused mat-vec + router). Rows 3 and 7 of the weight are equal: tied logits, the lower
-// index wins. K not a multiple of 8 keeps the mat-vec apart.
-TEST_CASE("cuda fusion: router with its F32 mat-vec in one launch equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+// The router's one-token F32 mat-vec in the router's launch, optionally with the RmsNorm ->
+// Mul in front of it: many blocks compute the logits in the unfused mat-vec's summation
+// order (each normalising the row like the row chains), the last block routes (bit-identical
+// to the unfused kernels). Rows 3 and 7 of the weight are equal: tied logits, the lower index
+// wins. K not a multiple of 8 keeps the mat-vec (and the norm) apart.
+TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
@@ -348,38 +350,48 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec in one launch equals unfused
   struct Case {
     int64_t K, E, k;
   };
-  for (const Case &cs : {Case{64, 40, 6}, Case{2048, 128, 8}, Case{768, 300, 8}, Case{2056, 512, 8}, Case{8, 16, 4}, Case{100, 32, 4}})
-    for (int variant = 0; variant < 2; ++variant) {  // 0: + norm_sum, 1: probs also read outside
+  for (const Case &cs : {Case{64, 40, 6}, Case{2048, 128, 8}, Case{768, 300, 8}, Case{2056, 512, 8}, Case{8, 16, 4}, Case{100, 32, 4},
+                         Case{4096, 64, 4}})
+    for (int variant = 0; variant < 4; ++variant) {  // 0: + norm_sum, 1: probs also read outside, 2/3: + the norm (2: its output read outside)
       const int64_t K = cs.K, E = cs.E, k = cs.k;
+      const bool norm = variant >= 2;
       auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(50 + K + E), 0.05f);
       const auto xv = randn(static_cast<size_t>(K), static_cast<uint32_t>(60 + K));
+      auto nv = randn(static_cast<size_t>(K), static_cast<uint32_t>(70 + K), 0.1f);
+      for (float &v : nv) v += 1.0f;
       // Rows 3 and 7: x scaled to a logit ~3 sigma above the others, so the tie is selected.
       for (int64_t i = 0; i < K; ++i)
         wv[static_cast<size_t>(3 * K + i)] = wv[static_cast<size_t>(7 * K + i)] = 0.15f * xv[static_cast<size_t>(i)] / std::sqrt(static_cast<float>(K));
       WeightStore ws;
       const GgufTensorInfo *wi = ws.add("router", DType::F32, {K, E}, wv);
-      int xi, probs, ids, w;
+      const GgufTensorInfo *ni = ws.add("norm", DType::F32, {K}, nv);
+      int xi, xn = -1, probs, ids, w;
       auto build = [&]() {
         Graph g;
         xi = g.input("x", DType::F32, {K, 1});
-        const int logits = g.matmul(g.weight(wi), xi);
+        int a = xi;
+        if (norm) a = xn = g.mul(g.rms_norm(xi, 1e-6f), g.weight(ni));
+        const int logits = g.matmul(g.weight(wi), a);
         probs = g.softmax(logits);
         ids = g.top_k(probs, static_cast<int>(k));
         w = g.norm_sum(g.gather_cols(probs, ids));
         g.mark_output(ids, "ids");
         g.mark_output(w, "w");
         if (variant == 1) g.mark_output(probs, "probs");
+        if (variant == 2) g.mark_output(xn, "xn");
         return g;
       };
       INFO("K " << K << " E " << E << " variant " << variant);
       const bool with_mm = K % 8 == 0;
       const FusionPlan fp = plan_on(*gpu, build());
-      REQUIRE(fp.groups.size() == 1);
-      CHECK(fp.groups[0].kind == FusedKind::Router);
-      CHECK(fp.groups[0].members.size() == (with_mm ? 5u : 4u));
-      if (with_mm) CHECK(fp.groups[0].label == "fused:matmul+softmax+top_k+gather_cols+norm_sum");
+      REQUIRE(fp.groups.size() == (norm && !with_mm ? 2u : 1u));  // the norm apart: a row chain
+      const FusedGroup &rg = fp.groups.back();
+      CHECK(rg.kind == FusedKind::Router);
+      CHECK(rg.members.size() == (with_mm ? (norm ? 7u : 5u) : 4u));
+      if (with_mm) CHECK(rg.label == std::string(norm ? "fused:rms_norm+mul+" : "fused:") + "matmul+softmax+top_k+gather_cols+norm_sum");
       std::vector<int> outs = {ids, w};
       if (variant == 1) outs.push_back(probs);
+      if (variant == 2) outs.push_back(xn);
       const std::vector<Input> ins = {in(xi, xv)};
       auto rc = run_on(*reg.cpu(), build(), ins, outs);
       const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
@@ -387,9 +399,11 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec in one launch equals unfused
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f.out[o] == u.out[o]);
       CHECK(f.out[0] == rc[0]);  // ids exactly (random logits are far from ties but for rows 3 and 7)
       CHECK(rel_err(f.out[1], rc[1]) < 1e-4);  // the CPU sums the logits in another order
-      if (variant == 1) CHECK(rel_err(f.out[2], rc[2]) < 1e-4);
-      // Unfused: mat-vec, softmax, top_k, gather_cols, norm_sum; fused: 1 (2 with K % 8 != 0).
-      CHECK(f.launches + (with_mm ? 4 : 3) == u.launches);
+      if (variant == 1 || variant == 2) CHECK(rel_err(f.out[2], rc[2]) < 1e-4);
+      // Unfused: [rms_norm, mul,] mat-vec, softmax, top_k, gather_cols, norm_sum; fused: 1, or
+      // with K % 8 != 0 the mat-vec apart [and the norm as a row chain].
+      const uint64_t saved = with_mm ? (norm ? 6 : 4) : (norm ? 4 : 3);
+      CHECK(f.launches + saved == u.launches);
       // The same graph again: the last-block counter was left at zero.
       const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
@@ -463,11 +477,11 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
   // Per layer (one-token mat-vecs round their activations inside: 1 launch each): attn norm 1,
-  // attn norm 1, q/k/v 1, head chains 1, attention 1 (its last blocks merge the cell ranges),
-  // out-proj + residual 1, ffn norm 1, router with its mat-vec 1, gate/up + SwiGLU 1, down +
-  // combine + residual 1 = 9; without the fused mat-vec groups: q 1 + k 1 + v 1, out-proj 1 +
-  // add 1, gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 16.
-  const int64_t per_layer = cuda_fused_matvec_available() ? 9 : 16;
+  // q/k/v 1, head chains 1, attention 1 (its last blocks merge the cell ranges), out-proj +
+  // residual 1, ffn norm + router mat-vec + router 1, gate/up + SwiGLU 1, down + combine +
+  // residual 1 = 8; without the fused mat-vec groups: q 1 + k 1 + v 1, out-proj 1 + add 1,
+  // gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 15.
+  const int64_t per_layer = cuda_fused_matvec_available() ? 8 : 15;
   // Embedding 1, output norm 1, LM head 1; the last layer selects its output rows (2) between
   // out-proj and the residual add, so there those two stay apart (+1).
   const int64_t fixed = 8;

@@ -40,7 +40,10 @@ public:
     for (int i = 0; i < n_; ++i) {
       if (!is_compute(g_.node(i))) continue;
       FusedGroup grp;
-      if (!match_at(i, grp) || !safe(grp)) continue;
+      if (!match_at(i, grp) || !safe(grp)) {
+        grp = FusedGroup{};  // a norm that cannot join its router may still form a row chain
+        if (nd(i).op != Op::RmsNorm || !match_row_chains(i, grp) || !safe(grp)) continue;
+      }
       grp.first = grp.members.front();
       grp.last = grp.members.back();
       grp.label = "fused:";
@@ -81,7 +84,8 @@ private:
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
-      case Op::RmsNorm: case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
+      case Op::RmsNorm: return match_norm_router(i, grp) || match_row_chains(i, grp);
+      case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       default: return false;
     }
   }
@@ -199,6 +203,20 @@ private:
     if (!f32_rows(mm) || !f32_rows(nd(mm.src[1])) || !match_router(s, grp)) return false;
     grp.members.insert(grp.members.begin(), i);
     grp.written.insert(grp.written.begin(), i);
+    return true;
+  }
+
+  // RmsNorm(x) -> Mul(row weight) -> the router's F32 MatMul (match_router_mm), one token:
+  // every block of the router launch normalises the row itself; the Mul output is written
+  // when the experts (or others) read it.
+  bool match_norm_router(int i, FusedGroup &grp) const {
+    const int m = next(i);
+    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
+    if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1) return false;
+    const int mm = next(m);
+    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !match_router_mm(mm, grp)) return false;
+    grp.members.insert(grp.members.begin(), {i, m});
+    if (read_outside(m, 1)) grp.written.insert(grp.written.begin(), m);
     return true;
   }
 

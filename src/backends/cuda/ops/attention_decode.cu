@@ -226,7 +226,7 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   __syncthreads();
   // A thread per pair of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2 even);
   // kMergeBatch ranges' loads in flight at once (the merge is latency bound at a deep cache).
-  constexpr int kMergeBatch = 16;
+  constexpr int kMergeBatch = HD >= 256 ? 8 : 16;  // HD 256: the main loop already needs every register
   for (int idx = threadIdx.x; idx < ng * (HD / 2); idx += kThreads) {
     const int g = idx / (HD / 2), d = 2 * (idx % (HD / 2));  // g is uniform over a warp
     const float *src = attn_partial(const_cast<float *>(part), t, h0 + g, 0, n_head, kSplit, HD) + 2 + d;

@@ -2,7 +2,8 @@
 // weight) -> Rope -> KvStore (a block per row of each chain, the row staged in shared
 // memory; q, k and v heads of a layer in one launch), and the softmax router Softmax ->
 // TopK -> GatherCols [-> NormSum] (a block per token), optionally behind its one-token F32
-// MatMul (many blocks compute the logits, the last one to finish selects). They call the
+// MatMul and that MatMul's input RmsNorm -> Mul (many blocks compute the logits, the last one
+// to finish selects). They call the
 // same device functions as the unfused kernels (row_ops.cuh, rope.cuh, kv_store.cuh,
 // top_k.cuh) and sum the logits in the unfused mat-vec's order, so fused and unfused
 // results are bit-identical. All launch with PDL (ops/pdl.cuh): before pdl_wait they read
@@ -158,29 +159,39 @@ __global__ void router_kernel(RouterArgs a) {
   route_row(row_in(a.logits, blockIdx.x, 0, 0), a, blockIdx.x, static_cast<int>(blockDim.x));
 }
 
-// The router's one-token F32 mat-vec in the same launch. Each block computes a pair of
-// logits exactly as the unfused mat-vec does for a plain type with few rows (ops/matvec.cu,
-// kModeSplit): 8 warps cut K into shares of kw (a multiple of 8) values; a lane sums its
-// 8-value pieces base + 256 u + 8 lane (u < 4, base += 1024) with fmaf in that order, the
-// warp adds by xor shuffles 16..1, the block adds the warps' sums in warp order from 0.
-// The last block to finish (DevUbatch::sync counter) reads the logits back and routes.
+// The router's one-token F32 mat-vec in the same launch, optionally behind the RmsNorm -> Mul
+// of its input. Each block stages the activation row in shared memory (normalised there by
+// the row chains' arithmetic when the norm is fused: rms_row_scale over the unfused RmsNorm
+// kernel's block size, then (x * scale) * w; block 0 writes the row for its other readers)
+// and computes a pair of logits exactly as the unfused mat-vec does for a plain type with few
+// rows (ops/matvec.cu, kModeSplit): 8 warps cut K into shares of kw (a multiple of 8) values;
+// a lane sums its 8-value pieces base + 256 u + 8 lane (u < 4, base += 1024) with fmaf in that
+// order, the warp adds by xor shuffles 16..1, the block adds the warps' sums in warp order
+// from 0. The last block to finish (DevUbatch::sync counter) reads the logits back and routes.
 constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = 2, kRmPieces = 4;
+constexpr int kRmMaxK = 8192;  // the staged row: 32 KB of shared memory
 
 struct RouterMv {
   const float *w;    // [K, E] rows of K floats, 16-byte aligned, row stride w_rs floats
   int64_t w_rs;
-  const float *x;    // [K], 16-byte aligned
+  const float *x;    // [K] (the norm's input when nw is set)
+  const float *nw;   // RmsNorm -> Mul: the Mul's row weight [K], or null (no norm)
+  float *normed;     // the Mul's output [K] when read outside the group, or null
+  float eps;
+  int rms_nthr;      // the unfused RmsNorm kernel's block size (its reduction order)
   float *logits;     // [E] (the MatMul's output)
   unsigned *sync;    // one counter
   int K, nthr;       // nthr: the unfused Softmax kernel's block size
 };
 
 __device__ __forceinline__ void load8f(const float *p, float (&v)[8]) {
-  const float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+  const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
   v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
 __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, RouterMv m) {
+  extern __shared__ __align__(16) float s_x[];  // the activation row [K]
+  __shared__ double s_red[32];
   __shared__ float s_part[kRmWarps][kRmRows];
   __shared__ float s_l[kCudaMaxExperts];
   __shared__ bool s_last;
@@ -203,16 +214,37 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
           for (int l = 0; l < 8; ++l) w[k][u][l] = 0.0f;
       }
   };
-  load_w(0);  // weights: before pdl_wait
+  // Weights before pdl_wait: the first pieces of the rows and the norm's row weight.
+  load_w(0);
+  float nwr[kWeightRegs];
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int i = threadIdx.x + j * kRmThreads;
+    nwr[j] = m.nw && i < m.K ? __ldg(m.nw + i) : 0.0f;
+  }
   pdl_wait();
   pdl_trigger();
+  for (int i = threadIdx.x; i < m.K; i += kRmThreads) s_x[i] = m.x[i];
+  __syncthreads();
+  if (m.nw) {  // RmsNorm -> Mul as the row chains compute them
+    const float scale = rms_row_scale(s_x, m.K, m.eps, m.rms_nthr, s_red);  // its barriers end every read of s_x
+#pragma unroll
+    for (int j = 0; j < kWeightRegs; ++j) {
+      const int i = threadIdx.x + j * kRmThreads;
+      if (i < m.K) s_x[i] = s_x[i] * scale * nwr[j];
+    }
+    for (int i = threadIdx.x + kWeightRegs * kRmThreads; i < m.K; i += kRmThreads) s_x[i] = s_x[i] * scale * m.nw[i];
+    __syncthreads();
+    if (blockIdx.x == 0 && m.normed)
+      for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
+  }
   for (int base = 0; base < kn; base += 256 * kRmPieces) {
     if (base > 0) load_w(base);
     float x[kRmPieces][8];
 #pragma unroll
     for (int u = 0; u < kRmPieces; ++u) {
       const int i = base + 256 * u + 8 * lane;
-      if (i < kn) load8f(m.x + kb + i, x[u]);
+      if (i < kn) load8f(s_x + kb + i, x[u]);
     }
 #pragma unroll
     for (int k = 0; k < kRmRows; ++k)
@@ -309,22 +341,30 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
 
 namespace {
 
-// The fused router mat-vec applies where the unfused mat-vec would take its split path
-// (its summation order): contiguous 16-byte aligned F32 rows, K a multiple of 8, few rows.
+// The fused router mat-vec applies where the unfused mat-vec would take its split path with
+// 16-byte loads (its summation order): contiguous aligned F32 rows (weights and the MatMul's
+// input, the Mul output when the norm is fused), K a multiple of 8, few rows.
 bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
   const Node &w = c.g.node(mm.src[0]), &x = c.g.node(mm.src[1]);
   auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t K = w.ne[0], E = w.ne[1];
-  return c.ub.sync && w.type == DType::F32 && w.nb[0] == 4 && w.nb[1] % 16 == 0 && aligned(w.data) && K % 8 == 0 && K < (1 << 30) &&
+  return c.ub.sync && w.type == DType::F32 && w.nb[0] == 4 && w.nb[1] % 16 == 0 && aligned(w.data) && K % 8 == 0 && K <= kRmMaxK &&
          x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts &&
          (E + 15) / 16 < c.n_sm;  // ops/matvec.cu launch_rows: split when its row blocks leave multiprocessors idle
 }
 
+void run_nodes(const CudaOpCtx &c, const FusedGroup &grp, size_t n) {
+  for (size_t k = 0; k < n; ++k) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(grp.members[k]), c.ub, c.kv, c.n_sm});
+}
+
 }  // namespace
 
+// Members: [RmsNorm, Mul,] [MatMul,] Softmax, TopK, GatherCols [, NormSum].
 void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
-  const bool with_mm = c.g.node(grp.members[0]).op == Op::MatMul;
-  const size_t m0 = with_mm ? 1 : 0;  // the Softmax
+  const bool with_norm = c.g.node(grp.members[0]).op == Op::RmsNorm;
+  const size_t i_mm = with_norm ? 2 : 0;
+  const bool with_mm = c.g.node(grp.members[i_mm]).op == Op::MatMul;
+  const size_t m0 = with_mm ? i_mm + 1 : 0;  // the Softmax
   const Node &sm = c.g.node(grp.members[m0]), &tk = c.g.node(grp.members[m0 + 1]), &gc = c.g.node(grp.members[m0 + 2]);
   const int64_t T = sm.ne[1];
   if (T == 0) return;
@@ -340,16 +380,30 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
   a.k = static_cast<int>(tk.ne[0]);
   const int nthr = row_threads(sm.ne[0]);
   if (with_mm) {
-    const Node &mm = c.g.node(grp.members[0]);
+    const Node &mm = c.g.node(grp.members[i_mm]);
     if (T == 1 && router_mv_fits(c, mm)) {
       const Node &w = c.g.node(mm.src[0]);
-      RouterMv m{static_cast<const float *>(w.data), static_cast<int64_t>(w.nb[1] / 4), static_cast<const float *>(c.g.node(mm.src[1]).data),
-                 static_cast<float *>(mm.data), c.ub.sync, static_cast<int>(w.ne[0]), nthr};
+      RouterMv m{};
+      m.w = static_cast<const float *>(w.data);
+      m.w_rs = static_cast<int64_t>(w.nb[1] / 4);
+      m.x = static_cast<const float *>(c.g.node(mm.src[1]).data);
+      if (with_norm) {
+        const Node &rms = c.g.node(grp.members[0]), &mul = c.g.node(grp.members[1]);
+        m.x = static_cast<const float *>(c.g.node(rms.src[0]).data);
+        m.nw = static_cast<const float *>(c.g.node(mul.src[1]).data);
+        m.normed = is_written(grp, grp.members[1]) ? static_cast<float *>(mul.data) : nullptr;
+        m.eps = rms.fp[0];
+        m.rms_nthr = row_threads(rms.ne[0]);
+      }
+      m.logits = static_cast<float *>(mm.data);
+      m.sync = c.ub.sync;
+      m.K = static_cast<int>(w.ne[0]);
+      m.nthr = nthr;
       const unsigned blocks = static_cast<unsigned>((sm.ne[0] + kRmRows - 1) / kRmRows);
-      launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), 0, c.stream, a, m);
+      launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), static_cast<size_t>(m.K) * 4, c.stream, a, m);
       return;
     }
-    cuda_run_node(CudaOpCtx{c.stream, c.g, mm, c.ub, c.kv, c.n_sm});  // the mat-vec on its own
+    run_nodes(c, grp, i_mm + 1);  // the norm and the mat-vec on their own
   }
   launch_pdl(router_kernel, dim3(static_cast<unsigned>(T)), dim3(static_cast<unsigned>(nthr)), 0, c.stream, a);
 }
