@@ -124,6 +124,24 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   W.bar->arrive_and_wait();
   return m;
 }
+// Shuffles of other 4- or 8-byte types (double and int sums, top-k ids) through a per-warp buffer.
+template <class V> V emu_shfl_xor(V v, int m) {
+  static_assert(sizeof(V) <= 8, "shuffle of a wider type");
+  static uint64_t buf[32][32];  // [warp][lane]
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  EmuWarp &W = g_warps[w];
+  std::memcpy(&buf[w][lane], &v, sizeof(V));
+  W.bar->arrive_and_wait();
+  V r;
+  std::memcpy(&r, &buf[w][lane ^ m], sizeof(V));
+  W.bar->arrive_and_wait();
+  return r;
+}
+inline double __shfl_xor_sync(unsigned, double v, int m) { return emu_shfl_xor(v, m); }
+inline int __shfl_xor_sync(unsigned, int v, int m) { return emu_shfl_xor(v, m); }
+inline void __syncwarp() { g_warps[threadIdx.x >> 5].bar->arrive_and_wait(); }
+inline float __ldg(const float *p) { return *p; }
+inline float4 __ldg(const float4 *p) { return *p; }
 inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

@@ -190,7 +190,7 @@ __device__ __forceinline__ void load8f(const float *p, float (&v)[8]) {
 }
 
 __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, RouterMv m) {
-  extern __shared__ __align__(16) float s_x[];  // the activation row [K]
+  __shared__ __align__(16) float s_x[kRmMaxK];  // the activation row [K]
   __shared__ double s_red[32];
   __shared__ float s_part[kRmWarps][kRmRows];
   __shared__ float s_l[kCudaMaxExperts];
@@ -400,7 +400,7 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
       m.K = static_cast<int>(w.ne[0]);
       m.nthr = nthr;
       const unsigned blocks = static_cast<unsigned>((sm.ne[0] + kRmRows - 1) / kRmRows);
-      launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), static_cast<size_t>(m.K) * 4, c.stream, a, m);
+      launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), 0, c.stream, a, m);
       return;
     }
     run_nodes(c, grp, i_mm + 1);  // the norm and the mat-vec on their own

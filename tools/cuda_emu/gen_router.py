@@ -1,0 +1,43 @@
+# Writes a host-compilable copy of the fused router kernels of fused.cu (route_row,
+# router_mv_kernel: the router's F32 mat-vec, optionally behind its RmsNorm -> Mul, with the
+# last-block routing) into OUT, plus a launcher for router_check.cpp. Usage: gen_router.py REPO OUT
+import os
+import sys
+
+src = open(os.path.join(sys.argv[1], 'src/backends/cuda/ops/fused.cu')).read()
+out = sys.argv[2]
+row_in0 = src.index('__device__ __forceinline__ const float *row_in(')
+row_in1 = src.index('\n}\n', row_in0) + 3
+regs = src[src.index('constexpr int kWeightRegs'):].split('\n', 1)[0] + '\n'
+k0 = src.index('struct RouterArgs {')
+k1 = src.index('\n}\n', src.index('__global__ void __launch_bounds__(kRmThreads) router_mv_kernel')) + 3
+launcher = '''
+void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
+                int K, int E, int k, int32_t *ids, float *weights) {
+  auto view = [](void *p, int64_t n) { return TView{p, {n, 1, 1, 1}, {4, n * 4, n * 4, n * 4}}; };
+  RouterArgs a{};
+  a.logits = view(logits, E);
+  a.probs = view(probs, E);
+  a.ids = view(ids, k);
+  a.gathered.data = nullptr;
+  a.weights = view(weights, k);
+  a.k = k;
+  RouterMv m{};
+  m.w = w;
+  m.w_rs = w_rs;
+  m.x = x;
+  m.nw = nw;
+  m.normed = normed;
+  m.eps = 1e-6f;
+  m.rms_nthr = row_threads(K);
+  m.logits = logits;
+  m.sync = sync;
+  m.K = K;
+  m.nthr = row_threads(E);
+  launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
+}
+'''
+text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/row_ops.cuh"\n#include "backends/cuda/ops/top_k.cuh"\n'
+        'namespace moe {\nnamespace {\n' + src[row_in0:row_in1] + regs + src[k0:k1] + '}  // namespace\n' + launcher + '}  // namespace moe\n')
+with open(os.path.join(out, 'router_emu.cpp'), 'w') as f:
+    f.write(text)
