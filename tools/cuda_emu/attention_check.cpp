@@ -136,7 +136,7 @@ static double run(const Cfg &c, uint32_t seed) {
     }
   } else if (c.decode) {  // twice: the last-block counters must be back at zero after each launch
     std::vector<unsigned> sync(kCudaSyncSlots, 0);
-    ub.sync = sync.data();
+    ub.sync = c.n_split == 1 ? sync.data() : nullptr;  // no counters: partials, then attn_combine_kernel
     std::vector<float> part(attn_decode_work_size(c.T, n_head, hd) / 4, NAN);
     for (int rep = 0; rep < 2; ++rep) {
       attn_decode_launch(nullptr, tq, to, a, ub, part.data());
@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
       c.group = dgs[rng() % 4];
       c.T = 1 + static_cast<int>(rng() % 4);
       c.n_kv = dnks[rng() % 7];
-      c.n_split = 1;
+      c.n_split = rng() % 4 == 0 ? 2 : 1;  // 2: merged by a combine launch
     }
     if (c.split_dec) {  // any head size; n_split 1: merged in the launch, 2: by attn_combine_kernel
       c.hd = 32 * (1 + static_cast<int>(rng() % 5));
