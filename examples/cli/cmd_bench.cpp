@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/status.h"
@@ -42,6 +43,7 @@ void usage(FILE *out) {
                "  -fa 0|1              flash attention (default 1)\n"
                "  --no-mmap            read weights into memory instead of mapping the file\n"
                "  --no-gpu-graphs      run GPU steps eagerly instead of replaying a captured CUDA graph\n"
+               "  --no-pdl             GPU kernels wait for the previous one to finish before they start\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
@@ -171,6 +173,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(cli::value(argc, argv, i), "-fa") != 0;
     else if (a == "--no-mmap") mmap = false;
     else if (a == "--no-gpu-graphs") gpu_graphs = false;
+    else if (a == "--no-pdl") moe::set_gpu_dependent_launch(false);
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));

@@ -86,6 +86,9 @@ private:
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// Process-wide GPU debugging switch: programmatic dependent launch (a kernel's start overlaps
+// the previous kernel's tail; on by default, sm_90+). No effect without CUDA.
+void set_gpu_dependent_launch(bool on);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

@@ -1,5 +1,9 @@
 #include "backends/backend.h"
 
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_common.h"
+#endif
+
 namespace moe {
 
 BackendRegistry::BackendRegistry() {
@@ -10,6 +14,14 @@ BackendRegistry::BackendRegistry() {
 }
 
 BackendRegistry::~BackendRegistry() = default;
+
+void set_gpu_dependent_launch(bool on) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_pdl_enable(on);
+#else
+  (void)on;
+#endif
+}
 
 Backend *BackendRegistry::find(const std::string &name) const {
   for (auto &b : backends_)

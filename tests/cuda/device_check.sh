@@ -109,6 +109,8 @@ if has bench; then
   # Graphs off: how launch-bound decode still is.
   timeout 60 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 0 -n 128 -r 2 --no-gpu-graphs > "$OUT/bench_nographs.log" 2>&1
   note "bench (no CUDA graphs) rc=$? $(el): $(grep -E 'tg128' "$OUT/bench_nographs.log")"
+  timeout 60 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 2 --no-pdl > "$OUT/bench_nopdl.log" 2>&1
+  note "bench (no PDL) rc=$? $(el): $(grep -E '(pp512|tg128) ' "$OUT/bench_nopdl.log" | tr '\n' ' ')"
   if [ -n "${BENCH_DEPTH:-}" ]; then
     timeout 120 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -d $BENCH_DEPTH -r 2 > "$OUT/bench_depth.log" 2>&1
     note "bench depth $BENCH_DEPTH rc=$? $(el)"; grep -E '@ d' "$OUT/bench_depth.log" | tee -a "$SUM"
