@@ -204,19 +204,20 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   __shared__ float s_f[kHeads];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int g = warp; g < ng; g += kWarps) {  // a warp per head: lanes over the ranges
-    float m[kSplit / 32], M = -INFINITY;
+    float2 ms[kSplit / 32];  // (max, sum) of a range: one 8-byte load (HD + 2 is even)
+    float M = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kSplit / 32; ++i) {
-      m[i] = __ldcg(attn_partial(const_cast<float *>(part), t, h0 + g, lane + 32 * i, n_head, kSplit, HD));
-      M = fmaxf(M, m[i]);
+      ms[i] = __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), t, h0 + g, lane + 32 * i, n_head, kSplit, HD)));
+      M = fmaxf(M, ms[i].x);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     float S = 0.0f;
 #pragma unroll
     for (int i = 0; i < kSplit / 32; ++i) {
-      const float w = m[i] == -INFINITY ? 0.0f : expf(m[i] - M);
-      if (w != 0.0f) S += __ldcg(attn_partial(const_cast<float *>(part), t, h0 + g, lane + 32 * i, n_head, kSplit, HD) + 1) * w;
+      const float w = ms[i].x == -INFINITY ? 0.0f : expf(ms[i].x - M);
+      if (w != 0.0f) S += ms[i].y * w;
       s_w[g][lane + 32 * i] = w;
     }
 #pragma unroll
