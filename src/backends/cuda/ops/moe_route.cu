@@ -1,6 +1,7 @@
 // MoE routing helpers on the device: top-k (a warp per token), gathering the chosen
 // probabilities, and the weighted combine of expert outputs; plus GetRows (embedding
-// lookup / row selection) for every weight type.
+// lookup / row selection) for every weight type. All launch with PDL (ops/pdl.cuh): every
+// kernel waits for its predecessor before its first load.
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
@@ -11,6 +12,8 @@ namespace moe {
 namespace {
 
 __global__ void top_k_kernel(TView x, TView d, int k, int64_t T) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= T) return;
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[1]);
@@ -18,6 +21,8 @@ __global__ void top_k_kernel(TView x, TView d, int k, int64_t T) {
 }
 
 __global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64_t T) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= k * T) return;
   const int64_t t = i / k, j = i % k;
@@ -27,6 +32,8 @@ __global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64
 }
 
 __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_t k) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M) return;
@@ -38,6 +45,8 @@ __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_
 }
 
 __global__ void add_id_kernel(TView x, TView b, TView ids, TView d, int64_t M, int64_t k, int64_t T) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.y;  // j + k * t
   const int64_t j = r % k, t = r / k;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -53,6 +62,8 @@ constexpr int kMaxGroups = 64;
 
 // DeepSeek-V3 grouped selection, one thread per token, in the reference's exact order.
 __global__ void grouped_top_k_kernel(TView x, TView d, int k, int G, int G_used, int64_t T) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= T) return;
   const int64_t E = x.ne[0], per = E / G;
@@ -100,7 +111,7 @@ template <DType T> __device__ void get_row_sub(const uint8_t *row, int64_t s, fl
 }
 
 __global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t n_units) {
-  pdl_wait();  // PDL: every thread waits before its first load
+  pdl_wait();
   pdl_trigger();
   const int64_t r = blockIdx.y;
   const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -135,31 +146,29 @@ __global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t
 void cuda_op_top_k(const CudaOpCtx &c) {
   const int64_t T = c.n.ne[1];
   if (T == 0) return;
-  top_k_kernel<<<static_cast<unsigned>((T + 3) / 4), 128, 0, c.stream>>>(tview(c.src(0)), tview(c.n), static_cast<int>(c.n.ne[0]), T);
-  MOE_CUDA_LAUNCH_CHECK("top_k_kernel");
+  launch_pdl(top_k_kernel, dim3(static_cast<unsigned>((T + 3) / 4)), dim3(128), 0, c.stream, tview(c.src(0)), tview(c.n),
+             static_cast<int>(c.n.ne[0]), T);
 }
 
 void cuda_op_gather_cols(const CudaOpCtx &c) {
   const int64_t k = c.n.ne[0], T = c.n.ne[1];
   if (k * T == 0) return;
-  gather_cols_kernel<<<static_cast<unsigned>((k * T + 127) / 128), 128, 0, c.stream>>>(tview(c.src(0)), tview(c.src(1)), tview(c.n), k, T);
-  MOE_CUDA_LAUNCH_CHECK("gather_cols_kernel");
+  launch_pdl(gather_cols_kernel, dim3(static_cast<unsigned>((k * T + 127) / 128)), dim3(128), 0, c.stream, tview(c.src(0)), tview(c.src(1)),
+             tview(c.n), k, T);
 }
 
 void cuda_op_moe_combine(const CudaOpCtx &c) {
   const int64_t M = c.n.ne[0], T = c.n.ne[1], k = c.src(0).ne[1];
   if (M * T == 0) return;
-  moe_combine_kernel<<<dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), 256, 0, c.stream>>>(
-      tview(c.src(0)), tview(c.src(1)), tview(c.n), M, k);
-  MOE_CUDA_LAUNCH_CHECK("moe_combine_kernel");
+  launch_pdl(moe_combine_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0, c.stream,
+             tview(c.src(0)), tview(c.src(1)), tview(c.n), M, k);
 }
 
 void cuda_op_add_id(const CudaOpCtx &c) {
   const int64_t M = c.n.ne[0], k = c.n.ne[1], T = c.n.ne[2];
   if (M * k * T == 0) return;
-  add_id_kernel<<<dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(k * T)), 256, 0, c.stream>>>(
-      tview(c.src(0)), tview(c.src(1)), tview(c.src(2)), tview(c.n), M, k, T);
-  MOE_CUDA_LAUNCH_CHECK("add_id_kernel");
+  launch_pdl(add_id_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(k * T)), dim3(256), 0, c.stream,
+             tview(c.src(0)), tview(c.src(1)), tview(c.src(2)), tview(c.n), M, k, T);
 }
 
 bool cuda_grouped_top_k_supported(const Node &n) { return n.ip[1] > 0 && n.ip[1] <= kMaxGroups; }
@@ -167,9 +176,8 @@ bool cuda_grouped_top_k_supported(const Node &n) { return n.ip[1] > 0 && n.ip[1]
 void cuda_op_grouped_top_k(const CudaOpCtx &c) {
   const int64_t T = c.n.ne[1];
   if (T == 0) return;
-  grouped_top_k_kernel<<<static_cast<unsigned>((T + 63) / 64), 64, 0, c.stream>>>(tview(c.src(0)), tview(c.n), c.n.ip[0], c.n.ip[1],
-                                                                                    c.n.ip[2], T);
-  MOE_CUDA_LAUNCH_CHECK("grouped_top_k_kernel");
+  launch_pdl(grouped_top_k_kernel, dim3(static_cast<unsigned>((T + 63) / 64)), dim3(64), 0, c.stream, tview(c.src(0)), tview(c.n),
+             static_cast<int>(c.n.ip[0]), static_cast<int>(c.n.ip[1]), static_cast<int>(c.n.ip[2]), T);
 }
 
 void cuda_op_get_rows(const CudaOpCtx &c) {
