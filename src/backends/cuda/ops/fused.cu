@@ -7,7 +7,8 @@
 // same device functions as the unfused kernels (row_ops.cuh, rope.cuh, kv_store.cuh,
 // top_k.cuh) and sum the logits in the unfused mat-vec's order, so fused and unfused
 // results are bit-identical. All launch with PDL (ops/pdl.cuh): before pdl_wait they read
-// only weights.
+// only weights and graph inputs (the rope positions: uploaded before the pass by stream-
+// ordered copies, which PDL does not overlap).
 #include <algorithm>
 
 #include "backends/cuda/cuda_fusion.h"
@@ -27,6 +28,7 @@ struct ChainDesc {
   TView out;               // the chain's tail output; out.data == nullptr when the tail is a KvStore
   const float *w;          // Mul row weight, or null
   const int32_t *pos;      // Rope positions [T], or null (no Rope)
+  int pos_early;           // pos is a graph input (uploaded before the pass): read before pdl_wait
   uint8_t *kv;             // KvStore: the cache tensor, or null (no store)
   size_t kv_rb;            // bytes per cache cell row
   int kv_type;             // DType of the cache
@@ -69,6 +71,9 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
     wr[j] = d.w && i < n ? __ldg(d.w + i) : 0.0f;
   }
+  // The angle table too when no kernel writes the positions (block-uniform condition).
+  const bool table_early = d.pos && d.pos_early;
+  if (table_early) rope_angle_table(d.pos[i2], d.ra, s_theta, s_cs);
   pdl_wait();
   pdl_trigger();
   const float *src = row_in(d.in, i1, i2, i3);
@@ -92,7 +97,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
     __syncthreads();
   }
   if (d.pos) {  // rows are [head_dim, n_head, T]: i2 is the token
-    rope_angle_table(d.pos[i2], d.ra, s_theta, s_cs);
+    if (!table_early) rope_angle_table(d.pos[i2], d.ra, s_theta, s_cs);
     for (int k = threadIdx.x; k < d.ra.n_rot / 2; k += blockDim.x) rope_rotate_pair(s_row, s_row, k, d.ra, s_cs);
     __syncthreads();
   }
@@ -285,6 +290,13 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
 
+// A graph input (or a view of one): uploaded by the host before the pass, written by no kernel.
+bool is_graph_input(const Graph &g, int id) {
+  const Node *p = &g.node(id);
+  while (p->op == Op::View) p = &g.node(p->src[0]);
+  return p->op == Op::Leaf && p->leaf == LeafKind::Input;
+}
+
 bool kv_type_fusable(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::Q8_0; }
 
 }  // namespace
@@ -319,6 +331,7 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
         case Op::Rope:
           d.ra = make_rope_args(n.rope);
           d.pos = static_cast<const int32_t *>(c.g.node(n.src[1]).data);
+          d.pos_early = is_graph_input(c.g, n.src[1]) ? 1 : 0;
           break;
         case Op::KvStore:
           d.kv = static_cast<uint8_t *>(n.kv_which == 0 ? c.kv->k_data(n.kv_layer) : c.kv->v_data(n.kv_layer));
