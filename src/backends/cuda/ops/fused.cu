@@ -2,13 +2,12 @@
 // weight) -> Rope -> KvStore (a block per row of each chain, the row staged in shared
 // memory; q, k and v heads of a layer in one launch), and the softmax router Softmax ->
 // TopK -> GatherCols [-> NormSum] (a block per token), optionally behind its one-token F32
-// MatMul and that MatMul's input RmsNorm -> Mul (many blocks compute the logits, the last one
-// to finish selects). They call the
-// same device functions as the unfused kernels (row_ops.cuh, rope.cuh, kv_store.cuh,
-// top_k.cuh) and sum the logits in the unfused mat-vec's order, so fused and unfused
-// results are bit-identical. All launch with PDL (ops/pdl.cuh): before pdl_wait they read
-// only weights and graph inputs (the rope positions: uploaded before the pass by stream-
-// ordered copies, which PDL does not overlap).
+// MatMul and that MatMul's input RmsNorm -> Mul (many blocks compute the logits, the last
+// one to finish selects). They call the same device functions as the unfused kernels
+// (row_ops.cuh, rope.cuh, kv_store.cuh, top_k.cuh) and sum the logits in the unfused
+// mat-vec's order, so fused and unfused results are bit-identical. All launch with PDL
+// (ops/pdl.cuh): before pdl_wait they read only weights and graph inputs (the rope
+// positions: uploaded before the pass by stream-ordered copies, which PDL does not overlap).
 #include <algorithm>
 
 #include "backends/cuda/cuda_fusion.h"
