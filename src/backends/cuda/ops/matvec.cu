@@ -141,18 +141,21 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
 #pragma unroll
       for (int l = 0; l < 8; ++l) q[l] = static_cast<int>(roundf(v[l] * id));
     } else {
-      // Largest magnitude over the 256, first index on ties (the reference scans with '>').
-      float am = 0.0f, mv = 0.0f;
-      int idx = 1 << 30;
+      // Largest magnitude over the 256 (NaN never wins, as with the reference's '>' scan),
+      // then its signed value at the first index that reaches it: the lowest lane with a
+      // match (element index = lane * 8 + l), its first match.
+      float am = 0.0f;
 #pragma unroll
-      for (int l = 0; l < 8; ++l)
-        if (fabsf(v[l]) > am) { am = fabsf(v[l]); mv = v[l]; idx = i0 + l; }
+      for (int l = 0; l < 8; ++l) am = fmaxf(am, fabsf(v[l]));
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, am, o), ov = __shfl_xor_sync(0xffffffffu, mv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > am || (oa == am && oi < idx)) { am = oa; mv = ov; idx = oi; }
-      }
+      for (int o = 1; o < 32; o <<= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+      float mine = 0.0f;
+      bool hit = false;
+#pragma unroll
+      for (int l = 7; l >= 0; --l)
+        if (fabsf(v[l]) == am) { mine = v[l]; hit = true; }
+      const unsigned hits = __ballot_sync(0xffffffffu, hit);
+      const float mv = __shfl_sync(0xffffffffu, mine, hits ? __ffs(hits) - 1 : 0);
       if (am == 0.0f) {
         scale = 0.0f;
 #pragma unroll
@@ -322,8 +325,6 @@ __device__ void plain_dots(int K, const uint8_t *const (&wr)[J], const bool (&ok
   }
 }
 
-// kModeSplit: the warps' partial sums of the block's J rows, added in warp order (every
-// thread gets them; all threads must call it).
 template <DType T> constexpr int plain_bytes() { return T == DType::F32 ? 4 : 2; }
 
 // kModeSplit: this warp's share [kb, kb + kn) of K, a multiple of 8 (keeps 16-byte alignment).
@@ -333,6 +334,8 @@ __device__ __forceinline__ void split_share(int K, int &kb, int &kn) {
   kn = min(K - kb, kw);
 }
 
+// kModeSplit: the warps' partial sums of the block's J rows, added in warp order (every
+// thread gets them; all threads must call it).
 template <DType T, int J>
 __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], int xs0, float (&v)[J]) {
   __shared__ float part[kMvWarps][J];
@@ -563,7 +566,9 @@ void launch(DType t, bool down, dim3 grid, int smem, cudaStream_t s, const MvArg
 
 // MatVecs group: one-token MatMuls of one activation, each a range of blocks of the
 // row-pair kernel (the same device code as their own launches: bit-identical results).
-// Every block rounds the activation for its own segment's type, so types may mix.
+// Types may mix within one activation rounding V (Q8_0: Q4_0, Q8_0, MXFP4; Q8_K: the
+// K-quants): one kernel per V keeps the registers of the largest case within two blocks
+// per multiprocessor (all eight types in one kernel spilled).
 struct MvSeg {
   const uint8_t *w;
   int64_t rb;
@@ -580,7 +585,7 @@ struct MvGroupArgs {
 
 // A block belongs to the last segment whose first block is <= blockIdx.x (so empty segments
 // are skipped); the choice is block-uniform, the type switch does not diverge.
-__global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g) {
+template <DType V> __global__ void __launch_bounds__(kMvThreads, 2) matvec_group_kernel(MvGroupArgs g) {
   MvArgs a = g.a;
   DType t = g.seg[0].type;
   unsigned b0 = 0;
@@ -595,8 +600,11 @@ __global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g)
       b0 = g.block0[s];
     }
   switch (t) {
-#define MOE_MV_GROUP_CASE(TY) \
-  case TY: rows_block<TY>(a, blockIdx.x - b0, g.stage); break;
+#define MOE_MV_GROUP_CASE(TY)                                                     \
+  case TY:                                                                        \
+    if constexpr (act_type(TY) == V) rows_block<TY>(a, blockIdx.x - b0, g.stage); \
+    else pdl_enter();                                                             \
+    break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
     MOE_MV_GROUP_CASE(DType::Q8_0)
     MOE_MV_GROUP_CASE(DType::MXFP4)
@@ -606,7 +614,7 @@ __global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g)
     MOE_MV_GROUP_CASE(DType::Q5_K)
     MOE_MV_GROUP_CASE(DType::Q6_K)
 #undef MOE_MV_GROUP_CASE
-    default: pdl_enter(); break;  // never launched (cuda_matvec_groupable); keeps the PDL contract
+    default: pdl_enter(); break;  // types of another class are never launched here; keeps the PDL contract
   }
 }
 
@@ -692,18 +700,22 @@ bool cuda_matvec(const CudaOpCtx &c) {
   return true;
 }
 
-bool cuda_matvec_groupable(DType t) { return type_ok(t) && !is_plain(t); }
+int cuda_matvec_group_key(DType t) {
+  if (!type_ok(t) || is_plain(t)) return 0;
+  return act_type(t) == DType::Q8_0 ? 1 : 2;
+}
 
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   const int n = static_cast<int>(members.size());
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
+  const DType V = act_type(c.g.node(first.src[0]).type);
   bool ok = n <= kMaxFusedMatVecs;
   int smem = 0, stage = 0;
   for (int id : members) {
     const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
-    ok = ok && mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_groupable(w.type) &&
-         one_token_ok(c.g, mm);
+    ok = ok && mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
+         act_type(w.type) == V && one_token_ok(c.g, mm);
     if (!ok) break;
     const int b = smem_bytes(w.type, static_cast<int>(K), 1, false);
     ok = b >= 0;
@@ -727,7 +739,8 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
     total += blocks(w.ne[1], kRowsPlain);
   }
   if (total == 0) return;
-  launch_pdl(matvec_group_kernel, dim3(total), dim3(kMvThreads), static_cast<size_t>(smem), c.stream, g);
+  if (V == DType::Q8_0) launch_pdl(matvec_group_kernel<DType::Q8_0>, dim3(total), dim3(kMvThreads), static_cast<size_t>(smem), c.stream, g);
+  else launch_pdl(matvec_group_kernel<DType::Q8_K>, dim3(total), dim3(kMvThreads), static_cast<size_t>(smem), c.stream, g);
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
