@@ -291,6 +291,10 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
       {4352, {D::Q5_K, D::Q2_K, D::Q3_K, D::Q6_K, D::Q4_K}, {40, 17, 1, 90, 9}, {4}},  // at most four per launch
       {512, {D::Q4_K, D::F32, D::Q6_K, D::Q4_K}, {32, 32, 32, 32}, {2}},        // a plain type cuts the run
       {256, {D::Q6_K, D::Q4_K, D::Q4_K}, {48, 24, 24}, {2}, true},               // the last one goes to its Add
+      // Enough rows for two logical blocks per thread block on a large GPU (odd counts: a
+      // segment's last thread block is half empty).
+      {256, {D::Q4_K, D::Q4_K, D::Q6_K}, {4096, 512, 512}, {3}},
+      {64, {D::Q8_0, D::Q4_0, D::MXFP4}, {4100, 300, 33}, {3}},
   };
   uint32_t seed = 900;
   for (const Variant &v : variants) {
