@@ -107,8 +107,8 @@ public:
   void put_weight(Graph &g, int node) { put(g, node, g.node(node).weight->data, g.node(node).weight->nbytes); }
   template <typename T> void put_vec(Graph &g, int node, const std::vector<T> &v) { put(g, node, v.data(), v.size() * sizeof(T)); }
   void put_out(Graph &g, int node) { put(g, node, nullptr, g.node(node).nbytes()); }
-  // n_sm: the launchers' multiprocessor count; 1 makes them put two logical blocks in a
-  // thread block wherever the staging fits (block_groups in matvec.cu).
+  // n_sm: the launchers' multiprocessor count; small values make them put two logical
+  // blocks in a thread block (block_groups in matvec.cu: about 2 to 6 logical blocks per SM).
   CudaOpCtx ctx(const Graph &g, int last, int n_sm) const { return CudaOpCtx{stream_, g, g.node(last), DevUbatch{}, nullptr, n_sm}; }
   std::vector<uint8_t> get(const Graph &g, int node) {
     REQUIRE(cudaStreamSynchronize(stream_) == cudaSuccess);
@@ -285,6 +285,10 @@ double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const s
 // F16 weights never take the fused mat-vecs (half-precision sums, matmul_f16_halfsum.cu).
 static bool fused_type(DType t) { return t != DType::F16; }
 
+// Multiprocessor counts for the launchers: the real one, and small ones under which the
+// grids of these shapes get two logical blocks per thread block.
+static const int kNsm[] = {132, 1, 2, 4, 16};
+
 TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][fusion]") {
   BackendRegistry reg;
   if (!gpu_or_skip(reg)) return;
@@ -293,7 +297,7 @@ TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][
     if (fused_type(t))
     for (bool longk : {false, true})
       for (int64_t M : {int64_t(37), int64_t(301)})
-        for (int n_sm : {132, 1}) {  // 1: two logical blocks per thread block
+        for (int n_sm : kNsm) {
           const int64_t K = longk ? long_k(t) : short_k(t);
           INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_sm " << n_sm);
           CHECK(matmul_add_case(*reg.cpu(), t, K, M, true, seed++, n_sm) < 1e-4);
@@ -310,7 +314,7 @@ TEST_CASE("cuda fused: gate/up + swiglu at one token matches the CPU", "[ops][cu
     if (fused_type(t))
     for (bool longk : {false, true})
       for (const auto &ids : id_sets)
-        for (int n_sm : {132, 1}) {
+        for (int n_sm : kNsm) {
           const int64_t K = longk ? long_k(t) : short_k(t), M = longk ? 37 : 70;
           INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << ids.size() << " n_sm " << n_sm);
           CHECK(gate_up_case(*reg.cpu(), t, K, M, 6, ids, seed++, n_sm) < 1e-4);
@@ -319,8 +323,7 @@ TEST_CASE("cuda fused: gate/up + swiglu at one token matches the CPU", "[ops][cu
     for (DType t : kTypes) {
       if (!fused_type(t)) continue;
       INFO("type " << dtype_name(t));
-      CHECK(dense_gate_up_case(*reg.cpu(), t, short_k(t), 53, seed++, 132) < 1e-4);
-      CHECK(dense_gate_up_case(*reg.cpu(), t, short_k(t), 53, seed++, 1) < 1e-4);
+      for (int n_sm : kNsm) CHECK(dense_gate_up_case(*reg.cpu(), t, short_k(t), 53, seed++, n_sm) < 1e-4);
     }
   }
   SECTION("out-of-range expert ids give zero columns") {
@@ -340,7 +343,7 @@ TEST_CASE("cuda fused: down + moe_combine (+ residual) at one token matches the 
     if (fused_type(t))
     for (bool longk : {false, true})
       for (size_t s = 0; s < id_sets.size(); ++s)
-        for (int n_sm : {132, 1}) {
+        for (int n_sm : kNsm) {
           const int64_t K = longk ? long_k(t) : short_k(t), M = longk ? 37 : 129;
           const int mode = static_cast<int>(s % 3);
           INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << id_sets[s].size() << " residual " << mode

@@ -552,12 +552,15 @@ int smem_bytes(DType t, int K, int x_n, bool down, int groups = 1) {
 // of a quantized mat-vec's instructions; two logical blocks in one 16-warp block (at most
 // 128 registers a thread, so one such block per multiprocessor holds as many warps as two
 // 8-warp blocks) halve that where the grid still has about a block per multiprocessor and
-// the staging fits. Plain types round elementwise from global memory: nothing to share.
+// the staging fits. Grids of many waves (the LM head) keep 8-warp blocks: two per
+// multiprocessor drift apart, one loading while the other computes, which a single 16-warp
+// block cannot do. Plain types round elementwise from global memory: nothing to share.
 struct MvShape {
   int groups, smem;
 };
 MvShape block_groups(DType t, int64_t logical_blocks, int n_sm, int smem1, int smem2) {
-  if (!is_plain(t) && smem2 >= 0 && logical_blocks * 16 >= static_cast<int64_t>(n_sm) * 30) return {2, smem2};
+  const int64_t sm = n_sm;
+  if (!is_plain(t) && smem2 >= 0 && logical_blocks * 16 >= sm * 30 && logical_blocks <= sm * 6) return {2, smem2};
   return {1, smem1};
 }
 
