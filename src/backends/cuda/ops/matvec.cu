@@ -103,8 +103,10 @@ __device__ __forceinline__ void pdl_enter() {
 // One warp prefetches [p, p + n) into L2 (weights only: allowed before pdl_enter). At most
 // 64 KB: enough to cover the first DRAM round trip.
 __device__ __forceinline__ void prefetch_l2(const uint8_t *p, int64_t n) {
+#ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
   n = n < 65536 ? n : 65536;
   for (int64_t o = (threadIdx.x & 31) * 128; o < n; o += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -647,6 +649,38 @@ template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group
   }
 }
 
+// Launches a MatVecs group: segs[0..n) of one activation rounding V, base: the shared fields
+// (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
+bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaStream_t stream) {
+  MvGroupArgs g{};
+  g.a = base;
+  g.n = n;
+  int smem1 = 0, smem2 = 0;  // the largest type's (-1 for two groups: one does not fit)
+  int64_t logical = 0;
+  for (int s = 0; s < n; ++s) {
+    const int b1 = smem_bytes(segs[s].type, base.K, 1, false), b2 = smem_bytes(segs[s].type, base.K, 1, false, 2);
+    if (b1 < 0) return false;
+    smem1 = std::max(smem1, b1);
+    smem2 = b2 < 0 || smem2 < 0 ? -1 : std::max(smem2, b2);
+    g.stage = std::max(g.stage, stage_size(segs[s].type, false));
+    logical += blocks(segs[s].M, kRowsPlain);
+  }
+  // A thread block never spans two segments (its logical blocks share one type's rounding).
+  const MvShape sh = block_groups(segs[0].type, logical, n_sm, smem1, smem2);
+  unsigned total = 0;
+  for (int s = 0; s < n; ++s) {
+    g.seg[s] = segs[s];
+    g.block0[s] = total;
+    total += blocks(blocks(segs[s].M, kRowsPlain), sh.groups);
+  }
+  if (total == 0) return true;
+  const dim3 block(kMvThreads * sh.groups);
+  const size_t smem = static_cast<size_t>(sh.smem);
+  if (act_type(segs[0].type) == DType::Q8_0) launch_pdl(matvec_group_kernel<DType::Q8_0>, dim3(total), block, smem, stream, g);
+  else launch_pdl(matvec_group_kernel<DType::Q8_K>, dim3(total), block, smem, stream, g);
+  return true;
+}
+
 // Fields common to every mode, from a MatMul / MatMulId node with one token.
 MvArgs args_of(const Graph &g, const Node &mm, float *y) {
   const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
@@ -738,45 +772,18 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   const int n = static_cast<int>(members.size());
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
-  const DType first_type = c.g.node(first.src[0]).type, V = act_type(first_type);
+  const DType V = act_type(c.g.node(first.src[0]).type);
   bool ok = n <= kMaxFusedMatVecs;
-  int smem1 = 0, smem2 = 0, stage = 0;  // the largest type's (-1 for two groups: one does not fit)
-  int64_t logical = 0;
-  for (int id : members) {
-    const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
-    ok = ok && mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
-         act_type(w.type) == V && one_token_ok(c.g, mm);
-    if (!ok) break;
-    const int b1 = smem_bytes(w.type, static_cast<int>(K), 1, false), b2 = smem_bytes(w.type, static_cast<int>(K), 1, false, 2);
-    ok = b1 >= 0;
-    smem1 = std::max(smem1, b1);
-    smem2 = b2 < 0 || smem2 < 0 ? -1 : std::max(smem2, b2);
-    stage = std::max(stage, stage_size(w.type, false));
-    logical += blocks(w.ne[1], kRowsPlain);
-  }
-  if (!ok) {
-    for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
-    return;
-  }
-  MvGroupArgs g{};
-  g.a = args_of(c.g, first, nullptr);
-  g.n = n;
-  g.stage = stage;
-  // A thread block never spans two segments (its logical blocks share one type's rounding).
-  const MvShape sh = block_groups(first_type, logical, c.n_sm, smem1, smem2);
-  unsigned total = 0;
-  for (int s = 0; s < n; ++s) {
+  MvSeg segs[kMaxFusedMatVecs];
+  for (int s = 0; ok && s < n; ++s) {
     const Node &mm = c.g.node(members[static_cast<size_t>(s)]), &w = c.g.node(mm.src[0]);
-    g.seg[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
-                     static_cast<int>(w.ne[1]), w.type};
-    g.block0[s] = total;
-    total += blocks(blocks(w.ne[1], kRowsPlain), sh.groups);
+    ok = mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
+         act_type(w.type) == V && one_token_ok(c.g, mm);
+    if (ok) segs[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
+                            static_cast<int>(w.ne[1]), w.type};
   }
-  if (total == 0) return;
-  const dim3 block(kMvThreads * sh.groups);
-  const size_t smem = static_cast<size_t>(sh.smem);
-  if (V == DType::Q8_0) launch_pdl(matvec_group_kernel<DType::Q8_0>, dim3(total), block, smem, c.stream, g);
-  else launch_pdl(matvec_group_kernel<DType::Q8_K>, dim3(total), block, smem, c.stream, g);
+  if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.stream))
+    for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
