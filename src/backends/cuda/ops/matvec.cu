@@ -415,6 +415,13 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   int xslot[J];
   float acc[J];
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // kRowsOne per logical block
+  // The experts of the later passes: their rows into L2 while the first pass loads and
+  // computes (the passes' register loads are issued one after another).
+  if (row < a.M)
+    for (int j = J; j < a.n_used; ++j) {
+      const int e = a.ids[j];
+      if (e >= 0 && e < a.E) prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row) * a.rb, a.rb);
+    }
   float out = 0.0f;
   for (int j0 = 0; j0 < a.n_used; j0 += J) {
 #pragma unroll
