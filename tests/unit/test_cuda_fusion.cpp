@@ -271,7 +271,8 @@ TEST_CASE("cuda fusion: softmax router (softmax, top_k, gather_cols, norm_sum) e
 }
 
 // One-token MatMuls of one activation (q, k, v): one launch per run of up to four quantized
-// MatMuls, any mix of types; bit-identical to their own launches (same device code).
+// MatMuls whose types round the activation alike (K-quants; Q4_0 / Q8_0 / MXFP4), types
+// mixed; bit-identical to their own launches (same device code).
 TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and the CPU", "[ops][cuda][fusion]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -287,11 +288,15 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
   using D = DType;
   const Variant variants[] = {
       {768, {D::Q4_K, D::Q4_K, D::Q6_K}, {301, 37, 129}, {3}},                    // Q4_K_M q, k, v
-      {2304, {D::Q4_K, D::Q8_0, D::Q8_0}, {64, 16, 16}, {3}},                    // K-quant and Q8_0 rounding mixed
+      {2304, {D::Q4_K, D::Q8_0, D::Q8_0}, {64, 16, 16}, {2}},                    // another activation rounding: a new run
       {2080, {D::Q8_0, D::Q4_0, D::MXFP4}, {5, 300, 33}, {3}},                   // odd rows, long K
       {4352, {D::Q5_K, D::Q2_K, D::Q3_K, D::Q6_K, D::Q4_K}, {40, 17, 1, 90, 9}, {4}},  // at most four per launch
       {512, {D::Q4_K, D::F32, D::Q6_K, D::Q4_K}, {32, 32, 32, 32}, {2}},        // a plain type cuts the run
       {256, {D::Q6_K, D::Q4_K, D::Q4_K}, {48, 24, 24}, {2}, true},               // the last one goes to its Add
+      // Enough rows for two logical blocks per thread block on a large GPU (odd counts: a
+      // segment's last thread block is half empty).
+      {256, {D::Q4_K, D::Q4_K, D::Q6_K}, {4096, 512, 512}, {3}},
+      {64, {D::Q8_0, D::Q4_0, D::MXFP4}, {4100, 300, 33}, {3}},
   };
   uint32_t seed = 900;
   for (const Variant &v : variants) {

@@ -107,7 +107,9 @@ public:
   void put_weight(Graph &g, int node) { put(g, node, g.node(node).weight->data, g.node(node).weight->nbytes); }
   template <typename T> void put_vec(Graph &g, int node, const std::vector<T> &v) { put(g, node, v.data(), v.size() * sizeof(T)); }
   void put_out(Graph &g, int node) { put(g, node, nullptr, g.node(node).nbytes()); }
-  CudaOpCtx ctx(const Graph &g, int last) const { return CudaOpCtx{stream_, g, g.node(last), DevUbatch{}, nullptr, 132}; }
+  // n_sm: the launchers' multiprocessor count; small values make them put two logical
+  // blocks in a thread block (block_groups in matvec.cu: about 2 to 6 logical blocks per SM).
+  CudaOpCtx ctx(const Graph &g, int last, int n_sm) const { return CudaOpCtx{stream_, g, g.node(last), DevUbatch{}, nullptr, n_sm}; }
   std::vector<uint8_t> get(const Graph &g, int node) {
     REQUIRE(cudaStreamSynchronize(stream_) == cudaSuccess);
     REQUIRE(cudaGetLastError() == cudaSuccess);
@@ -129,7 +131,7 @@ std::vector<int32_t> valid_ids(std::vector<int32_t> ids, int64_t E) {
   return ids;
 }
 
-double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_first, uint32_t seed) {
+double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_first, uint32_t seed, int n_sm) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
   int wn, x, r, mm, add;
@@ -152,12 +154,13 @@ double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_firs
   d.put_vec(g, x, xv);
   d.put_vec(g, r, rv);
   d.put_out(g, add);
-  cuda_fused_matmul_add(d.ctx(g, add), g.node(mm), g.node(add));
+  cuda_fused_matmul_add(d.ctx(g, add, n_sm), g.node(mm), g.node(add));
   return rel_err(d.get(g, add), r_cpu[0]);
 }
 
 // gate/up + SwiGLU; a slot whose id is out of range must come out as zeros.
-double gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const std::vector<int32_t> &ids, uint32_t seed) {
+double gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const std::vector<int32_t> &ids, uint32_t seed,
+                    int n_sm = 132) {
   const int64_t k = static_cast<int64_t>(ids.size());
   WeightStore ws;
   const GgufTensorInfo *wg = ws.add("gate", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
@@ -185,7 +188,7 @@ double gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, cons
   d.put_vec(g, x, xv);
   d.put_vec(g, id, ids);
   d.put_out(g, sw);
-  cuda_fused_gate_up_swiglu(d.ctx(g, sw), g.node(up), g.node(gate), g.node(sw));
+  cuda_fused_gate_up_swiglu(d.ctx(g, sw, n_sm), g.node(up), g.node(gate), g.node(sw));
   auto got = as_f32(d.get(g, sw)), want = as_f32(r_cpu[0]);
   double num = 0, den = 0;
   for (int64_t j = 0; j < k; ++j)
@@ -203,7 +206,7 @@ double gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, cons
 }
 
 // Dense (or shared-expert) gate/up: two MatMuls + SwiGLU.
-double dense_gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, uint32_t seed) {
+double dense_gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, uint32_t seed, int n_sm) {
   WeightStore ws;
   const GgufTensorInfo *wg = ws.add("gate", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.3f));
   const GgufTensorInfo *wu = ws.add("up", t, {K, M}, randn(static_cast<size_t>(K * M), seed + 1, 0.3f));
@@ -228,13 +231,13 @@ double dense_gate_up_case(Backend &cpu, DType t, int64_t K, int64_t M, uint32_t 
   d.put_weight(g, un);
   d.put_vec(g, x, xv);
   d.put_out(g, sw);
-  cuda_fused_gate_up_swiglu(d.ctx(g, sw), g.node(up), g.node(gate), g.node(sw));
+  cuda_fused_gate_up_swiglu(d.ctx(g, sw, n_sm), g.node(up), g.node(gate), g.node(sw));
   return rel_err(d.get(g, sw), r_cpu[0]);
 }
 
 // down + MoeCombine, then optionally + residual (residual_mode 0: none, 1: combine first, 2: residual first).
 double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const std::vector<int32_t> &ids, int residual_mode,
-                 uint32_t seed) {
+                 uint32_t seed, int n_sm = 132) {
   const int64_t k = static_cast<int64_t>(ids.size());
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("down", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
@@ -273,7 +276,7 @@ double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const s
   d.put_vec(g, cw, cwv);
   if (residual_mode) d.put_vec(g, r, rv);
   d.put_out(g, out);
-  cuda_fused_down_combine(d.ctx(g, out), g.node(down), g.node(comb), residual_mode ? &g.node(add) : nullptr);
+  cuda_fused_down_combine(d.ctx(g, out, n_sm), g.node(down), g.node(comb), residual_mode ? &g.node(add) : nullptr);
   return rel_err(d.get(g, out), r_cpu[0]);
 }
 
@@ -282,6 +285,10 @@ double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const s
 // F16 weights never take the fused mat-vecs (half-precision sums, matmul_f16_halfsum.cu).
 static bool fused_type(DType t) { return t != DType::F16; }
 
+// Multiprocessor counts for the launchers: the real one, and small ones under which the
+// grids of these shapes get two logical blocks per thread block.
+static const int kNsm[] = {132, 1, 2, 4, 16};
+
 TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][fusion]") {
   BackendRegistry reg;
   if (!gpu_or_skip(reg)) return;
@@ -289,12 +296,13 @@ TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][
   for (DType t : kTypes)
     if (fused_type(t))
     for (bool longk : {false, true})
-      for (int64_t M : {int64_t(37), int64_t(301)}) {
-        const int64_t K = longk ? long_k(t) : short_k(t);
-        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
-        CHECK(matmul_add_case(*reg.cpu(), t, K, M, true, seed++) < 1e-4);
-        CHECK(matmul_add_case(*reg.cpu(), t, K, M, false, seed++) < 1e-4);
-      }
+      for (int64_t M : {int64_t(37), int64_t(301)})
+        for (int n_sm : kNsm) {
+          const int64_t K = longk ? long_k(t) : short_k(t);
+          INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_sm " << n_sm);
+          CHECK(matmul_add_case(*reg.cpu(), t, K, M, true, seed++, n_sm) < 1e-4);
+          CHECK(matmul_add_case(*reg.cpu(), t, K, M, false, seed++, n_sm) < 1e-4);
+        }
 }
 
 TEST_CASE("cuda fused: gate/up + swiglu at one token matches the CPU", "[ops][cuda][fusion][moe]") {
@@ -305,16 +313,17 @@ TEST_CASE("cuda fused: gate/up + swiglu at one token matches the CPU", "[ops][cu
   for (DType t : kTypes)
     if (fused_type(t))
     for (bool longk : {false, true})
-      for (const auto &ids : id_sets) {
-        const int64_t K = longk ? long_k(t) : short_k(t), M = longk ? 37 : 70;
-        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << ids.size());
-        CHECK(gate_up_case(*reg.cpu(), t, K, M, 6, ids, seed++) < 1e-4);
-      }
+      for (const auto &ids : id_sets)
+        for (int n_sm : kNsm) {
+          const int64_t K = longk ? long_k(t) : short_k(t), M = longk ? 37 : 70;
+          INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << ids.size() << " n_sm " << n_sm);
+          CHECK(gate_up_case(*reg.cpu(), t, K, M, 6, ids, seed++, n_sm) < 1e-4);
+        }
   SECTION("dense gate/up (two MatMuls)") {
     for (DType t : kTypes) {
       if (!fused_type(t)) continue;
       INFO("type " << dtype_name(t));
-      CHECK(dense_gate_up_case(*reg.cpu(), t, short_k(t), 53, seed++) < 1e-4);
+      for (int n_sm : kNsm) CHECK(dense_gate_up_case(*reg.cpu(), t, short_k(t), 53, seed++, n_sm) < 1e-4);
     }
   }
   SECTION("out-of-range expert ids give zero columns") {
@@ -333,12 +342,14 @@ TEST_CASE("cuda fused: down + moe_combine (+ residual) at one token matches the 
   for (DType t : kTypes)
     if (fused_type(t))
     for (bool longk : {false, true})
-      for (size_t s = 0; s < id_sets.size(); ++s) {
-        const int64_t K = longk ? long_k(t) : short_k(t), M = longk ? 37 : 129;
-        const int mode = static_cast<int>(s % 3);
-        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << id_sets[s].size() << " residual " << mode);
-        CHECK(down_case(*reg.cpu(), t, K, M, 6, id_sets[s], mode, seed++) < 1e-4);
-      }
+      for (size_t s = 0; s < id_sets.size(); ++s)
+        for (int n_sm : kNsm) {
+          const int64_t K = longk ? long_k(t) : short_k(t), M = longk ? 37 : 129;
+          const int mode = static_cast<int>(s % 3);
+          INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_used=" << id_sets[s].size() << " residual " << mode
+                       << " n_sm " << n_sm);
+          CHECK(down_case(*reg.cpu(), t, K, M, 6, id_sets[s], mode, seed++, n_sm) < 1e-4);
+        }
   SECTION("out-of-range expert ids contribute nothing") {
     for (DType t : {DType::Q4_K, DType::Q6_K, DType::BF16}) {
       INFO("type " << dtype_name(t));

@@ -144,22 +144,23 @@ private:
     return true;
   }
 
-  // A one-token MatMul the MatVecs kernel takes: quantized weights, f32 activation and output.
-  bool matvec_member_ok(int i) const {
+  // The MatVecs group key of a one-token MatMul with f32 activation and output (0: none).
+  int matvec_key(int i) const {
     const Node &mm = nd(i);
-    return mm.op == Op::MatMul && mm.ne[1] * mm.ne[2] * mm.ne[3] == 1 && f32_rows(mm) && f32_rows(nd(mm.src[1])) &&
-           cuda_matvec_groupable(nd(mm.src[0]).type);
+    if (mm.op != Op::MatMul || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1 || !f32_rows(mm) || !f32_rows(nd(mm.src[1]))) return 0;
+    return cuda_matvec_group_key(nd(mm.src[0]).type);
   }
 
-  // MatMul x 2..kMaxFusedMatVecs in a row reading the same activation (a layer's q, k, v):
-  // one launch writes every output. A MatMul that starts a MatMul + Add or gate/up group is
-  // left to that group.
+  // MatMul x 2..kMaxFusedMatVecs in a row reading the same activation (a layer's q, k, v),
+  // weight types of one group key: one launch writes every output. A MatMul that starts a
+  // MatMul + Add or gate/up group is left to that group.
   bool match_matvecs(int i, FusedGroup &grp) const {
-    if (!MOE_CUDA_FUSED_MATVEC || !matvec_member_ok(i)) return false;
+    const int key = matvec_key(i);
+    if (!MOE_CUDA_FUSED_MATVEC || key == 0) return false;
     std::vector<int> members = {i};
     for (int j = next(i); j >= 0 && static_cast<int>(members.size()) < kMaxFusedMatVecs; j = next(j)) {
       FusedGroup other;
-      if (!matvec_member_ok(j) || nd(j).src[1] != nd(i).src[1] || !same_place(i, j) || match_gate_up(j, other) ||
+      if (matvec_key(j) != key || nd(j).src[1] != nd(i).src[1] || !same_place(i, j) || match_gate_up(j, other) ||
           match_matmul_add(j, other))
         break;
       members.push_back(j);

@@ -72,9 +72,10 @@ void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add);
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu); // MatMulId x2 + SwiGLU(gate, up)
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add); // MatMulId + MoeCombine (+ Add residual)
 // 2..kMaxFusedMatVecs MatMuls of one activation (a layer's q, k, v) in one launch; each
-// member's output is written. Quantized weights of any mix of types (cuda_matvec_groupable).
+// member's output is written. Quantized weights whose types have the same group key (the
+// same activation rounding); key 0: the type never joins a group.
 constexpr int kMaxFusedMatVecs = 4;
-bool cuda_matvec_groupable(DType t);
+int cuda_matvec_group_key(DType t);
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
 
 constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane

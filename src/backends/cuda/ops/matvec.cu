@@ -2,14 +2,15 @@
 // token), and the fused one-token groups MatMul + Add, gate/up MatMulId + SwiGLU and down
 // MatMulId + MoeCombine (+ Add). Memory-bound: a token reads every weight byte once.
 //
-// A block of 8 warps owns a few weight rows. Each warp owns J "jobs" (weight rows: a row
-// pair, a gate row and its up row, or one output row of J experts) and walks K in chunks
+// A (logical) block of 8 warps owns a few weight rows; a thread block holds one or two of
+// them (two share the activation rounding: block_groups). Each warp owns J "jobs" (weight
+// rows: a row pair, a gate row and its up row, or one output row of J experts) and walks K in chunks
 // of CH elements: for every job it first issues all its coalesced 16-byte loads of two
 // chunks' GGUF blocks into registers (aligned down and up to 16 bytes: up to 15 bytes past a
 // row's end are read, which weight tensors have as padding, see weight_upload.cpp), then, one job
 // at a time, stores them to the warp's shared staging buffer and lets each lane decode
 // 32-weight sub-blocks from there with integer dot products against int8 activations.
-// The activations are rounded once per block into shared memory (int8 + scale per 32,
+// The activations are rounded once per thread block into shared memory (int8 + scale per 32,
 // exactly the Q8_0 / Q8_K values act_round_kernel produces), while the first chunk's
 // weight loads are in flight. Plain weights (F32/F16/BF16) read the activation from global
 // memory (rounded elementwise on the fly) and need no staging.
@@ -29,8 +30,12 @@ namespace moe {
 
 namespace {
 
+// A logical block is 8 warps; a launch puts one or two of them in a thread block (two share
+// one activation rounding: see block_groups). Row indices below count logical blocks.
 constexpr int kMvWarps = 8;
 constexpr int kMvThreads = kMvWarps * 32;
+constexpr int kMvMaxGroups = 2;
+constexpr int kMvMaxThreads = kMvMaxGroups * kMvThreads;
 constexpr int kMvSmemMax = 48 * 1024;  // no opt-in to larger dynamic shared memory
 constexpr int kRowsPlain = kMvWarps * 2;  // a row pair per warp
 constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row per warp
@@ -79,9 +84,9 @@ template <DType T, int CH> constexpr int stage_bytes() {
 struct MvSmem {
   int xq, xd, xs, total;
 };
-__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots) {
+__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots, int warps) {
   MvSmem s;
-  s.xq = kMvWarps * stage;
+  s.xq = warps * stage;
   s.xd = s.xq + slots * K;
   s.xs = s.xd + slots * (K / 32) * 4;
   s.total = s.xs + slots * (K / 16) * 4;
@@ -98,8 +103,10 @@ __device__ __forceinline__ void pdl_enter() {
 // One warp prefetches [p, p + n) into L2 (weights only: allowed before pdl_enter). At most
 // 64 KB: enough to cover the first DRAM round trip.
 __device__ __forceinline__ void prefetch_l2(const uint8_t *p, int64_t n) {
+#ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
   n = n < 65536 ? n : 65536;
   for (int64_t o = (threadIdx.x & 31) * 128; o < n; o += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -114,8 +121,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <DType V>
 __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs) {
   const int K = a.K, ng = (K + 255) / 256;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int t = warp; t < n * ng; t += kMvWarps) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (int t = warp; t < n * ng; t += nw) {
     const int s = t / ng, i0 = (t % ng) * 256 + lane * 8;
     const float *src = reinterpret_cast<const float *>(a.x + (first + s) * a.x_nb1);
     const bool in = i0 < K;  // K % 32 == 0: a lane's 8 values are all in or all out
@@ -141,18 +148,21 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
 #pragma unroll
       for (int l = 0; l < 8; ++l) q[l] = static_cast<int>(roundf(v[l] * id));
     } else {
-      // Largest magnitude over the 256, first index on ties (the reference scans with '>').
-      float am = 0.0f, mv = 0.0f;
-      int idx = 1 << 30;
+      // Largest magnitude over the 256 (NaN never wins, as with the reference's '>' scan),
+      // then its signed value at the first index that reaches it: the lowest lane with a
+      // match (element index = lane * 8 + l), its first match.
+      float am = 0.0f;
 #pragma unroll
-      for (int l = 0; l < 8; ++l)
-        if (fabsf(v[l]) > am) { am = fabsf(v[l]); mv = v[l]; idx = i0 + l; }
+      for (int l = 0; l < 8; ++l) am = fmaxf(am, fabsf(v[l]));
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, am, o), ov = __shfl_xor_sync(0xffffffffu, mv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > am || (oa == am && oi < idx)) { am = oa; mv = ov; idx = oi; }
-      }
+      for (int o = 1; o < 32; o <<= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+      float mine = 0.0f;
+      bool hit = false;
+#pragma unroll
+      for (int l = 7; l >= 0; --l)
+        if (fabsf(v[l]) == am) { mine = v[l]; hit = true; }
+      const unsigned hits = __ballot_sync(0xffffffffu, hit);
+      const float mv = __shfl_sync(0xffffffffu, mine, hits ? __ffs(hits) - 1 : 0);
       if (am == 0.0f) {
         scale = 0.0f;
 #pragma unroll
@@ -322,8 +332,6 @@ __device__ void plain_dots(int K, const uint8_t *const (&wr)[J], const bool (&ok
   }
 }
 
-// kModeSplit: the warps' partial sums of the block's J rows, added in warp order (every
-// thread gets them; all threads must call it).
 template <DType T> constexpr int plain_bytes() { return T == DType::F32 ? 4 : 2; }
 
 // kModeSplit: this warp's share [kb, kb + kn) of K, a multiple of 8 (keeps 16-byte alignment).
@@ -333,6 +341,8 @@ __device__ __forceinline__ void split_share(int K, int &kb, int &kn) {
   kn = min(K - kb, kw);
 }
 
+// kModeSplit: the warps' partial sums of the block's J rows, added in warp order (every
+// thread gets them; all threads must call it).
 template <DType T, int J>
 __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], int xs0, float (&v)[J]) {
   __shared__ float part[kMvWarps][J];
@@ -397,14 +407,21 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int stage_sz = stage_bytes<T, CH>();
   const int x_n = a.X;
-  const MvSmem L = mv_smem(stage_sz, a.K, x_n);
+  const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5);
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
   const uint8_t *wr[J];
   bool ok[J];
   int xslot[J];
   float acc[J];
-  const int row = blockIdx.x * kRowsOne + warp;
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // kRowsOne per logical block
+  // The experts of the later passes: their rows into L2 while the first pass loads and
+  // computes (the passes' register loads are issued one after another).
+  if (row < a.M)
+    for (int j = J; j < a.n_used; ++j) {
+      const int e = a.ids[j];
+      if (e >= 0 && e < a.E) prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row) * a.rb, a.rb);
+    }
   float out = 0.0f;
   for (int j0 = 0; j0 < a.n_used; j0 += J) {
 #pragma unroll
@@ -425,13 +442,14 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   if (lane == 0 && row < a.M) a.y[row] = a.add ? out + a.add[row] : out;
 }
 
-// kModeRows / kModeGateUp / kModeSplit for block bx of the row range (blockIdx.y: expert
-// slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
+// kModeRows / kModeGateUp / kModeSplit for thread block bx of the row range (blockIdx.y:
+// expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
+// kModeSplit runs one logical block per thread block.
 template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const MvSmem L = mv_smem(stage_sz, a.K, 1);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  const MvSmem L = mv_smem(stage_sz, a.K, 1, nw);
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
   const uint8_t *wr[J];
@@ -451,7 +469,8 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
     e_ok = e >= 0 && e < a.E;
   }
   const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit;
-  const int row0 = gu ? bx * kRowsOne + warp : split ? bx * J : bx * kRowsPlain + 2 * warp;
+  const int lb = static_cast<int>(bx) * (nw / kMvWarps) + warp / kMvWarps, wl = warp % kMvWarps;  // logical block, its warp
+  const int row0 = gu ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
 #pragma unroll
   for (int k = 0; k < J; ++k) {
     const int row = gu ? row0 : row0 + k;
@@ -499,7 +518,7 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
   }
 }
 
-template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MvArgs a) {
+template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThreads) matvec_kernel(MvArgs a) {
   if constexpr (J == kJDown) down_block<T, J, CH>(a);
   else rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
 }
@@ -529,16 +548,38 @@ bool type_ok(DType t) {
   }
 }
 
-// Dynamic shared memory of a launch, or -1 when it does not fit.
-int smem_bytes(DType t, int K, int x_n, bool down) {
+// Dynamic shared memory of a launch with `groups` logical blocks per thread block, or -1
+// when it does not fit.
+int smem_bytes(DType t, int K, int x_n, bool down, int groups = 1) {
   if (is_plain(t)) return 0;
   if (static_cast<int64_t>(K) * x_n > kMvSmemMax) return -1;
-  const int64_t total = mv_smem(stage_size(t, down), K, x_n).total;
+  const int64_t total = mv_smem(stage_size(t, down), K, x_n, groups * kMvWarps).total;
   return total <= kMvSmemMax ? static_cast<int>(total) : -1;
 }
 
-void launch(DType t, bool down, dim3 grid, int smem, cudaStream_t s, const MvArgs &a) {
-  const dim3 block(kMvThreads);
+// Logical blocks per thread block. Every thread block rounds the activation, about a third
+// of a quantized mat-vec's instructions; two logical blocks in one 16-warp block (at most
+// 128 registers a thread, so one such block per multiprocessor holds as many warps as two
+// 8-warp blocks) halve that where the grid still has about a block per multiprocessor and
+// the staging fits. Grids of many waves (the LM head) keep 8-warp blocks: two per
+// multiprocessor drift apart, one loading while the other computes, which a single 16-warp
+// block cannot do. Plain types round elementwise from global memory: nothing to share.
+struct MvShape {
+  int groups, smem;
+};
+MvShape block_groups(DType t, int64_t logical_blocks, int n_sm, int smem1, int smem2) {
+  const int64_t sm = n_sm;
+  if (!is_plain(t) && smem2 >= 0 && logical_blocks * 16 >= sm * 30 && logical_blocks <= sm * 6) return {2, smem2};
+  return {1, smem1};
+}
+
+unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); }
+
+// grid.x counts logical blocks.
+void launch(DType t, bool down, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
+  const dim3 block(kMvThreads * sh.groups);
+  grid.x = blocks(grid.x, sh.groups);
+  const int smem = sh.smem;
 #define MOE_MV_CASE(TY)                                                                          \
   case TY:                                                                                       \
     if (down) launch_pdl(matvec_kernel<TY, kJDown, kChDown>, grid, block, static_cast<size_t>(smem), s, a); \
@@ -563,7 +604,9 @@ void launch(DType t, bool down, dim3 grid, int smem, cudaStream_t s, const MvArg
 
 // MatVecs group: one-token MatMuls of one activation, each a range of blocks of the
 // row-pair kernel (the same device code as their own launches: bit-identical results).
-// Every block rounds the activation for its own segment's type, so types may mix.
+// Types may mix within one activation rounding V (Q8_0: Q4_0, Q8_0, MXFP4; Q8_K: the
+// K-quants): one kernel per V keeps the registers of the largest case within two blocks
+// per multiprocessor (all eight types in one kernel spilled).
 struct MvSeg {
   const uint8_t *w;
   int64_t rb;
@@ -580,7 +623,7 @@ struct MvGroupArgs {
 
 // A block belongs to the last segment whose first block is <= blockIdx.x (so empty segments
 // are skipped); the choice is block-uniform, the type switch does not diverge.
-__global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g) {
+template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group_kernel(MvGroupArgs g) {
   MvArgs a = g.a;
   DType t = g.seg[0].type;
   unsigned b0 = 0;
@@ -595,8 +638,11 @@ __global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g)
       b0 = g.block0[s];
     }
   switch (t) {
-#define MOE_MV_GROUP_CASE(TY) \
-  case TY: rows_block<TY>(a, blockIdx.x - b0, g.stage); break;
+#define MOE_MV_GROUP_CASE(TY)                                                     \
+  case TY:                                                                        \
+    if constexpr (act_type(TY) == V) rows_block<TY>(a, blockIdx.x - b0, g.stage); \
+    else pdl_enter();                                                             \
+    break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
     MOE_MV_GROUP_CASE(DType::Q8_0)
     MOE_MV_GROUP_CASE(DType::MXFP4)
@@ -606,8 +652,40 @@ __global__ void __launch_bounds__(kMvThreads) matvec_group_kernel(MvGroupArgs g)
     MOE_MV_GROUP_CASE(DType::Q5_K)
     MOE_MV_GROUP_CASE(DType::Q6_K)
 #undef MOE_MV_GROUP_CASE
-    default: pdl_enter(); break;  // never launched (cuda_matvec_groupable); keeps the PDL contract
+    default: pdl_enter(); break;  // types of another class are never launched here; keeps the PDL contract
   }
+}
+
+// Launches a MatVecs group: segs[0..n) of one activation rounding V, base: the shared fields
+// (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
+bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaStream_t stream) {
+  MvGroupArgs g{};
+  g.a = base;
+  g.n = n;
+  int smem1 = 0, smem2 = 0;  // the largest type's (-1 for two groups: one does not fit)
+  int64_t logical = 0;
+  for (int s = 0; s < n; ++s) {
+    const int b1 = smem_bytes(segs[s].type, base.K, 1, false), b2 = smem_bytes(segs[s].type, base.K, 1, false, 2);
+    if (b1 < 0) return false;
+    smem1 = std::max(smem1, b1);
+    smem2 = b2 < 0 || smem2 < 0 ? -1 : std::max(smem2, b2);
+    g.stage = std::max(g.stage, stage_size(segs[s].type, false));
+    logical += blocks(segs[s].M, kRowsPlain);
+  }
+  // A thread block never spans two segments (its logical blocks share one type's rounding).
+  const MvShape sh = block_groups(segs[0].type, logical, n_sm, smem1, smem2);
+  unsigned total = 0;
+  for (int s = 0; s < n; ++s) {
+    g.seg[s] = segs[s];
+    g.block0[s] = total;
+    total += blocks(blocks(segs[s].M, kRowsPlain), sh.groups);
+  }
+  if (total == 0) return true;
+  const dim3 block(kMvThreads * sh.groups);
+  const size_t smem = static_cast<size_t>(sh.smem);
+  if (act_type(segs[0].type) == DType::Q8_0) launch_pdl(matvec_group_kernel<DType::Q8_0>, dim3(total), block, smem, stream, g);
+  else launch_pdl(matvec_group_kernel<DType::Q8_K>, dim3(total), block, smem, stream, g);
+  return true;
 }
 
 // Fields common to every mode, from a MatMul / MatMulId node with one token.
@@ -657,18 +735,18 @@ bool one_token_ok(const Graph &g, const Node &mm) {
   return ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && (x.ne[1] == 1 || x.ne[1] == ids.ne[0]) && ids.ne[0] <= 65535;
 }
 
-unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); }
-
 // MatMul / MatMulId (+ Add): row pairs per warp, or per block (K split over the warps) for
 // plain types whose row pairs per warp would leave multiprocessors idle.
 void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
-  if (is_plain(t) && static_cast<int64_t>(blocks(a.M, kRowsPlain)) * a.n_used < c.n_sm) {
+  const unsigned lx = blocks(a.M, kRowsPlain);
+  if (is_plain(t) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
     a.mode = kModeSplit;
-    launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+    launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), MvShape{1, smem}, c.stream, a);
     return;
   }
   a.mode = kModeRows;
-  launch(t, false, dim3(blocks(a.M, kRowsPlain), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+  const MvShape sh = block_groups(t, static_cast<int64_t>(lx) * a.n_used, c.n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
+  launch(t, false, dim3(lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
 }
 
 // Unfused fallback of a group: its members in their original order.
@@ -692,42 +770,27 @@ bool cuda_matvec(const CudaOpCtx &c) {
   return true;
 }
 
-bool cuda_matvec_groupable(DType t) { return type_ok(t) && !is_plain(t); }
+int cuda_matvec_group_key(DType t) {
+  if (!type_ok(t) || is_plain(t)) return 0;
+  return act_type(t) == DType::Q8_0 ? 1 : 2;
+}
 
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   const int n = static_cast<int>(members.size());
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
+  const DType V = act_type(c.g.node(first.src[0]).type);
   bool ok = n <= kMaxFusedMatVecs;
-  int smem = 0, stage = 0;
-  for (int id : members) {
-    const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
-    ok = ok && mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_groupable(w.type) &&
-         one_token_ok(c.g, mm);
-    if (!ok) break;
-    const int b = smem_bytes(w.type, static_cast<int>(K), 1, false);
-    ok = b >= 0;
-    smem = std::max(smem, b);
-    stage = std::max(stage, stage_size(w.type, false));
-  }
-  if (!ok) {
-    for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
-    return;
-  }
-  MvGroupArgs g{};
-  g.a = args_of(c.g, first, nullptr);
-  g.n = n;
-  g.stage = stage;
-  unsigned total = 0;
-  for (int s = 0; s < n; ++s) {
+  MvSeg segs[kMaxFusedMatVecs];
+  for (int s = 0; ok && s < n; ++s) {
     const Node &mm = c.g.node(members[static_cast<size_t>(s)]), &w = c.g.node(mm.src[0]);
-    g.seg[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
-                     static_cast<int>(w.ne[1]), w.type};
-    g.block0[s] = total;
-    total += blocks(w.ne[1], kRowsPlain);
+    ok = mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
+         act_type(w.type) == V && one_token_ok(c.g, mm);
+    if (ok) segs[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
+                            static_cast<int>(w.ne[1]), w.type};
   }
-  if (total == 0) return;
-  launch_pdl(matvec_group_kernel, dim3(total), dim3(kMvThreads), static_cast<size_t>(smem), c.stream, g);
+  if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.stream))
+    for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
@@ -759,7 +822,9 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
   a.eb2 = gate.op == Op::MatMulId ? static_cast<int64_t>(wu.nb[2]) : 0;
   a.mode = kModeGateUp;
   if (a.M == 0 || a.n_used == 0) return;
-  launch(wg.type, false, dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used)), smem, c.stream, a);
+  const unsigned lx = blocks(a.M, kRowsOne);
+  const MvShape sh = block_groups(wg.type, static_cast<int64_t>(lx) * a.n_used, c.n_sm, smem, smem_bytes(wg.type, a.K, 1, false, 2));
+  launch(wg.type, false, dim3(lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
 }
 
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add) {
@@ -780,7 +845,8 @@ void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &c
   a.add = other ? f32_data(*other) : nullptr;
   a.mode = kModeDown;
   if (a.M == 0) return;
-  launch(w.type, true, dim3(blocks(a.M, kRowsOne), 1), smem, c.stream, a);
+  const unsigned lx = blocks(a.M, kRowsOne);
+  launch(w.type, true, dim3(lx, 1), block_groups(w.type, lx, c.n_sm, smem, smem_bytes(w.type, a.K, X, true, 2)), c.stream, a);
 }
 
 }  // namespace moe

@@ -33,6 +33,19 @@ template <int N> __device__ __forceinline__ void ld_words(const uint8_t *p, uint
   }
 }
 
+// ld_words for types whose block size is a multiple of 16 (Q4_K, Q5_K): a word's address
+// has the alignment of its row's staged start, the same for every lane (a warp-uniform
+// branch), and rows of such types usually start 16-byte aligned: two 16-byte loads then.
+template <int N> __device__ __forceinline__ void ld_words_rows16(const uint8_t *p, uint32_t (&w)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte words");
+  if ((reinterpret_cast<uintptr_t>(p) & 15) != 0) return ld_words<N>(p, w);
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i) {
+    const uint4 v = reinterpret_cast<const uint4 *>(p)[i];
+    w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+  }
+}
+
 __device__ __forceinline__ void ld_x8(const int8_t *x, int (&v)[8]) {
   const int4 a = reinterpret_cast<const int4 *>(x)[0], b = reinterpret_cast<const int4 *>(x)[1];
   v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
@@ -54,7 +67,7 @@ template <DType T> __device__ __forceinline__ float unit_dot(const uint8_t *blk,
 // Q4_K / Q5_K: w = d*sc * q - dmin*m, so sum(w x) = d*sc * sum(q x) - dmin*m * sum(x).
 template <> __device__ __forceinline__ float unit_dot<DType::Q4_K>(const uint8_t *b, int j, const XSub &x) {
   uint32_t q[8];
-  ld_words<8>(b + 16 + 32 * (j >> 1), q);
+  ld_words_rows16<8>(b + 16 + 32 * (j >> 1), q);
   int xv[8];
   ld_x8(x.q, xv);
   const int sh = (j & 1) * 4;
@@ -70,8 +83,8 @@ template <> __device__ __forceinline__ float unit_dot<DType::Q4_K>(const uint8_t
 template <> __device__ __forceinline__ float unit_dot<DType::Q5_K>(const uint8_t *b, int j, const XSub &x) {
   const int p = j >> 1, hi = j & 1;
   uint32_t ql[8], qh[8];
-  ld_words<8>(b + 48 + 32 * p, ql);
-  ld_words<8>(b + 16, qh);
+  ld_words_rows16<8>(b + 48 + 32 * p, ql);
+  ld_words_rows16<8>(b + 16, qh);
   int xv[8];
   ld_x8(x.q, xv);
   const int shl = hi * 4, shh = 2 * p + hi;

@@ -1,0 +1,52 @@
+# Writes a host-compilable copy of one version of ops/matvec.cu (its kernels and launch
+# helpers, up to the launchers that read graph nodes) to OUT, plus entry points in
+# namespace moe::emu_TAG for matvec_check.cpp: PDL and <<< >>> launches become emu_launch,
+# dynamic shared memory a static buffer. FLAVOR: "old" (launch(t, down, grid, smem, ...),
+# before the MatVecs group) or "new". Usage: gen_matvec.py MATVEC_CU OUT_CPP TAG FLAVOR
+import re
+import sys
+
+src, out, tag, flavor = sys.argv[1:5]
+s = open(src).read()
+s = s[:s.index('// Fields common to every mode')]
+s = s.replace('#include "backends/cuda/ops/pdl.cuh"', '')
+s = s.replace('extern __shared__ __align__(16) uint8_t smem[];', 'uint8_t *smem = emu_dyn_smem();')
+s = re.sub(r'(matvec_kernel<[^;]*?>)<<<grid, block, static_cast<size_t>\(smem\), s>>>\(a\)',
+           r'emu_launch(grid, static_cast<int>(block.x), \1, a)', s)
+s = s.replace('MOE_CUDA_LAUNCH_CHECK("matvec_kernel");', '')
+assert '<<<' not in s, 'a launch the generator does not know'
+
+common = '''
+static_assert(sizeof(MvArgs) == sizeof(EmuMv), "EmuMv mirrors MvArgs");
+MvArgs to_args(const EmuMv &m) {
+  MvArgs a;
+  std::memcpy(&a, &m, sizeof a);
+  return a;
+}
+'''
+if flavor == 'old':
+    api = common + '''
+void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int, int, const EmuMv &m) {
+  const MvArgs a = to_args(m);
+  launch(t, down, dim3(gx, gy), smem_bytes(t, a.K, down ? a.X : 1, down), nullptr, a);
+}
+bool launch_grp(const EmuMv &, const EmuSeg *, int, int) { return false; }
+'''
+else:
+    api = common + '''
+void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const EmuMv &m) {
+  const MvArgs a = to_args(m);
+  const int x_n = down ? a.X : 1;
+  const MvShape sh = groups ? MvShape{groups, smem_bytes(t, a.K, x_n, down, groups)}
+                            : block_groups(t, int64_t(gx) * gy, n_sm, smem_bytes(t, a.K, x_n, down), smem_bytes(t, a.K, x_n, down, 2));
+  launch(t, down, dim3(gx, gy), sh, nullptr, a);
+}
+bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
+  MvSeg sg[kMaxFusedMatVecs];
+  for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].M, segs[i].type};
+  return launch_group(to_args(base), sg, n, n_sm, nullptr);
+}
+'''
+s += '}  // namespace\nnamespace emu_' + tag + ' {\n' + api + '}  // namespace emu_' + tag + '\n}  // namespace moe\n'
+s = s.replace('namespace moe {\n', 'namespace moe {\nusing namespace moe_emu_api;\n', 1)
+open(out, 'w').write('#include "matvec_api.h"\n' + s)

@@ -1,0 +1,42 @@
+// Entry points of the emulated mat-vec versions (gen_matvec.py) for matvec_check.cpp.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "quant/dtype.h"
+
+namespace moe_emu_api {
+using moe::DType;
+struct EmuMv {  // the fields of matvec.cu's MvArgs, in order
+  const uint8_t *w, *w2;
+  int64_t rb, eb, rb2, eb2;
+  int K, M;
+  const uint8_t *x;
+  int64_t x_nb1;
+  int X;
+  const int32_t *ids;
+  int E, n_used;
+  const float *cw;
+  const float *add;
+  float *y;
+  int mode;
+};
+struct EmuSeg {
+  const uint8_t *w;
+  int64_t rb;
+  float *y;
+  int M;
+  DType type;
+};
+uint8_t *emu_dyn_smem();
+}  // namespace moe_emu_api
+
+namespace moe {
+#define MOE_EMU_API(tag)                                                                                            \
+  namespace emu_##tag {                                                                                             \
+  void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const moe_emu_api::EmuMv &m); \
+  bool launch_grp(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm);              \
+  }
+MOE_EMU_API(old)
+MOE_EMU_API(new)
+}  // namespace moe

@@ -1,0 +1,239 @@
+// Runs two versions of the mat-vec kernels (gen_matvec.py: "old", the last GPU-verified
+// one, and "new", the working tree) through emu.h on quantized random weights and checks
+// that every output is bit-identical: rows (MatMul, MatMulId), split-K plain rows, gate/up,
+// down + combine, with one or two logical blocks per thread block, and the MatVecs group
+// against single launches. Exit status 1 on any difference.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "matvec_api.h"
+
+using namespace moe;
+using namespace moe_emu_api;
+
+uint8_t *moe_emu_api::emu_dyn_smem() {
+  alignas(16) static uint8_t buf[64 * 1024];
+  return buf;
+}
+
+namespace {
+
+enum { kRows, kGateUp, kDown, kSplit };  // MvMode
+
+struct Buf {
+  uint8_t *p = nullptr;
+  size_t n = 0;
+  explicit Buf(size_t bytes) : n(bytes) {
+    p = static_cast<uint8_t *>(std::aligned_alloc(256, (bytes + 511) / 256 * 256));
+    std::memset(p, 0xFF, (bytes + 511) / 256 * 256);
+  }
+  ~Buf() { std::free(p); }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+};
+
+std::mt19937 rng(7);
+std::vector<float> randn(size_t n, float s = 1.0f) {
+  std::normal_distribution<float> d(0.0f, s);
+  std::vector<float> v(n);
+  for (auto &x : v) x = d(rng);
+  return v;
+}
+
+// rows x K weights of type t (each row quantized on its own), 256-byte padded.
+Buf *weights(DType t, int64_t K, int64_t rows) {
+  const size_t rb = row_size(t, K);
+  Buf *b = new Buf(rb * rows);
+  const auto f = randn(static_cast<size_t>(K * rows), 0.5f);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * K, b->p + r * rb, K);
+  return b;
+}
+
+int failures = 0, checks = 0;
+void same(const float *a, const float *b, size_t n, const std::string &what) {
+  ++checks;
+  if (std::memcmp(a, b, n * 4) == 0) return;
+  ++failures;
+  for (size_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, 4) != 0) {
+      std::printf("DIFF %s at %zu: %.9g vs %.9g\n", what.c_str(), i, a[i], b[i]);
+      return;
+    }
+}
+
+// The emulation itself against float64 dot products of the dequantized rows: the relative
+// error of the whole output stays at the activation rounding's level.
+void near_reference(DType t, const uint8_t *w, size_t rb, const float *x, int64_t K, const float *y, int64_t M, const std::string &what) {
+  ++checks;
+  std::vector<float> row(static_cast<size_t>(K));
+  double num = 0, den = 0;
+  for (int64_t r = 0; r < M; ++r) {
+    dequantize_row(t, w + r * rb, row.data(), K);
+    double s = 0;
+    for (int64_t i = 0; i < K; ++i) s += double(row[static_cast<size_t>(i)]) * x[i];
+    num += (y[r] - s) * (y[r] - s);
+    den += s * s;
+  }
+  const double err = std::sqrt(num / den);
+  if (!(err < 2e-2)) {
+    ++failures;
+    std::printf("FAIL %s: relative error %.3g against the float64 reference\n", what.c_str(), err);
+  }
+}
+
+unsigned cdiv(int64_t a, int b) { return static_cast<unsigned>((a + b - 1) / b); }
+bool plain(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// One launch of the old version against the new one with 1 and 2 logical blocks per thread block.
+void compare(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, size_t ny, const std::string &what) {
+  std::vector<float> yo(ny, NAN), yn(ny, NAN);
+  m.y = yo.data();
+  emu_old::launch_mv(t, down, gx, gy, 1, 0, m);
+  for (int groups : {1, 2}) {
+    if (groups == 2 && (plain(t) || m.mode == kSplit)) continue;
+    std::fill(yn.begin(), yn.end(), NAN);
+    m.y = yn.data();
+    emu_new::launch_mv(t, down, gx, gy, groups, 0, m);
+    same(yo.data(), yn.data(), ny, what + " groups " + std::to_string(groups));
+  }
+}
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::MXFP4,
+                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+void check_type(DType t) {
+  const int64_t bs = type_traits(t).block_size;
+  for (int64_t K : {bs == 256 ? int64_t(768) : bs == 32 ? int64_t(96) : int64_t(40), bs == 256 ? int64_t(2304) : int64_t(2080)}) {
+    const std::string tag = std::string(dtype_name(t)) + " K " + std::to_string(K);
+    const int64_t M = 37, E = 5;
+    std::unique_ptr<Buf> w(weights(t, K, M)), we(weights(t, K, M * E)), wu(weights(t, K, M * E));
+    const size_t rb = row_size(t, K);
+    auto xs = randn(static_cast<size_t>(K * 5));
+    xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
+    EmuMv m{};
+    m.rb = static_cast<int64_t>(rb);
+    m.K = static_cast<int>(K);
+    m.M = static_cast<int>(M);
+    m.x = reinterpret_cast<const uint8_t *>(xs.data());
+    m.x_nb1 = K * 4;
+    m.X = 1;
+    m.E = 1;
+    m.n_used = 1;
+    // MatMul
+    m.w = w->p;
+    m.mode = kRows;
+    compare(t, false, cdiv(M, 16), 1, m, M, tag + " rows");
+    {
+      std::vector<float> y(static_cast<size_t>(M), NAN);
+      m.y = y.data();
+      emu_new::launch_mv(t, false, cdiv(M, 16), 1, 1, 0, m);
+      near_reference(t, w->p, rb, xs.data(), K, y.data(), M, tag + " rows");
+    }
+    if (plain(t)) {
+      m.mode = kSplit;
+      compare(t, false, cdiv(M, 2), 1, m, M, tag + " split");
+    }
+    // MatMul + residual
+    const auto res = randn(static_cast<size_t>(M));
+    m.mode = kRows;
+    m.add = res.data();
+    compare(t, false, cdiv(M, 16), 1, m, M, tag + " rows+add");
+    m.add = nullptr;
+    // MatMulId, one activation per slot, an out-of-range id
+    const std::vector<int32_t> ids = {4, 1, 4, 7};
+    m.w = we->p;
+    m.eb = static_cast<int64_t>(rb * M);
+    m.E = static_cast<int>(E);
+    m.ids = ids.data();
+    m.n_used = 4;
+    m.X = 4;
+    compare(t, false, cdiv(M, 16), 4, m, M * 4, tag + " matmul_id");
+    if (t == DType::F16) continue;  // F16 expert products take the half-sum kernel
+    // gate/up + SwiGLU (shared activation)
+    m.X = 1;
+    m.w2 = wu->p;
+    m.rb2 = m.rb;
+    m.eb2 = m.eb;
+    m.mode = kGateUp;
+    compare(t, false, cdiv(M, 8), 4, m, M * 4, tag + " gate_up");
+    // down + combine + residual: 5 slots (two passes of four)
+    const std::vector<int32_t> ids5 = {1, 2, 0, 2, -1};
+    const auto cw = randn(5);
+    m.ids = ids5.data();
+    m.n_used = 5;
+    m.X = 5;
+    m.cw = cw.data();
+    m.add = res.data();
+    m.mode = kDown;
+    compare(t, true, cdiv(M, 8), 1, m, M, tag + " down");
+  }
+}
+
+// The MatVecs group against single launches of the old version, for several SM counts (1 and
+// 2 give two logical blocks per thread block, incl. a segment whose last one is half empty).
+void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K) {
+  const size_t n = types.size();
+  std::vector<std::unique_ptr<Buf>> w;
+  std::vector<std::vector<float>> y_old(n), y_new(n);
+  auto xs = randn(static_cast<size_t>(K));
+  EmuMv base{};
+  base.K = static_cast<int>(K);
+  base.x = reinterpret_cast<const uint8_t *>(xs.data());
+  base.x_nb1 = K * 4;
+  base.X = 1;
+  base.E = 1;
+  base.n_used = 1;
+  base.mode = kRows;
+  std::string tag = "group K " + std::to_string(K);
+  for (size_t i = 0; i < n; ++i) {
+    tag += std::string(" ") + dtype_name(types[i]) + "x" + std::to_string(rows[i]);
+    w.emplace_back(weights(types[i], K, rows[i]));
+    EmuMv m = base;
+    m.w = w[i]->p;
+    m.rb = static_cast<int64_t>(row_size(types[i], K));
+    m.M = rows[i];
+    y_old[i].assign(static_cast<size_t>(rows[i]), NAN);
+    m.y = y_old[i].data();
+    emu_old::launch_mv(types[i], false, cdiv(rows[i], 16), 1, 1, 0, m);
+  }
+  for (int n_sm : {132, 2, 1}) {
+    std::vector<EmuSeg> segs;
+    for (size_t i = 0; i < n; ++i) {
+      y_new[i].assign(static_cast<size_t>(rows[i]), NAN);
+      segs.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y_new[i].data(), rows[i], types[i]});
+    }
+    ++checks;
+    if (!emu_new::launch_grp(base, segs.data(), static_cast<int>(n), n_sm)) {
+      ++failures;
+      std::printf("FAIL %s: not launched\n", tag.c_str());
+      continue;
+    }
+    for (size_t i = 0; i < n; ++i) same(y_old[i].data(), y_new[i].data(), y_old[i].size(), tag + " n_sm " + std::to_string(n_sm) + " seg " + std::to_string(i));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  for (DType t : kTypes) {
+    if (!only.empty() && only != dtype_name(t) && only != "group") continue;
+    if (only != "group") {
+      check_type(t);
+      std::printf("%s: %d checks, %d failures so far\n", dtype_name(t), checks, failures);
+    }
+  }
+  if (only.empty() || only == "group") {
+    check_group({DType::Q4_K, DType::Q4_K, DType::Q6_K}, {37, 5, 20}, 768);
+    check_group({DType::Q5_K, DType::Q2_K, DType::Q3_K, DType::Q4_K}, {3, 17, 1, 40}, 2304);
+    check_group({DType::Q8_0, DType::Q4_0, DType::MXFP4}, {33, 16, 2}, 2080);
+    std::printf("group: %d checks, %d failures\n", checks, failures);
+  }
+  std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
+  return failures ? 1 : 0;
+}
