@@ -115,13 +115,23 @@ template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage 
   }
 }
 
+// The sub-blocks [s0, s1) of every K step a warp multiplies, and whether it adds the min
+// terms: all of them, except in narrow column tiles (<= 32 columns), where both warp
+// groups take columns 0-31, group 0 the first sub-block of each step (and the min terms),
+// group 1 the second, and add_group_sums joins them at the end.
+struct SubRange {
+  int s0, s1;
+  bool mins;
+};
+
 // K-quants, one K step: I[mi][ni] += sc S per 32 (Q6_K: sc0 S0 + sc1 S1 per two k16 halves).
 // One 16-row A fragment at a time keeps the registers of the integer sums affordable.
-template <DType T> __device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+template <DType T>
+__device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
   const int lane = wt.lane, g = lane >> 2;
   constexpr bool per16 = T == DType::Q6_K;
 #pragma unroll 1  // the two sub-blocks one after the other: fewer live registers
-  for (int s = 0; s < kSubs; ++s) {
+  for (int s = sr.s0; s < sr.s1; ++s) {
     uint32_t b[4][2];
     load_b_frags<kLd8>(b, t.sB, wt.wn, s * 16, lane);
 #pragma unroll
@@ -157,7 +167,7 @@ template <DType T> __device__ __forceinline__ void block_sum_step(int (&I)[2][4]
 // (the integer min sum by one f16 mma: |sum| <= 16 * 63 * 2032 < 2^24), then I = 0. c is
 // the Q8_K block's (the same in every group of the step).
 template <DType T>
-__device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+__device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, bool mins) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
   float2 dd[2][2];  // (d, dmin) of rows g, g + 8 of each 16-row tile
 #pragma unroll
@@ -165,7 +175,8 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 #pragma unroll
     for (int h = 0; h < 2; ++h) dd[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][0];
   uint32_t am[2][4] = {}, bm[4][2] = {};
-  if constexpr (has_min<T>) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
+  if constexpr (has_min<T>)
+    if (mins) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     if (ni * 8 >= wt.n_live) continue;
@@ -175,7 +186,8 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       float ms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (has_min<T>) mma16816<false>(ms, am[mi], bm[ni]);
+      if constexpr (has_min<T>)
+        if (mins) mma16816<false>(ms, am[mi], bm[ni]);  // else ms = 0
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float2 w = dd[mi][e >> 1];
@@ -189,10 +201,11 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 }
 
 // Q4_0 / Q8_0, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
-__device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+__device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int s = 0; s < kSubs; ++s) {
+    if (s < sr.s0 || s >= sr.s1) continue;  // warp-uniform
     uint32_t a[2][4], b[4][2];
     load_frags_k16<kLd8>(a, b, t.sA, t.sB, wt.wm, wt.wn, s * 16, lane);
     float d[2][2];
@@ -214,6 +227,24 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(static_cast<float>(sum[e]), d[mi][e >> 1] * c[e & 1], acc[mi][ni][e]);
       }
     }
+  }
+}
+
+// Narrow tiles: group 1 (warps 4-7) adds its sums into those of group 0 through red (8 KB
+// of shared memory free after the main loop), one 16-row half of the warp tile at a time.
+// Thread t of group 0 and t + 128 of group 1 hold the same fragment elements. All threads.
+__device__ __forceinline__ void add_group_sums(float (&acc)[2][4][4], float *red, const WarpTile &wt) {
+  const int grp = threadIdx.x >> 7, slot = threadIdx.x & 127;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    if (mi) __syncthreads();  // group 0 has read the previous half
+    if (grp == 1 && wt.live)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) red[j * 128 + slot] = acc[mi][j >> 2][j & 3];
+    __syncthreads();
+    if (grp == 0 && wt.live)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) acc[mi][j >> 2][j & 3] += red[j * 128 + slot];
   }
 }
 
@@ -241,7 +272,15 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   const uint8_t *We = W + ct.expert * expert_bytes;
   const int xrow = s_xrow[tid >> 2];
 
-  const WarpTile wt = warp_tile(cnt, row0, M);
+  WarpTile wt = warp_tile(cnt, row0, M);
+  const bool narrow = cnt <= kBN / 2;  // block-uniform
+  const int grp = tid >> 7;             // warp group: column half, or sub-block in narrow tiles
+  if (narrow) {
+    wt.wn = 0;
+    wt.n_live = cnt;
+    wt.live = row0 + wt.wm < M;
+  }
+  const SubRange sr = narrow ? SubRange{grp, grp + 1, grp == 0} : SubRange{0, kSubs, true};
   float acc[2][4][4];
   zero_tile(acc);
   int I[2][4][4];  // K-quants: integer sums of the current 256-block
@@ -268,16 +307,18 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
     if (wt.live) {
       if constexpr (i8_block_sum<T>) {
-        block_sum_step<T>(I, tl, wt);
-        if (s4 == 3) fold_block<T>(acc, I, tl, wt);  // K and k_len are multiples of 256
+        block_sum_step<T>(I, tl, wt, sr);
+        if (s4 == 3) fold_block<T>(acc, I, tl, wt, sr.mins);  // K and k_len are multiples of 256
       } else {
-        fold_per_sub(acc, tl, wt);
+        fold_per_sub(acc, tl, wt, sr);
       }
     }
     __syncthreads();
   }
 
-  if (!wt.live) return;
+  static_assert(sizeof(sA) >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1");
+  if (narrow) add_group_sums(acc, reinterpret_cast<float *>(&sA[0][0]), wt);
+  if (!wt.live || (narrow && grp == 1)) return;
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
