@@ -19,6 +19,7 @@
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
 #include <algorithm>
@@ -40,6 +41,9 @@ constexpr int kLd8 = (kBK + 16) / 2;
 constexpr int kSld = kGroups + 1;
 // Min integers m and activation sums X of the 16 k16 groups of a 256-block, f16 (48-byte rows).
 constexpr int kMinLd = 16 + 8;
+// Weights are asked of L2 this many K steps ahead (the register stage covers one): about
+// the lead time of the f16 kernels' 3 steps, whose steps take ~1.5x as long.
+constexpr int kPrefetchSteps = 5;
 
 // The per-thread share of one K step, staged in registers: one weight sub-block and the 16
 // activation integers of one column's k16 group with their (c, X).
@@ -264,11 +268,19 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   __shared__ int s_xrow[kBN], s_yrow[kBN];
   const I8Tiles tl{sA, sB, sSc, sD, sC, sMA, sMB};
 
+  // Launched with launch_pdl: before pdl_wait only the dense product's first weights are
+  // asked of L2 (a MatMulId's expert comes from the routing tables, written earlier).
+  const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
+  if (tiles == nullptr)
+#pragma unroll
+    for (int j = 0; j < kPrefetchSteps; ++j) prefetch_weights_l2(W, row_bytes, row0, M, K, kz0 + j * kBK);
+  pdl_wait();
+  pdl_trigger();
+
   const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt, tid = threadIdx.x;
   if (cnt <= 0) return;
 
-  const int row0 = blockIdx.x * kBM;
   const uint8_t *We = W + ct.expert * expert_bytes;
   const int xrow = s_xrow[tid >> 2];
 
@@ -293,7 +305,6 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
 
   // Register-staged pipeline as in matmul_mma.cu: the next step's loads are issued before
   // this step's mma (the last fetch re-reads the last step, unused).
-  const int kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
   I8Stage st;
   fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kz0);
   fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kz0);
@@ -304,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
     const int kn = k0 + kBK < kz1 ? k0 + kBK : k0;
     fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kn);
     fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kn);
-    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
+    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + kPrefetchSteps * kBK);
     if (wt.live) {
       if constexpr (i8_block_sum<T>) {
         block_sum_step<T>(I, tl, wt, sr);
@@ -382,16 +393,16 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
   const int64_t y_split = split ? static_cast<int64_t>(ncols) * M : 0;
   float *out = split ? part : Y;
   const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
-#define MOE_MMQ_I8_CASE(TY)                                                                                                       \
-  case TY:                                                                                                                        \
-    mmq_i8_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split); \
+#define MOE_MMQ_I8_CASE(TY)                                                                                                  \
+  case TY:                                                                                                                   \
+    launch_pdl(mmq_i8_kernel<TY>, grid, dim3(kThreads), 0, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, \
+               k_len, y_split);                                                                                              \
     break;
   switch (t) {
     MOE_MMQ_I8_TYPES(MOE_MMQ_I8_CASE)
     default: fail(Status::Internal, "CUDA int8 MMQ matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMQ_I8_CASE
-  MOE_CUDA_LAUNCH_CHECK("mmq_i8_kernel");
   if (!split) return;
   const int64_t n = y_split;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
