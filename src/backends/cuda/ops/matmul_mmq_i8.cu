@@ -128,14 +128,12 @@ struct SubRange {
   bool mins;
 };
 
-// K-quants, one K step: I[mi][ni] += sc S per 32 (Q6_K: sc0 S0 + sc1 S1 per two k16 halves).
-// One 16-row A fragment at a time keeps the registers of the integer sums affordable.
-template <DType T>
-__device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
+// K-quants, sub-block s of a K step: I[mi][ni] += sc S (Q6_K: sc0 S0 + sc1 S1 per two k16
+// halves). One 16-row A fragment at a time keeps the registers of the integer sums affordable.
+template <DType T> __device__ __forceinline__ void block_sum_sub(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, int s) {
   const int lane = wt.lane, g = lane >> 2;
   constexpr bool per16 = T == DType::Q6_K;
-#pragma unroll 1  // the two sub-blocks one after the other: fewer live registers
-  for (int s = sr.s0; s < sr.s1; ++s) {
+  {
     uint32_t b[4][2];
     load_b_frags<kLd8>(b, t.sB, wt.wn, s * 16, lane);
 #pragma unroll
@@ -164,6 +162,18 @@ __device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles 
         }
       }
     }
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
+  if constexpr (T == DType::Q6_K) {
+#pragma unroll 1  // one sub-block after the other: Q6_K's two sums and scales would spill
+    for (int s = sr.s0; s < sr.s1; ++s) block_sum_sub<T>(I, t, wt, s);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kSubs; ++s)
+      if (s >= sr.s0 && s < sr.s1) block_sum_sub<T>(I, t, wt, s);  // warp-uniform
   }
 }
 
