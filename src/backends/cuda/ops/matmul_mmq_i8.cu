@@ -87,17 +87,23 @@ __device__ __forceinline__ void fetch_i8_acts(I8Stage &st, const int8_t *Xq, con
 }
 
 // The shared tiles of one K step. sA[row][k] / sB[col][k]: int8 weights / activations.
-// sSc[row][g]: integer scale of k16 group g; sD[row][s]: (d, dmin) of sub-block s;
+// sSc[row][g]: integer scale of k16 group g; sD[row][s]: f16 pair (d, dmin) of sub-block s;
 // sC[col][g]: c. sMA[row][g] / sMB[col][g]: m / X of k16 group g of the 256-block (f16).
 struct I8Tiles {
   uint16_t (*sA)[kLd8];
   uint16_t (*sB)[kLd8];
-  int (*sSc)[kGroups];
-  float2 (*sD)[kSubs];
+  int8_t (*sSc)[kGroups];
+  uint32_t (*sD)[kSubs];
   float (*sC)[kSld];
   uint16_t (*sMA)[kMinLd];
   uint16_t (*sMB)[kMinLd];
 };
+
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return __half22float2(h);
+}
 
 // s4: the K step's place in its 256-block (min integers and sums go to its 4 groups there).
 template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage &st, const I8Tiles &t, int s4) {
@@ -105,11 +111,8 @@ template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage 
   uint4 *a = reinterpret_cast<uint4 *>(&t.sA[r][h * 16]);
   a[0] = make_uint4(st.w.w[0], st.w.w[1], st.w.w[2], st.w.w[3]);
   a[1] = make_uint4(st.w.w[4], st.w.w[5], st.w.w[6], st.w.w[7]);
-  t.sSc[r][2 * h] = i8_byte(st.w.scm, 0);
-  t.sSc[r][2 * h + 1] = i8_byte(st.w.scm, 1);
-  __half2 dm;
-  memcpy(&dm, &st.w.dm, 4);
-  t.sD[r][h] = __half22float2(dm);
+  *reinterpret_cast<uint16_t *>(&t.sSc[r][2 * h]) = static_cast<uint16_t>(st.w.scm);  // the two int8 scales
+  t.sD[r][h] = st.w.dm;
   *reinterpret_cast<uint4 *>(&t.sB[c][g * 8]) = st.x;
   t.sC[c][g] = st.xs.x;
   if constexpr (has_min<T>) {
@@ -144,7 +147,7 @@ template <DType T> __device__ __forceinline__ void block_sum_sub(int (&I)[2][4][
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int k = 0; k < 2; ++k) sc[h][k] = t.sSc[wt.wm + 16 * mi + g + 8 * h][2 * s + k];
+        for (int k = 0; k < 2; ++k) sc[h][k] = t.sSc[wt.wm + 16 * mi + g + 8 * h][2 * s + k];  // sign-extending load
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
         if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
@@ -187,7 +190,7 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) dd[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][0];
+    for (int h = 0; h < 2; ++h) dd[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][0]);
   uint32_t am[2][4] = {}, bm[4][2] = {};
   if constexpr (has_min<T>)
     if (mins) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
@@ -226,7 +229,7 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) d[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][s].x;
+      for (int h = 0; h < 2; ++h) d[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= wt.n_live) continue;
@@ -268,15 +271,18 @@ template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                              const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
                                                              const int2 *entries, int k_len, int64_t y_split) {
-  __shared__ __align__(16) uint16_t sA[kBM][kLd8];
-  __shared__ __align__(16) uint16_t sB[kBN][kLd8];
-  __shared__ int sSc[kBM][kGroups];
-  __shared__ float2 sD[kBM][kSubs];
-  __shared__ float sC[kBN][kSld];
+  // Two buffers of the step tiles: step i stores into buffer i % 2 while slower warps may
+  // still read buffer (i - 1) % 2, so one barrier per step (every thread has finished
+  // step i - 2 before the barrier of step i - 1). The min tiles have one buffer, rewritten
+  // after a barrier that follows their use at the end of each 256-block.
+  __shared__ __align__(16) uint16_t sA[2][kBM][kLd8];
+  __shared__ __align__(16) uint16_t sB[2][kBN][kLd8];
+  __shared__ int8_t sSc[2][kBM][kGroups];
+  __shared__ uint32_t sD[2][kBM][kSubs];
+  __shared__ float sC[2][kBN][kSld];
   __shared__ __align__(16) uint16_t sMA[has_min<T> ? kBM : 1][kMinLd];
   __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
-  const I8Tiles tl{sA, sB, sSc, sD, sC, sMA, sMB};
 
   // Launched with launch_pdl: before pdl_wait only the dense product's first weights are
   // asked of L2 (a MatMulId's expert comes from the routing tables, written earlier).
@@ -320,6 +326,8 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kz0);
   for (int k0 = kz0; k0 < kz1; k0 += kBK) {
     const int s4 = (k0 / kBK) & 3;  // K step within its 256-block
+    const int b = ((k0 - kz0) / kBK) & 1;
+    const I8Tiles tl{sA[b], sB[b], sSc[b], sD[b], sC[b], sMA, sMB};
     store_i8_stage<T>(st, tl, s4);
     __syncthreads();
     const int kn = k0 + kBK < kz1 ? k0 + kBK : k0;
@@ -334,11 +342,14 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
         fold_per_sub(acc, tl, wt, sr);
       }
     }
-    __syncthreads();
+    if (has_min<T> && s4 == 3) __syncthreads();  // block-uniform: the min tiles are rewritten next
   }
 
-  static_assert(sizeof(sA) >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1");
-  if (narrow) add_group_sums(acc, reinterpret_cast<float *>(&sA[0][0]), wt);
+  static_assert(sizeof(sA[0]) >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1");
+  if (narrow) {
+    __syncthreads();  // every warp is done with the tiles
+    add_group_sums(acc, reinterpret_cast<float *>(&sA[0][0][0]), wt);
+  }
   if (!wt.live || (narrow && grp == 1)) return;
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
