@@ -14,7 +14,10 @@
 //           two masked k32 ones: the same tensor work, no masking)
 // - Q4_0 / Q8_0: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in f32).
 // Tiling, column tiles, register staging, L2 prefetch and the output scatter are those of
-// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32.
+// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32;
+// here with double-buffered step tiles (one barrier per step), a K split over several
+// blocks for dense grids that would leave SMs idle, and narrow column tiles (<= 32) shared
+// by the two warp groups along K (SubRange). Host-checked by tools/cuda_emu/run_mmq.sh.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
