@@ -288,13 +288,14 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   __shared__ int s_xrow[kBN], s_yrow[kBN];
 
   // Launched with launch_pdl: before pdl_wait only the dense product's first weights are
-  // asked of L2 (a MatMulId's expert comes from the routing tables, written earlier).
+  // asked of L2 (a MatMulId's expert comes from the routing tables, written earlier). The
+  // trigger waits for the end of the K loop: MoE grids run several waves, and a dependent
+  // grid scheduled early would hold SM slots while it waits.
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
   if (tiles == nullptr)
 #pragma unroll
     for (int j = 0; j < kPrefetchSteps; ++j) prefetch_weights_l2(W, row_bytes, row0, M, K, kz0 + j * kBK);
   pdl_wait();
-  pdl_trigger();
 
   const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt, tid = threadIdx.x;
@@ -347,6 +348,7 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
     }
     if (has_min<T> && s4 == 3) __syncthreads();  // block-uniform: the min tiles are rewritten next
   }
+  pdl_trigger();
 
   static_assert(sizeof(sA[0]) >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1");
   if (narrow) {
