@@ -359,8 +359,10 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z.
+// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z (launch_pdl).
 __global__ void sum_k_splits_kernel(const float *part, int64_t n, int n_split, float *Y) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = part[i];
     for (int z = 1; z < n_split; ++z) s += part[z * n + i];
@@ -432,8 +434,7 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
   if (!split) return;
   const int64_t n = y_split;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-  sum_k_splits_kernel<<<blocks, 256, 0, s>>>(part, n, nz, Y);
-  MOE_CUDA_LAUNCH_CHECK("sum_k_splits_kernel");
+  launch_pdl(sum_k_splits_kernel, dim3(blocks), dim3(256), 0, s, static_cast<const float *>(part), n, nz, Y);
 }
 
 void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
