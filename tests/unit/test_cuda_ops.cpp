@@ -133,6 +133,15 @@ TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd s
       CHECK(dense_case(reg, *gpu, t, km.first, km.second, 512, seed));
       seed += 2;
     }
+  // One or two blocks without a split: the int8 kernel splits K 8 ways (k/v projection
+  // shapes at few tokens); 40 columns also take its narrow-tile path (two warp groups
+  // on alternate sub-blocks).
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (int64_t N : {16, 40, 100}) {
+      INFO("type " << dtype_name(t) << " K=2048 M=130 N=" << N << " (split K)");
+      CHECK(dense_case(reg, *gpu, t, 2048, 130, N, seed));
+      seed += 2;
+    }
 }
 
 namespace {

@@ -4,6 +4,9 @@
 #pragma once
 #include "emu.h"
 
+#include <chrono>
+#include <cstdlib>
+
 template <class T> inline T __ldg(const T *p) { return *p; }
 inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh) {
   const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
@@ -21,9 +24,21 @@ inline float __fdividef(float a, float b) { return a / b; }
 // D = A B + C with int8 A (16 x K, row-major) and B (K x 8, column-major), s32 C / D, K = 32
 // (a: 4 registers, b: 2) or 16 (a: 2, b: 1). Register r of lane l holds 4 consecutive k:
 // A row l / 4 (+ 8 for odd r), k 4 (l % 4) (+ 16 for r >= 2); B column l / 4, the same k.
+// EMU_LAG_WARP=w makes warp w of every block lag (a sleep before each of its ldmatrix and
+// int8 mma), so the other warps run ahead up to the next barrier: shared tiles rewritten
+// too early show.
+inline void emu_lag() {
+  static const int w = [] {
+    const char *e = std::getenv("EMU_LAG_WARP");
+    return e ? std::atoi(e) : -1;
+  }();
+  if (static_cast<int>(threadIdx.x >> 5) == w) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+}
+
 inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K) {
   const int lane = threadIdx.x & 31;
   EmuWarp &W = g_warps[threadIdx.x >> 5];
+  emu_lag();
   const int na = K / 8, nb = K / 16;
   for (int i = 0; i < na; ++i) W.a[lane][i] = a[i];
   for (int i = 0; i < nb; ++i) W.b[lane][i] = b[i];

@@ -21,7 +21,7 @@ def with_body(text, name, body):
 
 common = open(os.path.join(ops, 'mma_common.cuh')).read()
 for name, body in [
-    ('ldmatrix_x4', '{ emu_ldsm(r, p, false); }'),
+    ('ldmatrix_x4', '{ emu_lag(); emu_ldsm(r, p, false); }'),
     ('mma16816', '{ emu_mma(d, a, b[0], b[1]); }'),
     ('mma_s8_k32', '{ emu_mma_s8(d, a, b, 32); }'),
     ('mma_s8_k16', '{ const uint32_t a2[2] = {a0, a1}; emu_mma_s8(d, a2, &b, 16); }'),

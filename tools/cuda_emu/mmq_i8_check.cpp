@@ -5,6 +5,7 @@
 #include "emu_int8.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 #include <cstdio>
 #include <random>
@@ -99,11 +100,15 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
   return bad == 0;
 }
 
-// Routing tiles over E experts: entries grouped by expert, tiles of <= 64, plus an empty tile.
+// Routing tiles over E experts: entries grouped by expert, tiles of <= 64, plus an empty
+// tile. Expert 0 takes ~60% of the entries, so there are full, wide and narrow (<= 32) tiles.
 static void routing(int E, int n_tok, int N, uint32_t seed, std::vector<int4> &tiles, std::vector<int2> &entries) {
   std::mt19937 rng(seed);
   std::vector<std::vector<int>> by_e(static_cast<size_t>(E));
-  for (int t = 0; t < n_tok; ++t) by_e[static_cast<size_t>(rng() % E)].push_back(static_cast<int>(rng() % N));
+  for (int t = 0; t < n_tok; ++t) {
+    const int e = rng() % 10 < 6 ? 0 : 1 + static_cast<int>(rng() % (E - 1));
+    by_e[static_cast<size_t>(e)].push_back(static_cast<int>(rng() % N));
+  }
   for (int e = 0; e < E; ++e) {
     const auto &v = by_e[static_cast<size_t>(e)];
     for (size_t i = 0; i < v.size(); i += 64) {

@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
@@ -29,8 +30,11 @@ __device__ __forceinline__ float warp_sum(float v) {
 // q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0 / Q8_K, the MMQ
 // path) each value as int8 * block scale c: the integer into q_out[r * K + i] (int8_t if
 // q_int8, else f16 bits as uint16_t) and, per 16 elements, (c, their integer sum) into
-// s_out[r * K / 16 + i / 16].
+// s_out[r * K / 16 + i / 16]. Launched with launch_pdl; it reads and writes only after
+// pdl_wait, and lets the product that follows be scheduled (its weight prefetch overlaps).
 __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *q_out, bool q_int8, float2 *s_out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int64_t i = static_cast<int64_t>(blockIdx.y) * 256 + threadIdx.x;
   const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
@@ -513,9 +517,8 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
   void *xq = s.mmq ? work : nullptr;
   float2 *xs = s.mmq ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
-  act_round_kernel<<<dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), 256, 0, c.stream>>>(tview(x), s.K, vdt,
-                                                                                                                      xr, xq, s.mmq_i8, xs);
-  MOE_CUDA_LAUNCH_CHECK("act_round_kernel");
+  launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), dim3(256), 0, c.stream,
+             tview(x), s.K, vdt, xr, xq, s.mmq_i8, xs);
   if (s.NT == 1) {
     // One column that cuda_matvec does not take (activations too large for its shared
     // memory): no routing tables; experts come straight from ids.

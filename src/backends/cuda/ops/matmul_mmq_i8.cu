@@ -14,11 +14,15 @@
 //           two masked k32 ones: the same tensor work, no masking)
 // - Q4_0 / Q8_0: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in f32).
 // Tiling, column tiles, register staging, L2 prefetch and the output scatter are those of
-// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32.
+// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32;
+// here with double-buffered step tiles (one barrier per step), a K split over several
+// blocks for dense grids that would leave SMs idle, and narrow column tiles (<= 32) shared
+// by the two warp groups along K (SubRange). Host-checked by tools/cuda_emu/run_mmq.sh.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
 #include <algorithm>
@@ -40,6 +44,9 @@ constexpr int kLd8 = (kBK + 16) / 2;
 constexpr int kSld = kGroups + 1;
 // Min integers m and activation sums X of the 16 k16 groups of a 256-block, f16 (48-byte rows).
 constexpr int kMinLd = 16 + 8;
+// Weights are asked of L2 this many K steps ahead (the register stage covers one): about
+// the lead time of the f16 kernels' 3 steps, whose steps take ~1.5x as long.
+constexpr int kPrefetchSteps = 5;
 
 // The per-thread share of one K step, staged in registers: one weight sub-block and the 16
 // activation integers of one column's k16 group with their (c, X).
@@ -83,17 +90,23 @@ __device__ __forceinline__ void fetch_i8_acts(I8Stage &st, const int8_t *Xq, con
 }
 
 // The shared tiles of one K step. sA[row][k] / sB[col][k]: int8 weights / activations.
-// sSc[row][g]: integer scale of k16 group g; sD[row][s]: (d, dmin) of sub-block s;
+// sSc[row][g]: integer scale of k16 group g; sD[row][s]: f16 pair (d, dmin) of sub-block s;
 // sC[col][g]: c. sMA[row][g] / sMB[col][g]: m / X of k16 group g of the 256-block (f16).
 struct I8Tiles {
   uint16_t (*sA)[kLd8];
   uint16_t (*sB)[kLd8];
-  int (*sSc)[kGroups];
-  float2 (*sD)[kSubs];
+  int8_t (*sSc)[kGroups];
+  uint32_t (*sD)[kSubs];
   float (*sC)[kSld];
   uint16_t (*sMA)[kMinLd];
   uint16_t (*sMB)[kMinLd];
 };
+
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return __half22float2(h);
+}
 
 // s4: the K step's place in its 256-block (min integers and sums go to its 4 groups there).
 template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage &st, const I8Tiles &t, int s4) {
@@ -101,11 +114,8 @@ template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage 
   uint4 *a = reinterpret_cast<uint4 *>(&t.sA[r][h * 16]);
   a[0] = make_uint4(st.w.w[0], st.w.w[1], st.w.w[2], st.w.w[3]);
   a[1] = make_uint4(st.w.w[4], st.w.w[5], st.w.w[6], st.w.w[7]);
-  t.sSc[r][2 * h] = i8_byte(st.w.scm, 0);
-  t.sSc[r][2 * h + 1] = i8_byte(st.w.scm, 1);
-  __half2 dm;
-  memcpy(&dm, &st.w.dm, 4);
-  t.sD[r][h] = __half22float2(dm);
+  *reinterpret_cast<uint16_t *>(&t.sSc[r][2 * h]) = static_cast<uint16_t>(st.w.scm);  // the two int8 scales
+  t.sD[r][h] = st.w.dm;
   *reinterpret_cast<uint4 *>(&t.sB[c][g * 8]) = st.x;
   t.sC[c][g] = st.xs.x;
   if constexpr (has_min<T>) {
@@ -115,13 +125,21 @@ template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage 
   }
 }
 
-// K-quants, one K step: I[mi][ni] += sc S per 32 (Q6_K: sc0 S0 + sc1 S1 per two k16 halves).
-// One 16-row A fragment at a time keeps the registers of the integer sums affordable.
-template <DType T> __device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+// The sub-blocks [s0, s1) of every K step a warp multiplies, and whether it adds the min
+// terms: all of them, except in narrow column tiles (<= 32 columns), where both warp
+// groups take columns 0-31, group 0 the first sub-block of each step (and the min terms),
+// group 1 the second, and add_group_sums joins them at the end.
+struct SubRange {
+  int s0, s1;
+  bool mins;
+};
+
+// K-quants, sub-block s of a K step: I[mi][ni] += sc S (Q6_K: sc0 S0 + sc1 S1 per two k16
+// halves). One 16-row A fragment at a time keeps the registers of the integer sums affordable.
+template <DType T> __device__ __forceinline__ void block_sum_sub(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, int s) {
   const int lane = wt.lane, g = lane >> 2;
   constexpr bool per16 = T == DType::Q6_K;
-#pragma unroll 1  // the two sub-blocks one after the other: fewer live registers
-  for (int s = 0; s < kSubs; ++s) {
+  {
     uint32_t b[4][2];
     load_b_frags<kLd8>(b, t.sB, wt.wn, s * 16, lane);
 #pragma unroll
@@ -132,7 +150,7 @@ template <DType T> __device__ __forceinline__ void block_sum_step(int (&I)[2][4]
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int k = 0; k < 2; ++k) sc[h][k] = t.sSc[wt.wm + 16 * mi + g + 8 * h][2 * s + k];
+        for (int k = 0; k < 2; ++k) sc[h][k] = t.sSc[wt.wm + 16 * mi + g + 8 * h][2 * s + k];  // sign-extending load
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
         if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
@@ -153,19 +171,32 @@ template <DType T> __device__ __forceinline__ void block_sum_step(int (&I)[2][4]
   }
 }
 
+template <DType T>
+__device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
+  if constexpr (T == DType::Q6_K) {
+#pragma unroll 1  // one sub-block after the other: Q6_K's two sums and scales would spill
+    for (int s = sr.s0; s < sr.s1; ++s) block_sum_sub<T>(I, t, wt, s);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kSubs; ++s)
+      if (s >= sr.s0 && s < sr.s1) block_sum_sub<T>(I, t, wt, s);  // warp-uniform
+  }
+}
+
 // K-quants, after the last K step of a 256-block: acc += (d c) I - (dmin c) sum_g m_g X_g
 // (the integer min sum by one f16 mma: |sum| <= 16 * 63 * 2032 < 2^24), then I = 0. c is
 // the Q8_K block's (the same in every group of the step).
 template <DType T>
-__device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+__device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, bool mins) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
   float2 dd[2][2];  // (d, dmin) of rows g, g + 8 of each 16-row tile
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) dd[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][0];
+    for (int h = 0; h < 2; ++h) dd[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][0]);
   uint32_t am[2][4] = {}, bm[4][2] = {};
-  if constexpr (has_min<T>) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
+  if constexpr (has_min<T>)
+    if (mins) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
     if (ni * 8 >= wt.n_live) continue;
@@ -175,7 +206,8 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
       float ms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (has_min<T>) mma16816<false>(ms, am[mi], bm[ni]);
+      if constexpr (has_min<T>)
+        if (mins) mma16816<false>(ms, am[mi], bm[ni]);  // else ms = 0
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float2 w = dd[mi][e >> 1];
@@ -189,17 +221,18 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 }
 
 // Q4_0 / Q8_0, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
-__device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt) {
+__device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int s = 0; s < kSubs; ++s) {
+    if (s < sr.s0 || s >= sr.s1) continue;  // warp-uniform
     uint32_t a[2][4], b[4][2];
     load_frags_k16<kLd8>(a, b, t.sA, t.sB, wt.wm, wt.wn, s * 16, lane);
     float d[2][2];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) d[mi][h] = t.sD[wt.wm + 16 * mi + g + 8 * h][s].x;
+      for (int h = 0; h < 2; ++h) d[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= wt.n_live) continue;
@@ -217,31 +250,69 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
   }
 }
 
+// Narrow tiles: group 1 (warps 4-7) adds its sums into those of group 0 through red (8 KB
+// of shared memory free after the main loop), one 16-row half of the warp tile at a time.
+// Thread t of group 0 and t + 128 of group 1 hold the same fragment elements. All threads.
+__device__ __forceinline__ void add_group_sums(float (&acc)[2][4][4], float *red, const WarpTile &wt) {
+  const int grp = threadIdx.x >> 7, slot = threadIdx.x & 127;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    if (mi) __syncthreads();  // group 0 has read the previous half
+    if (grp == 1 && wt.live)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) red[j * 128 + slot] = acc[mi][j >> 2][j & 3];
+    __syncthreads();
+    if (grp == 0 && wt.live)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) acc[mi][j >> 2][j & 3] += red[j * 128 + slot];
+  }
+}
+
 // grid: (ceil(M / 128), column tiles, K splits). Split z sums K range [z k_len, (z + 1)
 // k_len) (k_len a multiple of 256, K without a split) into Y + z y_split.
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                              const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
                                                              const int2 *entries, int k_len, int64_t y_split) {
-  __shared__ __align__(16) uint16_t sA[kBM][kLd8];
-  __shared__ __align__(16) uint16_t sB[kBN][kLd8];
-  __shared__ int sSc[kBM][kGroups];
-  __shared__ float2 sD[kBM][kSubs];
-  __shared__ float sC[kBN][kSld];
+  // Two buffers of the step tiles: step i stores into buffer i % 2 while slower warps may
+  // still read buffer (i - 1) % 2, so one barrier per step (every thread has finished
+  // step i - 2 before the barrier of step i - 1). The min tiles have one buffer, rewritten
+  // after a barrier that follows their use at the end of each 256-block.
+  __shared__ __align__(16) uint16_t sA[2][kBM][kLd8];
+  __shared__ __align__(16) uint16_t sB[2][kBN][kLd8];
+  __shared__ int8_t sSc[2][kBM][kGroups];
+  __shared__ uint32_t sD[2][kBM][kSubs];
+  __shared__ float sC[2][kBN][kSld];
   __shared__ __align__(16) uint16_t sMA[has_min<T> ? kBM : 1][kMinLd];
   __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
-  const I8Tiles tl{sA, sB, sSc, sD, sC, sMA, sMB};
+
+  // Launched with launch_pdl: before pdl_wait only the dense product's first weights are
+  // asked of L2 (a MatMulId's expert comes from the routing tables, written earlier). The
+  // trigger waits for the end of the K loop: MoE grids run several waves, and a dependent
+  // grid scheduled early would hold SM slots while it waits.
+  const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
+  if (tiles == nullptr)
+#pragma unroll
+    for (int j = 0; j < kPrefetchSteps; ++j) prefetch_weights_l2(W, row_bytes, row0, M, K, kz0 + j * kBK);
+  pdl_wait();
 
   const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt, tid = threadIdx.x;
   if (cnt <= 0) return;
 
-  const int row0 = blockIdx.x * kBM;
   const uint8_t *We = W + ct.expert * expert_bytes;
   const int xrow = s_xrow[tid >> 2];
 
-  const WarpTile wt = warp_tile(cnt, row0, M);
+  WarpTile wt = warp_tile(cnt, row0, M);
+  const bool narrow = cnt <= kBN / 2;  // block-uniform
+  const int grp = tid >> 7;             // warp group: column half, or sub-block in narrow tiles
+  if (narrow) {
+    wt.wn = 0;
+    wt.n_live = cnt;
+    wt.live = row0 + wt.wm < M;
+  }
+  const SubRange sr = narrow ? SubRange{grp, grp + 1, grp == 0} : SubRange{0, kSubs, true};
   float acc[2][4][4];
   zero_tile(acc);
   int I[2][4][4];  // K-quants: integer sums of the current 256-block
@@ -254,35 +325,44 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
 
   // Register-staged pipeline as in matmul_mma.cu: the next step's loads are issued before
   // this step's mma (the last fetch re-reads the last step, unused).
-  const int kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
   I8Stage st;
   fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kz0);
   fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kz0);
   for (int k0 = kz0; k0 < kz1; k0 += kBK) {
     const int s4 = (k0 / kBK) & 3;  // K step within its 256-block
+    const int b = ((k0 - kz0) / kBK) & 1;
+    const I8Tiles tl{sA[b], sB[b], sSc[b], sD[b], sC[b], sMA, sMB};
     store_i8_stage<T>(st, tl, s4);
     __syncthreads();
     const int kn = k0 + kBK < kz1 ? k0 + kBK : k0;
     fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kn);
     fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kn);
-    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
+    prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + kPrefetchSteps * kBK);
     if (wt.live) {
       if constexpr (i8_block_sum<T>) {
-        block_sum_step<T>(I, tl, wt);
-        if (s4 == 3) fold_block<T>(acc, I, tl, wt);  // K and k_len are multiples of 256
+        block_sum_step<T>(I, tl, wt, sr);
+        if (s4 == 3) fold_block<T>(acc, I, tl, wt, sr.mins);  // K and k_len are multiples of 256
       } else {
-        fold_per_sub(acc, tl, wt);
+        fold_per_sub(acc, tl, wt, sr);
       }
     }
-    __syncthreads();
+    if (has_min<T> && s4 == 3) __syncthreads();  // block-uniform: the min tiles are rewritten next
   }
+  pdl_trigger();
 
-  if (!wt.live) return;
+  static_assert(sizeof(sA[0]) >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1");
+  if (narrow) {
+    __syncthreads();  // every warp is done with the tiles
+    add_group_sums(acc, reinterpret_cast<float *>(&sA[0][0][0]), wt);
+  }
+  if (!wt.live || (narrow && grp == 1)) return;
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z.
+// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z (launch_pdl).
 __global__ void sum_k_splits_kernel(const float *part, int64_t n, int n_split, float *Y) {
+  pdl_wait();
+  pdl_trigger();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = part[i];
     for (int z = 1; z < n_split; ++z) s += part[z * n + i];
@@ -341,21 +421,20 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
   const int64_t y_split = split ? static_cast<int64_t>(ncols) * M : 0;
   float *out = split ? part : Y;
   const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
-#define MOE_MMQ_I8_CASE(TY)                                                                                                       \
-  case TY:                                                                                                                        \
-    mmq_i8_kernel<TY><<<grid, kThreads, 0, s>>>(W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split); \
+#define MOE_MMQ_I8_CASE(TY)                                                                                                  \
+  case TY:                                                                                                                   \
+    launch_pdl(mmq_i8_kernel<TY>, grid, dim3(kThreads), 0, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, \
+               k_len, y_split);                                                                                              \
     break;
   switch (t) {
     MOE_MMQ_I8_TYPES(MOE_MMQ_I8_CASE)
     default: fail(Status::Internal, "CUDA int8 MMQ matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMQ_I8_CASE
-  MOE_CUDA_LAUNCH_CHECK("mmq_i8_kernel");
   if (!split) return;
   const int64_t n = y_split;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-  sum_k_splits_kernel<<<blocks, 256, 0, s>>>(part, n, nz, Y);
-  MOE_CUDA_LAUNCH_CHECK("sum_k_splits_kernel");
+  launch_pdl(sum_k_splits_kernel, dim3(blocks), dim3(256), 0, s, static_cast<const float *>(part), n, nz, Y);
 }
 
 void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
