@@ -114,6 +114,10 @@ TEST_CASE("cuda op: matmul matches the CPU for every weight type, odd shapes, ba
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   dense_sweep(reg, *gpu, {1, 3, 17}, 64, 37, 1);
+  // F32 weights on many columns (routers at T > 1): the tiled GEMM, K split over blocks.
+  CHECK(dense_case(reg, *gpu, DType::F32, 2048, 128, 512, 77));
+  CHECK(dense_case(reg, *gpu, DType::F32, 2000, 100, 300, 79));
+  CHECK(dense_case(reg, *gpu, DType::F32, 24, 65, 70, 81));
 }
 
 TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd shapes, real shapes", "[ops][cuda][mma]") {

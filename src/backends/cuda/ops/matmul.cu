@@ -7,6 +7,7 @@
 // expert) is computed on the device; all active experts run in the same launch and the
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/matmul_f32.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/pdl.cuh"
@@ -399,6 +400,7 @@ struct MatmulShape {
   bool mma;  // tensor-core kernel (matmul_mma.cu); NT is then its column tile
   bool mmq;  // ... its exact-product variant for quantized weights (matmul_mmq.cu)
   bool mmq_i8;  // ... on int8 tensor cores (matmul_mmq_i8.cu): int8 activation integers
+  bool sgemm;   // F32 weights, dense, many columns (routers at T > 1): matmul_f32.cu
 };
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
@@ -413,6 +415,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     s.mma = s.rows >= kMmaMinCols && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
+    s.sgemm = w.type == DType::F32 && s.rows >= kMmaMinCols;
   } else {
     const Node &ids = g.node(n.src[2]);
     s.E = w.ne[2];
@@ -446,6 +449,7 @@ size_t split_part_bytes(const MatmulShape &s, int splits) {
   return splits > 1 ? align256(static_cast<size_t>(splits) * static_cast<size_t>(s.rows * s.M) * 4) : 0;
 }
 int dense_k_splits(const MatmulShape &s, int n_sm) {
+  if (s.sgemm) return sgemm_f32_splits(s.K, s.M, s.rows, n_sm);
   return s.mmq_i8 && s.E == 1 ? mmq_i8_k_splits(s.K, s.M, s.rows, n_sm) : 1;
 }
 
@@ -500,6 +504,13 @@ void cuda_op_matmul_heads(const CudaOpCtx &c) {
   MOE_CUDA_LAUNCH_CHECK("mmv_heads_kernel");
 }
 
+// The K splits of a dense product that fit the node's work buffer (planned for kPlannedSms).
+static int fitted_k_splits(const MatmulShape &s, const CudaOpCtx &c) {
+  int splits = dense_k_splits(s, c.n_sm);
+  while (splits > 1 && act_scratch_bytes(s) + split_part_bytes(s, splits) > c.n.work_size) --splits;
+  return splits;
+}
+
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const MatmulShape s = shape_of(c.g, c.n);
@@ -533,14 +544,18 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     const int ncols = static_cast<int>(s.rows);
     const int n_col_tiles = (ncols + s.NT - 1) / s.NT;
     if (s.mmq) {
-      int splits = dense_k_splits(s, c.n_sm);
-      while (splits > 1 && act_scratch_bytes(s) + split_part_bytes(s, splits) > c.n.work_size) --splits;
+      const int splits = fitted_k_splits(s, c);
       float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : nullptr;
       launch_mmq_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, ncols, nullptr, nullptr,
                         n_col_tiles, part, splits);
     } else if (s.mma) {
       launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
                         n_col_tiles);
+    } else if (s.sgemm) {
+      const int splits = fitted_k_splits(s, c);
+      float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : Y;
+      const int nz = launch_sgemm_f32(W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), xr, ncols, part, splits, c.stream);
+      if (nz > 1) launch_sum_k_splits(part, static_cast<int64_t>(ncols) * s.M, nz, Y, c.stream);
     } else {
       launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
                         nullptr, nullptr);

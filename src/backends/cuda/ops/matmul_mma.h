@@ -49,6 +49,8 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
 // The K splits for a dense K x M product on ncols columns and n_sm SMs: enough blocks for
 // two per SM, at most kMaxKSplits and K / 256; 1 = none.
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm);
+// Y[i] = the n_split partial results part[z n + i] added in the order of z (split-K GEMMs).
+void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, cudaStream_t s);
 
 // Test hook: enqueues on s the decoding of sub-blocks 0 .. n_sub-1 of one device row of type
 // t three ways: dequant32 into d_w[32 n_sub], unpack32 into d_q[32 n_sub] and d_ab[4 n_sub]

@@ -431,10 +431,12 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
     default: fail(Status::Internal, "CUDA int8 MMQ matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMQ_I8_CASE
-  if (!split) return;
-  const int64_t n = y_split;
+  if (split) launch_sum_k_splits(part, y_split, nz, Y, s);
+}
+
+void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-  launch_pdl(sum_k_splits_kernel, dim3(blocks), dim3(256), 0, s, static_cast<const float *>(part), n, nz, Y);
+  launch_pdl(sum_k_splits_kernel, dim3(blocks), dim3(256), 0, s, part, n, n_split, Y);
 }
 
 void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float *d_w, int *d_q, float *d_ab, float *d_staged,
