@@ -389,11 +389,17 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
       INFO("K " << K << " E " << E << " variant " << variant);
       const bool with_mm = K % 8 == 0;
       const FusionPlan fp = plan_on(*gpu, build());
-      REQUIRE(fp.groups.size() == (norm && !with_mm ? 2u : 1u));  // the norm apart: a row chain
-      const FusedGroup &rg = fp.groups.back();
-      CHECK(rg.kind == FusedKind::Router);
-      CHECK(rg.members.size() == (with_mm ? (norm ? 7u : 5u) : 4u));
-      if (with_mm) CHECK(rg.label == std::string(norm ? "fused:rms_norm+mul+" : "fused:") + "matmul+softmax+top_k+gather_cols+norm_sum");
+      // With the mat-vec apart and the probabilities read outside, the planner may place them
+      // in the logits' bytes (softmax in place); a group never writes what it reads from
+      // outside, so then no router group forms (seen on the H200 for K 100, E 32).
+      const bool may_skip = !with_mm && variant == 1 && fp.groups.empty();
+      if (!may_skip) {
+        REQUIRE(fp.groups.size() == (norm && !with_mm ? 2u : 1u));  // the norm apart: a row chain
+        const FusedGroup &rg = fp.groups.back();
+        CHECK(rg.kind == FusedKind::Router);
+        CHECK(rg.members.size() == (with_mm ? (norm ? 7u : 5u) : 4u));
+        if (with_mm) CHECK(rg.label == std::string(norm ? "fused:rms_norm+mul+" : "fused:") + "matmul+softmax+top_k+gather_cols+norm_sum");
+      }
       std::vector<int> outs = {ids, w};
       if (variant == 1) outs.push_back(probs);
       if (variant == 2) outs.push_back(xn);
@@ -407,7 +413,7 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
       if (variant == 1 || variant == 2) CHECK(rel_err(f.out[2], rc[2]) < 1e-4);
       // Unfused: [rms_norm, mul,] mat-vec, softmax, top_k, gather_cols, norm_sum; fused: 1, or
       // with K % 8 != 0 the mat-vec apart [and the norm as a row chain].
-      const uint64_t saved = with_mm ? (norm ? 6 : 4) : (norm ? 4 : 3);
+      const uint64_t saved = may_skip ? 0 : with_mm ? (norm ? 6 : 4) : (norm ? 4 : 3);
       CHECK(f.launches + saved == u.launches);
       // The same graph again: the last-block counter was left at zero.
       const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
