@@ -44,6 +44,12 @@ int64_t longer_k(DType t) {  // more than two 2048-element chunks
   const int64_t b = type_traits(t).block_size;
   return b == 256 ? 4352 : b == 32 ? 4160 : t == DType::F16 ? 112 : 4104;
 }
+// An even number of blocks, halves longer than a 2048-element chunk: with few rows the
+// quantized mat-vec takes one row per warp in two K halves.
+int64_t even_k(DType t) {
+  const int64_t b = type_traits(t).block_size;
+  return b == 256 ? 4608 : b == 32 ? 4224 : t == DType::F16 ? 96 : 4096;
+}
 
 }  // namespace
 
@@ -53,9 +59,11 @@ TEST_CASE("cuda mat-vec: one-token matmul and matmul_id, long rows and many rows
   if (!gpu) return;
   uint32_t seed = 300;
   for (DType t : kTypes)
-    for (int shape = 0; shape < 4; ++shape) {
-      // Plain types with few rows split K over a block's warps; 2200 rows take row pairs per warp.
-      const int64_t K = shape == 1 ? long_k(t) : shape == 3 ? longer_k(t) : short_k(t), M = shape == 2 ? 2200 : 301;
+    for (int shape = 0; shape < 5; ++shape) {
+      // Plain types with few rows split K over a block's warps; 2200 rows take row pairs per
+      // warp; quantized ones with few rows and an even block count take K halves (shape 4).
+      const int64_t K = shape == 1 ? long_k(t) : shape == 3 ? longer_k(t) : shape == 4 ? even_k(t) : short_k(t),
+                    M = shape == 2 ? 2200 : 301;
       WeightStore ws;
       const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
       const GgufTensorInfo *we = ws.add("e", t, {K, M, 5}, randn(static_cast<size_t>(K * M * 5), seed++, 0.5f));
@@ -295,10 +303,10 @@ TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][
   uint32_t seed = 400;
   for (DType t : kTypes)
     if (fused_type(t))
-    for (bool longk : {false, true})
+    for (int kind = 0; kind < 3; ++kind)
       for (int64_t M : {int64_t(37), int64_t(301)})
         for (int n_sm : kNsm) {
-          const int64_t K = longk ? long_k(t) : short_k(t);
+          const int64_t K = kind == 0 ? short_k(t) : kind == 1 ? long_k(t) : even_k(t);
           INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_sm " << n_sm);
           CHECK(matmul_add_case(*reg.cpu(), t, K, M, true, seed++, n_sm) < 1e-4);
           CHECK(matmul_add_case(*reg.cpu(), t, K, M, false, seed++, n_sm) < 1e-4);

@@ -27,6 +27,7 @@ struct EmuSeg {
   float *y;
   int M;
   DType type;
+  int mode;
 };
 uint8_t *emu_dyn_smem();
 }  // namespace moe_emu_api

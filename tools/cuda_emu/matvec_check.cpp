@@ -23,7 +23,7 @@ uint8_t *moe_emu_api::emu_dyn_smem() {
 
 namespace {
 
-enum { kRows, kGateUp, kDown, kSplit };  // MvMode
+enum { kRows, kGateUp, kDown, kSplit, kHalves };  // MvMode
 
 struct Buf {
   uint8_t *p = nullptr;
@@ -108,7 +108,8 @@ const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType:
 
 void check_type(DType t) {
   const int64_t bs = type_traits(t).block_size;
-  for (int64_t K : {bs == 256 ? int64_t(768) : bs == 32 ? int64_t(96) : int64_t(40), bs == 256 ? int64_t(2304) : int64_t(2080)}) {
+  for (int64_t K : {bs == 256 ? int64_t(768) : bs == 32 ? int64_t(96) : int64_t(40), bs == 256 ? int64_t(2304) : int64_t(2080),
+                    bs == 256 ? int64_t(4608) : bs == 32 ? int64_t(4160) : int64_t(48)}) {
     const std::string tag = std::string(dtype_name(t)) + " K " + std::to_string(K);
     const int64_t M = 37, E = 5;
     std::unique_ptr<Buf> w(weights(t, K, M)), we(weights(t, K, M * E)), wu(weights(t, K, M * E));
@@ -133,6 +134,27 @@ void check_type(DType t) {
       m.y = y.data();
       emu_new::launch_mv(t, false, cdiv(M, 16), 1, 1, 0, m);
       near_reference(t, w->p, rb, xs.data(), K, y.data(), M, tag + " rows");
+      if (!plain(t) && K % (2 * bs) == 0) {  // one row per warp in two K halves (new only)
+        std::vector<float> h1(static_cast<size_t>(M), NAN), h2(static_cast<size_t>(M), NAN);
+        m.mode = kHalves;
+        m.y = h1.data();
+        emu_new::launch_mv(t, false, cdiv(M, 8), 1, 1, 0, m);
+        m.y = h2.data();
+        emu_new::launch_mv(t, false, cdiv(M, 8), 1, 2, 0, m);
+        m.mode = kRows;
+        same(h1.data(), h2.data(), static_cast<size_t>(M), tag + " halves groups 1 / 2");
+        near_reference(t, w->p, rb, xs.data(), K, h1.data(), M, tag + " halves");
+        ++checks;
+        double num = 0, den = 0;
+        for (int64_t r = 0; r < M; ++r) {
+          num += double(h1[r] - y[r]) * (h1[r] - y[r]);
+          den += double(y[r]) * y[r];
+        }
+        if (!(std::sqrt(num / den) < 1e-5)) {
+          ++failures;
+          std::printf("FAIL %s: halves differ from rows by %.3g\n", tag.c_str(), std::sqrt(num / den));
+        }
+      }
     }
     if (plain(t)) {
       m.mode = kSplit;
@@ -176,7 +198,7 @@ void check_type(DType t) {
 
 // The MatVecs group against single launches of the old version, for several SM counts (1 and
 // 2 give two logical blocks per thread block, incl. a segment whose last one is half empty).
-void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K) {
+void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows) {
   const size_t n = types.size();
   std::vector<std::unique_ptr<Buf>> w;
   std::vector<std::vector<float>> y_old(n), y_new(n);
@@ -199,13 +221,15 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
     m.M = rows[i];
     y_old[i].assign(static_cast<size_t>(rows[i]), NAN);
     m.y = y_old[i].data();
-    emu_old::launch_mv(types[i], false, cdiv(rows[i], 16), 1, 1, 0, m);
+    m.mode = mode;
+    if (mode == kRows) emu_old::launch_mv(types[i], false, cdiv(rows[i], 16), 1, 1, 0, m);
+    else emu_new::launch_mv(types[i], false, cdiv(rows[i], 8), 1, 1, 0, m);  // kHalves: the new single launch
   }
   for (int n_sm : {132, 2, 1}) {
     std::vector<EmuSeg> segs;
     for (size_t i = 0; i < n; ++i) {
       y_new[i].assign(static_cast<size_t>(rows[i]), NAN);
-      segs.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y_new[i].data(), rows[i], types[i]});
+      segs.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y_new[i].data(), rows[i], types[i], mode});
     }
     ++checks;
     if (!emu_new::launch_grp(base, segs.data(), static_cast<int>(n), n_sm)) {
@@ -232,6 +256,8 @@ int main(int argc, char **argv) {
     check_group({DType::Q4_K, DType::Q4_K, DType::Q6_K}, {37, 5, 20}, 768);
     check_group({DType::Q5_K, DType::Q2_K, DType::Q3_K, DType::Q4_K}, {3, 17, 1, 40}, 2304);
     check_group({DType::Q8_0, DType::Q4_0, DType::MXFP4}, {33, 16, 2}, 2080);
+    check_group({DType::Q4_K, DType::Q6_K, DType::Q5_K}, {9, 20, 3}, 1024, kHalves);
+    check_group({DType::Q8_0, DType::MXFP4}, {17, 4}, 128, kHalves);
     std::printf("group: %d checks, %d failures\n", checks, failures);
   }
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);

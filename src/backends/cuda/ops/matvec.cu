@@ -46,7 +46,9 @@ constexpr int kJDown = 4, kChDown = 1024;  // down + combine: 4 experts at a tim
 
 // kModeSplit: plain types with few rows (e.g. an F32 router): a block takes one row pair
 // and its 8 warps split K, so the rows are spread over more multiprocessors.
-enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit };
+// kModeHalves: quantized MatMuls with few rows (an o-proj, 2048 rows of K 4096): a warp's
+// two jobs are the two K halves of one row, twice the warps of kModeRows for the same rows.
+enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit, kModeHalves };
 
 struct MvArgs {
   const uint8_t *w, *w2;   // weights; w2: up of gate/up
@@ -198,18 +200,20 @@ struct XSmem {
 };
 
 // Lane partial sums of J weight rows (quantized types) against their activation slots.
-// jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0); xs_slot[k]: shared-memory slot.
+// jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0), each walked for K elements (a
+// multiple of the block size, <= a.K); xe[k]: the element index of its first activation in
+// the shared-memory slot array (slot * a.K + offset in the slot).
 // round_first: this call rounds the activations (slots [x_first, x_first + x_n)) after the
 // first chunk's loads are issued; then every thread of the block must make the call.
 // wait_late (with round_first and K > 0): the block has not waited for the previous kernel
 // yet and does so right after issuing the first loads (pdl_enter).
 template <DType T, int J, int CH>
-__device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&slot)[J],
+__device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                            float (&acc)[J]) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, UPB = QK / 32, NL = loads_per_lane<T, CH>();
   constexpr int C = chunks_in_flight(J);
-  const int lane = threadIdx.x & 31, K = a.K;
+  const int lane = threadIdx.x & 31;
   for (int c0 = 0; c0 < K; c0 += C * CH) {
     uint4 buf[C][J][NL];
     int head[C][J];
@@ -248,7 +252,7 @@ __device__ void quant_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
         __syncwarp();
         if (!ok[k]) continue;
         const uint8_t *cb = stage + head[c][k];
-        const int x0 = slot[k] * K + cs;
+        const int x0 = xe[k] + cs;
         for (int u = lane; u < ne / 32; u += 32) {
           const int e = x0 + 32 * u;  // element index in the slot array
           const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
@@ -376,10 +380,12 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
   }
 }
 
+// kh > 0 (quantized only): job 1 is the second half of job 0's row (kModeHalves): both walk
+// kh elements, job 1 from activation kh on (its row pointer already points there).
 template <DType T, int J, int CH>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                                         float (&acc)[J]) {
+                                         float (&acc)[J], int kh = 0) {
 #pragma unroll
   for (int k = 0; k < J; ++k) acc[k] = 0.0f;
   if constexpr (is_plain(T)) {
@@ -388,10 +394,10 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     for (int k = 0; k < J; ++k) xr[k] = reinterpret_cast<const float *>(a.x + xslot[k] * a.x_nb1);
     plain_dots<T, J>(a.K, wr, ok, xr, acc);
   } else {
-    int slot[J];
+    int xe[J];
 #pragma unroll
-    for (int k = 0; k < J; ++k) slot[k] = xslot[k] - x_first;
-    quant_dots<T, J, CH>(a, wr, ok, slot, round_first, wait_late, x_first, x_n, stage, xm, acc);
+    for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
+    quant_dots<T, J, CH>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc);
   }
 }
 
@@ -468,15 +474,24 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
     e = a.ids[j];
     e_ok = e >= 0 && e < a.E;
   }
-  const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit;
+  const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit, halves = a.mode == kModeHalves;
+  const bool one_row = gu || halves;  // a warp computes one output row
   const int lb = static_cast<int>(bx) * (nw / kMvWarps) + warp / kMvWarps, wl = warp % kMvWarps;  // logical block, its warp
-  const int row0 = gu ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
+  const int row0 = one_row ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
+  int kh = 0;  // kModeHalves: the first half's length (the host checks K % (2 * block size) == 0)
+  int64_t half_bytes = 0;
+  if constexpr (!is_plain(T)) {
+    if (halves) {
+      kh = a.K / 2;
+      half_bytes = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
+    }
+  }
 #pragma unroll
   for (int k = 0; k < J; ++k) {
-    const int row = gu ? row0 : row0 + k;
+    const int row = one_row ? row0 : row0 + k;
     ok[k] = e_ok && row < a.M;
     const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
-                                       : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb;
+                                       : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb + (k == 1 ? half_bytes : 0);
     wr[k] = ok[k] ? base : a.w;
     xslot[k] = xs0;
   }
@@ -501,7 +516,8 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
     }
   }
   if (!split) {
-    row_dots<T, J, CH>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc);
+    row_dots<T, J, CH>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, kh);
+    if (halves) acc[0] += acc[1];
 #pragma unroll
     for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
   }
@@ -509,6 +525,8 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
   float *yj = a.y + static_cast<int64_t>(j) * a.M;
   if (gu) {
     if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
+  } else if (halves) {
+    if (row0 < a.M) yj[row0] = !e_ok ? 0.0f : a.add ? v[0] + a.add[row0] : v[0];
   } else {
 #pragma unroll
     for (int k = 0; k < J; ++k) {
@@ -575,6 +593,15 @@ MvShape block_groups(DType t, int64_t logical_blocks, int n_sm, int smem1, int s
 
 unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((rows + per_block - 1) / per_block); }
 
+// kModeRows or, for quantized matrices whose row pairs give fewer than ~2 logical blocks per
+// SM and whose K is an even number of blocks, kModeHalves (twice the warps on the same rows).
+// A MatVecs segment decides as its own launch would (bit-identical results).
+int rows_mode(DType t, int K, int64_t M, int n_used, int n_sm) {
+  const bool few = static_cast<int64_t>(blocks(M, kRowsPlain)) * n_used * 16 < static_cast<int64_t>(n_sm) * 30;
+  return !is_plain(t) && few && K % (2 * type_traits(t).block_size) == 0 ? kModeHalves : kModeRows;
+}
+int rows_per_block(int mode) { return mode == kModeHalves ? kRowsOne : kRowsPlain; }
+
 // grid.x counts logical blocks.
 void launch(DType t, bool down, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
   const dim3 block(kMvThreads * sh.groups);
@@ -613,6 +640,7 @@ struct MvSeg {
   float *y;
   int M;
   DType type;
+  int mode;  // kModeRows / kModeHalves (rows_mode)
 };
 struct MvGroupArgs {
   MvArgs a;                           // fields the segments share (activation, K)
@@ -634,6 +662,7 @@ template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group
       a.rb = g.seg[s].rb;
       a.y = g.seg[s].y;
       a.M = g.seg[s].M;
+      a.mode = g.seg[s].mode;
       t = g.seg[s].type;
       b0 = g.block0[s];
     }
@@ -656,7 +685,7 @@ template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group
   }
 }
 
-// Launches a MatVecs group: segs[0..n) of one activation rounding V, base: the shared fields
+// Launches a MatVecs group: segs[0..n) of one activation rounding, base: the shared fields
 // (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
 bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaStream_t stream) {
   MvGroupArgs g{};
@@ -670,7 +699,7 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
     smem1 = std::max(smem1, b1);
     smem2 = b2 < 0 || smem2 < 0 ? -1 : std::max(smem2, b2);
     g.stage = std::max(g.stage, stage_size(segs[s].type, false));
-    logical += blocks(segs[s].M, kRowsPlain);
+    logical += blocks(segs[s].M, rows_per_block(segs[s].mode));
   }
   // A thread block never spans two segments (its logical blocks share one type's rounding).
   const MvShape sh = block_groups(segs[0].type, logical, n_sm, smem1, smem2);
@@ -678,7 +707,7 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
   for (int s = 0; s < n; ++s) {
     g.seg[s] = segs[s];
     g.block0[s] = total;
-    total += blocks(blocks(segs[s].M, kRowsPlain), sh.groups);
+    total += blocks(blocks(segs[s].M, rows_per_block(segs[s].mode)), sh.groups);
   }
   if (total == 0) return true;
   const dim3 block(kMvThreads * sh.groups);
@@ -735,8 +764,9 @@ bool one_token_ok(const Graph &g, const Node &mm) {
   return ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && (x.ne[1] == 1 || x.ne[1] == ids.ne[0]) && ids.ne[0] <= 65535;
 }
 
-// MatMul / MatMulId (+ Add): row pairs per warp, or per block (K split over the warps) for
-// plain types whose row pairs per warp would leave multiprocessors idle.
+// MatMul / MatMulId (+ Add): row pairs per warp, or, where row pairs per warp would leave
+// multiprocessors idle, per block with K split over the warps (plain types) or one row per
+// warp in two K halves (quantized types whose K is an even number of blocks).
 void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
   const unsigned lx = blocks(a.M, kRowsPlain);
   if (is_plain(t) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
@@ -744,9 +774,10 @@ void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
     launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), MvShape{1, smem}, c.stream, a);
     return;
   }
-  a.mode = kModeRows;
-  const MvShape sh = block_groups(t, static_cast<int64_t>(lx) * a.n_used, c.n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
-  launch(t, false, dim3(lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
+  a.mode = rows_mode(t, a.K, a.M, a.n_used, c.n_sm);
+  const unsigned rows_lx = blocks(a.M, rows_per_block(a.mode));
+  const MvShape sh = block_groups(t, static_cast<int64_t>(rows_lx) * a.n_used, c.n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
+  launch(t, false, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
 }
 
 // Unfused fallback of a group: its members in their original order.
@@ -787,7 +818,7 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
     ok = mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
          act_type(w.type) == V && one_token_ok(c.g, mm);
     if (ok) segs[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
-                            static_cast<int>(w.ne[1]), w.type};
+                            static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
   if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.stream))
     for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
