@@ -16,6 +16,13 @@
 #include <algorithm>
 using std::min; using std::max;
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+// Byte n of the result: byte (selector nibble n) % 8 of the pair y:x (default mode).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<unsigned>((xy >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+}
 
 #undef __global__
 #undef __device__
