@@ -113,7 +113,7 @@ static double run(const Cfg &c, uint32_t seed) {
   std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hdv + 2), NAN);
   if (c.mla) {  // n_sm chosen so that the launcher picks c.n_split splits
     const int blocks = (c.T * c.group + 63) / 64;
-    if (!attn_mla_prefill(nullptr, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
+    if (!attn_mla_launch(nullptr, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
   } else {
     AttnTiledLaunch l{tq, to, a, ub, c.T, c.nkvh, c.n_split, part.data(), nullptr};
     if (c.mma) attn_tiled_mma_launch(l);
@@ -153,6 +153,7 @@ int main(int argc, char **argv) {
     c.T = Ts[rng() % 4];
     const int nks[] = {0, 1, 37, 64, 130, 201};
     c.n_kv = nks[rng() % 6];
+    if (c.mla && rng() % 3 == 0) c.T = 1 + rng() % 4;  // decode
     if (c.mla && c.group == 20) c.T = std::min(c.T, 9);  // 256 emulated threads per block: keep it short
     c.window = rng() % 3 == 0 ? 17 : 0;
     c.sinks = rng() % 3 == 0;

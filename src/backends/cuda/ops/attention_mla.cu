@@ -44,6 +44,8 @@ constexpr int kKs = kDk / 16;             // k-steps of q K^T
 constexpr int kNbWarp = kCells / 2 / 8;   // 8-cell score blocks per warp
 constexpr int kNdWarp = kDv / 2 / 8;      // 8-dim output blocks per warp
 constexpr int kChunks = kDk / 8;          // 16-byte chunks per K row
+constexpr int kQVecs = kRows * kDk / 4;   // float4 of the q tile
+constexpr int kQBatch = 12;               // float4 loads in flight per thread
 constexpr size_t kSmemQ = static_cast<size_t>(kRows) * kLdk * 2;
 constexpr size_t kSmemK = static_cast<size_t>(kCells) * kLdk * 2;
 constexpr size_t kSmemBytes = kSmemQ + kSmemK + static_cast<size_t>(kRows) * kLdp * 2;
@@ -51,6 +53,7 @@ constexpr int64_t kMaxSplit = 16;
 constexpr int64_t kPlannedSms = 132;  // the work buffer is sized for an H200; fewer splits fit any device
 static_assert(kKs % 2 == 0 && kNdWarp % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
 static_assert(kCells * kChunks % kThreads == 0, "K tile copy must divide evenly");
+static_assert(kQVecs % (kQBatch * kThreads) == 0, "q tile load must divide evenly");
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
@@ -92,15 +95,20 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
     s_rpos[tid] = ok ? ub.pos[gr / group] : -1;
     s_rbit[tid] = ok ? 1ull << ub.seq[gr / group] : 0ull;  // 0: sees nothing
   }
-  for (int e = tid; e < kRows * (kDk / 2); e += kThreads) {
-    const int r = e / (kDk / 2), d = 2 * (e % (kDk / 2)), gr = r0 + r;
-    float x0 = 0.0f, x1 = 0.0f;
-    if (gr < rows) {
-      const float *qr = q_row(gr);
-      x0 = qr[d];
-      x1 = qr[d + 1];
+  // q tile: 36 float4 per thread, loaded in batches of kQBatch before any is stored, so
+  // the L2 latency is paid 3 times rather than 36 (the launcher checks 16-byte alignment).
+  for (int e0 = 0; e0 < kQVecs; e0 += kQBatch * kThreads) {
+    float4 x[kQBatch];
+#pragma unroll
+    for (int b = 0; b < kQBatch; ++b) {
+      const int e = e0 + b * kThreads + tid, r = e / (kDk / 4), gr = r0 + r;
+      x[b] = gr < rows ? reinterpret_cast<const float4 *>(q_row(gr))[e % (kDk / 4)] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    *reinterpret_cast<uint32_t *>(&s_q[r][d]) = mma_tile::pack2<false>(x0, x1);
+#pragma unroll
+    for (int b = 0; b < kQBatch; ++b) {
+      const int e = e0 + b * kThreads + tid, r = e / (kDk / 4), d = 4 * (e % (kDk / 4));
+      *reinterpret_cast<uint2 *>(&s_q[r][d]) = make_uint2(mma_tile::pack2<false>(x[b].x, x[b].y), mma_tile::pack2<false>(x[b].z, x[b].w));
+    }
   }
   // This thread's fragment rows: 16 rg + g (i = 0) and + 8 (i = 1).
   int rpos[2];
@@ -121,6 +129,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   float M[2] = {-INFINITY, -INFINITY};  // running row max, the same in both halves' warps
   float S[2] = {0.0f, 0.0f};            // this thread's share of the row sums (its cells)
 
+  // Warps whose 16 rows are all past the end (short chunks, decode) skip their mma work; they
+  // still take part in every barrier and write zero probabilities.
+  const bool live = r0 + 16 * rg < rows;
   const int cw = 32 * half;   // this warp's first cell of a tile (S phase)
   const int dw = 256 * half;  // this warp's first output dim (P V phase)
   const uint8_t *kbase = a.kbase + hk * a.khb;
@@ -159,17 +170,19 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
     for (int nb = 0; nb < kNbWarp; ++nb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nb][e] = 0.0f;
+    if (live) {
 #pragma unroll 2
-    for (int ks = 0; ks < kKs; ks += 2) {
-      uint32_t qa0[4], qa1[4];
-      ldmatrix_x4(qa0, &s_q[16 * rg + (lane & 15)][16 * ks + 8 * (lane >> 4)]);
-      ldmatrix_x4(qa1, &s_q[16 * rg + (lane & 15)][16 * ks + 16 + 8 * (lane >> 4)]);
+      for (int ks = 0; ks < kKs; ks += 2) {
+        uint32_t qa0[4], qa1[4];
+        ldmatrix_x4(qa0, &s_q[16 * rg + (lane & 15)][16 * ks + 8 * (lane >> 4)]);
+        ldmatrix_x4(qa1, &s_q[16 * rg + (lane & 15)][16 * ks + 16 + 8 * (lane >> 4)]);
 #pragma unroll
-      for (int nb = 0; nb < kNbWarp; ++nb) {
-        uint32_t b[4];
-        ldmatrix_x4(b, &s_k[cw + nb * 8 + (lane & 7)][16 * ks + 8 * (lane >> 3)]);
-        mma(s[nb], qa0, b[0], b[1]);
-        mma(s[nb], qa1, b[2], b[3]);
+        for (int nb = 0; nb < kNbWarp; ++nb) {
+          uint32_t b[4];
+          ldmatrix_x4(b, &s_k[cw + nb * 8 + (lane & 7)][16 * ks + 8 * (lane >> 3)]);
+          mma(s[nb], qa0, b[0], b[1]);
+          mma(s[nb], qa1, b[2], b[3]);
+        }
       }
     }
 
@@ -222,16 +235,18 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
     // O += P V for rows 16 rg.., dims dw... A from s_p like q above; B from the K tile's
     // first 512 dims, transposed: matrix m = cells 16 kc + 8 (m & 1).., dims dw + 8 (nd + m / 2)..
     // -> B of output blocks nd (m = 0, 1) and nd + 1 (m = 2, 3).
+    if (live) {
 #pragma unroll
-    for (int kc = 0; kc < kCells / 16; ++kc) {
-      uint32_t pa[4];
-      ldmatrix_x4(pa, &s_p[16 * rg + (lane & 15)][16 * kc + 8 * (lane >> 4)]);
+      for (int kc = 0; kc < kCells / 16; ++kc) {
+        uint32_t pa[4];
+        ldmatrix_x4(pa, &s_p[16 * rg + (lane & 15)][16 * kc + 8 * (lane >> 4)]);
 #pragma unroll
-      for (int nd = 0; nd < kNdWarp; nd += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, &s_k[16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1)][dw + nd * 8 + 8 * (lane >> 4)]);
-        mma(o[nd], pa, b[0], b[1]);
-        mma(o[nd + 1], pa, b[2], b[3]);
+        for (int nd = 0; nd < kNdWarp; nd += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, &s_k[16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1)][dw + nd * 8 + 8 * (lane >> 4)]);
+          mma(o[nd], pa, b[0], b[1]);
+          mma(o[nd + 1], pa, b[2], b[3]);
+        }
       }
     }
   }
@@ -305,12 +320,13 @@ size_t attn_mla_work_size(int64_t T, int64_t n_head, int64_t n_head_kv, int64_t 
   return mla_work(T, n_head, mla_splits(T, n_head, n_head_kv, kPlannedSms));
 }
 
-bool attn_mla_prefill(cudaStream_t stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
+bool attn_mla_launch(cudaStream_t stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
                       int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm) {
-  // 16-byte cp.async of F16 K rows: every base and stride must allow them.
-  const uintptr_t bits = reinterpret_cast<uintptr_t>(a.kbase) | a.krb | a.khb;
+  // 16-byte cp.async of F16 K rows and float4 loads of q: every base and stride must allow them.
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a.kbase) | a.krb | a.khb | reinterpret_cast<uintptr_t>(q.data) |
+                         static_cast<uintptr_t>(q.nb[1]) | static_cast<uintptr_t>(q.nb[2]);
   const int64_t n_head = static_cast<int64_t>(a.group) * n_head_kv;
-  if (!v_from_k || !mla_shape(a.hd_k, a.hd_v) || a.kt != static_cast<int>(DType::F16) || bits % 16 != 0 || a.vbase != a.kbase ||
+  if (!v_from_k || !mla_shape(a.hd_k, a.hd_v) || q.nb[0] != 4 || a.kt != static_cast<int>(DType::F16) || bits % 16 != 0 || a.vbase != a.kbase ||
       a.vhb != a.khb || a.vrb != a.krb || n_head_kv <= 0 || !mla_smem_available())
     return false;
   int64_t n_split = mla_splits(T, n_head, n_head_kv, std::max(1, n_sm));
