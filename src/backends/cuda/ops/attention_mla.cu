@@ -137,12 +137,22 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   const uint8_t *kbase = a.kbase + hk * a.khb;
   int c_begin, c_end;
   attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
+  // Cell state of the next tile, fetched one tile ahead (threads tid < kCells: cell c0 + tid)
+  // so its latency overlaps the current tile.
+  int next_pos = -1;
+  unsigned long long next_seq = 0ull;
+  if (tid < kCells && c_begin + tid < c_end) {
+    next_pos = ub.cell_pos[c_begin + tid];
+    next_seq = ub.cell_seq[c_begin + tid];
+  }
   for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
     __syncthreads();  // the previous tile's readers are done (first pass: publishes s_q, s_rpos, s_rbit)
     if (tid < kCells) {
-      const int c = c0 + tid;
-      s_cpos[tid] = c < c_end ? ub.cell_pos[c] : -1;
-      s_cseq[tid] = c < c_end ? ub.cell_seq[c] : 0ull;
+      s_cpos[tid] = next_pos;
+      s_cseq[tid] = next_seq;
+      const int c = c0 + kCells + tid;
+      next_pos = c < c_end ? ub.cell_pos[c] : -1;
+      next_seq = c < c_end ? ub.cell_seq[c] : 0ull;
     }
     __syncthreads();
     bool any = false;
