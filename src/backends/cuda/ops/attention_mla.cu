@@ -1,6 +1,7 @@
-// Tiled prefill attention for MLA on f16 tensor cores (mma.sync m16n8k16, f32 accumulators):
-// every q head shares the one latent KV head, K rows are 576 wide ([latent 512 | rope 64])
-// and V is the first 512 values of the same row, so one shared tile serves both products.
+// Tiled attention for MLA on f16 tensor cores (mma.sync m16n8k16, f32 accumulators), for
+// prefill and decode alike: every q head shares the one latent KV head, K rows are 576 wide
+// ([latent 512 | rope 64]) and V is the first 512 values of the same row, so one shared tile
+// serves both products and every K row is read once per block for all the heads.
 //
 // A block of 8 warps owns 64 (token, head) rows and walks the cells in tiles of 64:
 //  * q (rounded to f16, as the reference does for an F16 cache) stays in shared memory for
@@ -12,7 +13,8 @@
 //  * O += P V: warp (rg, half) owns rows 16 rg.., output dims 256 half.. (128 f32
 //    accumulators per thread), reading P and the V part of the K tile with ldmatrix.
 // Tiles no row can see are skipped before any load; splits of the cells (grid z) write
-// partials merged by attn_combine_launch, like the other tiled kernels.
+// partials merged by attn_combine_launch, like the other tiled kernels (decode: one row tile,
+// 16 splits). Launched with launch_pdl: nothing is read before pdl_wait().
 //
 // Resources: dynamic shared memory 158,720 B (q 74,752 + K 74,752 + P 9,216) + 2 KB static:
 // one block (8 warps) per SM on sm_87 (163 KB per block) and sm_90 (227 KB); registers are
