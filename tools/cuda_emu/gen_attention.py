@@ -62,10 +62,10 @@ for head, body in [
      '{ emu_mma(d, a, b[0], b[1]); }'),
     ('__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem)', '{ std::memcpy(smem, gmem, 16); }'),
     ('__device__ __forceinline__ void cp_async_commit_wait_all()', '{}'),
-    ('__device__ __forceinline__ void prefetch_weights_l2(const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k)', '{}'),
 ]:
     c = swap_function(c, head, body)
-assert 'asm' not in c, 'an inline-asm helper of mma_common.cuh has no emulation'
+# Other inline-asm helpers of that header stay as they are: unused inline functions are never
+# emitted, and a used one without emulation fails at assembly.
 os.makedirs(os.path.join(out, 'inc/backends/cuda/ops'), exist_ok=True)
 with open(os.path.join(out, 'inc/backends/cuda/ops/mma_common.cuh'), 'w') as f:
     f.write(c)

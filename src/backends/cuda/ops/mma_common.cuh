@@ -1,7 +1,7 @@
 // Pieces shared by the two tensor-core GEMMs of MatMul / MatMulId (matmul_mma.cu: weights
 // dequantized to f16 / bf16; matmul_mmq.cu: quantized weights as exact integers): the block
-// tiling, the column tile of a block (dense range or one routing tile), the mma.sync,
-// ldmatrix and cp.async wrappers (also used by attention_mla.cu), and the output scatter.
+// tiling, the column tile of a block (dense range or one routing tile), the mma.sync and
+// ldmatrix wrappers, and the output scatter.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,6 +48,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p)
                : "r"(a));
 }
 
+// (ldmatrix_x4_trans and the cp.async pair below serve attention_mla.cu.)
 // The same with .trans: r[j] holds the elements (rows 2 (l % 4), +1, column l / 4) of
 // matrix j, i.e. the B fragment of a row-major [k][n] tile.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t *p) {
