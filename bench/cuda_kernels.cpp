@@ -1,7 +1,7 @@
 // CUDA kernels at the Qwen3-30B-A3B shapes (n_embd 2048, 32 q / 4 kv heads of 128, 128
 // experts, 8 used, expert ff 768, vocabulary 151936): decode mat-vecs per weight type, the
 // MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
-// attention decode / prefill. Each iteration replays the one-op graph on the context's stream
+// attention decode / prefill (and MLA attention at the GLM-4.7-Flash shape). Each iteration replays the one-op graph on the context's stream
 // (captured as a CUDA graph like a decode step) and is timed with CUDA events. Counters:
 // weight GB/s (decode), TFLOP/s (prefill), tokens/s. Without a CUDA device every benchmark
 // reports "skipped: no CUDA device".
@@ -187,6 +187,37 @@ void BM_CudaAttention(benchmark::State &state) {
 #endif
 }
 
+// MLA attention at the GLM-4.7-Flash shape (20 q heads over one latent KV head: K rows of
+// 576 = latent 512 + rope 64, V = the latent) of T new tokens over `depth` cached ones (F16).
+void BM_CudaMlaAttention(benchmark::State &state) {
+  constexpr int64_t kMlaK = 576, kMlaV = 512, kMlaHeads = 20;
+  const int32_t T = static_cast<int32_t>(state.range(0)), depth = static_cast<int32_t>(state.range(1));
+  GpuRun r;
+  Graph g;
+  int q = g.input("q", DType::F32, {kMlaK, kMlaHeads, T});
+  int k = g.input("k", DType::F32, {kMlaK, 1, T});
+  const uint32_t n_cells = static_cast<uint32_t>(depth + T);
+  int ks = g.kv_store(k, 0, 0);
+  AttentionOptions o;
+  o.v_from_k = true;
+  int a = g.attention_ext(q, ks, ks, kMlaV, 0.072f, o);
+  g.node(a).ip[1] = static_cast<int32_t>(n_cells);
+  g.mark_output(a, "a");
+  MOE_NEED_GPU(r, std::move(g));
+#ifdef MOEINFER_WITH_CUDA
+  KvCache kv(n_cells, 1, KvType::F16, {KvLayerDims{kMlaK, 0}}, *r.gpu);
+  moe_bench::FilledCache fc(kv, static_cast<int32_t>(n_cells), T);
+  auto qv = randv(static_cast<size_t>(kMlaK * kMlaHeads * T), 3), kvv = randv(static_cast<size_t>(kMlaK * T), 4);
+  r.set_input(q, qv.data(), qv.size() * 4);
+  r.set_input(k, kvv.data(), kvv.size() * 4);
+  ExecEnv env{&fc.ub, &kv};
+  time_graph(state, r, env);
+  const double flops = 2.0 * (kMlaK + kMlaV) * kMlaHeads * T * (depth + (T + 1) / 2.0);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["kv_GB/s"] = benchmark::Counter(static_cast<double>(kv.bytes()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+#endif
+}
+
 }  // namespace
 
 // type index into kTypes, K, M, columns
@@ -206,6 +237,14 @@ BENCHMARK(BM_CudaMatmul)
     ->UseManualTime();
 BENCHMARK(BM_CudaMoeLayer)->ArgNames({"batch"})->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond)->UseManualTime();
 BENCHMARK(BM_CudaAttention)
+    ->ArgNames({"tokens", "depth"})
+    ->Args({1, 512})
+    ->Args({1, 4096})
+    ->Args({512, 0})
+    ->Args({512, 4096})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+BENCHMARK(BM_CudaMlaAttention)
     ->ArgNames({"tokens", "depth"})
     ->Args({1, 512})
     ->Args({1, 4096})

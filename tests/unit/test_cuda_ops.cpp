@@ -612,6 +612,70 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
   }
 }
 
+// MLA (deepseek2 / GLM-4.7-Flash dims: one KV head, K rows of 576 = latent 512 + rope 64, V =
+// the latent) takes attention_mla.cu on an F16 cache at any T (cells split over blocks for
+// short chunks and decode); F32 / Q8_0 caches and other dims keep the older kernels.
+TEST_CASE("cuda op: MLA attention (K 576 / V 512 latent, F16 cache, prefill and decode, window, sinks)", "[ops][cuda][attention]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const int64_t heads[] = {20, 3, 16}, Ts[] = {8, 33, 200};
+  for (int hi = 0; hi < 3; ++hi)
+    for (int ti = 0; ti < 3; ++ti) {
+      const int variant = (hi + ti) % 3;  // plain, sliding window, sinks
+      AttnSetup s;
+      s.kt = KvType::F16;
+      s.mla = true;
+      s.hd = 576;
+      s.hd_v = 512;
+      s.n_head = heads[hi];
+      s.n_head_kv = 1;
+      s.window = variant == 1 ? 17 : 0;
+      s.sinks = variant == 2;
+      s.rm0 = 5;
+      s.rm1 = 15;
+      s.batches = {37, 50, Ts[ti]};  // the last batch first refills the freed cells
+      attention_case(reg, *gpu, s, "MLA tiled");
+    }
+  for (int64_t T : {1, 3, 5}) {  // decode and short chunks: one row tile, many splits, idle warps
+    AttnSetup s;
+    s.kt = KvType::F16;
+    s.mla = true;
+    s.hd = 576;
+    s.hd_v = 512;
+    s.n_head = 20;
+    s.n_head_kv = 1;
+    s.n_cells = 520;
+    s.window = T == 3 ? 29 : 0;
+    s.sinks = T == 5;
+    s.batches = {257, 130, T, T};
+    attention_case(reg, *gpu, s, "MLA decode");
+  }
+  {  // deeper cache: many cell tiles per block, heavy blocks first
+    AttnSetup s;
+    s.kt = KvType::F16;
+    s.mla = true;
+    s.hd = 576;
+    s.hd_v = 512;
+    s.n_head = 20;
+    s.n_head_kv = 1;
+    s.n_cells = 700;
+    s.batches = {301, 256, 9};
+    attention_case(reg, *gpu, s, "MLA tiled, deep");
+  }
+  for (KvType kt : {KvType::F32, KvType::Q8_0}) {  // the per-token fallback at the same dims
+    AttnSetup s;
+    s.kt = kt;
+    s.mla = true;
+    s.hd = 576;
+    s.hd_v = 512;
+    s.n_head = 4;
+    s.n_head_kv = 1;
+    s.batches = {37, 50, 12};
+    attention_case(reg, *gpu, s, "MLA per-token");
+  }
+}
+
 // T <= 4 with head dims 64 / 128 / 256 takes the grouped decode kernel (one block per KV head
 // and cell range; groups above 8 query heads span several blocks).
 TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, every cache type)", "[ops][cuda][attention]") {

@@ -4,6 +4,7 @@
 #include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
 #include <cstdarg>
+#include "backends/cuda/ops/attention_mla.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -22,7 +23,8 @@ namespace moe {
 static float f16r(float x) { return __half2float(__float2half_rn(x)); }
 static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
 
-struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec; };
+// mla: K rows of hd = 576, V = their first 512 values (one KV head, F16), attention_mla.cu.
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla; };
 
 namespace moe {  // comb_emu.cpp (generated from attention.cu)
 void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge);
@@ -33,7 +35,7 @@ static double run(const Cfg &c, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0, 1);
   std::uniform_real_distribution<float> ud(0, 1);
-  const int n_head = c.group * c.nkvh, hd = c.hd;
+  const int n_head = c.group * c.nkvh, hd = c.hd, hdv = c.mla ? 512 : hd;
   const int maxpos = c.n_kv / 2 + c.T + 4;
   std::vector<int32_t> cpos(std::max(c.n_kv, 1)), pos(c.T), seq(c.T);
   std::vector<unsigned long long> cseq(std::max(c.n_kv, 1));
@@ -76,7 +78,8 @@ static double run(const Cfg &c, uint32_t seed) {
         }
       }
   }
-  std::vector<float> q(static_cast<size_t>(c.T) * n_head * hd), sinks(n_head), out(q.size(), -7.0f), ref(q.size());
+  std::vector<float> q(static_cast<size_t>(c.T) * n_head * hd), sinks(n_head);
+  std::vector<float> out(static_cast<size_t>(c.T) * n_head * hdv, -7.0f), ref(out.size());
   for (auto &x : q) x = nd(rng);
   for (int h = 0; h < n_head; ++h) sinks[h] = h % 5 == 3 ? 20.0f : ud(rng) * 5 - 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -112,20 +115,25 @@ static double run(const Cfg &c, uint32_t seed) {
       if (c.sinks) m = std::max(m, double(sinks[h]));
       double den = c.sinks ? std::exp(sinks[h] - m) : 0.0;
       for (double x : s) den += std::exp(x - m);
-      float *o = ref.data() + (static_cast<size_t>(t) * n_head + h) * hd;
-      for (int d = 0; d < hd; ++d) {
+      float *o = ref.data() + (static_cast<size_t>(t) * n_head + h) * hdv;
+      const auto &Vr = c.mla ? Kd : Vd;  // MLA: V is the leading part of the K row
+      for (int d = 0; d < hdv; ++d) {
         double v = 0;
-        for (size_t i = 0; i < s.size(); ++i) v += std::exp(s[i] - m) * Vd[(static_cast<size_t>(cs[i]) * c.nkvh + hk) * hd + d];
+        for (size_t i = 0; i < s.size(); ++i) v += std::exp(s[i] - m) * Vr[(static_cast<size_t>(cs[i]) * c.nkvh + hk) * hd + d];
         o[d] = den > 0 ? static_cast<float>(v / den) : 0.0f;
       }
     }
   // emulated kernels
-  AttnArgs a{K.data(), V.data(), krb, krb, khb, khb, hd, hd, c.group, c.kt, scale, c.window, c.sinks ? sinks.data() : nullptr};
+  AttnArgs a{K.data(), c.mla ? K.data() : V.data(), krb, krb, khb, khb, hd, hdv, c.group, c.kt, scale, c.window, c.sinks ? sinks.data() : nullptr};
   int32_t n_kv = c.n_kv;
   DevUbatch ub{nullptr, pos.data(), seq.data(), cpos.data(), cseq.data(), &n_kv};
   TView tq{q.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
-  TView to{out.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
-  if (c.split_dec) {  // the generic decode split kernel, merged by its last blocks (n_split = 1) or by a combine launch
+  TView to{out.data(), {hdv, n_head, c.T, 1}, {4, hdv * 4, (int64_t)n_head * hdv * 4, (int64_t)c.T * n_head * hdv * 4}};
+  if (c.mla) {  // n_sm chosen so that the launcher picks c.n_split splits
+    std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hdv + 2), NAN);
+    const int blocks = (c.T * c.group + 63) / 64;
+    if (!attn_mla_launch(nullptr, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
+  } else if (c.split_dec) {  // the generic decode split kernel, merged by its last blocks (n_split = 1) or by a combine launch
     std::vector<unsigned> sync(kCudaSyncSlots, 0);
     ub.sync = sync.data();
     std::vector<float> part(static_cast<size_t>(c.T) * n_head * emu_split_count() * (hd + 2), NAN);
@@ -151,9 +159,9 @@ static double run(const Cfg &c, uint32_t seed) {
     if (c.n_split > 1) attn_combine_launch(to, a, part.data(), c.T, n_head, c.n_split, nullptr);
   }
   double worst = 0;
-  for (size_t r = 0; r < out.size(); r += hd) {
+  for (size_t r = 0; r < out.size(); r += hdv) {
     double num = 0, den = 0;
-    for (int d = 0; d < hd; ++d) {
+    for (int d = 0; d < hdv; ++d) {
       if (!std::isfinite(out[r + d])) return 1e30;
       num += (double(out[r + d]) - ref[r + d]) * (double(out[r + d]) - ref[r + d]);
       den += double(ref[r + d]) * ref[r + d];
@@ -167,22 +175,26 @@ static double run(const Cfg &c, uint32_t seed) {
 int main(int argc, char **argv) {
   std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
   const int n = argc > 2 ? atoi(argv[2]) : 20;
+  const bool mla_only = argc > 3 && std::strcmp(argv[3], "mla") == 0;
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
   for (int i = 0; i < n; ++i) {
     Cfg c;
-    c.mma = i % 4 == 0;
-    c.decode = i % 4 == 2;
-    c.split_dec = i % 4 == 3;
+    c.mla = mla_only || i % 5 == 4;
+    c.mma = c.mla || i % 4 == 0;
+    c.decode = !c.mla && i % 4 == 2;
+    c.split_dec = !c.mla && i % 4 == 3;
     c.kt = c.mma ? (int)DType::F16 : kts[rng() % 3];
-    c.hd = rng() % 2 ? 64 : 128;
-    const int gs[] = {1, 4, 8};
-    c.group = gs[rng() % 3];
-    c.nkvh = 1 + rng() % 2;
+    c.hd = c.mla ? 576 : rng() % 2 ? 64 : 128;
+    const int gs[] = {1, 4, 8}, mla_gs[] = {1, 3, 20};
+    c.group = c.mla ? mla_gs[rng() % 3] : gs[rng() % 3];
+    c.nkvh = c.mla ? 1 : 1 + rng() % 2;
     const int Ts[] = {8, 9, 33, 70};
     c.T = Ts[rng() % 4];
     const int nks[] = {0, 1, 37, 64, 130, 201};
     c.n_kv = nks[rng() % 6];
+    if (c.mla && rng() % 3 == 0) c.T = 1 + rng() % 4;  // decode
+    if (c.mla && c.group == 20) c.T = std::min(c.T, 9);  // 256 emulated threads per block: keep it short
     c.window = rng() % 3 == 0 ? 17 : 0;
     c.sinks = rng() % 3 == 0;
     const int sp[] = {1, 1, 3, 16};
@@ -205,7 +217,7 @@ int main(int argc, char **argv) {
     const bool ok = e < tol;
     fails += !ok;
     std::printf("%s %s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
-                c.mma ? "mma" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
+                c.mla ? "mla" : c.mma ? "mma" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
     std::fflush(stdout);
   }
   std::printf("%d failures\n", fails);

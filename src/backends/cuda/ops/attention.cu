@@ -20,6 +20,7 @@
 
 #include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
+#include "backends/cuda/ops/attention_mla.cuh"
 #include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/reduce.cuh"
@@ -291,6 +292,7 @@ size_t cuda_attention_work_size(const Graph &g, const Node &n) {
   }
   const int64_t hd_k = g.node(n.src[0]).ne[0];
   const int64_t n_head_kv = g.node(n.src[1]).ip[0] / hd_k;  // K rows as KvStore writes them
+  if ((n.ip[2] & 1) != 0) return attn_mla_work_size(T, n_head, n_head_kv, hd_k, hd_v);
   if (T < kMinTiledTokens || !tiled_shape(hd_k, hd_v, (n.ip[2] & 1) != 0) || n_head_kv <= 0 || n_head % n_head_kv) return 0;
   // The tensor-core kernel's larger row tiles give fewer blocks, so at least as many splits.
   return tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, kTiledBlocksPerSm * kPlannedSms));
@@ -336,6 +338,9 @@ void cuda_op_attention(const CudaOpCtx &c) {
   a.group = static_cast<int>(n_head / n_head_kv);
   a.kt = static_cast<int>(kt);
   a.scale = c.n.fp[0];
+  if (attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,
+                      static_cast<float *>(c.n.work), c.n.work_size, c.n_sm))
+    return;  // MLA on an F16 cache (attention_mla.cu), any T
   if (attn_decode_applies(T, hd_k, hd_v, v_from_k) && c.n.work) {
     attn_decode_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<float *>(c.n.work));
     return;

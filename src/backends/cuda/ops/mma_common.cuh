@@ -48,6 +48,24 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p)
                : "r"(a));
 }
 
+// (ldmatrix_x4_trans and the cp.async pair below serve attention_mla.cu.)
+// The same with .trans: r[j] holds the elements (rows 2 (l % 4), +1, column l / 4) of
+// matrix j, i.e. the B fragment of a row-major [k][n] tile.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t *p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// 16 bytes global -> shared without a register round trip (cp.async.cg: L2 only); complete
+// after cp_async_commit_wait_all() (this thread's copies) and a block barrier (everyone's).
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
+
 // d += a (16x16, row-major) * b (16x8, column-major); f32 accumulators.
 template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   if constexpr (BF) {
