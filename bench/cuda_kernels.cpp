@@ -236,19 +236,10 @@ BENCHMARK(BM_CudaMatmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 BENCHMARK(BM_CudaMoeLayer)->ArgNames({"batch"})->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond)->UseManualTime();
-BENCHMARK(BM_CudaAttention)
-    ->ArgNames({"tokens", "depth"})
-    ->Args({1, 512})
-    ->Args({1, 4096})
-    ->Args({512, 0})
-    ->Args({512, 4096})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseManualTime();
-BENCHMARK(BM_CudaMlaAttention)
-    ->ArgNames({"tokens", "depth"})
-    ->Args({1, 512})
-    ->Args({1, 4096})
-    ->Args({512, 0})
-    ->Args({512, 4096})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseManualTime();
+// Decode (1 token) and prefill (512) at a short and a deep cache.
+static void attention_args(benchmark::internal::Benchmark *b) {
+  b->ArgNames({"tokens", "depth"})->Args({1, 512})->Args({1, 4096})->Args({512, 0})->Args({512, 4096});
+  b->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+BENCHMARK(BM_CudaAttention)->Apply(attention_args);
+BENCHMARK(BM_CudaMlaAttention)->Apply(attention_args);

@@ -615,6 +615,18 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
 // MLA (deepseek2 / GLM-4.7-Flash dims: one KV head, K rows of 576 = latent 512 + rope 64, V =
 // the latent) takes attention_mla.cu on an F16 cache at any T (cells split over blocks for
 // short chunks and decode); F32 / Q8_0 caches and other dims keep the older kernels.
+// The GLM-4.7-Flash attention shape: one latent KV head, K 576, V 512 (its first values).
+static AttnSetup mla_setup(KvType kt, int64_t n_head) {
+  AttnSetup s;
+  s.kt = kt;
+  s.mla = true;
+  s.hd = 576;
+  s.hd_v = 512;
+  s.n_head = n_head;
+  s.n_head_kv = 1;
+  return s;
+}
+
 TEST_CASE("cuda op: MLA attention (K 576 / V 512 latent, F16 cache, prefill and decode, window, sinks)", "[ops][cuda][attention]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -623,13 +635,7 @@ TEST_CASE("cuda op: MLA attention (K 576 / V 512 latent, F16 cache, prefill and 
   for (int hi = 0; hi < 3; ++hi)
     for (int ti = 0; ti < 3; ++ti) {
       const int variant = (hi + ti) % 3;  // plain, sliding window, sinks
-      AttnSetup s;
-      s.kt = KvType::F16;
-      s.mla = true;
-      s.hd = 576;
-      s.hd_v = 512;
-      s.n_head = heads[hi];
-      s.n_head_kv = 1;
+      AttnSetup s = mla_setup(KvType::F16, heads[hi]);
       s.window = variant == 1 ? 17 : 0;
       s.sinks = variant == 2;
       s.rm0 = 5;
@@ -638,13 +644,7 @@ TEST_CASE("cuda op: MLA attention (K 576 / V 512 latent, F16 cache, prefill and 
       attention_case(reg, *gpu, s, "MLA tiled");
     }
   for (int64_t T : {1, 3, 5}) {  // decode and short chunks: one row tile, many splits, idle warps
-    AttnSetup s;
-    s.kt = KvType::F16;
-    s.mla = true;
-    s.hd = 576;
-    s.hd_v = 512;
-    s.n_head = 20;
-    s.n_head_kv = 1;
+    AttnSetup s = mla_setup(KvType::F16, 20);
     s.n_cells = 520;
     s.window = T == 3 ? 29 : 0;
     s.sinks = T == 5;
@@ -652,25 +652,13 @@ TEST_CASE("cuda op: MLA attention (K 576 / V 512 latent, F16 cache, prefill and 
     attention_case(reg, *gpu, s, "MLA decode");
   }
   {  // deeper cache: many cell tiles per block, heavy blocks first
-    AttnSetup s;
-    s.kt = KvType::F16;
-    s.mla = true;
-    s.hd = 576;
-    s.hd_v = 512;
-    s.n_head = 20;
-    s.n_head_kv = 1;
+    AttnSetup s = mla_setup(KvType::F16, 20);
     s.n_cells = 700;
     s.batches = {301, 256, 9};
     attention_case(reg, *gpu, s, "MLA tiled, deep");
   }
   for (KvType kt : {KvType::F32, KvType::Q8_0}) {  // the per-token fallback at the same dims
-    AttnSetup s;
-    s.kt = kt;
-    s.mla = true;
-    s.hd = 576;
-    s.hd_v = 512;
-    s.n_head = 4;
-    s.n_head_kv = 1;
+    AttnSetup s = mla_setup(kt, 4);
     s.batches = {37, 50, 12};
     attention_case(reg, *gpu, s, "MLA per-token");
   }
