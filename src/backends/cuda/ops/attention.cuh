@@ -86,6 +86,24 @@ __device__ __forceinline__ float attn_final_scale(float M, float S, const float 
   return S > 0.0f ? ms / S : 0.0f;
 }
 
+// Where a tiled kernel's finished row (token t, head h) goes: with partials, its split's slot
+// (the lane that is `writer` also stores the running max M and sum S; factor 1), else the
+// output row, with the final softmax factor (sinks folded in) returned in f.
+__device__ __forceinline__ float *attn_row_dst(const TView &out, float *part, const float *sinks, int t, int h, int z,
+                                               int n_head, int n_split, int hd_v, float M, float S, bool writer, float &f) {
+  if (!part) {
+    f = attn_final_scale(M, S, sinks, h);
+    return attn_out_row(out, t, h);
+  }
+  f = 1.0f;
+  float *dst = attn_partial(part, t, h, z, n_head, n_split, hd_v) + 2;
+  if (writer) {
+    dst[-2] = M;
+    dst[-1] = S;
+  }
+  return dst;
+}
+
 // Tiled prefill (many query tokens): a block owns a tile of (token, head) rows of one KV
 // head. part == nullptr: final output; else the split-cell partials (grid z = split).
 struct AttnTiledLaunch {

@@ -278,18 +278,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
     if (gr >= rows) continue;
     const float sum = s_red[0][r] + s_red[1][r];
     const int t = gr / group, h = hk * group + gr % group;
-    float *dst;
-    float f = 1.0f;
-    if (part) {
-      dst = attn_partial(part, t, h, z, n_head, n_split, kDv) + 2;
-      if (tq == 0 && half == 0) {
-        dst[-2] = M[i];
-        dst[-1] = sum;
-      }
-    } else {
-      dst = attn_out_row(out, t, h);
-      f = attn_final_scale(M[i], sum, a.sinks, h);
-    }
+    float f;
+    float *dst = attn_row_dst(out, part, a.sinks, t, h, z, n_head, n_split, kDv, M[i], sum, tq == 0 && half == 0, f);
 #pragma unroll
     for (int nd = 0; nd < kNdWarp; ++nd) {
       const int d = dw + nd * 8 + 2 * tq;

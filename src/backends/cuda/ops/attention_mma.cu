@@ -241,18 +241,8 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     const int gr = r0 + warp * 16 + g + 8 * i;
     if (gr >= rows) continue;
     const int t = gr / group, h = hk * group + gr % group;
-    float *dst;
-    float f = 1.0f;
-    if (part) {
-      dst = attn_partial(part, t, h, z, n_head, n_split, HD) + 2;
-      if (tq == 0) {
-        dst[-2] = M[i];
-        dst[-1] = S[i];
-      }
-    } else {
-      dst = attn_out_row(out, t, h);
-      f = attn_final_scale(M[i], S[i], a.sinks, h);
-    }
+    float f;
+    float *dst = attn_row_dst(out, part, a.sinks, t, h, z, n_head, n_split, HD, M[i], S[i], tq == 0, f);
 #pragma unroll
     for (int nd = 0; nd < ND; ++nd) {
       const int d = nd * 8 + 2 * tq;

@@ -192,18 +192,8 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_fma_kernel(TView q, TView
     const int r = pr + 8 * i, gr = r0 + r;
     if (gr >= rows) continue;
     const int t = gr / group, h = hk * group + gr % group;
-    float *dst;
-    float f = 1.0f;
-    if (part) {
-      dst = attn_partial(part, t, h, z, n_head, n_split, HD) + 2;
-      if (pd == 0) {
-        dst[-2] = s_m[r];
-        dst[-1] = s_s[r];
-      }
-    } else {
-      dst = attn_out_row(out, t, h);
-      f = attn_final_scale(s_m[r], s_s[r], a.sinks, h);
-    }
+    float f;
+    float *dst = attn_row_dst(out, part, a.sinks, t, h, z, n_head, n_split, HD, s_m[r], s_s[r], pd == 0, f);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int d = pd + 64 * j;
