@@ -64,6 +64,15 @@ template <DType T> __device__ __forceinline__ float unit_dot(const uint8_t *blk,
   return x.d * s;
 }
 
+// Q4_K / Q5_K sub-block j from its integer dot s: the block's 6-bit scale and min applied,
+// x.d * (d sc s - dmin m sum(x)).
+__device__ __forceinline__ float k4_fold(const uint8_t *b, int j, const XSub &x, int s) {
+  int sc, m;
+  scale_min_k4(j, b + 4, sc, m);
+  const float d1 = h2f(b) * sc, m1 = h2f(b + 2) * m;
+  return x.d * (d1 * static_cast<float>(s) - m1 * static_cast<float>(x.sum_lo + x.sum_hi));
+}
+
 // Q4_K / Q5_K: w = d*sc * q - dmin*m, so sum(w x) = d*sc * sum(q x) - dmin*m * sum(x).
 template <> __device__ __forceinline__ float unit_dot<DType::Q4_K>(const uint8_t *b, int j, const XSub &x) {
   uint32_t q[8];
@@ -74,10 +83,7 @@ template <> __device__ __forceinline__ float unit_dot<DType::Q4_K>(const uint8_t
   int s = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) s = __dp4a(static_cast<int>((q[i] >> sh) & 0x0F0F0F0Fu), xv[i], s);
-  int sc, m;
-  scale_min_k4(j, b + 4, sc, m);
-  const float d1 = h2f(b) * sc, m1 = h2f(b + 2) * m;
-  return x.d * (d1 * static_cast<float>(s) - m1 * static_cast<float>(x.sum_lo + x.sum_hi));
+  return k4_fold(b, j, x, s);
 }
 
 template <> __device__ __forceinline__ float unit_dot<DType::Q5_K>(const uint8_t *b, int j, const XSub &x) {
@@ -94,10 +100,7 @@ template <> __device__ __forceinline__ float unit_dot<DType::Q5_K>(const uint8_t
     const uint32_t v = ((ql[i] >> shl) & 0x0F0F0F0Fu) | (((qh[i] >> shh) & 0x01010101u) << 4);
     s = __dp4a(static_cast<int>(v), xv[i], s);
   }
-  int sc, m;
-  scale_min_k4(j, b + 4, sc, m);
-  const float d1 = h2f(b) * sc, m1 = h2f(b + 2) * m;
-  return x.d * (d1 * static_cast<float>(s) - m1 * static_cast<float>(x.sum_lo + x.sum_hi));
+  return k4_fold(b, j, x, s);
 }
 
 // Q6_K: q in 0..63, w = d*sc_half * (q - 32); one scale per 16 weights.
