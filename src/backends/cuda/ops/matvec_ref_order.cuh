@@ -1,0 +1,204 @@
+// Decode mat-vec rows of Q4_K, Q5_K, Q6_K and Q8_0 in the CPU's reference float order
+// (src/backends/cpu/kernels/ref_order_dot_impl.h, the path ref_order_path picks at one
+// token), bit for bit: the K-quant conformance networks are chaotic, a one-ulp difference
+// in an activation flips a Q8_K rounding downstream (docs/perf/cuda.md).
+//
+// The reference keeps 8 float lanes per row: lane k folds, block after block, the exact
+// integer sum of bytes 4k..4k+3 of every 32-element group of the block (times the group's
+// scale) as acc_k = fma(d, float(sum), acc_k); then a fixed reduce tree. A "piece" (block
+// i, lane k) is one such integer: 8 dp4a (K-quants; one for Q8_0), computed by warp lane
+// 8 * (i % 4) + k; the fold then walks the blocks in order, every lane receiving its
+// piece by shuffle, so lanes l and l + 8, l + 16, l + 24 hold the same accumulator (the
+// float work is 1 fma per 4 weights' piece, 4 times over; the integer work is not repeated).
+#pragma once
+#include "backends/cuda/ops/matvec_units.cuh"
+
+namespace moe {
+
+template <DType T> constexpr bool ref_order_type = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K || T == DType::Q8_0;
+constexpr bool ref_order_dtype(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0; }
+// Elements per fold block (one float step per lane per block): a Q8_0 block, a K-quant super-block.
+template <DType T> constexpr int ref_fold_elems = T == DType::Q8_0 ? 32 : 256;
+// Q4_K of a row count that is a multiple of 8 runs the reference's repacked gemv: one
+// integer per super-block (and one for the mins), each folded into its own accumulator.
+__host__ __device__ constexpr bool ref_q4k_repacked(int64_t rows) { return rows % 8 == 0; }
+
+// One little-endian word at any byte address of shared memory (one aligned load when the
+// address allows: a warp-uniform branch for Q4_K / Q5_K, whose blocks keep the row's alignment).
+__device__ __forceinline__ uint32_t ld_word(const uint8_t *p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) return *reinterpret_cast<const uint32_t *>(p);
+  uint32_t w[1];
+  ld_words<1>(p, w);
+  return w[0];
+}
+__device__ __forceinline__ int ld_x4(const int8_t *x) { return *reinterpret_cast<const int *>(x); }
+
+// The rounded activations of one fold block: int8 values (4-byte aligned), the per-16 sums.
+struct XFold {
+  const int8_t *q;
+  const int *s;
+};
+
+// Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks, byte g % 4 of word g / 4.
+__device__ __forceinline__ void scales_mins_k4(const uint8_t *q, uint32_t (&sc)[2], uint32_t (&mn)[2]) {
+  const uint32_t a = ld_word(q), b = ld_word(q + 4), c = ld_word(q + 8);
+  sc[0] = a & 0x3F3F3F3Fu;
+  mn[0] = b & 0x3F3F3F3Fu;
+  sc[1] = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
+  mn[1] = ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
+}
+__device__ __forceinline__ int byte_of(const uint32_t (&w)[2], int g) { return ((g < 4 ? w[0] : w[1]) >> (8 * (g & 3))) & 0xFF; }
+
+// The reference's min term of sub-blocks 2kk and 2kk + 1 (Q4_K / Q5_K).
+__device__ __forceinline__ int min_pair_k4(const uint32_t (&mn)[2], const int *bs, int kk) {
+  return byte_of(mn, 2 * kk) * (bs[4 * kk] + bs[4 * kk + 1]) + byte_of(mn, 2 * kk + 1) * (bs[4 * kk + 2] + bs[4 * kk + 3]);
+}
+
+// Piece k of fold block b: q = the integer of float lane k; m = the block's min term for
+// lane k % 4 (Q4_K, Q5_K; else 0).
+template <DType T> __device__ __forceinline__ void ref_piece(const uint8_t *b, const XFold &x, int k, int &q, int &m);
+
+template <> __device__ __forceinline__ void ref_piece<DType::Q4_K>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
+  uint32_t sc[2], mn[2];
+  scales_mins_k4(b + 4, sc, mn);
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // quant bytes 32j..: low nibbles group 2j, high nibbles group 2j + 1
+    const uint32_t w = ld_word(b + 16 + 32 * j + 4 * k);
+    s += byte_of(sc, 2 * j) * __dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_x4(x.q + 64 * j + 4 * k), 0);
+    s += byte_of(sc, 2 * j + 1) * __dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_x4(x.q + 64 * j + 32 + 4 * k), 0);
+  }
+  q = s;
+  m = min_pair_k4(mn, x.s, k & 3);
+}
+
+template <> __device__ __forceinline__ void ref_piece<DType::Q5_K>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
+  uint32_t sc[2], mn[2];
+  scales_mins_k4(b + 4, sc, mn);
+  const uint32_t h = ld_word(b + 16 + 4 * k);  // fifth bits: bit g of byte e % 32 for group g
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t w = ld_word(b + 48 + 32 * j + 4 * k);
+    const uint32_t lo = (w & 0x0F0F0F0Fu) | (((h >> (2 * j)) & 0x01010101u) << 4);
+    const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * j + 1)) & 0x01010101u) << 4);
+    s += byte_of(sc, 2 * j) * __dp4a(static_cast<int>(lo), ld_x4(x.q + 64 * j + 4 * k), 0);
+    s += byte_of(sc, 2 * j + 1) * __dp4a(static_cast<int>(hi), ld_x4(x.q + 64 * j + 32 + 4 * k), 0);
+  }
+  q = s;
+  m = min_pair_k4(mn, x.s, k & 3);
+}
+
+// Q6_K: unsigned 6-bit values, an int8 scale per 16 (lanes k < 4 cover the first 16 bytes of
+// a group); the -32 offset enters lane k as the reference puts it there: 32 * the scaled
+// sums of 16-groups 2k and 2k + 1.
+template <> __device__ __forceinline__ void ref_piece<DType::Q6_K>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
+  const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192);
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const uint32_t l0 = ld_word(b + 64 * j + 4 * k), l1 = ld_word(b + 64 * j + 32 + 4 * k), h = ld_word(b + 128 + 32 * j + 4 * k);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {  // group g = 4j + t: low nibbles of l0, l1, then their high nibbles
+      const int g = 4 * j + t;
+      const uint32_t v = (((t & 1 ? l1 : l0) >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((h >> (2 * t)) & 0x03030303u) << 4);
+      s += sc[2 * g + (k >> 2)] * __dp4a(static_cast<int>(v), ld_x4(x.q + 32 * g + 4 * k), 0);
+    }
+  }
+  q = s - 32 * (x.s[2 * k] * sc[2 * k] + x.s[2 * k + 1] * sc[2 * k + 1]);
+  m = 0;
+}
+
+template <> __device__ __forceinline__ void ref_piece<DType::Q8_0>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
+  q = __dp4a(static_cast<int>(ld_word(b + 2 + 4 * k)), ld_x4(x.q + 4 * k), 0);
+  m = 0;
+}
+
+// Sum over the lanes l ^ 1, l ^ 2, ... (width 4 or 8) of an integer (exact in any order).
+template <int W> __device__ __forceinline__ int lanes_sum(int v) {
+#pragma unroll
+  for (int o = 1; o < W; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One fold step of block b (activation scale yd): acc / accm as the reference's lane k and
+// min accumulators. Every step is an explicit fmaf (no contraction choices).
+template <DType T> __device__ __forceinline__ void ref_step(const uint8_t *b, float yd, int q, int m, bool repack, float &acc, float &accm) {
+  if constexpr (T == DType::Q4_K) {
+    if (repack) {
+      acc = fmaf(static_cast<float>(q), h2f(b) * yd, acc);
+      accm = fmaf(static_cast<float>(m), h2f(b + 2) * yd, accm);
+    } else {
+      acc = fmaf(yd * h2f(b), static_cast<float>(q), acc);
+      accm = fmaf(-yd * h2f(b + 2), static_cast<float>(m), accm);
+    }
+  } else if constexpr (T == DType::Q5_K) {
+    acc = fmaf(yd * h2f(b), static_cast<float>(q), acc);
+    accm = fmaf(-yd * h2f(b + 2), static_cast<float>(m), accm);
+  } else if constexpr (T == DType::Q6_K) {
+    acc = fmaf(yd * h2f(b + 208), static_cast<float>(q), acc);
+  } else {
+    acc = fmaf(h2f(b) * yd, static_cast<float>(q), acc);
+  }
+}
+
+// Folds one staged chunk of a row (ne elements from staged block bytes cb; activations from
+// element x0 of the shared-memory slots) into the row's accumulators. Every lane of the
+// warp must call it (shuffles); ne, repack: warp-uniform.
+template <DType T, int CH>
+__device__ __forceinline__ void ref_chunk(const uint8_t *cb, int ne, int x0, const int8_t *xq, const float *xd, const int *xs, bool repack,
+                                          float &acc, float &accm) {
+  constexpr int FB = ref_fold_elems<T>, BS = BlockInfo<T>::bytes, NFB = CH / FB, NPL = NFB * 8 / 32;
+  static_assert(NFB % 4 == 0, "a warp pass covers 4 fold blocks");
+  const int lane = threadIdx.x & 31, k = lane & 7, nfb = ne / FB;
+  int pq[NPL], pm[NPL];
+#pragma unroll
+  for (int r = 0; r < NPL; ++r) {
+    const int i = (lane >> 3) + 4 * r;
+    pq[r] = 0;
+    pm[r] = 0;
+    if (i < nfb) {
+      const int e = x0 + i * FB;
+      ref_piece<T>(cb + i * BS, XFold{xq + e, xs + e / 16}, k, pq[r], pm[r]);
+    }
+    if constexpr (T == DType::Q4_K) {
+      if (repack) {  // one integer per block: the sum of the 8 lanes, and of the 4 min terms
+        pq[r] = lanes_sum<8>(pq[r]);
+        pm[r] = lanes_sum<4>(pm[r]);
+      }
+    } else if constexpr (T == DType::Q5_K) {
+      pm[r] = lanes_sum<4>(pm[r]);  // one min sum per block
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < NFB; ++i) {
+    if (i >= nfb) break;
+    const int src = ((i & 3) << 3) | k;  // the lane that computed piece (i, k)
+    const int q = __shfl_sync(0xffffffffu, pq[i >> 2], src);
+    const int m = T == DType::Q4_K || T == DType::Q5_K ? __shfl_sync(0xffffffffu, pm[i >> 2], src) : 0;
+    const int e = x0 + i * FB;
+    ref_step<T>(cb + i * BS, xd[e / 32], q, m, repack, acc, accm);
+  }
+}
+
+// The row's dot product from its accumulators: the reference's 8-lane tree
+// ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)), then its min term. Every lane must call it.
+template <DType T> __device__ __forceinline__ float ref_finish(float acc, float accm, bool repack) {
+  if constexpr (T == DType::Q4_K) {
+    if (repack) return acc - accm;
+  }
+  float s = acc + __shfl_xor_sync(0xffffffffu, acc, 4);
+  s = s + __shfl_xor_sync(0xffffffffu, s, 2);
+  s = s + __shfl_xor_sync(0xffffffffu, s, 1);
+  if constexpr (T == DType::Q4_K) {  // (m0 + m2) + (m1 + m3), lane kk holding m_kk
+    float m = accm + __shfl_xor_sync(0xffffffffu, accm, 2);
+    m = m + __shfl_xor_sync(0xffffffffu, m, 1);
+    return s + m;
+  } else if constexpr (T == DType::Q5_K) {
+    return s + accm;
+  } else {
+    return s;
+  }
+}
+
+}  // namespace moe
