@@ -14,12 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/kernels/ref_order_dot.h"
-#include "core/fp16.h"
+#include "backends/cpu/kernels/ref_math.h"
+#include "check_data.h"
 #include "matvec_api.h"
 
 using namespace moe;
 using namespace moe_emu_api;
+using namespace emu_check;
 
 uint8_t *moe_emu_api::emu_dyn_smem() {
   alignas(16) static uint8_t buf[64 * 1024];
@@ -29,35 +30,6 @@ uint8_t *moe_emu_api::emu_dyn_smem() {
 namespace {
 
 enum { kRows, kGateUp, kDown, kSplit, kHalves };  // MvMode
-
-struct Buf {
-  uint8_t *p = nullptr;
-  size_t n = 0;
-  explicit Buf(size_t bytes) : n(bytes) {
-    p = static_cast<uint8_t *>(std::aligned_alloc(256, (bytes + 511) / 256 * 256));
-    std::memset(p, 0xFF, (bytes + 511) / 256 * 256);
-  }
-  ~Buf() { std::free(p); }
-  Buf(const Buf &) = delete;
-  Buf &operator=(const Buf &) = delete;
-};
-
-std::mt19937 rng(7);
-std::vector<float> randn(size_t n, float s = 1.0f) {
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(rng);
-  return v;
-}
-
-// rows x K weights of type t (each row quantized on its own), 256-byte padded.
-Buf *weights(DType t, int64_t K, int64_t rows) {
-  const size_t rb = row_size(t, K);
-  Buf *b = new Buf(rb * rows);
-  const auto f = randn(static_cast<size_t>(K * rows), 0.5f);
-  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * K, b->p + r * rb, K);
-  return b;
-}
 
 int failures = 0, checks = 0;
 void same(const float *a, const float *b, size_t n, const std::string &what) {
@@ -108,43 +80,17 @@ void compare(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, size_t ny, c
   }
 }
 
+// The CPU's SwiGLU of element r of a row of M: the vector silu on 16-element chunks, libm's
+// expf on the tail (the host's here, CUDA's on a GPU).
+float cpu_swiglu(float g, float u, int64_t r, int64_t M) {
+  return r < (M & ~int64_t{15}) ? refmath::silu_v(g) * u : g / (1.0f + std::exp(-g)) * u;
+}
+
 bool ref_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0; }
-
-// rows x K random block bytes (every scale and min code), with random f16 block scales of
-// moderate size (either sign) so that the products stay finite.
-Buf *random_blocks(DType t, int64_t K, int64_t rows) {
-  const size_t rb = row_size(t, K), bb = row_size(t, type_traits(t).block_size);
-  Buf *b = new Buf(rb * rows);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (size_t i = 0; i < rb * rows; ++i) b->p[i] = static_cast<uint8_t>(byte(rng));
-  std::uniform_real_distribution<float> mag(0.5f, 2.0f);
-  auto put = [&](uint8_t *p, float scale) {
-    const uint16_t h = fp32_to_fp16((byte(rng) & 1 ? -scale : scale) * mag(rng));
-    std::memcpy(p, &h, 2);
-  };
-  for (size_t o = 0; o < rb * rows; o += bb) {
-    if (t == DType::Q8_0) put(b->p + o, 1e-2f);
-    if (t == DType::Q4_K || t == DType::Q5_K) {
-      put(b->p + o, 1e-3f);
-      put(b->p + o + 2, 1e-3f);
-    }
-    if (t == DType::Q6_K) put(b->p + o + 208, 1e-3f);
-  }
-  return b;
-}
-
-// The CPU's outputs: M reference-order rows (the path it takes at one token) against x.
-std::vector<float> cpu_rows(DType t, const uint8_t *w, size_t rb, int64_t M, int64_t K, const float *x, bool moe) {
-  const DType act = t == DType::Q8_0 ? DType::Q8_0 : DType::Q8_K;
-  std::vector<uint8_t> xq(row_size(act, K));
-  quantize_row(act, x, xq.data(), K);
-  std::vector<float> y(static_cast<size_t>(M));
-  ref_order_dot_rows(t, static_cast<int>(K), static_cast<int>(M), y.data(), w, rb, xq.data(), ref_order_path(t, K, M, 1, 0, moe));
-  return y;
-}
 
 // One launch of the new version with 1 and 2 logical blocks per thread block against want.
 void expect(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, const std::vector<float> &want, const std::string &what) {
+  // (want: the CPU's outputs, or for gate/up of the other types the CPU's SwiGLU of the new row products)
   std::vector<float> y(want.size());
   for (int groups : {1, 2}) {
     std::fill(y.begin(), y.end(), NAN);
@@ -216,7 +162,8 @@ void check_ref_type(DType t) {
         want.insert(want.end(), y.begin(), y.end());
       }
       expect(t, false, cdiv(M, 16), 4, m, want, tag + " matmul_id");
-      // gate/up + SwiGLU (shared activation; the kernel's own SwiGLU formula)
+      // gate/up + SwiGLU (shared activation): the CPU's SwiGLU (vector silu on 16-element
+      // chunks; the tail's libm expf is the host's here, CUDA's on a GPU)
       m.X = 1;
       m.w2 = wu->p;
       m.rb2 = m.rb;
@@ -225,7 +172,7 @@ void check_ref_type(DType t) {
       want.clear();
       for (int j = 0; j < 4; ++j) {
         const auto g = expert(*we, ids[j], 0), u = expert(*wu, ids[j], 0);
-        for (int64_t r = 0; r < M; ++r) want.push_back(g[r] / (1.0f + std::exp(-g[r])) * u[r]);
+        for (int64_t r = 0; r < M; ++r) want.push_back(cpu_swiglu(g[r], u[r], r, M));
       }
       expect(t, false, cdiv(M, 8), 4, m, want, tag + " gate_up");
       // down + combine + residual: 5 slots (two passes of four), products added in slot order
@@ -329,8 +276,19 @@ void check_type(DType t) {
     m.w2 = wu->p;
     m.rb2 = m.rb;
     m.eb2 = m.eb;
-    m.mode = kGateUp;
-    compare(t, false, cdiv(M, 8), 4, m, M * 4, tag + " gate_up");
+    {  // the fused SwiGLU is the CPU's (ref_math.cuh), not the old version's: expect it on the new row products
+      std::vector<float> g(static_cast<size_t>(M * 4)), u(g.size()), want(g.size());
+      m.mode = kRows;
+      m.y = g.data();
+      emu_new::launch_mv(t, false, cdiv(M, 16), 4, 1, 0, m);
+      m.w = wu->p;
+      m.y = u.data();
+      emu_new::launch_mv(t, false, cdiv(M, 16), 4, 1, 0, m);
+      m.w = we->p;
+      for (size_t i = 0; i < want.size(); ++i) want[i] = cpu_swiglu(g[i], u[i], static_cast<int64_t>(i) % M, M);
+      m.mode = kGateUp;
+      expect(t, false, cdiv(M, 8), 4, m, want, tag + " gate_up");
+    }
     // down + combine + residual: 5 slots (two passes of four)
     const std::vector<int32_t> ids5 = {1, 2, 0, 2, -1};
     const auto cw = randn(5);

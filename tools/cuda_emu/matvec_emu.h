@@ -23,6 +23,8 @@ inline float __shfl_sync(unsigned, float v, int src) {
 inline int __shfl_sync(unsigned, int v, int src) { return emu_exchange(v, src & 31); }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline int __dp4a(int a, int b, int c) {
   for (int i = 0; i < 4; ++i) c += static_cast<int8_t>(a >> (8 * i)) * static_cast<int8_t>(b >> (8 * i));
   return c;

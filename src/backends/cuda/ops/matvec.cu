@@ -26,6 +26,7 @@
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 
 namespace moe {
 
@@ -261,7 +262,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
         if constexpr (ref_order_type<T>) {
           const bool cont = chain && k == 1;
           float f = cont ? acc[0] : acc[k], fm = cont ? accm[0] : accm[k];
-          ref_chunk<T, CH>(cb, ne, x0, xm.q, xm.d, xm.s, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
+          ref_chunk<T, CH>(cb, ne, x0, XSmemAct{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
           if (cont) {
             acc[0] = f;
             accm[0] = fm;
@@ -554,7 +555,7 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
   if (!writer) return;
   float *yj = a.y + static_cast<int64_t>(j) * a.M;
   if (gu) {
-    if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
+    if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
   } else if (halves) {
     if (row0 < a.M) yj[row0] = !e_ok ? 0.0f : a.add ? v[0] + a.add[row0] : v[0];
   } else {

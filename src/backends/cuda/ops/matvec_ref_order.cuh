@@ -33,10 +33,30 @@ __device__ __forceinline__ uint32_t ld_word(const uint8_t *p) {
 }
 __device__ __forceinline__ int ld_x4(const int8_t *x) { return *reinterpret_cast<const int *>(x); }
 
-// The rounded activations of one fold block: int8 values (4-byte aligned), the per-16 sums.
-struct XFold {
+// Rounded activations (Q8_0 / Q8_K values: int8 q, a scale per block, sums per 16) in one
+// of two layouts: the mat-vec's shared memory (XSmemAct) or act_round_kernel's global
+// output with q_int8 (XGlobalAct: (scale, sum) per 16). fold(e): the block from element e
+// (4-byte aligned int8 values, sum16(j): the sum of its 16-group j); scale(e): its scale.
+template <class S> struct XFold {
   const int8_t *q;
-  const int *s;
+  const S *s;
+  __device__ __forceinline__ int sum16(int j) const {
+    if constexpr (sizeof(S) == 4) return s[j];
+    else return static_cast<int>(s[j].y);  // an integer stored as float: exact
+  }
+};
+struct XSmemAct {
+  const int8_t *q;
+  const float *d;  // per 32
+  const int *s;    // per 16
+  __device__ __forceinline__ XFold<int> fold(int e) const { return XFold<int>{q + e, s + e / 16}; }
+  __device__ __forceinline__ float scale(int e) const { return d[e / 32]; }
+};
+struct XGlobalAct {
+  const int8_t *q;
+  const float2 *s;  // per 16: (scale, sum)
+  __device__ __forceinline__ XFold<float2> fold(int e) const { return XFold<float2>{q + e, s + e / 16}; }
+  __device__ __forceinline__ float scale(int e) const { return s[e / 16].x; }
 };
 
 // Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks, byte g % 4 of word g / 4.
@@ -50,68 +70,68 @@ __device__ __forceinline__ void scales_mins_k4(const uint8_t *q, uint32_t (&sc)[
 __device__ __forceinline__ int byte_of(const uint32_t (&w)[2], int g) { return ((g < 4 ? w[0] : w[1]) >> (8 * (g & 3))) & 0xFF; }
 
 // The reference's min term of sub-blocks 2kk and 2kk + 1 (Q4_K / Q5_K).
-__device__ __forceinline__ int min_pair_k4(const uint32_t (&mn)[2], const int *bs, int kk) {
-  return byte_of(mn, 2 * kk) * (bs[4 * kk] + bs[4 * kk + 1]) + byte_of(mn, 2 * kk + 1) * (bs[4 * kk + 2] + bs[4 * kk + 3]);
+template <class XF> __device__ __forceinline__ int min_pair_k4(const uint32_t (&mn)[2], const XF &x, int kk) {
+  return byte_of(mn, 2 * kk) * (x.sum16(4 * kk) + x.sum16(4 * kk + 1)) + byte_of(mn, 2 * kk + 1) * (x.sum16(4 * kk + 2) + x.sum16(4 * kk + 3));
+}
+
+// Q4_K piece k split by sub-block pair j (quant bytes 32j..: low nibbles are group 2j, high
+// nibbles group 2j + 1): p[j] = its share of the reference's integer for pair j.
+template <class XF> __device__ __forceinline__ void q4k_pair_parts(const uint8_t *b, const uint32_t (&sc)[2], const XF &x, int k, int (&p)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t w = ld_word(b + 16 + 32 * j + 4 * k);
+    p[j] = byte_of(sc, 2 * j) * __dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_x4(x.q + 64 * j + 4 * k), 0) +
+           byte_of(sc, 2 * j + 1) * __dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_x4(x.q + 64 * j + 32 + 4 * k), 0);
+  }
 }
 
 // Piece k of fold block b: q = the integer of float lane k; m = the block's min term for
 // lane k % 4 (Q4_K, Q5_K; else 0).
-template <DType T> __device__ __forceinline__ void ref_piece(const uint8_t *b, const XFold &x, int k, int &q, int &m);
-
-template <> __device__ __forceinline__ void ref_piece<DType::Q4_K>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
-  uint32_t sc[2], mn[2];
-  scales_mins_k4(b + 4, sc, mn);
-  int s = 0;
+template <DType T, class XF> __device__ __forceinline__ void ref_piece(const uint8_t *b, const XF &x, int k, int &q, int &m) {
+  m = 0;
+  if constexpr (T == DType::Q4_K) {
+    uint32_t sc[2], mn[2];
+    scales_mins_k4(b + 4, sc, mn);
+    int p[4];
+    q4k_pair_parts(b, sc, x, k, p);
+    q = (p[0] + p[1]) + (p[2] + p[3]);
+    m = min_pair_k4(mn, x, k & 3);
+  } else if constexpr (T == DType::Q5_K) {
+    uint32_t sc[2], mn[2];
+    scales_mins_k4(b + 4, sc, mn);
+    const uint32_t h = ld_word(b + 16 + 4 * k);  // fifth bits: bit g of byte e % 32 for group g
+    int s = 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {  // quant bytes 32j..: low nibbles group 2j, high nibbles group 2j + 1
-    const uint32_t w = ld_word(b + 16 + 32 * j + 4 * k);
-    s += byte_of(sc, 2 * j) * __dp4a(static_cast<int>(w & 0x0F0F0F0Fu), ld_x4(x.q + 64 * j + 4 * k), 0);
-    s += byte_of(sc, 2 * j + 1) * __dp4a(static_cast<int>((w >> 4) & 0x0F0F0F0Fu), ld_x4(x.q + 64 * j + 32 + 4 * k), 0);
-  }
-  q = s;
-  m = min_pair_k4(mn, x.s, k & 3);
-}
-
-template <> __device__ __forceinline__ void ref_piece<DType::Q5_K>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
-  uint32_t sc[2], mn[2];
-  scales_mins_k4(b + 4, sc, mn);
-  const uint32_t h = ld_word(b + 16 + 4 * k);  // fifth bits: bit g of byte e % 32 for group g
-  int s = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t w = ld_word(b + 48 + 32 * j + 4 * k);
-    const uint32_t lo = (w & 0x0F0F0F0Fu) | (((h >> (2 * j)) & 0x01010101u) << 4);
-    const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * j + 1)) & 0x01010101u) << 4);
-    s += byte_of(sc, 2 * j) * __dp4a(static_cast<int>(lo), ld_x4(x.q + 64 * j + 4 * k), 0);
-    s += byte_of(sc, 2 * j + 1) * __dp4a(static_cast<int>(hi), ld_x4(x.q + 64 * j + 32 + 4 * k), 0);
-  }
-  q = s;
-  m = min_pair_k4(mn, x.s, k & 3);
-}
-
-// Q6_K: unsigned 6-bit values, an int8 scale per 16 (lanes k < 4 cover the first 16 bytes of
-// a group); the -32 offset enters lane k as the reference puts it there: 32 * the scaled
-// sums of 16-groups 2k and 2k + 1.
-template <> __device__ __forceinline__ void ref_piece<DType::Q6_K>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
-  const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192);
-  int s = 0;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const uint32_t l0 = ld_word(b + 64 * j + 4 * k), l1 = ld_word(b + 64 * j + 32 + 4 * k), h = ld_word(b + 128 + 32 * j + 4 * k);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {  // group g = 4j + t: low nibbles of l0, l1, then their high nibbles
-      const int g = 4 * j + t;
-      const uint32_t v = (((t & 1 ? l1 : l0) >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((h >> (2 * t)) & 0x03030303u) << 4);
-      s += sc[2 * g + (k >> 2)] * __dp4a(static_cast<int>(v), ld_x4(x.q + 32 * g + 4 * k), 0);
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t w = ld_word(b + 48 + 32 * j + 4 * k);
+      const uint32_t lo = (w & 0x0F0F0F0Fu) | (((h >> (2 * j)) & 0x01010101u) << 4);
+      const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * j + 1)) & 0x01010101u) << 4);
+      s += byte_of(sc, 2 * j) * __dp4a(static_cast<int>(lo), ld_x4(x.q + 64 * j + 4 * k), 0);
+      s += byte_of(sc, 2 * j + 1) * __dp4a(static_cast<int>(hi), ld_x4(x.q + 64 * j + 32 + 4 * k), 0);
     }
+    q = s;
+    m = min_pair_k4(mn, x, k & 3);
+  } else if constexpr (T == DType::Q6_K) {
+    // Unsigned 6-bit values, an int8 scale per 16 (lanes k < 4 cover the first 16 bytes of a
+    // group); the -32 offset enters lane k as the reference puts it there: 32 * the scaled
+    // sums of 16-groups 2k and 2k + 1.
+    const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192);
+    int s = 0;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t l0 = ld_word(b + 64 * j + 4 * k), l1 = ld_word(b + 64 * j + 32 + 4 * k), h = ld_word(b + 128 + 32 * j + 4 * k);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {  // group g = 4j + t: low nibbles of l0, l1, then their high nibbles
+        const int g = 4 * j + t;
+        const uint32_t v = (((t & 1 ? l1 : l0) >> (4 * (t >> 1))) & 0x0F0F0F0Fu) | (((h >> (2 * t)) & 0x03030303u) << 4);
+        s += sc[2 * g + (k >> 2)] * __dp4a(static_cast<int>(v), ld_x4(x.q + 32 * g + 4 * k), 0);
+      }
+    }
+    q = s - 32 * (x.sum16(2 * k) * sc[2 * k] + x.sum16(2 * k + 1) * sc[2 * k + 1]);
+  } else {
+    static_assert(T == DType::Q8_0, "a reference-order type");
+    q = __dp4a(static_cast<int>(ld_word(b + 2 + 4 * k)), ld_x4(x.q + 4 * k), 0);
   }
-  q = s - 32 * (x.s[2 * k] * sc[2 * k] + x.s[2 * k + 1] * sc[2 * k + 1]);
-  m = 0;
-}
-
-template <> __device__ __forceinline__ void ref_piece<DType::Q8_0>(const uint8_t *b, const XFold &x, int k, int &q, int &m) {
-  q = __dp4a(static_cast<int>(ld_word(b + 2 + 4 * k)), ld_x4(x.q + 4 * k), 0);
-  m = 0;
 }
 
 // Sum over the lanes l ^ 1, l ^ 2, ... (width 4 or 8) of an integer (exact in any order).
@@ -142,12 +162,11 @@ template <DType T> __device__ __forceinline__ void ref_step(const uint8_t *b, fl
   }
 }
 
-// Folds one staged chunk of a row (ne elements from staged block bytes cb; activations from
-// element x0 of the shared-memory slots) into the row's accumulators. Every lane of the
+// Folds one chunk of a row (ne elements from block bytes cb; activations from element x0
+// of xa) into the row's accumulators. Every lane of the
 // warp must call it (shuffles); ne, repack: warp-uniform.
-template <DType T, int CH>
-__device__ __forceinline__ void ref_chunk(const uint8_t *cb, int ne, int x0, const int8_t *xq, const float *xd, const int *xs, bool repack,
-                                          float &acc, float &accm) {
+template <DType T, int CH, class XA>
+__device__ __forceinline__ void ref_chunk(const uint8_t *cb, int ne, int x0, const XA &xa, bool repack, float &acc, float &accm) {
   constexpr int FB = ref_fold_elems<T>, BS = BlockInfo<T>::bytes, NFB = CH / FB, NPL = NFB * 8 / 32;
   static_assert(NFB % 4 == 0, "a warp pass covers 4 fold blocks");
   const int lane = threadIdx.x & 31, k = lane & 7, nfb = ne / FB;
@@ -158,8 +177,7 @@ __device__ __forceinline__ void ref_chunk(const uint8_t *cb, int ne, int x0, con
     pq[r] = 0;
     pm[r] = 0;
     if (i < nfb) {
-      const int e = x0 + i * FB;
-      ref_piece<T>(cb + i * BS, XFold{xq + e, xs + e / 16}, k, pq[r], pm[r]);
+      ref_piece<T>(cb + i * BS, xa.fold(x0 + i * FB), k, pq[r], pm[r]);
     }
     if constexpr (T == DType::Q4_K) {
       if (repack) {  // one integer per block: the sum of the 8 lanes, and of the 4 min terms
@@ -176,8 +194,39 @@ __device__ __forceinline__ void ref_chunk(const uint8_t *cb, int ne, int x0, con
     const int src = ((i & 3) << 3) | k;  // the lane that computed piece (i, k)
     const int q = __shfl_sync(0xffffffffu, pq[i >> 2], src);
     const int m = T == DType::Q4_K || T == DType::Q5_K ? __shfl_sync(0xffffffffu, pm[i >> 2], src) : 0;
-    const int e = x0 + i * FB;
-    ref_step<T>(cb + i * BS, xd[e / 32], q, m, repack, acc, accm);
+    ref_step<T>(cb + i * BS, xa.scale(x0 + i * FB), q, m, repack, acc, accm);
+  }
+}
+
+// Q4_K in the reference's repacked gemm order (dense products, columns in its full groups
+// of 4): per super-block one step per sub-block pair j, acc = fma(float(sb_q[j]), d, acc),
+// likewise the mins; finished like the gemv order (acc - accm). Folds nfb <= 4 blocks from
+// cb (activations from element x0 of xa); every lane of the warp must call it.
+template <class XA>
+__device__ __forceinline__ void ref_q4k_gemm_pass(const uint8_t *cb, int nfb, int x0, const XA &xa, float &acc, float &accm) {
+  const int lane = threadIdx.x & 31, k = lane & 7, i = lane >> 3;
+  int p[4] = {0, 0, 0, 0}, m = 0;
+  if (i < nfb) {
+    const uint8_t *b = cb + i * BlockInfo<DType::Q4_K>::bytes;
+    const auto x = xa.fold(x0 + i * 256);
+    uint32_t sc[2], mn[2];
+    scales_mins_k4(b + 4, sc, mn);
+    q4k_pair_parts(b, sc, x, k, p);
+    m = min_pair_k4(mn, x, k & 3);  // sb_m[k % 4]
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) p[j] = lanes_sum<8>(p[j]);  // sb_q[j] of block i, in every lane of its 8
+#pragma unroll
+  for (int ii = 0; ii < 4; ++ii) {
+    if (ii >= nfb) break;
+    const uint8_t *b = cb + ii * BlockInfo<DType::Q4_K>::bytes;
+    const float ys = xa.scale(x0 + ii * 256), d = h2f(b) * ys, dm = h2f(b + 2) * ys;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int q = __shfl_sync(0xffffffffu, p[j], ii * 8), mj = __shfl_sync(0xffffffffu, m, ii * 8 + j);
+      acc = fmaf(static_cast<float>(q), d, acc);
+      accm = fmaf(static_cast<float>(mj), dm, accm);
+    }
   }
 }
 
