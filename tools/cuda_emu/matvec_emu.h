@@ -21,10 +21,6 @@ inline float __shfl_sync(unsigned, float v, int src) {
   return r;
 }
 inline int __shfl_sync(unsigned, int v, int src) { return emu_exchange(v, src & 31); }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
 inline int __dp4a(int a, int b, int c) {
   for (int i = 0; i < 4; ++i) c += static_cast<int8_t>(a >> (8 * i)) * static_cast<int8_t>(b >> (8 * i));
   return c;
@@ -34,6 +30,5 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
 }
 template <class T> inline T __ldg(const T *p) { return *p; }
 inline int __float2int_rn(float f) { return static_cast<int>(std::nearbyint(f)); }
-inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 
 // pdl.cuh (pdl_wait, pdl_trigger, launch_pdl): emu.h has them.

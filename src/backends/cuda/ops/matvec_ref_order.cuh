@@ -141,60 +141,70 @@ template <int W> __device__ __forceinline__ int lanes_sum(int v) {
   return v;
 }
 
-// One fold step of block b (activation scale yd): acc / accm as the reference's lane k and
-// min accumulators. Every step is an explicit fmaf (no contraction choices).
-template <DType T> __device__ __forceinline__ void ref_step(const uint8_t *b, float yd, int q, int m, bool repack, float &acc, float &accm) {
-  if constexpr (T == DType::Q4_K) {
-    if (repack) {
-      acc = fmaf(static_cast<float>(q), h2f(b) * yd, acc);
-      accm = fmaf(static_cast<float>(m), h2f(b + 2) * yd, accm);
-    } else {
-      acc = fmaf(yd * h2f(b), static_cast<float>(q), acc);
-      accm = fmaf(-yd * h2f(b + 2), static_cast<float>(m), accm);
-    }
-  } else if constexpr (T == DType::Q5_K) {
-    acc = fmaf(yd * h2f(b), static_cast<float>(q), acc);
-    accm = fmaf(-yd * h2f(b + 2), static_cast<float>(m), accm);
+// The float factors of fold block b (activation scale ys): d for the quants, dm for the mins
+// (Q4_K / Q5_K; the reference negates it on its vec_dot paths: -(ys * dmin) is the same
+// float as its (-ys) * dmin). Products are commutative in IEEE arithmetic, so each order
+// the reference writes gives these bits.
+template <DType T> __device__ __forceinline__ void ref_factors(const uint8_t *b, float ys, float &d, float &dm) {
+  dm = 0.0f;
+  if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+    d = ys * h2f(b);
+    dm = ys * h2f(b + 2);
   } else if constexpr (T == DType::Q6_K) {
-    acc = fmaf(yd * h2f(b + 208), static_cast<float>(q), acc);
+    d = ys * h2f(b + 208);
   } else {
-    acc = fmaf(h2f(b) * yd, static_cast<float>(q), acc);
+    d = ys * h2f(b);
   }
 }
 
+// One fold step (the block's integers q, m and factors d, dm) into the reference's lane k
+// and min accumulators. Every step is an explicit fmaf (no contraction choices); fma(a, b, c)
+// and fma(b, a, c) are the same float.
+template <DType T> __device__ __forceinline__ void ref_step(int q, int m, float d, float dm, bool repack, float &acc, float &accm) {
+  acc = fmaf(d, static_cast<float>(q), acc);
+  if constexpr (T == DType::Q4_K) accm = fmaf(repack ? dm : -dm, static_cast<float>(m), accm);  // gemv: acc - accm at the end
+  else if constexpr (T == DType::Q5_K) accm = fmaf(-dm, static_cast<float>(m), accm);
+}
+
 // Folds one chunk of a row (ne elements from block bytes cb; activations from element x0
-// of xa) into the row's accumulators. Every lane of the
-// warp must call it (shuffles); ne, repack: warp-uniform.
+// of xa) into the row's accumulators. Every lane of the warp must call it (shuffles); ne,
+// repack: warp-uniform.
 template <DType T, int CH, class XA>
 __device__ __forceinline__ void ref_chunk(const uint8_t *cb, int ne, int x0, const XA &xa, bool repack, float &acc, float &accm) {
   constexpr int FB = ref_fold_elems<T>, BS = BlockInfo<T>::bytes, NFB = CH / FB, NPL = NFB * 8 / 32;
   static_assert(NFB % 4 == 0, "a warp pass covers 4 fold blocks");
   const int lane = threadIdx.x & 31, k = lane & 7, nfb = ne / FB;
-  int pq[NPL], pm[NPL];
+  constexpr bool mins = T == DType::Q4_K || T == DType::Q5_K;
+  // Passes of 4 blocks: lane 8 * ii + k computes piece (4r + ii, k) and the block's factors,
+  // then every lane folds the 4 blocks in order (scalars only: no register arrays).
 #pragma unroll
   for (int r = 0; r < NPL; ++r) {
+    if (4 * r >= nfb) break;
     const int i = (lane >> 3) + 4 * r;
-    pq[r] = 0;
-    pm[r] = 0;
+    int pq = 0, pm = 0;
+    float pd = 0.0f, pdm = 0.0f;
     if (i < nfb) {
-      ref_piece<T>(cb + i * BS, xa.fold(x0 + i * FB), k, pq[r], pm[r]);
+      ref_piece<T>(cb + i * BS, xa.fold(x0 + i * FB), k, pq, pm);
+      ref_factors<T>(cb + i * BS, xa.scale(x0 + i * FB), pd, pdm);
     }
     if constexpr (T == DType::Q4_K) {
       if (repack) {  // one integer per block: the sum of the 8 lanes, and of the 4 min terms
-        pq[r] = lanes_sum<8>(pq[r]);
-        pm[r] = lanes_sum<4>(pm[r]);
+        pq = lanes_sum<8>(pq);
+        pm = lanes_sum<4>(pm);
       }
     } else if constexpr (T == DType::Q5_K) {
-      pm[r] = lanes_sum<4>(pm[r]);  // one min sum per block
+      pm = lanes_sum<4>(pm);  // one min sum per block
     }
-  }
 #pragma unroll
-  for (int i = 0; i < NFB; ++i) {
-    if (i >= nfb) break;
-    const int src = ((i & 3) << 3) | k;  // the lane that computed piece (i, k)
-    const int q = __shfl_sync(0xffffffffu, pq[i >> 2], src);
-    const int m = T == DType::Q4_K || T == DType::Q5_K ? __shfl_sync(0xffffffffu, pm[i >> 2], src) : 0;
-    ref_step<T>(cb + i * BS, xa.scale(x0 + i * FB), q, m, repack, acc, accm);
+    for (int ii = 0; ii < 4; ++ii) {
+      if (4 * r + ii >= nfb) break;
+      const int src = 8 * ii + k;  // the lane that computed piece (4r + ii, k)
+      const int q = __shfl_sync(0xffffffffu, pq, src);
+      const float d = __shfl_sync(0xffffffffu, pd, src);
+      const int m = mins ? __shfl_sync(0xffffffffu, pm, src) : 0;
+      const float dm = mins ? __shfl_sync(0xffffffffu, pdm, src) : 0.0f;
+      ref_step<T>(q, m, d, dm, repack, acc, accm);
+    }
   }
 }
 
@@ -220,7 +230,8 @@ __device__ __forceinline__ void ref_q4k_gemm_pass(const uint8_t *cb, int nfb, in
   for (int ii = 0; ii < 4; ++ii) {
     if (ii >= nfb) break;
     const uint8_t *b = cb + ii * BlockInfo<DType::Q4_K>::bytes;
-    const float ys = xa.scale(x0 + ii * 256), d = h2f(b) * ys, dm = h2f(b + 2) * ys;
+    float d, dm;
+    ref_factors<DType::Q4_K>(b, xa.scale(x0 + ii * 256), d, dm);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int q = __shfl_sync(0xffffffffu, p[j], ii * 8), mj = __shfl_sync(0xffffffffu, m, ii * 8 + j);
