@@ -52,9 +52,9 @@ int64_t even_k(DType t) {
   return b == 256 ? 4608 : b == 32 ? 4224 : t == DType::F16 ? 96 : 4096;
 }
 
-// Types whose one-token products fold in the CPU's reference order (ops/matvec_ref_order.cuh):
-// CUDA must give the CPU's bits, not just its values to rounding.
-bool ref_exact(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0; }
+// Types whose one-token products fold in the CPU's reference order (ops/matvec_ref_order.cuh,
+// F32: ref_math.cuh): CUDA must give the CPU's bits, not just its values to rounding.
+bool ref_exact(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F32; }
 
 }  // namespace
 

@@ -68,9 +68,9 @@ inline Buf *random_blocks(DType t, int64_t K, int64_t rows) {
 }
 
 // The CPU's outputs: M reference-order rows against x on the given path (the activation
-// converted as the CPU does: Q8_0 for Q8_0, Q8_K for the K-quants).
+// converted as the CPU does: Q8_0 for Q8_0, Q8_K for the K-quants, none for F32).
 inline std::vector<float> cpu_rows_on(DType t, const uint8_t *w, size_t rb, int64_t M, int64_t K, const float *x, RefPath path) {
-  const DType act = t == DType::Q8_0 ? DType::Q8_0 : DType::Q8_K;
+  const DType act = t == DType::F32 ? DType::F32 : t == DType::Q8_0 ? DType::Q8_0 : DType::Q8_K;
   std::vector<uint8_t> xq(row_size(act, K));
   quantize_row(act, x, xq.data(), K);
   std::vector<float> y(static_cast<size_t>(M));

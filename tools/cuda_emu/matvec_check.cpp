@@ -86,13 +86,14 @@ float cpu_swiglu(float g, float u, int64_t r, int64_t M) {
   return r < (M & ~int64_t{15}) ? refmath::silu_v(g) * u : g / (1.0f + std::exp(-g)) * u;
 }
 
-bool ref_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0; }
+bool ref_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F32; }
 
 // One launch of the new version with 1 and 2 logical blocks per thread block against want.
 void expect(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, const std::vector<float> &want, const std::string &what) {
   // (want: the CPU's outputs, or for gate/up of the other types the CPU's SwiGLU of the new row products)
   std::vector<float> y(want.size());
   for (int groups : {1, 2}) {
+    if (groups == 2 && plain(t)) continue;  // plain types: one logical block per thread block
     std::fill(y.begin(), y.end(), NAN);
     m.y = y.data();
     emu_new::launch_mv(t, down, gx, gy, groups, 0, m);
@@ -104,12 +105,15 @@ void expect(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, const std::ve
 // vec_dot order for Q4_K, M 40 its repacked gemv order.
 void check_ref_type(DType t) {
   const int64_t bs = type_traits(t).block_size;
-  for (int64_t K : {bs == 256 ? int64_t(768) : int64_t(96), bs == 256 ? int64_t(2304) : int64_t(2080),
-                    bs == 256 ? int64_t(4096) : int64_t(4160), bs == 256 ? int64_t(4608) : int64_t(4096)})
+  const std::vector<int64_t> Ks = bs == 256 ? std::vector<int64_t>{768, 2304, 4096, 4608}
+                                  : bs == 32 ? std::vector<int64_t>{96, 2080, 4160, 4096}
+                                             : std::vector<int64_t>{100, 2080, 4160, 37};  // F32: tails of n % 64
+  for (int64_t K : Ks)
     for (int64_t M : {int64_t(37), int64_t(40)}) {
       const std::string tag = std::string(dtype_name(t)) + " K " + std::to_string(K) + " M " + std::to_string(M);
       const int64_t E = 5;
-      std::unique_ptr<Buf> w(random_blocks(t, K, M)), we(random_blocks(t, K, M * E)), wu(random_blocks(t, K, M * E));
+      auto make = [&](int64_t rows) { return t == DType::F32 ? weights(t, K, rows) : random_blocks(t, K, rows); };
+      std::unique_ptr<Buf> w(make(M)), we(make(M * E)), wu(make(M * E));
       const size_t rb = row_size(t, K);
       auto xs = randn(static_cast<size_t>(K * 5));
       xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
@@ -133,7 +137,7 @@ void check_ref_type(DType t) {
         emu_new::launch_mv(t, false, cdiv(M, 16), 1, 1, 0, m);
         near_reference(t, w->p, rb, xs.data(), K, y.data(), M, tag + " rows");
       }
-      if (K % (2 * bs) == 0 && K <= 4096) {  // K halves (the host's rule for reference-order types)
+      if (!plain(t) && K % (2 * bs) == 0 && K <= 4096) {  // K halves (the host's rule for reference-order types)
         m.mode = kHalves;
         expect(t, false, cdiv(M, 8), 1, m, dense, tag + " halves");
         m.mode = kRows;

@@ -98,6 +98,13 @@ int main() {
       if (c.norm) ok = ok && rel(normed, a) < 1e-6;
       ok = ok && rel(logits, lg) < 1e-5 && rel(probs, p) < 1e-5 && rel(weights, wt) < 1e-5;
       const std::vector<float> cpu_p = cpu_softmax(logits);
+      // The logits: the CPU's one-token F32 dot (refmath::dot_f32_vec) of each row and the
+      // (normalised) activation row, bit for bit.
+      const float *xin = c.norm ? normed.data() : x.data();
+      for (int e = 0; e < E; ++e) {
+        const float want = moe::refmath::dot_f32_vec(K, w.data() + e * rs, 1, xin, 1);
+        ok = ok && std::memcmp(&want, &logits[e], 4) == 0;
+      }
       ok = ok && std::memcmp(cpu_p.data(), probs.data(), E * sizeof(float)) == 0;
       for (int j = 0; j < k; ++j) ok = ok && ids[j] == order[j];
       ok = ok && ids[0] == 3 && ids[1] == 7;

@@ -46,8 +46,9 @@ constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row pe
 constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
 constexpr int kJDown = 4, kChDown = 1024;  // down + combine: 4 experts at a time
 
-// kModeSplit: plain types with few rows (e.g. an F32 router): a block takes one row pair
-// and its 8 warps split K, so the rows are spread over more multiprocessors.
+// kModeSplit: F16 / BF16 with few rows: a block takes one row pair and its 8 warps split K,
+// so the rows are spread over more multiprocessors. (F32 rows fold in the reference's
+// order over the whole K, ref_dot_f32_row: never split.)
 // kModeHalves: quantized MatMuls with few rows (an o-proj, 2048 rows of K 4096): a warp's
 // two jobs are the two K halves of one row, twice the warps of kModeRows for the same rows.
 enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit, kModeHalves };
@@ -412,7 +413,12 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     const float *xr[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xr[k] = reinterpret_cast<const float *>(a.x + xslot[k] * a.x_nb1);
-    plain_dots<T, J>(a.K, wr, ok, xr, acc);
+    if constexpr (T == DType::F32) {  // the whole dot in the reference's order (finish_rows takes it as is)
+#pragma unroll
+      for (int k = 0; k < J; ++k) acc[k] = ref_dot_f32_row(reinterpret_cast<const float *>(wr[k]), xr[k], a.K);
+    } else {
+      plain_dots<T, J>(a.K, wr, ok, xr, acc);
+    }
   } else {
     int xe[J];
 #pragma unroll
@@ -428,6 +434,7 @@ __device__ __forceinline__ void finish_rows(const MvArgs &a, const float (&acc)[
 #pragma unroll
   for (int k = 0; k < J; ++k) {
     if constexpr (ref_order_type<T>) v[k] = ref_finish<T>(acc[k], accm[k], T == DType::Q4_K && ref_q4k_repacked(a.M));
+    else if constexpr (T == DType::F32) v[k] = acc[k];  // ref_dot_f32_row: already the row's dot in every lane
     else v[k] = warp_sum(acc[k]);
   }
 }
@@ -802,7 +809,8 @@ bool one_token_ok(const Graph &g, const Node &mm) {
 // warp in two K halves (quantized types whose K is an even number of blocks).
 void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
   const unsigned lx = blocks(a.M, kRowsPlain);
-  if (is_plain(t) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
+  // (F32 rows fold over the whole K in the reference's order: never split.)
+  if (is_plain(t) && t != DType::F32 && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
     a.mode = kModeSplit;
     launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), MvShape{1, smem}, c.stream, a);
     return;

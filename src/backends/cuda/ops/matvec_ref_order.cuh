@@ -17,6 +17,7 @@ namespace moe {
 
 template <DType T> constexpr bool ref_order_type = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K || T == DType::Q8_0;
 constexpr bool ref_order_dtype(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0; }
+// (F32 one-token rows: ref_dot_f32_row in ref_math.cuh.)
 // Elements per fold block (one float step per lane per block): a Q8_0 block, a K-quant super-block.
 template <DType T> constexpr int ref_fold_elems = T == DType::Q8_0 ? 32 : 256;
 // Q4_K of a row count that is a multiple of 8 runs the reference's repacked gemv: one

@@ -37,4 +37,25 @@ __device__ __forceinline__ float ref_swiglu(float g, float u, int64_t i, int64_t
   return g / (1.0f + expf(-g)) * u;
 }
 
+// F32 at one token: the reference's vec_dot_f32 (refmath::dot_f32_vec): 4 x 16 float lanes
+// over steps of 64 (warp lane l holds lanes l and 32 + l: elements i + l and i + 32 + l),
+// then (s0 + s2) + (s1 + s3), the 16-lane tree, and a serial fma tail of n % 64. w: a weight
+// row in global memory; x: shared or global. Every lane of the warp must call it; all get the
+// result.
+__device__ __forceinline__ float ref_dot_f32_row(const float *w, const float *x, int n) {
+  const int lane = threadIdx.x & 31, np = n & ~63;
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < np; i += 64) {
+    a0 = fmaf(__ldg(w + i + lane), x[i + lane], a0);
+    a1 = fmaf(__ldg(w + i + 32 + lane), x[i + 32 + lane], a1);
+  }
+  float v = __fadd_rn(a0, a1);                                // lanes < 16: s0 + s2; else s1 + s3
+  v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 16));     // (s0 + s2) + (s1 + s3)
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));  // the 16-lane tree
+  for (int e = np; e < n; ++e) v = fmaf(__ldg(w + e), x[e], v);
+  return v;
+}
+
 }  // namespace moe
