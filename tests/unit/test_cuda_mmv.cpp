@@ -137,6 +137,34 @@ TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K / Q8_0 are bit-ident
       }
 }
 
+TEST_CASE("cuda matmul: small batches of F32 weights are bit-identical with the CPU", "[ops][cuda][reforder]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 850;
+  // The CPU's batched GEMM order for K % 16 == 0 and M % 4 == 0, its vec_dot order otherwise.
+  for (int64_t K : {int64_t(1280), int64_t(100)})
+    for (int64_t M : {int64_t(37), int64_t(64)})
+      for (int64_t N : {2, 3, 7, 13}) {
+        WeightStore ws;
+        const GgufTensorInfo *w = ws.add("w", DType::F32, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
+        auto build = [&](int &x, int &y) {
+          Graph g;
+          x = g.input("x", DType::F32, {K, N});
+          y = g.matmul(g.weight(w), x);
+          g.mark_output(y, "y");
+          return g;
+        };
+        auto xv = randn(static_cast<size_t>(K * N), seed++);
+        int x, y;
+        Graph gc = build(x, y), gg = build(x, y);
+        auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+        auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+        INFO("K=" << K << " M=" << M << " N=" << N);
+        CHECK(r_gpu[0] == r_cpu[0]);
+      }
+}
+
 TEST_CASE("cuda softmax: the CPU's bits when rows are 16-element chunks (vector expf, its sum tree)", "[ops][cuda][reforder]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);

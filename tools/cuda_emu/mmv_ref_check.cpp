@@ -3,7 +3,7 @@
 // the CPU's ref_order_dot_rows on the path ref_order_path gives its column: Q4_K, Q5_K,
 // Q6_K, Q8_0 on random block bytes (every scale and min code), dense 2..13 columns (Q4_K's
 // gemm order on full groups of 4 when rows % 8 == 0, its gemv order on the rest) and
-// MatMulId tiles of several experts. Exit status 1 on any difference.
+// MatMulId tiles of several experts; dense F32 (the CPU's batched GEMM order or its vec_dot). Exit status 1 on any difference.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -89,9 +89,29 @@ void check_experts(DType t, int64_t K, int64_t M) {
   same(want, y, tag);
 }
 
+// Dense F32: the CPU's batched GEMM order where it takes it (K % 16 == 0, M % 4 == 0), else
+// its one-token order; gemm16 as matmul.cu decides it.
+void check_f32(int64_t K, int64_t M, int N) {
+  const std::string tag = "f32 dense K " + std::to_string(K) + " M " + std::to_string(M) + " N " + std::to_string(N);
+  std::unique_ptr<Buf> w(weights(DType::F32, K, M));
+  const auto x = randn(static_cast<size_t>(K * N));
+  std::vector<float> y(static_cast<size_t>(M * N), NAN), want;
+  emu_launch_mmv_ref_f32(reinterpret_cast<const float *>(w->p), K, static_cast<int>(K), static_cast<int>(M), x.data(), y.data(), N, kNT,
+                         K % 16 == 0 && M % 4 == 0);
+  for (int n = 0; n < N; ++n) {
+    const auto col = cpu_rows_on(DType::F32, w->p, static_cast<size_t>(K) * 4, M, K, x.data() + n * K, ref_order_path(DType::F32, K, M, N, n, false));
+    want.insert(want.end(), col.begin(), col.end());
+  }
+  same(want, y, tag);
+}
+
 }  // namespace
 
 int main() {
+  for (int64_t K : {int64_t(96), int64_t(100), int64_t(2048)})
+    for (int64_t M : {int64_t(37), int64_t(40)})
+      for (int N : {2, 5, 13}) check_f32(K, M, N);
+  std::printf("f32: %d checks, %d failures so far\n", checks, failures);
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0}) {
     const bool k256 = type_traits(t).block_size == 256;
     for (int64_t K : {k256 ? int64_t(768) : int64_t(96), k256 ? int64_t(2304) : int64_t(1056)})

@@ -405,6 +405,7 @@ struct MatmulShape {
   bool sgemm;   // F32 weights, dense, many columns (routers at T > 1): matmul_f32.cu
   bool ref;     // Q4_K / Q5_K / Q6_K / Q8_0 on the f32 tile kernel's shapes: matmul_ref_order.cu
                 // instead (the CPU's float order; int8 activations like the int8 MMQ)
+  bool ref_f32; // dense F32 on those shapes: matmul_ref_order.cu too (f32 activations)
 };
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
@@ -435,6 +436,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   s.ref = !s.mma && s.NT > 1 && ref_order_dtype(w.type);
+  s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && w.type == DType::F32;
   return s;
 }
 
@@ -563,6 +565,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
       float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : Y;
       const int nz = launch_sgemm_f32(W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), xr, ncols, part, splits, c.stream);
       if (nz > 1) launch_sum_k_splits(part, static_cast<int64_t>(ncols) * s.M, nz, Y, c.stream);
+    } else if (s.ref_f32) {
+      // The CPU's batched F32 GEMM takes K % 16 == 0 and M % 4 == 0 (ref_order_path), else its vec_dot.
+      launch_mmv_ref_f32(c.stream, reinterpret_cast<const float *>(W), static_cast<int64_t>(w.nb[1] / 4), static_cast<int>(s.K),
+                         static_cast<int>(s.M), xr, Y, ncols, s.NT, s.K % 16 == 0 && s.M % 4 == 0);
     } else if (s.ref) {
       // The CPU runs Q4_K (rows % 8 == 0) in its repacked gemm order on full groups of 4 columns.
       const int gemm_cols = w.type == DType::Q4_K && ref_q4k_repacked(s.M) && ncols >= 4 ? ncols - ncols % 4 : 0;

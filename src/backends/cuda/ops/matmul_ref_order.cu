@@ -6,6 +6,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 
 namespace moe {
 
@@ -55,7 +56,29 @@ __global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_kernel(const uint8_t *
   }
 }
 
+// Dense F32: a warp per row, its columns one after another (launch_mmv_ref_f32).
+__global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_f32_kernel(const float *W, int64_t row_stride, int K, int M, const float *X,
+                                                                     float *Y, int ncols, int NT, bool gemm16) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kRefWarps + (threadIdx.x >> 5);  // warp-uniform
+  const int first = blockIdx.y * NT, cnt = min(NT, ncols - first);
+  if (cnt <= 0 || row >= M) return;
+  const float *w = W + static_cast<int64_t>(row) * row_stride;
+  for (int c = 0; c < cnt; ++c) {
+    const float *x = X + static_cast<int64_t>(first + c) * K;
+    const float v = gemm16 ? ref_dot_f32_gemm_row(w, x, K) : ref_dot_f32_row(w, x, K);
+    if (lane == 0) Y[static_cast<int64_t>(first + c) * M + row] = v;
+  }
+}
+
 }  // namespace
+
+void launch_mmv_ref_f32(cudaStream_t s, const float *W, int64_t row_stride, int K, int M, const float *X, float *Y, int ncols, int NT,
+                        bool gemm16) {
+  const dim3 grid(static_cast<unsigned>((M + kRefWarps - 1) / kRefWarps), static_cast<unsigned>((ncols + NT - 1) / NT)), block(kRefWarps * 32);
+  mmv_ref_f32_kernel<<<grid, block, 0, s>>>(W, row_stride, K, M, X, Y, ncols, NT, gemm16);
+  MOE_CUDA_LAUNCH_CHECK("mmv_ref_f32_kernel");
+}
 
 void launch_mmv_ref(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
                     const float2 *Xs, float *Y, int ncols, int gemm_cols, int NT, const int4 *tiles, const int2 *entries, int n_col_tiles) {

@@ -1,5 +1,5 @@
-// Small-batch MatMul / MatMulId of the reference-order types (Q4_K, Q5_K, Q6_K, Q8_0) in the
-// CPU's float order per column (matmul_ref_order.cu), used by cuda_op_matmul where the f32
+// Small-batch MatMul / MatMulId of the reference-order types (Q4_K, Q5_K, Q6_K, Q8_0; dense
+// F32) in the CPU's float order per column (matmul_ref_order.cu), used by cuda_op_matmul where the f32
 // tile kernel would otherwise run (2..15 dense columns, MatMulId below kMmaMinEntries).
 #pragma once
 #include <cuda_runtime.h>
@@ -18,5 +18,11 @@ namespace moe {
 // `entries` (activation row, output row), n_col_tiles its tile capacity.
 void launch_mmv_ref(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
                     const float2 *Xs, float *Y, int ncols, int gemm_cols, int NT, const int4 *tiles, const int2 *entries, int n_col_tiles);
+
+// Dense F32 weights on 2..15 columns in the CPU's order: its batched GEMM order where it takes
+// that path (gemm16: K % 16 == 0 and M % 4 == 0), else its one-token order. X: the f32
+// activation rows (K apart), row_stride: of W, in floats.
+void launch_mmv_ref_f32(cudaStream_t s, const float *W, int64_t row_stride, int K, int M, const float *X, float *Y, int ncols, int NT,
+                        bool gemm16);
 
 }  // namespace moe

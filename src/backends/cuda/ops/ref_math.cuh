@@ -58,4 +58,17 @@ __device__ __forceinline__ float ref_dot_f32_row(const float *w, const float *x,
   return v;
 }
 
+// F32 in the reference's batched GEMM (refmath::dot_f32_gemm, taken for k % 16 == 0 and rows
+// % 4 == 0): 16 float lanes, lane e % 16 folding element e, then the 16-lane tree. Lanes 16..31
+// repeat lanes 0..15. n % 16 == 0. Every lane of the warp must call it; all get the result.
+__device__ __forceinline__ float ref_dot_f32_gemm_row(const float *w, const float *x, int n) {
+  const int k = threadIdx.x & 15;
+  float a = 0.0f;
+#pragma unroll 4
+  for (int i = 0; i < n; i += 16) a = fmaf(__ldg(w + i + k), x[i + k], a);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+  return a;
+}
+
 }  // namespace moe
