@@ -1,4 +1,4 @@
-// Decode mat-vec rows of Q4_K, Q5_K, Q6_K and Q8_0 in the CPU's reference float order
+// Mat-vec rows of Q4_K, Q5_K, Q6_K and Q8_0 in the CPU's reference float order
 // (src/backends/cpu/kernels/ref_order_dot_impl.h, the path ref_order_path picks at one
 // token), bit for bit: the K-quant conformance networks are chaotic, a one-ulp difference
 // in an activation flips a Q8_K rounding downstream (docs/perf/cuda.md).
@@ -6,10 +6,12 @@
 // The reference keeps 8 float lanes per row: lane k folds, block after block, the exact
 // integer sum of bytes 4k..4k+3 of every 32-element group of the block (times the group's
 // scale) as acc_k = fma(d, float(sum), acc_k); then a fixed reduce tree. A "piece" (block
-// i, lane k) is one such integer: 8 dp4a (K-quants; one for Q8_0), computed by warp lane
-// 8 * (i % 4) + k; the fold then walks the blocks in order, every lane receiving its
-// piece by shuffle, so lanes l and l + 8, l + 16, l + 24 hold the same accumulator (the
-// float work is 1 fma per 4 weights' piece, 4 times over; the integer work is not repeated).
+// i, lane k) is one such integer: 8 dp4a (K-quants; one for Q8_0), computed with the
+// block's float factors by warp lane 8 * (i % 4) + k, four blocks per pass; the fold then
+// walks the pass's blocks in order, every lane receiving piece and factors by shuffle, so
+// lanes l, l + 8, l + 16, l + 24 hold the same accumulator (the float work is one fma per
+// piece, 4 times over; the integer work is not repeated). Used by the decode mat-vec
+// (matvec.cu, activations in shared memory) and the small-batch kernel (matmul_ref_order.cu).
 #pragma once
 #include "backends/cuda/ops/matvec_units.cuh"
 
@@ -24,8 +26,9 @@ template <DType T> constexpr int ref_fold_elems = T == DType::Q8_0 ? 32 : 256;
 // integer per super-block (and one for the mins), each folded into its own accumulator.
 __host__ __device__ constexpr bool ref_q4k_repacked(int64_t rows) { return rows % 8 == 0; }
 
-// One little-endian word at any byte address of shared memory (one aligned load when the
-// address allows: a warp-uniform branch for Q4_K / Q5_K, whose blocks keep the row's alignment).
+// One little-endian word at any byte address (shared or global memory; the aligned words read
+// all hold a byte of the span, so no read leaves its allocation): one aligned load when the
+// address allows, a warp-uniform branch for Q4_K / Q5_K, whose blocks keep the row's alignment.
 __device__ __forceinline__ uint32_t ld_word(const uint8_t *p) {
   if ((reinterpret_cast<uintptr_t>(p) & 3) == 0) return *reinterpret_cast<const uint32_t *>(p);
   uint32_t w[1];
