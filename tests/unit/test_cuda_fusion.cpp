@@ -409,8 +409,15 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
       const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f.out[o] == u.out[o]);
       CHECK(f.out[0] == rc[0]);  // ids exactly (random logits are far from ties but for rows 3 and 7)
-      CHECK(rel_err(f.out[1], rc[1]) < 1e-4);  // the CPU sums the logits in another order
+      CHECK(rel_err(f.out[1], rc[1]) < 1e-4);
       if (variant == 1 || variant == 2) CHECK(rel_err(f.out[2], rc[2]) < 1e-4);
+      // Logits in the CPU's F32 order and its Softmax (vector expf on 16-element chunks; a
+      // tail of E % 16 uses libm's expf there): the routing weights and probabilities are the
+      // CPU's bits when E % 16 == 0.
+      if (E % 16 == 0) {
+        CHECK(f.out[1] == rc[1]);
+        if (variant == 1) CHECK(f.out[2] == rc[2]);
+      }
       // Unfused: [rms_norm, mul,] mat-vec, softmax, top_k, gather_cols, norm_sum; fused: 1, or
       // with K % 8 != 0 the mat-vec apart [and the norm as a row chain].
       const uint64_t saved = may_skip ? 0 : with_mm ? (norm ? 6 : 4) : (norm ? 4 : 3);

@@ -16,6 +16,12 @@
 #include <algorithm>
 using std::min; using std::max;
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+// Explicitly rounded float operations (the host build has no fma contraction: -std=c++20, no -mfma).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 // Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes (b:a) (no sign-replicate mode).
 inline unsigned __byte_perm(unsigned a, unsigned b, unsigned s) {
   const uint64_t x = (static_cast<uint64_t>(b) << 32) | a;

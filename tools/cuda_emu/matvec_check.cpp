@@ -3,6 +3,9 @@
 // that every output is bit-identical: rows (MatMul, MatMulId), split-K plain rows, gate/up,
 // down + combine, with one or two logical blocks per thread block, and the MatVecs group
 // against single launches. Exit status 1 on any difference.
+// Q4_K, Q5_K, Q6_K and Q8_0 fold in the CPU's reference order (matvec_ref_order.cuh): their
+// outputs are checked bit for bit against ref_order_dot_rows on random block bytes (every
+// scale and min code) instead of against the old version.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,10 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/kernels/ref_math.h"
+#include "check_data.h"
 #include "matvec_api.h"
 
 using namespace moe;
 using namespace moe_emu_api;
+using namespace emu_check;
 
 uint8_t *moe_emu_api::emu_dyn_smem() {
   alignas(16) static uint8_t buf[64 * 1024];
@@ -24,35 +30,6 @@ uint8_t *moe_emu_api::emu_dyn_smem() {
 namespace {
 
 enum { kRows, kGateUp, kDown, kSplit, kHalves };  // MvMode
-
-struct Buf {
-  uint8_t *p = nullptr;
-  size_t n = 0;
-  explicit Buf(size_t bytes) : n(bytes) {
-    p = static_cast<uint8_t *>(std::aligned_alloc(256, (bytes + 511) / 256 * 256));
-    std::memset(p, 0xFF, (bytes + 511) / 256 * 256);
-  }
-  ~Buf() { std::free(p); }
-  Buf(const Buf &) = delete;
-  Buf &operator=(const Buf &) = delete;
-};
-
-std::mt19937 rng(7);
-std::vector<float> randn(size_t n, float s = 1.0f) {
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto &x : v) x = d(rng);
-  return v;
-}
-
-// rows x K weights of type t (each row quantized on its own), 256-byte padded.
-Buf *weights(DType t, int64_t K, int64_t rows) {
-  const size_t rb = row_size(t, K);
-  Buf *b = new Buf(rb * rows);
-  const auto f = randn(static_cast<size_t>(K * rows), 0.5f);
-  for (int64_t r = 0; r < rows; ++r) quantize_row(t, f.data() + r * K, b->p + r * rb, K);
-  return b;
-}
 
 int failures = 0, checks = 0;
 void same(const float *a, const float *b, size_t n, const std::string &what) {
@@ -101,6 +78,128 @@ void compare(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, size_t ny, c
     emu_new::launch_mv(t, down, gx, gy, groups, 0, m);
     same(yo.data(), yn.data(), ny, what + " groups " + std::to_string(groups));
   }
+}
+
+// The CPU's SwiGLU of element r of a row of M: the vector silu on 16-element chunks, libm's
+// expf on the tail (the host's here, CUDA's on a GPU).
+float cpu_swiglu(float g, float u, int64_t r, int64_t M) {
+  return r < (M & ~int64_t{15}) ? refmath::silu_v(g) * u : g / (1.0f + std::exp(-g)) * u;
+}
+
+bool ref_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F32; }
+
+// One launch of the new version with 1 and 2 logical blocks per thread block against want.
+void expect(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, const std::vector<float> &want, const std::string &what) {
+  // (want: the CPU's outputs, or for gate/up of the other types the CPU's SwiGLU of the new row products)
+  std::vector<float> y(want.size());
+  for (int groups : {1, 2}) {
+    if (groups == 2 && plain(t)) continue;  // plain types: one logical block per thread block
+    std::fill(y.begin(), y.end(), NAN);
+    m.y = y.data();
+    emu_new::launch_mv(t, down, gx, gy, groups, 0, m);
+    same(want.data(), y.data(), y.size(), what + " groups " + std::to_string(groups) + " vs CPU");
+  }
+}
+
+// Reference-order types: every mode against the CPU bit for bit; M 37 takes the plain
+// vec_dot order for Q4_K, M 40 its repacked gemv order.
+void check_ref_type(DType t) {
+  const int64_t bs = type_traits(t).block_size;
+  const std::vector<int64_t> Ks = bs == 256 ? std::vector<int64_t>{768, 2304, 4096, 4608}
+                                  : bs == 32 ? std::vector<int64_t>{96, 2080, 4160, 4096}
+                                             : std::vector<int64_t>{100, 2080, 4160, 37};  // F32: tails of n % 64
+  for (int64_t K : Ks)
+    for (int64_t M : {int64_t(37), int64_t(40)}) {
+      const std::string tag = std::string(dtype_name(t)) + " K " + std::to_string(K) + " M " + std::to_string(M);
+      const int64_t E = 5;
+      auto make = [&](int64_t rows) { return t == DType::F32 ? weights(t, K, rows) : random_blocks(t, K, rows); };
+      std::unique_ptr<Buf> w(make(M)), we(make(M * E)), wu(make(M * E));
+      const size_t rb = row_size(t, K);
+      auto xs = randn(static_cast<size_t>(K * 5));
+      xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
+      for (int64_t i = 0; i < 32 && 64 + i < K; ++i) xs[static_cast<size_t>(64 + i)] = 0.0f;  // a zero Q8_0 block
+      EmuMv m{};
+      m.rb = static_cast<int64_t>(rb);
+      m.K = static_cast<int>(K);
+      m.M = static_cast<int>(M);
+      m.x = reinterpret_cast<const uint8_t *>(xs.data());
+      m.x_nb1 = K * 4;
+      m.X = 1;
+      m.E = 1;
+      m.n_used = 1;
+      m.w = w->p;
+      m.mode = kRows;
+      const std::vector<float> dense = cpu_rows(t, w->p, rb, M, K, xs.data(), false);
+      expect(t, false, cdiv(M, 16), 1, m, dense, tag + " rows");
+      {
+        std::vector<float> y(static_cast<size_t>(M), NAN);
+        m.y = y.data();
+        emu_new::launch_mv(t, false, cdiv(M, 16), 1, 1, 0, m);
+        near_reference(t, w->p, rb, xs.data(), K, y.data(), M, tag + " rows");
+      }
+      if (!plain(t) && K % (2 * bs) == 0 && K <= 4096) {  // K halves (the host's rule for reference-order types)
+        m.mode = kHalves;
+        expect(t, false, cdiv(M, 8), 1, m, dense, tag + " halves");
+        m.mode = kRows;
+      }
+      // MatMul + residual: the CPU's Add after the product
+      const auto res = randn(static_cast<size_t>(M));
+      std::vector<float> want(dense);
+      for (int64_t r = 0; r < M; ++r) want[r] = dense[r] + res[r];
+      m.add = res.data();
+      expect(t, false, cdiv(M, 16), 1, m, want, tag + " rows+add");
+      m.add = nullptr;
+      // MatMulId, one activation per slot, an out-of-range id
+      const std::vector<int32_t> ids = {4, 1, 4, 7};
+      m.w = we->p;
+      m.eb = static_cast<int64_t>(rb * M);
+      m.E = static_cast<int>(E);
+      m.ids = ids.data();
+      m.n_used = 4;
+      m.X = 4;
+      auto expert = [&](const Buf &b, int32_t e, int64_t slot) {
+        return e >= 0 && e < E ? cpu_rows(t, b.p + e * rb * M, rb, M, K, xs.data() + slot * K, true) : std::vector<float>(M, 0.0f);
+      };
+      want.clear();
+      for (int j = 0; j < 4; ++j) {
+        const auto y = expert(*we, ids[j], j);
+        want.insert(want.end(), y.begin(), y.end());
+      }
+      expect(t, false, cdiv(M, 16), 4, m, want, tag + " matmul_id");
+      // gate/up + SwiGLU (shared activation): the CPU's SwiGLU (vector silu on 16-element
+      // chunks; the tail's libm expf is the host's here, CUDA's on a GPU)
+      m.X = 1;
+      m.w2 = wu->p;
+      m.rb2 = m.rb;
+      m.eb2 = m.eb;
+      m.mode = kGateUp;
+      want.clear();
+      for (int j = 0; j < 4; ++j) {
+        const auto g = expert(*we, ids[j], 0), u = expert(*wu, ids[j], 0);
+        for (int64_t r = 0; r < M; ++r) want.push_back(cpu_swiglu(g[r], u[r], r, M));
+      }
+      expect(t, false, cdiv(M, 8), 4, m, want, tag + " gate_up");
+      // down + combine + residual: 5 slots (two passes of four), products added in slot order
+      const std::vector<int32_t> ids5 = {1, 2, 0, 2, -1};
+      const auto cw = randn(5);
+      m.ids = ids5.data();
+      m.n_used = 5;
+      m.X = 5;
+      m.cw = cw.data();
+      m.add = res.data();
+      m.mode = kDown;
+      want.assign(static_cast<size_t>(M), 0.0f);
+      for (int j = 0; j < 5; ++j) {
+        if (ids5[j] < 0) continue;
+        const auto y = expert(*we, ids5[j], j);
+        for (int64_t r = 0; r < M; ++r) {
+          const float p = y[r] * cw[j];
+          want[r] = j == 0 ? p : want[r] + p;
+        }
+      }
+      for (int64_t r = 0; r < M; ++r) want[r] += res[r];
+      expect(t, true, cdiv(M, 8), 1, m, want, tag + " down");
+    }
 }
 
 const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::MXFP4,
@@ -181,8 +280,19 @@ void check_type(DType t) {
     m.w2 = wu->p;
     m.rb2 = m.rb;
     m.eb2 = m.eb;
-    m.mode = kGateUp;
-    compare(t, false, cdiv(M, 8), 4, m, M * 4, tag + " gate_up");
+    {  // the fused SwiGLU is the CPU's (ref_math.cuh), not the old version's: expect it on the new row products
+      std::vector<float> g(static_cast<size_t>(M * 4)), u(g.size()), want(g.size());
+      m.mode = kRows;
+      m.y = g.data();
+      emu_new::launch_mv(t, false, cdiv(M, 16), 4, 1, 0, m);
+      m.w = wu->p;
+      m.y = u.data();
+      emu_new::launch_mv(t, false, cdiv(M, 16), 4, 1, 0, m);
+      m.w = we->p;
+      for (size_t i = 0; i < want.size(); ++i) want[i] = cpu_swiglu(g[i], u[i], static_cast<int64_t>(i) % M, M);
+      m.mode = kGateUp;
+      expect(t, false, cdiv(M, 8), 4, m, want, tag + " gate_up");
+    }
     // down + combine + residual: 5 slots (two passes of four)
     const std::vector<int32_t> ids5 = {1, 2, 0, 2, -1};
     const auto cw = randn(5);
@@ -196,7 +306,7 @@ void check_type(DType t) {
   }
 }
 
-// The MatVecs group against single launches of the old version, for several SM counts (1 and
+// The MatVecs group against single launches, for several SM counts (1 and
 // 2 give two logical blocks per thread block, incl. a segment whose last one is half empty).
 void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows) {
   const size_t n = types.size();
@@ -214,7 +324,7 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
   std::string tag = "group K " + std::to_string(K);
   for (size_t i = 0; i < n; ++i) {
     tag += std::string(" ") + dtype_name(types[i]) + "x" + std::to_string(rows[i]);
-    w.emplace_back(weights(types[i], K, rows[i]));
+    w.emplace_back(ref_type(types[i]) ? random_blocks(types[i], K, rows[i]) : weights(types[i], K, rows[i]));
     EmuMv m = base;
     m.w = w[i]->p;
     m.rb = static_cast<int64_t>(row_size(types[i], K));
@@ -222,8 +332,11 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
     y_old[i].assign(static_cast<size_t>(rows[i]), NAN);
     m.y = y_old[i].data();
     m.mode = mode;
-    if (mode == kRows) emu_old::launch_mv(types[i], false, cdiv(rows[i], 16), 1, 1, 0, m);
-    else emu_new::launch_mv(types[i], false, cdiv(rows[i], 8), 1, 1, 0, m);  // kHalves: the new single launch
+    // The new single launches (checked against the old version or the CPU by check_type).
+    emu_new::launch_mv(types[i], false, cdiv(rows[i], mode == kRows ? 16 : 8), 1, 1, 0, m);
+    if (ref_type(types[i]))
+      same(cpu_rows(types[i], w[i]->p, static_cast<size_t>(m.rb), rows[i], K, xs.data(), false).data(), y_old[i].data(),
+           y_old[i].size(), tag + " single launch vs CPU");
   }
   for (int n_sm : {132, 2, 1}) {
     std::vector<EmuSeg> segs;
@@ -248,7 +361,8 @@ int main(int argc, char **argv) {
   for (DType t : kTypes) {
     if (!only.empty() && only != dtype_name(t) && only != "group") continue;
     if (only != "group") {
-      check_type(t);
+      if (ref_type(t)) check_ref_type(t);
+      else check_type(t);
       std::printf("%s: %d checks, %d failures so far\n", dtype_name(t), checks, failures);
     }
   }

@@ -2,14 +2,34 @@
 // behind RmsNorm -> Mul, the last block routing; run through emu.h) against a float64
 // reference: normalised row, logits, probabilities, top-k ids (rows 3 and 7 tie: 3 first),
 // renormalised weights, and the counter back at zero after each launch. Exit status 1 on any
-// failure. (Bit-identity with the unfused kernels is the GPU tests' part.)
+// failure. (Bit-identity with the unfused kernels is the GPU tests' part.) The probabilities
+// must also be the CPU Softmax op's bits for the emulated logits (its vector expf per 16,
+// their sum tree; the tail's expf is the host's in both here).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "backends/cpu/kernels/ref_math.h"
+
+// The CPU's Softmax of one row (backends/cpu/ops/elementwise.cpp, scalar form).
+static std::vector<float> cpu_softmax(const std::vector<float> &x) {
+  const size_t n = x.size(), n16 = n & ~size_t{15};
+  float mx = -INFINITY;
+  for (float v : x) mx = std::fmax(mx, v);
+  std::vector<float> d(n);
+  double sum = 0.0;
+  for (size_t i = 0; i < n16; ++i) d[i] = moe::refmath::expf_v(x[i] - mx);
+  for (size_t i = 0; i < n16; i += 16) sum += static_cast<double>(moe::refmath::hsum16(d.data() + i));
+  for (size_t i = n16; i < n; ++i) sum += d[i] = std::exp(x[i] - mx);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (float &v : d) v *= inv;
+  return d;
+}
 
 namespace moe {  // router_emu.cpp (generated from fused.cu)
 void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
@@ -77,6 +97,15 @@ int main() {
       ok = ok && sync == 0;
       if (c.norm) ok = ok && rel(normed, a) < 1e-6;
       ok = ok && rel(logits, lg) < 1e-5 && rel(probs, p) < 1e-5 && rel(weights, wt) < 1e-5;
+      const std::vector<float> cpu_p = cpu_softmax(logits);
+      // The logits: the CPU's one-token F32 dot (refmath::dot_f32_vec) of each row and the
+      // (normalised) activation row, bit for bit.
+      const float *xin = c.norm ? normed.data() : x.data();
+      for (int e = 0; e < E; ++e) {
+        const float want = moe::refmath::dot_f32_vec(K, w.data() + e * rs, 1, xin, 1);
+        ok = ok && std::memcmp(&want, &logits[e], 4) == 0;
+      }
+      ok = ok && std::memcmp(cpu_p.data(), probs.data(), E * sizeof(float)) == 0;
       for (int j = 0; j < k; ++j) ok = ok && ids[j] == order[j];
       ok = ok && ids[0] == 3 && ids[1] == 7;
     }

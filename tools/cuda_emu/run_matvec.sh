@@ -1,7 +1,9 @@
 #!/bin/sh
 # Builds the host emulation of the mat-vec kernels at OLD (a git revision, default the one
 # before the MatVecs group) and in the working tree and checks that they give bit-identical
-# outputs: run_matvec.sh [TYPE|group] (see matvec_check.cpp). Needs g++ >= 12 and the CUDA
+# outputs: run_matvec.sh [TYPE|group] (TYPE as dtype_name spells it: q4_K, q8_0, ...; see
+# matvec_check.cpp). The reference-order types (q4_K, q5_K, q6_K, q8_0) are checked against
+# the CPU's ref_order_dot_rows bit for bit instead of against OLD. Needs g++ >= 12 and the CUDA
 # headers (no GPU, no CUDA runtime library).
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +21,9 @@ FLAGS="-std=c++20 -O1 -w -include $HERE/emu.h -include $HERE/matvec_emu.h -I$CUD
 for f in mv_old mv_new; do g++ $FLAGS -c "$OUT/$f.cpp" -o "$OUT/$f.o"; done
 g++ -std=c++20 -O1 -I$REPO/src -I$REPO/include -I$HERE -c "$HERE/matvec_check.cpp" -o "$OUT/matvec_check.o"
 QUANT=""
-for f in "$REPO"/src/quant/*.cpp "$REPO"/src/core/status.cpp "$REPO"/src/core/log.cpp; do
+# The CPU's reference-order dot products (portable build: MOEINFER_X86 undefined) for the
+# bit-exact checks of the reference-order types.
+for f in "$REPO"/src/quant/*.cpp "$REPO"/src/core/status.cpp "$REPO"/src/core/log.cpp "$REPO"/src/backends/cpu/kernels/ref_order_dot.cpp; do
   o="$OUT/$(basename "$f" .cpp).o"
   [ "$o" -nt "$f" ] || g++ -std=c++20 -O2 -I$REPO/src -I$REPO/include -c "$f" -o "$o"
   QUANT="$QUANT $o"

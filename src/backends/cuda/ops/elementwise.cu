@@ -4,6 +4,7 @@
 // every kernel waits for its predecessor before its first load.
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 #include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
@@ -49,7 +50,7 @@ __global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1,
       case kAdd: y = x + s1[i]; break;
       case kScale: y = x * f0 + f1; break;
       case kSigmoid: y = 1.0f / (1.0f + expf(-x)); break;
-      case kSwiGLU: y = x / (1.0f + expf(-x)) * s1[i]; break;
+      case kSwiGLU: y = ref_swiglu(x, s1[i], i, d.ne[0]); break;
       default: y = x; break;
     }
     dst[i] = y;

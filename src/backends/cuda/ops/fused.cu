@@ -167,12 +167,11 @@ __global__ void router_kernel(RouterArgs a) {
 // of its input. Each block stages the activation row in shared memory (normalised there by
 // the row chains' arithmetic when the norm is fused: rms_row_scale over the unfused RmsNorm
 // kernel's block size, then (x * scale) * w; block 0 writes the row for its other readers)
-// and computes a pair of logits exactly as the unfused mat-vec does for a plain type with few
-// rows (ops/matvec.cu, kModeSplit): 8 warps cut K into shares of kw (a multiple of 8) values;
-// a lane sums its 8-value pieces base + 256 u + 8 lane (u < 4, base += 1024) with fmaf in that
-// order, the warp adds by xor shuffles 16..1, the block adds the warps' sums in warp order
-// from 0. The last block to finish (DevUbatch::sync counter) reads the logits back and routes.
-constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = 2, kRmPieces = 4;
+// and computes a logit per warp exactly as the unfused F32 mat-vec does (ops/matvec.cu:
+// ref_dot_f32_row, the CPU's reference order over the whole row; the row is prefetched into
+// L2 before pdl_wait). The last block to finish (DevUbatch::sync counter) reads the logits
+// back and routes.
+constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = kRmWarps;
 constexpr int kRmMaxK = 8192;  // the staged row: 32 KB of shared memory
 
 struct RouterMv {
@@ -188,38 +187,19 @@ struct RouterMv {
   int K, nthr;       // nthr: the unfused Softmax kernel's block size
 };
 
-__device__ __forceinline__ void load8f(const float *p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-}
-
 __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, RouterMv m) {
   __shared__ __align__(16) float s_x[kRmMaxK];  // the activation row [K]
   __shared__ double s_red[32];
-  __shared__ float s_part[kRmWarps][kRmRows];
   __shared__ float s_l[kCudaMaxExperts];
   __shared__ bool s_last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = static_cast<int>(a.logits.ne[0]);
-  const int row0 = blockIdx.x * kRmRows;
-  const int kw = ((m.K + 7) / 8 + 7) / 8 * 8;
-  const int kb = min(m.K, warp * kw), kn = min(m.K - kb, kw);
-  float acc[kRmRows] = {0.0f, 0.0f};
-  float w[kRmRows][kRmPieces][8];
-  auto load_w = [&](int base) {  // guarded: pieces past the share or rows past E read nothing
-#pragma unroll
-    for (int k = 0; k < kRmRows; ++k)
-#pragma unroll
-      for (int u = 0; u < kRmPieces; ++u) {
-        const int i = base + 256 * u + 8 * lane;
-        if (row0 + k < E && i < kn) load8f(m.w + (row0 + k) * m.w_rs + kb + i, w[k][u]);
-        else
-#pragma unroll
-          for (int l = 0; l < 8; ++l) w[k][u][l] = 0.0f;
-      }
-  };
-  // Weights before pdl_wait: the first pieces of the rows and the norm's row weight.
-  load_w(0);
+  const int row = blockIdx.x * kRmRows + warp;  // this warp's logit
+  // Weights before pdl_wait: this warp's row into L2, and the norm's row weight.
+#ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
+  if (row < E)
+    for (int64_t o = lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(m.w + row * m.w_rs + o));
+#endif
   float nwr[kWeightRegs];
 #pragma unroll
   for (int j = 0; j < kWeightRegs; ++j) {
@@ -242,39 +222,15 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
     if (blockIdx.x == 0 && m.normed)
       for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
   }
-  for (int base = 0; base < kn; base += 256 * kRmPieces) {
-    if (base > 0) load_w(base);
-    float x[kRmPieces][8];
-#pragma unroll
-    for (int u = 0; u < kRmPieces; ++u) {
-      const int i = base + 256 * u + 8 * lane;
-      if (i < kn) load8f(s_x + kb + i, x[u]);
+  if (row < E) {
+    const float v = ref_dot_f32_row(m.w + row * m.w_rs, s_x, m.K);
+    if (lane == 0) {
+      m.logits[row] = v;
+      __threadfence();  // visible device-wide before the block is counted
     }
-#pragma unroll
-    for (int k = 0; k < kRmRows; ++k)
-#pragma unroll
-      for (int u = 0; u < kRmPieces; ++u) {
-        if (row0 + k >= E || base + 256 * u + 8 * lane >= kn) continue;
-#pragma unroll
-        for (int l = 0; l < 8; ++l) acc[k] = fmaf(w[k][u][l], x[u][l], acc[k]);
-      }
-  }
-#pragma unroll
-  for (int k = 0; k < kRmRows; ++k) {
-    float v = acc[k];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) s_part[warp][k] = v;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int k = 0; k < kRmRows; ++k) {
-      float v = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kRmWarps; ++i) v += s_part[i][k];
-      if (row0 + k < E) m.logits[row0 + k] = v;
-    }
     __threadfence();  // the logits are visible device-wide before this block is counted
     s_last = atomicAdd(m.sync, 1u) == gridDim.x - 1;
     if (s_last) *m.sync = 0;  // every block has counted: ready for the next launch / replay
@@ -361,8 +317,7 @@ bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
   auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t K = w.ne[0], E = w.ne[1];
   return c.ub.sync && w.type == DType::F32 && w.nb[0] == 4 && w.nb[1] % 16 == 0 && aligned(w.data) && K % 8 == 0 && K <= kRmMaxK &&
-         x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts &&
-         (E + 15) / 16 < c.n_sm;  // ops/matvec.cu launch_rows: split when its row blocks leave multiprocessors idle
+         x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts;
 }
 
 void run_nodes(const CudaOpCtx &c, const FusedGroup &grp, size_t n) {

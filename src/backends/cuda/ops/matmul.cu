@@ -9,7 +9,9 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/matmul_f32.h"
 #include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
@@ -401,6 +403,9 @@ struct MatmulShape {
   bool mmq;  // ... its exact-product variant for quantized weights (matmul_mmq.cu)
   bool mmq_i8;  // ... on int8 tensor cores (matmul_mmq_i8.cu): int8 activation integers
   bool sgemm;   // F32 weights, dense, many columns (routers at T > 1): matmul_f32.cu
+  bool ref;     // Q4_K / Q5_K / Q6_K / Q8_0 on the f32 tile kernel's shapes: matmul_ref_order.cu
+                // instead (the CPU's float order; int8 activations like the int8 MMQ)
+  bool ref_f32; // dense F32 on those shapes: matmul_ref_order.cu too (f32 activations)
 };
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
@@ -430,14 +435,18 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   }
   s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
+  s.ref = !s.mma && s.NT > 1 && ref_order_dtype(w.type);
+  s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && w.type == DType::F32;
   return s;
 }
 
 // Scratch of the rounded activations: f32 values, or for MMQ int8 / f16 integers then per-16
 // scales.
-size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * (s.mmq_i8 ? 1 : 2)); }
+// int8 integers (int8 MMQ, reference order) or f16 ones.
+bool int8_acts(const MatmulShape &s) { return s.mmq_i8 || s.ref; }
+size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * (int8_acts(s) ? 1 : 2)); }
 size_t act_scratch_bytes(const MatmulShape &s) {
-  if (s.mmq) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
+  if (s.mmq || s.ref) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
   return align256(static_cast<size_t>(s.K * s.rows) * 4);
 }
 
@@ -526,10 +535,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
   const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
-  void *xq = s.mmq ? work : nullptr;
-  float2 *xs = s.mmq ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
+  void *xq = s.mmq || s.ref ? work : nullptr;
+  float2 *xs = s.mmq || s.ref ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
   launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), dim3(256), 0, c.stream,
-             tview(x), s.K, vdt, xr, xq, s.mmq_i8, xs);
+             tview(x), s.K, vdt, xr, xq, int8_acts(s), xs);
   if (s.NT == 1) {
     // One column that cuda_matvec does not take (activations too large for its shared
     // memory): no routing tables; experts come straight from ids.
@@ -556,6 +565,15 @@ void cuda_op_matmul(const CudaOpCtx &c) {
       float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : Y;
       const int nz = launch_sgemm_f32(W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), xr, ncols, part, splits, c.stream);
       if (nz > 1) launch_sum_k_splits(part, static_cast<int64_t>(ncols) * s.M, nz, Y, c.stream);
+    } else if (s.ref_f32) {
+      // The CPU's batched F32 GEMM takes K % 16 == 0 and M % 4 == 0 (ref_order_path), else its vec_dot.
+      launch_mmv_ref_f32(c.stream, reinterpret_cast<const float *>(W), static_cast<int64_t>(w.nb[1] / 4), static_cast<int>(s.K),
+                         static_cast<int>(s.M), xr, Y, ncols, s.NT, s.K % 16 == 0 && s.M % 4 == 0);
+    } else if (s.ref) {
+      // The CPU runs Q4_K (rows % 8 == 0) in its repacked gemm order on full groups of 4 columns.
+      const int gemm_cols = w.type == DType::Q4_K && ref_q4k_repacked(s.M) && ncols >= 4 ? ncols - ncols % 4 : 0;
+      launch_mmv_ref(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), static_cast<const int8_t *>(xq), xs, Y,
+                     ncols, gemm_cols, s.NT, nullptr, nullptr, n_col_tiles);
     } else {
       launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(n_col_tiles)), c.stream, W, w.nb[1], 0, s.K, s.M, xr, Y, ncols,
                         nullptr, nullptr);
@@ -579,6 +597,9 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   else if (s.mma)
     launch_mma_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, 0, rt.tiles,
                       rt.entries, s.max_tiles);
+  else if (s.ref)
+    launch_mmv_ref(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), static_cast<const int8_t *>(xq), xs,
+                   Y, 0, 0, s.NT, rt.tiles, rt.entries, s.max_tiles);
   else
     launch_mmv<kTile>(w.type, dim3(grid_x.x, static_cast<unsigned>(s.max_tiles)), c.stream, W, w.nb[1], w.nb[2], s.K, s.M, xr, Y, 0,
                       rt.tiles, rt.entries);

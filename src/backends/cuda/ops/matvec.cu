@@ -23,8 +23,10 @@
 #include <algorithm>
 
 #include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 
 namespace moe {
 
@@ -44,8 +46,9 @@ constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row pe
 constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
 constexpr int kJDown = 4, kChDown = 1024;  // down + combine: 4 experts at a time
 
-// kModeSplit: plain types with few rows (e.g. an F32 router): a block takes one row pair
-// and its 8 warps split K, so the rows are spread over more multiprocessors.
+// kModeSplit: F16 / BF16 with few rows: a block takes one row pair and its 8 warps split K,
+// so the rows are spread over more multiprocessors. (F32 rows fold in the reference's
+// order over the whole K, ref_dot_f32_row: never split.)
 // kModeHalves: quantized MatMuls with few rows (an o-proj, 2048 rows of K 4096): a warp's
 // two jobs are the two K halves of one row, twice the warps of kModeRows for the same rows.
 enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit, kModeHalves };
@@ -207,11 +210,15 @@ struct XSmem {
 // first chunk's loads are issued; then every thread of the block must make the call.
 // wait_late (with round_first and K > 0): the block has not waited for the previous kernel
 // yet and does so right after issuing the first loads (pdl_enter).
+// Reference-order types (matvec_ref_order.cuh) keep the reference's float lanes in acc and
+// the min accumulators in accm (lane partial sums otherwise; accm unused); chain: job 1 is
+// the K half that follows job 0's (kModeHalves with a half of at most one chunk, so job 0's
+// whole half is folded first) and continues job 0's accumulators.
 template <DType T, int J, int CH>
 __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                           float (&acc)[J]) {
-  constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, UPB = QK / 32, NL = loads_per_lane<T, CH>();
+                           float (&acc)[J], float (&accm)[J], bool chain) {
+  constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
   constexpr int C = chunks_in_flight(J);
   const int lane = threadIdx.x & 31;
   for (int c0 = 0; c0 < K; c0 += C * CH) {
@@ -253,10 +260,24 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
         if (!ok[k]) continue;
         const uint8_t *cb = stage + head[c][k];
         const int x0 = xe[k] + cs;
-        for (int u = lane; u < ne / 32; u += 32) {
-          const int e = x0 + 32 * u;  // element index in the slot array
-          const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
-          acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
+        if constexpr (ref_order_type<T>) {
+          const bool cont = chain && k == 1;
+          float f = cont ? acc[0] : acc[k], fm = cont ? accm[0] : accm[k];
+          ref_chunk<T, CH>(cb, ne, x0, XSmemAct{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
+          if (cont) {
+            acc[0] = f;
+            accm[0] = fm;
+          } else {
+            acc[k] = f;
+            accm[k] = fm;
+          }
+        } else {
+          constexpr int UPB = QK / 32;
+          for (int u = lane; u < ne / 32; u += 32) {
+            const int e = x0 + 32 * u;  // element index in the slot array
+            const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
+            acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
+          }
         }
       }
     }
@@ -385,19 +406,36 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 template <DType T, int J, int CH>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                                         float (&acc)[J], int kh = 0) {
+                                         float (&acc)[J], float (&accm)[J], int kh = 0) {
 #pragma unroll
-  for (int k = 0; k < J; ++k) acc[k] = 0.0f;
+  for (int k = 0; k < J; ++k) acc[k] = accm[k] = 0.0f;
   if constexpr (is_plain(T)) {
     const float *xr[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xr[k] = reinterpret_cast<const float *>(a.x + xslot[k] * a.x_nb1);
-    plain_dots<T, J>(a.K, wr, ok, xr, acc);
+    if constexpr (T == DType::F32) {  // the whole dot in the reference's order (finish_rows takes it as is)
+#pragma unroll
+      for (int k = 0; k < J; ++k) acc[k] = ref_dot_f32_row(reinterpret_cast<const float *>(wr[k]), xr[k], a.K);
+    } else {
+      plain_dots<T, J>(a.K, wr, ok, xr, acc);
+    }
   } else {
     int xe[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
-    quant_dots<T, J, CH>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc);
+    quant_dots<T, J, CH>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
+  }
+}
+
+// The J jobs' dot products from their accumulators (row_dots); every lane gets them and
+// must make the call (shuffles).
+template <DType T, int J>
+__device__ __forceinline__ void finish_rows(const MvArgs &a, const float (&acc)[J], const float (&accm)[J], float (&v)[J]) {
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    if constexpr (ref_order_type<T>) v[k] = ref_finish<T>(acc[k], accm[k], T == DType::Q4_K && ref_q4k_repacked(a.M));
+    else if constexpr (T == DType::F32) v[k] = acc[k];  // ref_dot_f32_row: already the row's dot in every lane
+    else v[k] = warp_sum(acc[k]);
   }
 }
 
@@ -419,7 +457,7 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   const uint8_t *wr[J];
   bool ok[J];
   int xslot[J];
-  float acc[J];
+  float acc[J], accm[J], v[J];
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // kRowsOne per logical block
   // The experts of the later passes: their rows into L2 while the first pass loads and
   // computes (the passes' register loads are issued one after another).
@@ -438,12 +476,13 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
-    row_dots<T, J, CH>(a, wr, ok, xslot, j0 == 0, false, 0, x_n, stage, xm, acc);
+    row_dots<T, J, CH>(a, wr, ok, xslot, j0 == 0, false, 0, x_n, stage, xm, acc, accm);
+    finish_rows<T, J>(a, acc, accm, v);
+    // The MoeCombine op's order: the first slot's product, then each next one added (a
+    // rounded product, then a rounded sum: no fma).
 #pragma unroll
-    for (int k = 0; k < J; ++k) {
-      const float v = warp_sum(acc[k]);
-      if (ok[k]) out += v * a.cw[j0 + k];
-    }
+    for (int k = 0; k < J; ++k)
+      if (ok[k]) out = j0 + k == 0 ? __fmul_rn(v[k], a.cw[0]) : __fadd_rn(out, __fmul_rn(v[k], a.cw[j0 + k]));
   }
   if (lane == 0 && row < a.M) a.y[row] = a.add ? out + a.add[row] : out;
 }
@@ -461,7 +500,7 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
   const uint8_t *wr[J];
   bool ok[J];
   int xslot[J];
-  float acc[J];
+  float acc[J], accm[J];
   const int j = blockIdx.y;
   const int xs0 = a.X == 1 ? 0 : j;
   int e = 0;
@@ -516,15 +555,14 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
     }
   }
   if (!split) {
-    row_dots<T, J, CH>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, kh);
-    if (halves) acc[0] += acc[1];
-#pragma unroll
-    for (int k = 0; k < J; ++k) v[k] = warp_sum(acc[k]);
+    row_dots<T, J, CH>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+    if (halves && !ref_order_type<T>) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    finish_rows<T, J>(a, acc, accm, v);
   }
   if (!writer) return;
   float *yj = a.y + static_cast<int64_t>(j) * a.M;
   if (gu) {
-    if (row0 < a.M) yj[row0] = e_ok ? v[0] / (1.0f + expf(-v[0])) * v[1] : 0.0f;
+    if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
   } else if (halves) {
     if (row0 < a.M) yj[row0] = !e_ok ? 0.0f : a.add ? v[0] + a.add[row0] : v[0];
   } else {
@@ -596,9 +634,11 @@ unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((row
 // kModeRows or, for quantized matrices whose row pairs give fewer than ~2 logical blocks per
 // SM and whose K is an even number of blocks, kModeHalves (twice the warps on the same rows).
 // A MatVecs segment decides as its own launch would (bit-identical results).
+// Reference-order types fold the halves one after the other: only where each half is one chunk.
 int rows_mode(DType t, int K, int64_t M, int n_used, int n_sm) {
   const bool few = static_cast<int64_t>(blocks(M, kRowsPlain)) * n_used * 16 < static_cast<int64_t>(n_sm) * 30;
-  return !is_plain(t) && few && K % (2 * type_traits(t).block_size) == 0 ? kModeHalves : kModeRows;
+  const bool halves_ok = K % (2 * type_traits(t).block_size) == 0 && (!ref_order_dtype(t) || K <= 2 * kChPair);
+  return !is_plain(t) && few && halves_ok ? kModeHalves : kModeRows;
 }
 int rows_per_block(int mode) { return mode == kModeHalves ? kRowsOne : kRowsPlain; }
 
@@ -769,7 +809,8 @@ bool one_token_ok(const Graph &g, const Node &mm) {
 // warp in two K halves (quantized types whose K is an even number of blocks).
 void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
   const unsigned lx = blocks(a.M, kRowsPlain);
-  if (is_plain(t) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
+  // (F32 rows fold over the whole K in the reference's order: never split.)
+  if (is_plain(t) && t != DType::F32 && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
     a.mode = kModeSplit;
     launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), MvShape{1, smem}, c.stream, a);
     return;

@@ -40,7 +40,8 @@ __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_
   const float *wt = reinterpret_cast<const float *>(static_cast<const uint8_t *>(w.data) + t * w.nb[1]);
   const uint8_t *eb = static_cast<const uint8_t *>(ex.data) + t * ex.nb[2];
   float acc = reinterpret_cast<const float *>(eb)[i] * wt[0];
-  for (int64_t j = 1; j < k; ++j) acc += reinterpret_cast<const float *>(eb + j * ex.nb[1])[i] * wt[j];
+  // A rounded product, then a rounded sum (no fma), as the CPU op and the reference.
+  for (int64_t j = 1; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(reinterpret_cast<const float *>(eb + j * ex.nb[1])[i], wt[j]));
   reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[i] = acc;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cuda/ops/reduce.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 
 namespace moe {
 
@@ -24,23 +25,28 @@ __device__ __forceinline__ float rms_row_scale(const float *src, int64_t n, floa
   return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(n)) + eps);
 }
 
-// Softmax of one row (max, exp, double sum, one float reciprocal) over threads [0, nthr)
-// of the block (stride nthr; threads past nthr add nothing: the bits of a block of nthr);
-// dst may be shared memory. Block-wide: every thread calls it. Each thread rescales only
-// the values it wrote.
+// Softmax of one row over threads [0, nthr) of the block (stride nthr; threads past nthr
+// add nothing) in the CPU's order, bit for bit: max; the reference's vector expf on the
+// 16-element chunks (libm's expf on the tail there, CUDA's here: within an ulp); the double
+// sum of each chunk's 16-lane tree in chunk order, then of the tail values, by thread 0
+// (rows are expert counts: a few hundred values); one float reciprocal. dst may be shared
+// memory. Block-wide: every thread calls it. Each thread rescales only the values it wrote.
 __device__ __forceinline__ void softmax_row(const float *src, float *dst, int64_t n, float *shf, double *shd, int nthr) {
   const int64_t i0 = static_cast<int>(threadIdx.x) < nthr ? threadIdx.x : n;
   float mx = -INFINITY;
   for (int64_t i = i0; i < n; i += nthr) mx = fmaxf(mx, src[i]);
   mx = blk_max(mx, shf);
-  double s = 0.0;
-  for (int64_t i = i0; i < n; i += nthr) {
-    const float e = expf(src[i] - mx);
-    dst[i] = e;
-    s += e;
+  const int64_t n16 = n & ~int64_t{15};
+  for (int64_t i = i0; i < n; i += nthr) dst[i] = i < n16 ? ref_expf_v(src[i] - mx) : expf(src[i] - mx);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0;
+    for (int64_t c = 0; c < n16; c += 16) s += static_cast<double>(ref_hsum16(dst + c));
+    for (int64_t i = n16; i < n; ++i) s += static_cast<double>(dst[i]);
+    shd[0] = s;
   }
-  s = blk_sum(s, shd);
-  const float inv = static_cast<float>(1.0 / s);
+  __syncthreads();
+  const float inv = static_cast<float>(1.0 / shd[0]);
   for (int64_t i = i0; i < n; i += nthr) dst[i] *= inv;
 }
 

@@ -1,0 +1,28 @@
+// Small-batch MatMul / MatMulId of the reference-order types (Q4_K, Q5_K, Q6_K, Q8_0; dense
+// F32) in the CPU's float order per column (matmul_ref_order.cu), used by cuda_op_matmul where the f32
+// tile kernel would otherwise run (2..15 dense columns, MatMulId below kMmaMinEntries).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "quant/dtype.h"
+
+namespace moe {
+
+// Y[col] = W X[col] as launch_mmq_matmul's int8 form describes X (Xq: int8 integers, Xs:
+// (scale, integer sum) per 16, act_round_kernel with q_int8). Dense (tiles == nullptr):
+// column c reads X row c and writes Y row c, ncols columns in n_col_tiles tiles of NT;
+// gemm_cols: the leading columns the CPU runs in Q4_K's repacked gemm order (its full groups
+// of 4; 0 for the other types). MatMulId: tile i is (expert, first entry, count, 0) over
+// `entries` (activation row, output row), n_col_tiles its tile capacity.
+void launch_mmv_ref(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
+                    const float2 *Xs, float *Y, int ncols, int gemm_cols, int NT, const int4 *tiles, const int2 *entries, int n_col_tiles);
+
+// Dense F32 weights on 2..15 columns in the CPU's order: its batched GEMM order where it takes
+// that path (gemm16: K % 16 == 0 and M % 4 == 0), else its one-token order. X: the f32
+// activation rows (K apart), row_stride: of W, in floats.
+void launch_mmv_ref_f32(cudaStream_t s, const float *W, int64_t row_stride, int K, int M, const float *X, float *Y, int ncols, int NT,
+                        bool gemm16);
+
+}  // namespace moe
