@@ -1,6 +1,6 @@
 #!/bin/bash
 # One-shot CUDA check for a GPU machine (run from the repository root):
-#   tests/cuda/device_check.sh [build] [tests] [sanitize] [conformance] [bench] [kernels] [profile] [ncu] [models]
+#   tests/cuda/device_check.sh [build] [tests] [sanitize] [sanall] [conformance] [bench] [kernels] [profile] [ncu] [ncudeep] [models]
 # Builds with ninja for sm_90, runs the [cuda] tests, compute-sanitizer memcheck/racecheck
 # on the op tests, the conformance check on --device cuda, and the bench on a generated
 # Qwen3-30B-A3B-shaped Q4_K_M file. Logs go to $OUT (default /tmp/moe-cuda-out); a summary
@@ -90,6 +90,28 @@ if has sanitize; then
   note "memcheck [ops][cuda] $(tail -1 "$OUT/memcheck.log") $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
 fi
 
+if has sanall; then
+  # Every [cuda] test case under memcheck and racecheck, one process per (tool, case), SAN_P at
+  # a time (the sanitizers are host bound, so cases run side by side on the one GPU). A case is
+  # selected by its name up to the first character Catch2 treats specially, plus '*'.
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  mkdir -p "$OUT/san"
+  "$TESTS" "${SAN_TAGS:-[cuda]}" --list-test-names-only | grep -v '^ *$' | sed -E 's/[],[].*$//; s/ +$//; s/$/*/' | sort -u > "$OUT/san/cases.txt"
+  san_one() {  # tool index pattern
+    timeout "${SAN_S:-300}" "$CS" --tool "$1" --error-exitcode 9 "$TESTS" "$3" > "$OUT/san/$1.$2.log" 2>&1
+    echo "rc=$? case: $3" >> "$OUT/san/$1.$2.log"
+  }
+  export -f san_one; export CS TESTS OUT SAN_S
+  for tool in memcheck racecheck; do nl -ba "$OUT/san/cases.txt" | sed "s/^/$tool/"; done |
+    awk '{tool=$1; i=$2; $1=""; $2=""; sub(/^  /, ""); printf "%s\t%s\t%s\n", tool, i, $0}' |
+    xargs -P "${SAN_P:-10}" -d '\n' -n 1 bash -c 'IFS=$(printf "\t") read -r t i p <<< "$0"; san_one "$t" "$i" "$p"'
+  for f in "$OUT"/san/*.log; do
+    echo "$(basename "$f") $(tail -1 "$f") | $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases|^All tests' "$f" | tr '\n' ' ')"
+  done > "$OUT/san/summary.txt"
+  note "sanitizers, every case $(el): $(grep -c 'rc=0 ' "$OUT/san/summary.txt") of $(wc -l < "$OUT/san/summary.txt") runs rc=0"
+  grep -v 'rc=0 ' "$OUT/san/summary.txt" | tee -a "$SUM"
+fi
+
 if [ -n "$CONF_PID" ]; then
   wait $CONF_PID
   note "conformance cuda $(el): $(grep -E 'rc=|passed|failed|FAIL' "$OUT/conformance.log" | tail -12 | tr '\n' ' ')"
@@ -157,5 +179,14 @@ if has ncu; then
     -p 0 -n 16 -r 1 --no-gpu-graphs > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   note "ncu rc=$? $(el)"
   python3 tests/cuda/ncu_summary.py "$OUT/ncu.csv" ${NCU_STEPS:-2} 2>&1 | head -40 | tee -a "$SUM"
+fi
+if has ncudeep; then
+  # Full Nsight Compute sections (speed of light, occupancy, warp stall reasons, memory) for a
+  # few decode launches of the kernels named by NCU_KERNELS, to see why a small kernel is slow.
+  [ -n "$MK_PID" ] && wait $MK_PID
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  timeout 200 "$NCU" --set full --clock-control none -k "regex:${NCU_KERNELS:-attn_decode|matvec}" --launch-skip ${NCU_SKIP:-3000} \
+    --launch-count ${NCU_DEEP_COUNT:-8} "$CLI" bench -m ${NCU_MODEL:-/tmp/q3.gguf} --device cuda -p 0 -n 8 -r 1 --no-gpu-graphs > "$OUT/ncu_deep.txt" 2>&1
+  note "ncu deep rc=$? $(el): $(grep -cE '^ +[a-z_]+.*\(' "$OUT/ncu_deep.txt") kernel sections in ncu_deep.txt"
 fi
 echo "==== summary"; cat "$SUM"
