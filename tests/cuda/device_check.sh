@@ -47,7 +47,7 @@ CLI=$(find $B -name moeinfer-cli -type f | head -1)
 TESTS=$(find $B -name moeinfer-tests -type f | head -1)
 
 MK_PID=""
-if (has bench || has profile || has ncu) && [ ! -f /tmp/q3.gguf ]; then
+if (has bench || has profile || has ncu || has ncudeep) && [ ! -f /tmp/q3.gguf ]; then
   ( nice "$CLI" mkmodel --preset qwen3-30b-a3b --type q4_k_m -o /tmp/q3.gguf --threads 10 --quiet > "$OUT/mkmodel.log" 2>&1; echo "mkmodel rc=$?" >> "$OUT/mkmodel.log" ) &
   MK_PID=$!
 fi
