@@ -68,6 +68,27 @@ uint64_t peak_rss_bytes() {
   return 0;
 }
 
+// The decode roofline: tokens/s if every weight byte a token reads came at the measured read
+// rate of the device holding most of the weights (the GPU when one is used).
+struct Roofline {
+  std::string device;
+  double bytes_per_token = 0, bandwidth = 0;  // bytes, bytes/s (0: not measured)
+  double tokens_per_s() const { return bytes_per_token > 0 && bandwidth > 0 ? bandwidth / bytes_per_token : 0; }
+};
+
+Roofline decode_roofline(const Model &model, const MemoryReport &mem) {
+  Roofline r;
+  r.bytes_per_token = double(model.decode_read_bytes());
+  uint64_t most = 0;
+  for (const auto &d : mem.devices)
+    if (d.weights > most) { most = d.weights; r.device = d.device; }
+  for (const auto &d : mem.devices)  // a GPU context keeps a CPU copy too: the GPU reads the weights
+    if (d.device.compare(0, 4, "cuda") == 0 && d.weights > 0) { r.device = d.device; break; }
+  BackendRegistry reg;
+  if (Backend *b = reg.find(r.device)) r.bandwidth = b->read_bandwidth();
+  return r;
+}
+
 const char *ftype_name(uint32_t ft) {
   switch (ft) {
     case 0: return "all F32";
@@ -242,6 +263,8 @@ int cmd_bench(int argc, char **argv) {
     else std::snprintf(model_type, sizeof model_type, "%s %.1fM %s", model->arch_name().c_str(), np / 1e6, ftype_name(ftype));
     const uint64_t size = model->weight_bytes(), params = model->n_params(), rss = peak_rss_bytes();
     const int n_threads = ctx->params().n_threads;
+    const bool has_tg = std::any_of(tests.begin(), tests.end(), [](const Test &t) { return t.n_prompt == 0 && t.n_gen > 0; });
+    const Roofline roof = has_tg ? decode_roofline(*model, mem) : Roofline{};
 
     if (format == "json") {
       nlohmann::json out = nlohmann::json::array();
@@ -278,6 +301,12 @@ int cmd_bench(int argc, char **argv) {
           devs.push_back({{"device", d.device}, {"weights", d.weights}, {"kv_cache", d.kv_cache},
                           {"activations", d.activations}, {"other", d.other}, {"total", d.total()}});
         j["memory"] = devs;
+        if (t.n_prompt == 0 && roof.tokens_per_s() > 0) {
+          j["decode_read_bytes"] = roof.bytes_per_token;
+          j["read_bandwidth"] = roof.bandwidth;
+          j["roofline_ts"] = roof.tokens_per_s();
+          j["roofline_fraction"] = t.mean_ts / roof.tokens_per_s();
+        }
         out.push_back(j);
       }
       std::printf("%s\n", out.dump(2).c_str());
@@ -295,6 +324,13 @@ int cmd_bench(int argc, char **argv) {
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", t.mean_ts, t.sd_ts);
       std::printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %20s |\n", model_type, sz, pr, backend.c_str(), n_threads,
                   t.name().c_str(), ts);
+    }
+    if (roof.tokens_per_s() > 0) {
+      std::printf("\ndecode roofline: %.1f MB of weights read per token, %s reads %.0f GB/s (measured) -> %.0f t/s\n",
+                  roof.bytes_per_token / 1e6, roof.device.c_str(), roof.bandwidth / 1e9, roof.tokens_per_s());
+      for (const auto &t : tests)
+        if (t.n_prompt == 0 && t.n_gen > 0)
+          std::printf("  %-15s %.2f t/s = %.1f%% of the roofline\n", t.name().c_str(), t.mean_ts, 100.0 * t.mean_ts / roof.tokens_per_s());
     }
     std::printf("\nload %.0f ms, context %.0f ms; peak host RSS %.1f MiB (VmHWM)\n", load_ms, ctx_ms,
                 double(rss) / double(1 << 20));

@@ -70,6 +70,10 @@ public:
   // Scratch bytes a node's kernel needs (quantized activations, routing tables).
   virtual size_t work_size(const Graph &g, int node, int n_threads) const = 0;
   virtual std::unique_ptr<Executor> make_executor(int n_threads) = 0;
+  // Bytes per second this device streams out of its own memory, measured on the first call
+  // (a read of a buffer far larger than any cache; ~0.1-0.5 s) and kept; 0 when unknown.
+  // A diagnostic for benchmarks (the decode roofline), never used by the engine.
+  virtual double read_bandwidth() { return 0.0; }
 };
 
 class BackendRegistry {

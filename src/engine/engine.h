@@ -53,6 +53,10 @@ public:
   int32_t n_vocab() const;
   uint64_t n_params() const;                // total weight elements
   uint64_t weight_bytes() const;            // total weight bytes as stored
+  // Weight bytes one decoded token reads: every tensor, the experts' at n_expert_used of
+  // n_expert, the token embedding one row (all of it when it is also the LM head). The
+  // numerator of the decode roofline (`moeinfer-cli bench`).
+  uint64_t decode_read_bytes() const;
 
   struct Impl;
   Impl &impl() const { return *impl_; }

@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/log.h"
@@ -113,6 +114,20 @@ const std::string &Model::arch_name() const { return impl_->hp.arch; }
 int32_t Model::n_vocab() const { return static_cast<int32_t>(impl_->hp.n_vocab); }
 uint64_t Model::n_params() const { return impl_->n_params; }
 uint64_t Model::weight_bytes() const { return impl_->weight_bytes; }
+
+uint64_t Model::decode_read_bytes() const {
+  const auto &ts = gguf().tensors();
+  const Hparams &hp = hparams();
+  const bool tied = std::none_of(ts.begin(), ts.end(), [](const GgufTensorInfo &t) { return t.name == "output.weight"; });
+  double bytes = 0;
+  for (const auto &t : ts) {
+    double b = static_cast<double>(t.nbytes);
+    if (t.name.find("_exps") != std::string::npos && hp.n_expert > 0) b *= double(hp.n_expert_used) / double(hp.n_expert);
+    else if (t.name == "token_embd.weight" && !tied && t.ne[1] > 0) b /= double(t.n_elements() / t.ne[0]);
+    bytes += b;
+  }
+  return static_cast<uint64_t>(bytes);
+}
 
 const char *kv_type_name(KvType t) {
   switch (t) {

@@ -8,6 +8,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/ops/cpu_ops.h"
+#include "backends/cpu/read_bandwidth.h"
 #include "backends/cpu/thread_pool.h"
 #include "core/status.h"
 
@@ -187,6 +188,7 @@ public:
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *) override { return std::make_unique<HostBuffer>(bytes); }
   size_t work_size(const Graph &g, int node, int n_threads) const override { return cpu_work_size(g, node, n_threads); }
   std::unique_ptr<Executor> make_executor(int n_threads) override { return std::make_unique<CpuExecutor>(n_threads); }
+  double read_bandwidth() override { return cpu_read_bandwidth(); }
 
 private:
   DeviceInfo info_;

@@ -19,6 +19,7 @@ public:
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override;
   size_t work_size(const Graph &g, int node, int n_threads) const override;
   std::unique_ptr<Executor> make_executor(int n_threads) override;
+  double read_bandwidth() override;  // ops/read_bandwidth.cu
 
   int device() const { return device_; }
   int n_sm() const { return n_sm_; }
@@ -46,6 +47,7 @@ private:
   int up_half_ = 0;
   size_t up_used_ = 0;
   uint8_t *down_ = nullptr;  // kHalf bytes
+  double read_bw_ = 0.0;     // measured once
 };
 
 }  // namespace moe
