@@ -109,6 +109,86 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   }
 }
 
+// Many tokens (prefill): a block per token group b (the rows of token b in every chain:
+// chain c's rows [rows_c b / G, rows_c (b + 1) / G), G = gridDim.x, which for a chain with a
+// Rope are exactly its heads of token b), a warp per row. The angle table of each Rope chain
+// is built once per block by rope_angle_table; a warp stages its row in its own shared slice
+// and reproduces the block kernel's arithmetic (rms_row_scale_warp: the same bits as
+// rms_row_scale), so both kernels give the same results (tests [cuda][fusion]).
+constexpr int kRcWarps = 8, kRcThreads = 32 * kRcWarps;
+constexpr int64_t kRcMaxRow = 512;  // values per row: 8 warps x 2 KB of shared memory
+constexpr int kRcMaxRot = 256;      // rotated dims of a Rope chain (angle table per chain)
+
+__global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __grid_constant__ ChainsArgs a) {
+  extern __shared__ float s_rows[];  // [kRcWarps][row stride]
+  __shared__ float s_theta[kRcMaxRot / 2];
+  __shared__ float s_cs[kMaxFusedChains][kRcMaxRot];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t b = blockIdx.x, G = gridDim.x;
+  // Block-uniform: every thread builds each table (rope_angle_table has barriers). Chains
+  // whose positions are graph inputs build theirs before pdl_wait.
+  for (int c = 0; c < a.n; ++c)
+    if (a.ch[c].pos && a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+  pdl_wait();
+  pdl_trigger();
+  for (int c = 0; c < a.n; ++c)
+    if (a.ch[c].pos && !a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+  int64_t stride = 1;
+  for (int c = 0; c < a.n; ++c) stride = a.ch[c].in.ne[0] > stride ? a.ch[c].in.ne[0] : stride;
+  float *row = s_rows + warp * stride;
+  // The block's rows, chain after chain, dealt to the warps in turn.
+  int64_t item = warp;
+  for (int c = 0; c < a.n; ++c) {
+    const ChainDesc &d = a.ch[c];
+    const int64_t r0 = d.rows * b / G, r1 = d.rows * (b + 1) / G;
+    for (; item < r1 - r0; item += kRcWarps) {
+      const int64_t r = r0 + item;
+      const int64_t n = d.in.ne[0], ne1 = d.in.ne[1], ne2 = d.in.ne[2];
+      const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+      __syncwarp();  // the previous row's last reads of `row` are done
+      const float *src = row_in(d.in, i1, i2, i3);
+      for (int64_t i = lane; i < n; i += 32) row[i] = src[i];
+      __syncwarp();
+      if (d.rms) {
+        const float scale = rms_row_scale_warp(row, n, d.eps, d.rms_threads);
+        for (int64_t i = lane; i < n; i += 32) {
+          float v = row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
+          if (d.w) v = v * __ldg(d.w + i);
+          row[i] = v;
+        }
+        __syncwarp();
+      }
+      if (d.pos) {  // rows are [head_dim, n_head, T]: this block's token is i2 == b
+        for (int k = lane; k < d.ra.n_rot / 2; k += 32) rope_rotate_pair(row, row, k, d.ra, s_cs[c]);
+        __syncwarp();
+      }
+      if (d.out.data) {
+        float *dst = const_cast<float *>(row_in(d.out, i1, i2, i3));
+        for (int64_t i = lane; i < n; i += 32) dst[i] = row[i];
+      }
+      if (d.kv) kv_store_values(row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type, lane, 32);
+    }
+    item -= r1 - r0;
+  }
+}
+
+// The token groups of row_chains_warp_kernel, or 0 where the block-per-row kernel runs: few
+// tokens (decode: a block per row spreads 40 rows over 40 SMs), rows longer than kRcMaxRow,
+// no Rope or KvStore chain to define the tokens, or a Rope chain that is not [n, heads, G].
+constexpr int64_t kRcMinGroups = 8;
+int64_t warp_kernel_groups(const ChainsArgs &a, int64_t widest) {
+  if (widest > kRcMaxRow) return 0;
+  int64_t groups = 0;
+  for (int c = 0; c < a.n && groups == 0; ++c)
+    if (a.ch[c].pos || a.ch[c].kv) groups = a.ch[c].in.ne[2] * a.ch[c].in.ne[3];
+  if (groups < kRcMinGroups || groups > 0x7fffffff) return 0;
+  for (int c = 0; c < a.n; ++c) {
+    const ChainDesc &d = a.ch[c];
+    if (d.pos && (d.in.ne[2] != groups || d.in.ne[3] != 1 || d.ra.n_rot > kRcMaxRot)) return 0;
+  }
+  return groups;
+}
+
 struct RouterArgs {
   TView logits;      // [E, T]
   TView probs;       // softmax output (data null: not read outside the group, not written)
@@ -302,6 +382,12 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
     widest = std::max(widest, x.ne[0]);
   }
   if (total == 0) return;
+  const int64_t groups = warp_kernel_groups(a, widest);
+  if (groups > 0) {
+    launch_pdl(row_chains_warp_kernel, dim3(static_cast<unsigned>(groups)), dim3(kRcThreads), static_cast<size_t>(kRcWarps * widest) * 4,
+               c.stream, a);
+    return;
+  }
   const int threads = row_threads(widest);
   launch_pdl(row_chains_kernel, dim3(static_cast<unsigned>(total)), dim3(static_cast<unsigned>(threads)), static_cast<size_t>(widest) * 4,
              c.stream, a);

@@ -8,6 +8,7 @@
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/matmul_f32.h"
+#include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec.h"
@@ -484,7 +485,13 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   return bytes;
 }
 
-void cuda_op_matmul_heads(const CudaOpCtx &c) {
+void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, float *out, void *q_out, bool q_int8,
+                      float2 *s_out) {
+  launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>((K + 255) / 256)), dim3(256), 0, s, x, K,
+             static_cast<int>(vdt), out, q_out, q_int8, s_out);
+}
+
+void cuda_matmul_heads_rows(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const int64_t K = w.ne[0], M = w.ne[1], H = x.ne[1], T = x.ne[2];
   if (M * H * T == 0) return;
