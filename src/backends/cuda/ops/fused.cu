@@ -50,6 +50,20 @@ __device__ __forceinline__ const float *row_in(const TView &v, int64_t i1, int64
 
 constexpr int kWeightRegs = 8;  // Mul weights a thread holds in registers (rows up to 8 x 256)
 
+// dst[i] = src[i] for i < n (global -> shared), thread tid of nthr taking i = tid + k nthr,
+// kBatch loads in flight before their stores: a shared store after each load would keep one
+// load at a time in flight (the compiler cannot prove the generic src is not shared memory).
+template <int kBatch> __device__ __forceinline__ void stage_row(float *dst, const float *src, int64_t n, int tid, int nthr) {
+  for (int64_t i0 = tid; i0 < n; i0 += static_cast<int64_t>(kBatch) * nthr) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) v[j] = i0 + j * nthr < n ? src[i0 + j * nthr] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (i0 + j * nthr < n) dst[i0 + j * nthr] = v[j];
+  }
+}
+
 // __grid_constant__: the chain is picked by a run-time index into the parameters, which
 // must not make each thread copy them to local memory.
 __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
@@ -76,7 +90,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   pdl_wait();
   pdl_trigger();
   const float *src = row_in(d.in, i1, i2, i3);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s_row[i] = src[i];
+  stage_row<kWeightRegs>(s_row, src, n, threadIdx.x, blockDim.x);
   __syncthreads();
   if (d.rms) {
     const float scale = rms_row_scale(s_row, n, d.eps, d.rms_threads, s_red);
@@ -123,8 +137,11 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
   extern __shared__ float s_rows[];  // [kRcWarps][row stride]
   __shared__ float s_theta[kRcMaxRot / 2];
   __shared__ float s_cs[kMaxFusedChains][kRcMaxRot];
+  __shared__ float s_w[kMaxFusedChains][kRcMaxRow];  // the Mul weights, shared by the block's rows
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t b = blockIdx.x, G = gridDim.x;
+  for (int c = 0; c < a.n; ++c)  // weights: before pdl_wait (made visible by the tables' barriers or the one below)
+    if (a.ch[c].w) stage_row<kRcMaxRow / kRcThreads>(s_w[c], a.ch[c].w, a.ch[c].in.ne[0], threadIdx.x, kRcThreads);
   // Block-uniform: every thread builds each table (rope_angle_table has barriers). Chains
   // whose positions are graph inputs build theirs before pdl_wait.
   for (int c = 0; c < a.n; ++c)
@@ -133,6 +150,7 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
   pdl_trigger();
   for (int c = 0; c < a.n; ++c)
     if (a.ch[c].pos && !a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+  __syncthreads();  // s_w and the tables are complete
   int64_t stride = 1;
   for (int c = 0; c < a.n; ++c) stride = a.ch[c].in.ne[0] > stride ? a.ch[c].in.ne[0] : stride;
   float *row = s_rows + warp * stride;
@@ -147,13 +165,13 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
       const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
       __syncwarp();  // the previous row's last reads of `row` are done
       const float *src = row_in(d.in, i1, i2, i3);
-      for (int64_t i = lane; i < n; i += 32) row[i] = src[i];
+      stage_row<kRcMaxRow / 32>(row, src, n, lane, 32);
       __syncwarp();
       if (d.rms) {
         const float scale = rms_row_scale_warp(row, n, d.eps, d.rms_threads);
         for (int64_t i = lane; i < n; i += 32) {
           float v = row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
-          if (d.w) v = v * __ldg(d.w + i);
+          if (d.w) v = v * s_w[c][i];
           row[i] = v;
         }
         __syncwarp();
