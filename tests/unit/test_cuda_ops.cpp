@@ -376,14 +376,15 @@ TEST_CASE("cuda op: elementwise, norms, softmax, routing helpers, rope, get_rows
 }
 
 // Same-shape contiguous operands run as flat arrays (ew_flat_kernel): 16-byte vectors when
-// aligned and the count is a multiple of 4, else scalars (a 4-byte offset view, odd counts);
+// aligned and the count is a multiple of 4, else scalars (a 4-byte offset view, odd counts;
+// rows of 45 put row ends inside a vector: SwiGLU's column);
 // the per-element function is the row kernel's, so the results equal the CPU's like it does.
 TEST_CASE("cuda op: elementwise on flat operands (vector and scalar paths, SwiGLU tails)", "[ops][cuda]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   struct Shape { int64_t n, T; };
-  for (const Shape &sh : {Shape{2048, 512}, Shape{768, 9}, Shape{301, 3}, Shape{45, 1}})
+  for (const Shape &sh : {Shape{2048, 512}, Shape{768, 9}, Shape{301, 3}, Shape{45, 4}, Shape{45, 1}})
     for (size_t off : {size_t(0), size_t(4)}) {
       const int64_t n = sh.n, T = sh.T, N = n * T;
       int a_in, b_in;

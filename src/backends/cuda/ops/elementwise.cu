@@ -80,9 +80,14 @@ __global__ void ew_flat_kernel(float *d, const float *a, const float *b, int64_t
       if (b && e0 + j < n) y[j] = b[e0 + j];
     }
   }
+  // Column of element e0 + j (only SwiGLU reads it: one 64-bit division per thread, not per value).
+  int64_t col = op == kSwiGLU ? e0 % ne0 : 0;
   float r[4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) r[j] = ew_value(op, x[j], y[j], (e0 + j) % ne0, ne0, f0, f1);
+  for (int j = 0; j < 4; ++j) {
+    r[j] = ew_value(op, x[j], y[j], col, ne0, f0, f1);
+    if (++col == ne0) col = 0;
+  }
   if constexpr (kVec4) {
     *reinterpret_cast<float4 *>(d + e0) = make_float4(r[0], r[1], r[2], r[3]);
   } else {
