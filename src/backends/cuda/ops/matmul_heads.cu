@@ -43,6 +43,10 @@ HeadsPlan heads_plan(const Graph &g, const Node &n) {
   p.mmq = mmq;
   p.int8 = mmq && cuda_mmq_int8_type(w.type);
   p.tiles_per_head = static_cast<int>((p.T + kMmaCols - 1) / kMmaCols);
+  if (p.H * p.tiles_per_head > 65535) {  // the GEMMs' grid.y
+    p.tc = false;
+    return p;
+  }
   const size_t rows = static_cast<size_t>(p.H * p.T), K = static_cast<size_t>(p.K);
   p.act_bytes = align256(rows * K * (!mmq ? 4 : p.int8 ? 1 : 2));  // f32 values, or int8 / f16 integers
   p.scale_bytes = mmq ? align256(rows * (K / 16) * sizeof(float2)) : 0;
