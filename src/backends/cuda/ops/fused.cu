@@ -1,6 +1,7 @@
 // Fused kernels of the CUDA fusion plan (cuda_fusion.h): per-row chains RmsNorm -> Mul(row
 // weight) -> Rope -> KvStore (a block per row of each chain, the row staged in shared
-// memory; q, k and v heads of a layer in one launch), and the softmax router Softmax ->
+// memory; q, k and v heads of a layer in one launch; from 8 tokens on a block per token and a
+// warp per row, with the same bits), and the softmax router Softmax ->
 // TopK -> GatherCols [-> NormSum] (a block per token), optionally behind its one-token F32
 // MatMul and that MatMul's input RmsNorm -> Mul (many blocks compute the logits, the last
 // one to finish selects). They call the same device functions as the unfused kernels
