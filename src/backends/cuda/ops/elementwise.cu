@@ -44,16 +44,30 @@ __global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1,
   const float *s1 = nullptr;
   if (op == kMul || op == kAdd) s1 = rowp(b, b.ne[1] == 1 ? 0 : i1, b.ne[2] == 1 ? 0 : i2, b.ne[3] == 1 ? 0 : i3);
   else if (op == kSwiGLU || op == kConcat || op == kSwiGLUOai) s1 = rowp(b, i1, i2, i3);
-  if (op == kSlice) {
-    for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) dst[i] = s0[start + i];
-    return;
+  // kBatch values per thread loaded before any is stored: a store after each load would keep
+  // one load at a time in flight (dst may alias the sources as far as the compiler knows).
+  constexpr int kBatch = 4;
+  const int64_t n = d.ne[0], na = a.ne[0], step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kBatch * step) {
+    float x[kBatch], y[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + j * step;
+      x[j] = y[j] = 0.0f;
+      if (i >= n) continue;
+      if (op == kSlice) x[j] = s0[start + i];
+      else if (op == kConcat) x[j] = i < na ? s0[i] : s1[i - na];
+      else {
+        x[j] = s0[i];
+        if (s1) y[j] = s1[i];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + j * step;
+      if (i < n) dst[i] = op == kSlice || op == kConcat ? x[j] : ew_value(op, x[j], y[j], i, n, f0, f1);
+    }
   }
-  if (op == kConcat) {
-    const int64_t na = a.ne[0];
-    for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) dst[i] = i < na ? s0[i] : s1[i - na];
-    return;
-  }
-  for (int64_t i = threadIdx.x; i < d.ne[0]; i += blockDim.x) dst[i] = ew_value(op, s0[i], s1 ? s1[i] : 0.0f, i, d.ne[0], f0, f1);
 }
 
 // Every operand contiguous and of the output's shape (no broadcast): the tensors as flat
