@@ -7,6 +7,7 @@
 // tests/cuda/device_check.sh cover them).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -141,13 +142,19 @@ TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads
     bool neox, yarn;
     KvType kt;
     int64_t T;
+    int64_t nh = 4, nkv = 2;
   };
+  // T >= 8 takes the warp-per-row kernel (a block per token); odd head counts, partial
+  // rotation, head dim 256 (its largest angle table) and a 512-token prefill with them.
   const Variant variants[] = {{64, 64, true, false, KvType::F32, 1},  {64, 64, true, false, KvType::F16, 5},
                               {64, 32, false, false, KvType::Q8_0, 1}, {96, 64, true, false, KvType::Q8_0, 3},
-                              {40, 40, true, true, KvType::F32, 2},   {40, 24, false, true, KvType::F16, 1}};
+                              {40, 40, true, true, KvType::F32, 2},   {40, 24, false, true, KvType::F16, 1},
+                              {64, 64, true, false, KvType::F32, 8, 5, 1},   {96, 64, true, false, KvType::Q8_0, 37, 7, 1},
+                              {40, 24, false, true, KvType::F32, 9, 3, 3},   {256, 256, true, false, KvType::F16, 16, 3, 1},
+                              {128, 128, true, false, KvType::F16, 512, 12, 4}, {64, 32, false, false, KvType::Q8_0, 512, 5, 5}};
   for (const Variant &v : variants) {
-    const int64_t hd = v.hd, nh = 4, nkv = 2, n_res = 300, T = v.T;
-    const uint32_t n_cells = 64;
+    const int64_t hd = v.hd, nh = v.nh, nkv = v.nkv, n_res = 300, T = v.T;
+    const uint32_t n_cells = static_cast<uint32_t>(std::max<int64_t>(64, T));
     RopeParams rp;
     rp.n_rot = v.n_rot;
     rp.neox = v.neox;
@@ -184,7 +191,7 @@ TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads
       g.mark_output(att, "att");
       return g;
     };
-    INFO("hd " << hd << " n_rot " << v.n_rot << " neox " << v.neox << " yarn " << v.yarn << " kv " << kv_type_name(v.kt) << " T " << T);
+    INFO("hd " << hd << " heads " << nh << "/" << nkv << " n_rot " << v.n_rot << " neox " << v.neox << " yarn " << v.yarn << " kv " << kv_type_name(v.kt) << " T " << T);
     const FusionPlan fp = plan_on(*gpu, build());
     REQUIRE(fp.groups.size() == 1);
     CHECK(fp.groups[0].kind == FusedKind::RowChains);

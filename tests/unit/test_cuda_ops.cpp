@@ -375,6 +375,49 @@ TEST_CASE("cuda op: elementwise, norms, softmax, routing helpers, rope, get_rows
   }
 }
 
+// Same-shape contiguous operands run as flat arrays (ew_flat_kernel): 16-byte vectors when
+// aligned and the count is a multiple of 4, else scalars (a 4-byte offset view, odd counts;
+// rows of 45 put row ends inside a vector: SwiGLU's column);
+// the per-element function is the row kernel's, so the results equal the CPU's like it does.
+TEST_CASE("cuda op: elementwise on flat operands (vector and scalar paths, SwiGLU tails)", "[ops][cuda]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  struct Shape { int64_t n, T; };
+  for (const Shape &sh : {Shape{2048, 512}, Shape{768, 9}, Shape{301, 3}, Shape{45, 4}, Shape{45, 1}})
+    for (size_t off : {size_t(0), size_t(4)}) {
+      const int64_t n = sh.n, T = sh.T, N = n * T;
+      int a_in, b_in;
+      std::vector<int> outs;
+      auto build = [&]() {
+        Graph g;
+        outs.clear();
+        a_in = g.input("a", DType::F32, {N + 1});
+        b_in = g.input("b", DType::F32, {N + 1});
+        const int a = g.view(a_in, {n, T}, off), b = g.view(b_in, {n, T}, off);
+        outs.push_back(g.add(a, b));
+        outs.push_back(g.mul(a, b));
+        outs.push_back(g.scale(a, 0.5f, 0.25f));
+        outs.push_back(g.sigmoid(b));
+        outs.push_back(g.swiglu(a, b));
+        outs.push_back(g.swiglu_oai(a, b, 1.702f, 0.8f));
+        for (int o : outs) g.mark_output(o, "o" + std::to_string(o));
+        return g;
+      };
+      Graph g1 = build();
+      const std::vector<Input> ins = {in(a_in, randn(static_cast<size_t>(N + 1), 51)), in(b_in, randn(static_cast<size_t>(N + 1), 52))};
+      auto outs_c = outs;
+      auto rc = run_on(*reg.cpu(), std::move(g1), ins, outs_c);
+      Graph g2 = build();
+      auto rg = run_on(*gpu, std::move(g2), ins, outs);
+      for (size_t i = 0; i < outs.size(); ++i) {
+        INFO("output " << i << " n=" << n << " T=" << T << " offset " << off);
+        if (i < 2) CHECK(rc[i] == rg[i]);  // add, mul: exact
+        else CHECK(rel_err(rg[i], rc[i]) < 1e-5);
+      }
+    }
+}
+
 TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_heads", "[ops][cuda]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -434,6 +477,57 @@ TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_hea
       CHECK(rel_err(hg[0], hc[0]) < 1e-4);
     }
   }
+}
+
+namespace {
+
+// MatMulHeads of H weight matrices K x M (type t) on T tokens, CUDA vs CPU (close_to_cpu).
+bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t H, int64_t T, uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("wh", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), seed, 0.5f));
+  int x, y;
+  auto build = [&]() {
+    Graph g;
+    x = g.input("x", DType::F32, {K, H, T});
+    y = g.matmul_heads(g.weight(w), x);
+    g.mark_output(y, "y");
+    return g;
+  };
+  Graph gc = build(), gg = build();
+  auto xv = randn(static_cast<size_t>(K * H * T), seed + 1);
+  auto hc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+  auto hg = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  return close_to_cpu(hg[0], hc[0]);
+}
+
+}  // namespace
+
+// T >= 16 runs on the tensor-core GEMMs (ops/matmul_heads.cu: heads as experts), fewer
+// tokens and F32 weights on the warp-per-row kernel.
+TEST_CASE("cuda op: matmul_heads at 1..512 tokens, every weight type, MLA shapes", "[ops][cuda][mma][heads]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 900;
+  // M = 203 / 37: partial 128-row tiles; T = 100: a partial 64-token tile per head.
+  for (DType t : kAllTypes)
+    for (int64_t H : {3, 20})
+      for (int64_t T : {1, 7, 16, 100}) {
+        const bool odd = H == 3;
+        const int64_t K = k_for(t, odd), M = odd ? 203 : 37;
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " H=" << H << " T=" << T);
+        CHECK(heads_case(reg, *gpu, t, K, M, H, T, seed));
+        seed += 2;
+      }
+  // GLM-4.7-Flash's k_b (Q8_0 in the Q4_K_M file, K 192 -> M 512) and v_b (Q4_K, 512 -> 256),
+  // 20 heads, and the F16 file's k_b, on a 64- and a 512-token ubatch.
+  struct Shape { DType t; int64_t K, M; };
+  for (const Shape &sh : {Shape{DType::Q8_0, 192, 512}, Shape{DType::Q4_K, 512, 256}, Shape{DType::F16, 192, 512}})
+    for (int64_t T : {64, 512}) {
+      INFO("MLA shape " << dtype_name(sh.t) << " K=" << sh.K << " M=" << sh.M << " H=20 T=" << T);
+      CHECK(heads_case(reg, *gpu, sh.t, sh.K, sh.M, 20, T, seed));
+      seed += 2;
+    }
 }
 
 namespace {

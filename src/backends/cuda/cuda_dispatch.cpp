@@ -1,5 +1,6 @@
 // Which IR nodes the CUDA backend runs, their scratch sizes, and op -> launcher dispatch.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/matmul_heads.h"
 
 namespace moe {
 
@@ -30,6 +31,7 @@ size_t cuda_work_size(const Graph &g, int id) {
   const Node &n = g.node(id);
   if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n);
   if (n.op == Op::Attention) return cuda_attention_work_size(g, n);
+  if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n);
   return 0;
 }
 

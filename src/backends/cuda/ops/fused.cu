@@ -1,6 +1,7 @@
 // Fused kernels of the CUDA fusion plan (cuda_fusion.h): per-row chains RmsNorm -> Mul(row
 // weight) -> Rope -> KvStore (a block per row of each chain, the row staged in shared
-// memory; q, k and v heads of a layer in one launch), and the softmax router Softmax ->
+// memory; q, k and v heads of a layer in one launch; from 8 tokens on a block per token and a
+// warp per row, with the same bits), and the softmax router Softmax ->
 // TopK -> GatherCols [-> NormSum] (a block per token), optionally behind its one-token F32
 // MatMul and that MatMul's input RmsNorm -> Mul (many blocks compute the logits, the last
 // one to finish selects). They call the same device functions as the unfused kernels
@@ -50,6 +51,20 @@ __device__ __forceinline__ const float *row_in(const TView &v, int64_t i1, int64
 
 constexpr int kWeightRegs = 8;  // Mul weights a thread holds in registers (rows up to 8 x 256)
 
+// dst[i] = src[i] for i < n (global -> shared), thread tid of nthr taking i = tid + k nthr,
+// kBatch loads in flight before their stores: a shared store after each load would keep one
+// load at a time in flight (the compiler cannot prove the generic src is not shared memory).
+template <int kBatch> __device__ __forceinline__ void stage_row(float *dst, const float *src, int64_t n, int tid, int nthr) {
+  for (int64_t i0 = tid; i0 < n; i0 += static_cast<int64_t>(kBatch) * nthr) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) v[j] = i0 + j * nthr < n ? src[i0 + j * nthr] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (i0 + j * nthr < n) dst[i0 + j * nthr] = v[j];
+  }
+}
+
 // __grid_constant__: the chain is picked by a run-time index into the parameters, which
 // must not make each thread copy them to local memory.
 __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
@@ -76,7 +91,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   pdl_wait();
   pdl_trigger();
   const float *src = row_in(d.in, i1, i2, i3);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s_row[i] = src[i];
+  stage_row<kWeightRegs>(s_row, src, n, threadIdx.x, blockDim.x);
   __syncthreads();
   if (d.rms) {
     const float scale = rms_row_scale(s_row, n, d.eps, d.rms_threads, s_red);
@@ -107,6 +122,90 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   if (d.kv) {  // head i1 of token i2 is elements [i1 * n, (i1 + 1) * n) of the token's cache row
     kv_store_values(s_row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type);
   }
+}
+
+// Many tokens (prefill): a block per token group b (the rows of token b in every chain:
+// chain c's rows [rows_c b / G, rows_c (b + 1) / G), G = gridDim.x, which for a chain with a
+// Rope are exactly its heads of token b), a warp per row. The angle table of each Rope chain
+// is built once per block by rope_angle_table; a warp stages its row in its own shared slice
+// and reproduces the block kernel's arithmetic (rms_row_scale_warp: the same bits as
+// rms_row_scale), so both kernels give the same results (tests [cuda][fusion]).
+constexpr int kRcWarps = 8, kRcThreads = 32 * kRcWarps;
+constexpr int64_t kRcMaxRow = 512;  // values per row: 8 warps x 2 KB of shared memory
+constexpr int kRcMaxRot = 256;      // rotated dims of a Rope chain (angle table per chain)
+
+__global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __grid_constant__ ChainsArgs a) {
+  extern __shared__ float s_rows[];  // [kRcWarps][row stride]
+  __shared__ float s_theta[kRcMaxRot / 2];
+  __shared__ float s_cs[kMaxFusedChains][kRcMaxRot];
+  __shared__ float s_w[kMaxFusedChains][kRcMaxRow];  // the Mul weights, shared by the block's rows
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t b = blockIdx.x, G = gridDim.x;
+  for (int c = 0; c < a.n; ++c)  // weights: before pdl_wait (made visible by the tables' barriers or the one below)
+    if (a.ch[c].w) stage_row<kRcMaxRow / kRcThreads>(s_w[c], a.ch[c].w, a.ch[c].in.ne[0], threadIdx.x, kRcThreads);
+  // Block-uniform: every thread builds each table (rope_angle_table has barriers). Chains
+  // whose positions are graph inputs build theirs before pdl_wait.
+  for (int c = 0; c < a.n; ++c)
+    if (a.ch[c].pos && a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+  pdl_wait();
+  pdl_trigger();
+  for (int c = 0; c < a.n; ++c)
+    if (a.ch[c].pos && !a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+  __syncthreads();  // s_w and the tables are complete
+  int64_t stride = 1;
+  for (int c = 0; c < a.n; ++c) stride = a.ch[c].in.ne[0] > stride ? a.ch[c].in.ne[0] : stride;
+  float *row = s_rows + warp * stride;
+  // The block's rows, chain after chain, dealt to the warps in turn.
+  int64_t item = warp;
+  for (int c = 0; c < a.n; ++c) {
+    const ChainDesc &d = a.ch[c];
+    const int64_t r0 = d.rows * b / G, r1 = d.rows * (b + 1) / G;
+    for (; item < r1 - r0; item += kRcWarps) {
+      const int64_t r = r0 + item;
+      const int64_t n = d.in.ne[0], ne1 = d.in.ne[1], ne2 = d.in.ne[2];
+      const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+      __syncwarp();  // the previous row's last reads of `row` are done
+      const float *src = row_in(d.in, i1, i2, i3);
+      stage_row<kRcMaxRow / 32>(row, src, n, lane, 32);
+      __syncwarp();
+      if (d.rms) {
+        const float scale = rms_row_scale_warp(row, n, d.eps, d.rms_threads);
+        for (int64_t i = lane; i < n; i += 32) {
+          float v = row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
+          if (d.w) v = v * s_w[c][i];
+          row[i] = v;
+        }
+        __syncwarp();
+      }
+      if (d.pos) {  // rows are [head_dim, n_head, T]: this block's token is i2 == b
+        for (int k = lane; k < d.ra.n_rot / 2; k += 32) rope_rotate_pair(row, row, k, d.ra, s_cs[c]);
+        __syncwarp();
+      }
+      if (d.out.data) {
+        float *dst = const_cast<float *>(row_in(d.out, i1, i2, i3));
+        for (int64_t i = lane; i < n; i += 32) dst[i] = row[i];
+      }
+      if (d.kv) kv_store_values(row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type, lane, 32);
+    }
+    item -= r1 - r0;
+  }
+}
+
+// The token groups of row_chains_warp_kernel, or 0 where the block-per-row kernel runs: few
+// tokens (decode: a block per row spreads 40 rows over 40 SMs), rows longer than kRcMaxRow,
+// no Rope or KvStore chain to define the tokens, or a Rope chain that is not [n, heads, G].
+constexpr int64_t kRcMinGroups = 8;
+int64_t warp_kernel_groups(const ChainsArgs &a, int64_t widest) {
+  if (widest > kRcMaxRow) return 0;
+  int64_t groups = 0;
+  for (int c = 0; c < a.n && groups == 0; ++c)
+    if (a.ch[c].pos || a.ch[c].kv) groups = a.ch[c].in.ne[2] * a.ch[c].in.ne[3];
+  if (groups < kRcMinGroups || groups > 0x7fffffff) return 0;
+  for (int c = 0; c < a.n; ++c) {
+    const ChainDesc &d = a.ch[c];
+    if (d.pos && (d.in.ne[2] != groups || d.in.ne[3] != 1 || d.ra.n_rot > kRcMaxRot)) return 0;
+  }
+  return groups;
 }
 
 struct RouterArgs {
@@ -302,6 +401,12 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
     widest = std::max(widest, x.ne[0]);
   }
   if (total == 0) return;
+  const int64_t groups = warp_kernel_groups(a, widest);
+  if (groups > 0) {
+    launch_pdl(row_chains_warp_kernel, dim3(static_cast<unsigned>(groups)), dim3(kRcThreads), static_cast<size_t>(kRcWarps * widest) * 4,
+               c.stream, a);
+    return;
+  }
   const int threads = row_threads(widest);
   launch_pdl(row_chains_kernel, dim3(static_cast<unsigned>(total)), dim3(static_cast<unsigned>(threads)), static_cast<size_t>(widest) * 4,
              c.stream, a);

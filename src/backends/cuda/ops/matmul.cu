@@ -8,6 +8,7 @@
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/matmul_f32.h"
+#include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec.h"
@@ -276,10 +277,14 @@ template <DType V> __device__ __forceinline__ void round_act32(float *xv, int s)
 // Every lane of the warp must call it (Q8_K rounding shuffles across 8 lanes).
 // kRound = false: x was already rounded by act_round_kernel (then the weight and x loads
 // are independent; measured faster for decode than rounding in the mat-vec).
-template <DType T, bool kRound> __device__ __forceinline__ float row_dot1(const uint8_t *wrow, const float *x, int K, int lane) {
+// The row may be shared by `width` lanes (a power of two; >= 8 for quantized types, whose
+// Q8_K rounding pairs lanes xor 1, 2, 4; 32 for plain types), `sub` = this lane's index among
+// them: sub-blocks (elements) sub, sub + width, ... All lanes run the same trip count.
+template <DType T, bool kRound>
+__device__ __forceinline__ float row_dot1(const uint8_t *wrow, const float *x, int K, int sub, int width = 32) {
   float acc = 0.0f;
   if constexpr (is_plain(T)) {
-    for (int i = lane; i < K; i += 32) {
+    for (int i = sub; i < K; i += width) {
       float xv = __ldg(x + i);
       if constexpr (kRound && T == DType::F16) xv = __half2float(__float2half_rn(xv));
       if constexpr (kRound && T == DType::BF16) xv = __bfloat162float(__float2bfloat16_rn(xv));
@@ -287,8 +292,8 @@ template <DType T, bool kRound> __device__ __forceinline__ float row_dot1(const 
     }
   } else {
     const int n_sub = K / 32;
-    for (int base = 0; base < n_sub; base += 32) {
-      const int s = base + lane;
+    for (int base = 0; base < n_sub; base += width) {
+      const int s = base + sub;
       const bool act = s < n_sub;
       float xv[32];
       const float4 *x4 = reinterpret_cast<const float4 *>(x + (act ? s : 0) * 32);
@@ -331,18 +336,33 @@ __global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int
   if (lane == 0) Y[static_cast<int64_t>(j) * M + row] = acc;
 }
 
-// MatMulHeads: out[:, h, t] = W_h x[:, h, t]; grid (row tiles, H, T).
+// MatMulHeads at few tokens: out[:, h, t] = W_h x[:, h, t]; grid (row tiles, H, T). A row
+// takes `width` lanes (heads_row_width: short rows such as GLM's k_b, K 192 = 6 sub-blocks,
+// would leave most of a warp idle), so a warp computes 32 / width rows of one head.
 template <DType T>
 __global__ void __launch_bounds__(kWarps * 32) mmv_heads_kernel(const uint8_t *W, int64_t row_bytes, int64_t head_bytes, int K, int M,
-                                                                TView x, TView d) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+                                                                int width, TView x, TView d) {
+  const int lane = threadIdx.x & 31, sub = lane & (width - 1);
+  const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * (32 / width);  // the warp's first row
+  const int row = row0 + lane / width;
   const int64_t h = blockIdx.y, t = blockIdx.z;
-  if (row >= M) return;
+  if (row0 >= M) return;  // warp-uniform
   const float *xr = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + h * x.nb[1] + t * x.nb[2]);
-  float acc = row_dot1<T, true>(W + h * head_bytes + static_cast<int64_t>(row) * row_bytes, xr, K, lane);
-  acc = warp_sum(acc);
-  if (lane == 0) reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + h * d.nb[1] + t * d.nb[2])[row] = acc;
+  // Lanes of rows past M compute row M - 1 again (every lane joins the shuffles) and store nothing.
+  const int64_t wr = row < M ? row : M - 1;
+  float acc = row_dot1<T, true>(W + h * head_bytes + wr * row_bytes, xr, K, sub, width);
+  for (int o = width >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (sub == 0 && row < M) reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + h * d.nb[1] + t * d.nb[2])[row] = acc;
+}
+
+// Lanes per row of mmv_heads_kernel: the sub-blocks of a row rounded up to a power of two,
+// at least 8 (the Q8_K rounding's lane groups); plain types 32.
+int heads_row_width(DType t, int64_t K) {
+  if (is_plain(t)) return 32;
+  const int64_t n_sub = K / 32;
+  int w = 8;
+  while (w < 32 && w < n_sub) w *= 2;
+  return w;
 }
 
 void launch_mmv1(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const uint8_t *xb,
@@ -484,15 +504,22 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   return bytes;
 }
 
-void cuda_op_matmul_heads(const CudaOpCtx &c) {
+void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, float *out, void *q_out, bool q_int8,
+                      float2 *s_out) {
+  launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>((K + 255) / 256)), dim3(256), 0, s, x, K,
+             static_cast<int>(vdt), out, q_out, q_int8, s_out);
+}
+
+void cuda_matmul_heads_rows(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const int64_t K = w.ne[0], M = w.ne[1], H = x.ne[1], T = x.ne[2];
   if (M * H * T == 0) return;
-  const dim3 grid(static_cast<unsigned>((M + kWarps - 1) / kWarps), static_cast<unsigned>(H), static_cast<unsigned>(T));
+  const int width = heads_row_width(w.type, K), rows_per_block = kWarps * (32 / width);
+  const dim3 grid(static_cast<unsigned>((M + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(H), static_cast<unsigned>(T));
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
 #define MOE_HEADS_CASE(TY)                                                                                       \
   case TY:                                                                                                       \
-    mmv_heads_kernel<TY><<<grid, kWarps * 32, 0, c.stream>>>(W, w.nb[1], w.nb[2], static_cast<int>(K), static_cast<int>(M), \
+    mmv_heads_kernel<TY><<<grid, kWarps * 32, 0, c.stream>>>(W, w.nb[1], w.nb[2], static_cast<int>(K), static_cast<int>(M), width, \
                                                              tview(x), tview(c.n));                             \
     break;
   switch (w.type) {

@@ -25,6 +25,32 @@ __device__ __forceinline__ float rms_row_scale(const float *src, int64_t n, floa
   return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(n)) + eps);
 }
 
+// rms_row_scale's bits computed by one warp (all 32 lanes call it; every lane gets the
+// value): lane l plays thread 32 v + l of each of the nthr / 32 warps v of a block of nthr
+// (nthr = row_threads(n) <= 256), with the same strided double sums, the same xor butterfly
+// per warp and the warp sums added in warp order, as blk_sum does.
+__device__ __forceinline__ float rms_row_scale_warp(const float *src, int64_t n, float eps, int nthr) {
+  constexpr int kMaxWarps = 8;
+  const int lane = threadIdx.x & 31, nw = nthr >> 5;
+  double s[kMaxWarps];
+#pragma unroll
+  for (int v = 0; v < kMaxWarps; ++v) {
+    s[v] = 0.0;
+    if (v < nw)
+      for (int64_t i = 32 * v + lane; i < n; i += nthr) s[v] += static_cast<double>(src[i] * src[i]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int v = 0; v < kMaxWarps; ++v)
+      if (v < nw) s[v] += __shfl_xor_sync(0xffffffffu, s[v], o);  // warp-uniform condition
+  double t = 0;
+#pragma unroll
+  for (int v = 0; v < kMaxWarps; ++v)
+    if (v < nw) t += s[v];
+  return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(n)) + eps);
+}
+
 // Softmax of one row over threads [0, nthr) of the block (stride nthr; threads past nthr
 // add nothing) in the CPU's order, bit for bit: max; the reference's vector expf on the
 // 16-element chunks (libm's expf on the tail there, CUDA's here: within an ulp); the double
