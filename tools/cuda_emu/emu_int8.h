@@ -12,12 +12,6 @@ inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh) {
   const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
   return static_cast<uint32_t>(v >> (sh & 31));
 }
-inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
-  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
-  unsigned r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
-  return r;
-}
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 inline float __fdividef(float a, float b) { return a / b; }
 

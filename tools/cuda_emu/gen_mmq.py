@@ -12,16 +12,21 @@ out = sys.argv[2]
 
 def with_body(text, name, body):
     """`text` with the definition of device function `name` (signature, then a body closed
-    by a brace at column 0) given `body` instead."""
+    by a brace at column 0, or a one-line body) given `body` instead."""
     m = re.search(r'\n((?:template <[^\n>]*> )?__device__ __forceinline__ void ' + name + r'\([^{]*\))\s*\{', text)
     assert m, name
-    end = text.index('\n}\n', m.end()) + 3
+    line_end = text.index('\n', m.end())
+    one_line = text[m.end():line_end].rstrip().endswith('}')  # `{ ...; }` on the signature's line
+    end = line_end + 1 if one_line else text.index('\n}\n', m.end()) + 3
     return text[:m.start()] + '\n' + m.group(1) + ' ' + body + '\n' + text[end:]
 
 
 common = open(os.path.join(ops, 'mma_common.cuh')).read()
 for name, body in [
     ('ldmatrix_x4', '{ emu_lag(); emu_ldsm(r, p, false); }'),
+    ('ldmatrix_x4_trans', '{ emu_lag(); emu_ldsm(r, p, true); }'),
+    ('cp_async_16', '{ std::memcpy(smem, gmem, 16); }'),
+    ('cp_async_commit_wait_all', '{}'),
     ('mma16816', '{ emu_mma(d, a, b[0], b[1]); }'),
     ('mma_s8_k32', '{ emu_mma_s8(d, a, b, 32); }'),
     ('mma_s8_k16', '{ const uint32_t a2[2] = {a0, a1}; emu_mma_s8(d, a2, &b, 16); }'),
