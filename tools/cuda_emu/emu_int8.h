@@ -51,3 +51,38 @@ inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K)
   W.bar->arrive_and_wait();
   for (int i = 0; i < 4; ++i) c[i] = d[i];
 }
+
+// cp.async as the PTX ISA describes it for one thread: a copy lands only when a
+// cp.async.wait_group lets its group complete (here: then, in issue order), so a read of the
+// destination before the wait, or by another thread before a barrier that follows the
+// wait, sees stale bytes. Both addresses must be 16-byte aligned. A thread that ends with
+// copies pending aborts.
+struct EmuCpAsync {
+  struct Copy {
+    void *dst;
+    const void *src;
+    int group;
+  };
+  std::vector<Copy> pending;
+  int committed = 0;
+  ~EmuCpAsync() {
+    if (!pending.empty()) std::abort();
+  }
+};
+inline thread_local EmuCpAsync t_cp_async;
+inline void emu_cp_async(void *dst, const void *src) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) std::abort();
+  t_cp_async.pending.push_back({dst, src, t_cp_async.committed});
+}
+inline void emu_cp_commit() { ++t_cp_async.committed; }
+inline void emu_cp_wait(int n) {
+  auto &q = t_cp_async.pending;
+  size_t kept = 0;
+  for (const auto &c : q) {
+    if (c.group < t_cp_async.committed - n)
+      std::memcpy(c.dst, c.src, 16);
+    else
+      q[kept++] = c;
+  }
+  q.resize(kept);
+}
