@@ -13,11 +13,16 @@
 //           m16n8k16 s8 mmas per 32 on the k16 halves of the same fragments, rather than
 //           two masked k32 ones: the same tensor work, no masking)
 // - Q4_0 / Q8_0: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in f32).
-// Tiling, column tiles, register staging, L2 prefetch and the output scatter are those of
-// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32;
-// here with double-buffered step tiles (one barrier per step), a K split over several
-// blocks for dense grids that would leave SMs idle, and narrow column tiles (<= 32) shared
-// by the two warp groups along K (SubRange). Host-checked by tools/cuda_emu/run_mmq.sh.
+// Tiling, column tiles, L2 prefetch and the output scatter are those of matmul_mma.cu
+// (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32. Here the
+// loads are a cp.async pipeline (kStages): each K step's raw weight bytes (per row, the
+// 16-byte chunks holding what the step's decode reads, I8Raw) and activation integers and
+// scales are copied into shared memory kStages - 1 steps ahead, then the weights are
+// decoded from there into the step tiles, which the mma reads with the activation integers
+// in place. Also a K split over several blocks for dense grids that would leave SMs idle,
+// and narrow column tiles (<= 32) shared by the two warp groups along K (SubRange).
+// Host-checked by tools/cuda_emu/run_mmq.sh (bit for bit against the register-staged
+// kernel of session 3, which this one reproduces: same integers, same folds).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
@@ -48,9 +53,9 @@ constexpr int kMinLd = 16 + 8;
 // (kStages - 1 ahead), so those mostly find them in L2.
 constexpr int kPrefetchSteps = 7;
 
-// Stages of the cp.async pipeline: copies of this many K steps are in flight while one is
-// decoded and multiplied (3 for Q6_K, whose raw copies are the largest, to keep 2 blocks per
-// SM within the shared memory).
+// Stages of the cp.async pipeline: while one K step is decoded and multiplied, the copies of
+// the next kStages - 1 are in flight (3 stages for Q6_K, whose raw copies are the largest,
+// to keep 2 blocks per SM within the shared memory: 94 KB each; Q4_K 74 KB, Q5_K 90 KB).
 template <DType T> constexpr int kStages = T == DType::Q6_K ? 3 : 4;
 
 // The dynamic shared memory of the kernel, in this order (each part a multiple of 16 bytes):
