@@ -12,6 +12,11 @@ inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh) {
   const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
   return static_cast<uint32_t>(v >> (sh & 31));
 }
+inline uint32_t __float_as_uint(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 inline float __fdividef(float a, float b) { return a / b; }
 

@@ -21,6 +21,7 @@ static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; st
 template <DType T> struct Layout;
 template <> struct Layout<DType::Q4_0> { static constexpr int qk = 32, bytes = 18, d[2] = {0, -1}; };
 template <> struct Layout<DType::Q8_0> { static constexpr int qk = 32, bytes = 34, d[2] = {0, -1}; };
+template <> struct Layout<DType::MXFP4> { static constexpr int qk = 32, bytes = 17, d[2] = {-1, -1}; };  // E8M0 byte 0
 template <> struct Layout<DType::Q4_K> { static constexpr int qk = 256, bytes = 144, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q5_K> { static constexpr int qk = 256, bytes = 176, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q6_K> { static constexpr int qk = 256, bytes = 210, d[2] = {208, -1}; };
@@ -45,6 +46,8 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
         const uint16_t b = f16bits(ud(rng) * (f ? 0.02f : 0.01f));
         std::memcpy(&W[blk * L::bytes + L::d[f]], &b, 2);
       }
+  if (T == DType::MXFP4)  // scales 2^-11 .. 2^4
+    for (size_t blk = 0; blk < W.size() / L::bytes; ++blk) W[blk * L::bytes] = static_cast<uint8_t>(117 + rng() % 16);
   const int cblk = L::qk == 256 ? 256 : 32;  // Q8_K or Q8_0 activation blocks
   std::vector<int8_t> Xq(static_cast<size_t>(N) * K);
   std::vector<float2> Xs(static_cast<size_t>(N) * K / 16);
@@ -77,9 +80,11 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
   launch(mmq_i8_emu::mmq_i8_kernel<T>, part);
   int differ = 0;  // outputs not bit-identical with the OLD revision's kernel
 #ifdef MMQ_I8_OLD
-  std::vector<float> part_old(part.size(), -777.0f);
-  launch(mmq_i8_old::mmq_i8_kernel<T>, part_old);
-  for (size_t i = 0; i < part.size(); ++i) differ += std::memcmp(&part[i], &part_old[i], 4) != 0;
+  if constexpr (T != DType::MXFP4) {  // new on this kernel (before: the f16 MMQ, matmul_mmq.cu)
+    std::vector<float> part_old(part.size(), -777.0f);
+    launch(mmq_i8_old::mmq_i8_kernel<T>, part_old);
+    for (size_t i = 0; i < part.size(); ++i) differ += std::memcmp(&part[i], &part_old[i], 4) != 0;
+  }
 #endif
   for (size_t i = 0; i < Y.size(); ++i) {
     Y[i] = part[i];
@@ -179,6 +184,7 @@ int main(int argc, char **argv) {
   bool ok = true;
   ok &= type_cases<DType::Q4_0>("Q4_0", seed * 100);
   ok &= type_cases<DType::Q8_0>("Q8_0", seed * 100 + 10);
+  ok &= type_cases<DType::MXFP4>("MXFP4", seed * 100 + 50);
   ok &= type_cases<DType::Q4_K>("Q4_K", seed * 100 + 20);
   ok &= type_cases<DType::Q5_K>("Q5_K", seed * 100 + 30);
   ok &= type_cases<DType::Q6_K>("Q6_K", seed * 100 + 40);

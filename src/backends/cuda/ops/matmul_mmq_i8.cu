@@ -1,5 +1,5 @@
 // Exact-product tensor-core GEMM on int8 mma (prefill MatMul / MatMulId) for Q4_0, Q8_0,
-// Q4_K, Q5_K, Q6_K: the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
+// MXFP4, Q4_K, Q5_K, Q6_K: the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
 // Q8_K integers (act_round_kernel, int8, with per-16 (c, X = sum qx)) in
 // mma.sync.m16n8k32.s8 with s32 results, exact, at twice the f16 rate of matmul_mmq.cu and
 // half its shared-memory bytes per K. The folds follow the CPU's dot products:
@@ -12,7 +12,8 @@
 //     Q6_K: 16 * 128 * 16 * 32 * 127 = 133.2e6 < 2^31 (16-wide int8 scales: two
 //           m16n8k16 s8 mmas per 32 on the k16 halves of the same fragments, rather than
 //           two masked k32 ones: the same tensor work, no masking)
-// - Q4_0 / Q8_0: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in f32).
+// - Q4_0 / Q8_0 / MXFP4: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in
+//   f32), the CPU's sumi * (c d); MXFP4 thus gives the f16 MMQ's results (same S, same fold).
 // Tiling, column tiles, L2 prefetch and the output scatter are those of matmul_mma.cu
 // (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32. Here the
 // loads are a cp.async pipeline (kStages): each K step's raw weight bytes (per row, the
@@ -55,17 +56,19 @@ constexpr int kPrefetchSteps = 7;
 
 // Stages of the cp.async pipeline: while one K step is decoded and multiplied, the copies of
 // the next kStages - 1 are in flight (3 stages for Q6_K, whose raw copies are the largest,
-// to keep 2 blocks per SM within the shared memory: 94 KB each; Q4_K 74 KB, Q5_K 90 KB).
+// to keep 2 blocks per SM within the shared memory: 100 KB each; Q4_K 74 KB, Q5_K 90 KB).
 template <DType T> constexpr int kStages = T == DType::Q6_K ? 3 : 4;
 
 // The dynamic shared memory of the kernel, in this order (each part a multiple of 16 bytes):
-//   raw[stage][row][i8_raw_chunks<T> * 16]: the 16-byte chunk covers of the weight bytes a K
-//     step reads (I8Raw), per row, region after region;
+//   raw[stage][row][kRawRow]: the 16-byte chunk covers of the weight bytes a K step reads
+//     (I8Raw), per row, region after region; rows of an odd number of chunks, so that the
+//     decode's loads (a row per thread pair) fall on distinct banks (4-byte loads: at most
+//     2 rows of a warp per bank);
 //   sB[stage][col][kLd8]: the step's activation integers (the mma reads them there);
 //   sXs[stage][col][kGroups]: their (c, X) per k16 group;
 //   the decoded step tiles (one buffer, I8Tiles): sA, sSc, sD, sC, sMA, sMB.
 template <DType T> struct I8Smem {
-  static constexpr int kRawRow = i8_raw_chunks<T> * 16;
+  static constexpr int kRawRow = (i8_raw_chunks<T> | 1) * 16;
   static constexpr int kRaw = 0;
   static constexpr int kB = kRaw + kStages<T> * kBM * kRawRow;
   static constexpr int kXs = kB + kStages<T> * kBN * kLd8 * 2;
@@ -79,6 +82,9 @@ template <DType T> struct I8Smem {
   static_assert(kRawRow % 16 == 0 && kB % 16 == 0 && kXs % 16 == 0 && kA % 16 == 0 && kSc % 16 == 0 && kD % 16 == 0 &&
                     kC % 16 == 0 && kMA % 16 == 0 && kMB % 16 == 0,
                 "16-byte aligned parts (cp.async, uint4 stores, ldmatrix rows)");
+  // Two blocks per SM on sm_90 (228 KB per SM, 1 KB of it reserved per block, + the static
+  // row tables), as the registers allow.
+  static_assert(kBytes <= 112 * 1024, "shared memory for two blocks per SM");
 };
 
 // Issues the copies of K step k0 into pipeline stage st: thread -> (row tid / 2, chunks of
@@ -146,12 +152,6 @@ template <DType T> __device__ __forceinline__ I8Tiles i8_tiles(uint8_t *smem, in
                  reinterpret_cast<float(*)[kSld]>(smem + L::kC),
                  reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMA),
                  reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMB)};
-}
-
-__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
-  __half2 h;
-  memcpy(&h, &u, 4);
-  return __half22float2(h);
 }
 
 // Decodes stage st of K step k0 (s4: its place in its 256-block) into the step tiles:
@@ -263,7 +263,7 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) dd[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][0]);
+    for (int h = 0; h < 2; ++h) dd[mi][h] = i8_d_dmin<T>(t.sD[wt.wm + 16 * mi + g + 8 * h][0]);
   uint32_t am[2][4] = {}, bm[4][2] = {};
   if constexpr (has_min<T>)
     if (mins) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
@@ -290,7 +290,8 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
   }
 }
 
-// Q4_0 / Q8_0, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
+// Q4_0 / Q8_0 / MXFP4, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
+template <DType T>
 __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -302,7 +303,7 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) d[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
+      for (int h = 0; h < 2; ++h) d[mi][h] = i8_d_dmin<T>(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= wt.n_live) continue;
@@ -413,7 +414,7 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
         block_sum_step<T>(I, tl, wt, sr);
         if (s4 == 3) fold_block<T>(acc, I, tl, wt, sr.mins);  // K and k_len are multiples of 256
       } else {
-        fold_per_sub(acc, tl, wt, sr);
+        fold_per_sub<T>(acc, tl, wt, sr);
       }
     }
   }
@@ -453,9 +454,8 @@ template <DType T> __global__ void i8_unpack_check_kernel(const uint8_t *row, in
   unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
   I8Weights o;
   stage_i8<T>(row, s, o);
-  __half2 dm;
-  memcpy(&dm, &o.dm, 4);
-  const float d = __low2float(dm), dmin = __high2float(dm), m = static_cast<float>((o.scm >> 16) & 0xFFu);
+  const float2 dm = i8_d_dmin<T>(o.dm);
+  const float d = dm.x, dmin = dm.y, m = static_cast<float>((o.scm >> 16) & 0xFFu);
   for (int l = 0; l < 32; ++l) {
     const float v = static_cast<float>(i8_byte(o.w[l / 4], l % 4));
     staged[32 * s + l] = d * static_cast<float>(i8_byte(o.scm, l / 16)) * v - dmin * m;
@@ -481,12 +481,12 @@ void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, i
 
 bool cuda_mmq_int8_type(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_0: case DType::Q8_0: case DType::MXFP4: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
     default: return false;
   }
 }
 
-#define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+#define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
 
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
   if (K % 256 != 0) return 1;

@@ -4,12 +4,16 @@
 //   Q4_K, Q5_K: weight l = d sc q_l - dmin m (sc, m per 32; d, dmin per 256-block)
 //   Q6_K:       weight l = d sc[l / 16] q_l (int8 sc per 16; d per 256-block)
 //   Q4_0, Q8_0: weight l = d q_l (d per 32; sc = 1)
+//   MXFP4:      weight l = d q_l, q_l in {0, +-1, +-2, +-3, +-4, +-6, +-8, +-12} (twice the
+//               E2M1 value), d = 2^(e - 128) per 32 (sc = 1; d as f32: E8M0 exceeds f16)
 // The integers are the codes of the GGUF layouts (Q4_K 0..15, Q5_K 0..31, Q6_K -32..31,
-// Q4_0 -8..7, Q8_0 as stored), taken four per 32-bit word without per-byte work.
+// Q4_0 -8..7, Q8_0 as stored; MXFP4 through a byte-permute table), four per 32-bit word
+// without per-byte work.
 #pragma once
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cuda/ops/quant.cuh"
 
@@ -18,15 +22,27 @@ namespace mmq {
 
 // The types matmul_mmq_i8.cu takes; of those, the K-quants sum integers over a 256-block.
 template <DType T>
-constexpr bool i8_type = T == DType::Q4_0 || T == DType::Q8_0 || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+constexpr bool i8_type =
+    T == DType::Q4_0 || T == DType::Q8_0 || T == DType::MXFP4 || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
 template <DType T> constexpr bool i8_block_sum = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
 
 // Packed to keep the kernel's register staging small.
 struct I8Weights {
   uint32_t w[8];  // the 32 integers, int8
   uint32_t scm;   // bytes 0, 1: integer scale of k16 group 0, 1 (int8); byte 2: m (0 without a min)
-  uint32_t dm;    // f16 pair (d, dmin) (dmin 0 without a min term)
+  uint32_t dm;    // f16 pair (d, dmin) (dmin 0 without a min term); MXFP4: d as f32 bits
 };
+
+// (d, dmin) of a staged sub-block.
+template <DType T> __device__ __forceinline__ float2 i8_d_dmin(uint32_t dm) {
+  if constexpr (T == DType::MXFP4) {
+    return make_float2(__uint_as_float(dm), 0.0f);
+  } else {
+    __half2 h;
+    memcpy(&h, &dm, 4);
+    return __half22float2(h);
+  }
+}
 
 __device__ __forceinline__ int i8_byte(uint32_t v, int i) { return static_cast<int8_t>(static_cast<uint8_t>(v >> (8 * i))); }
 __device__ __forceinline__ uint32_t u16_at(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
@@ -48,6 +64,32 @@ __device__ __forceinline__ void words_at(const uint8_t *p, uint32_t (&w)[8]) {
   for (int k = 0; k < 9; ++k) v[k] = q[k];
 #pragma unroll
   for (int k = 0; k < 8; ++k) w[k] = __funnelshift_r(v[k], v[k + 1], sh);
+}
+
+// N words of the bytes at p, any alignment, from the aligned words holding [p, p + 4N)
+// (N + 1 of them where p is unaligned, N where it is: no read outside those words).
+template <int N> __device__ __forceinline__ void words_any(const uint8_t *p, uint32_t (&w)[N]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *q = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+  const uint32_t sh = static_cast<uint32_t>(a & 3) * 8;
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = q[k];
+  v[N] = sh ? q[N] : 0u;
+#pragma unroll
+  for (int k = 0; k < N; ++k) w[k] = __funnelshift_r(v[k], v[k + 1], sh);
+}
+
+// Four MXFP4 codes (one per byte, 0..15) -> the int8 bytes of twice their E2M1 values: the
+// magnitude {0, 1, 2, 3, 4, 6, 8, 12}[c & 7] and its negation by byte permutes of two
+// 8-byte tables (selector nibbles c & 7, sign-replicate bit clear), picked by bit 3.
+__device__ __forceinline__ uint32_t mxfp4_bytes(uint32_t c) {
+  const uint32_t x = c & 0x07070707u;
+  const uint32_t sel = (x & 0x7u) | ((x >> 4) & 0x70u) | ((x >> 8) & 0x700u) | ((x >> 12) & 0x7000u);
+  const uint32_t pos = __byte_perm(0x03020100u, 0x0C080604u, sel);
+  const uint32_t neg = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, sel);  // 0, -1, -2, -3 | -4, -6, -8, -12
+  const uint32_t m = ((c >> 3) & 0x01010101u) * 0xFFu;
+  return (pos & ~m) | (neg & m);
 }
 
 // Four codes c in [0, 2B) (one per byte, B a power of two) -> the int8 bytes of c - B. Per
@@ -131,6 +173,20 @@ __device__ __forceinline__ void stage_q80(const uint8_t *blk, I8Weights &o) {
   o.dm = u16_at(blk);
 }
 
+// MXFP4 (17-byte blocks, any alignment): the exponent byte, then elements 0-15 in the low
+// nibbles of the 16 bytes, 16-31 in the high ones.
+__device__ __forceinline__ void stage_mxfp4(const uint8_t *blk, I8Weights &o) {
+  uint32_t v[4];
+  words_any<4>(blk + 1, v);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    o.w[k] = mxfp4_bytes(v[k] & 0x0F0F0F0Fu);
+    o.w[4 + k] = mxfp4_bytes((v[k] >> 4) & 0x0F0F0F0Fu);
+  }
+  o.scm = 0x0101u;
+  o.dm = __float_as_uint(e8m0_half(blk[0]));
+}
+
 template <DType T> __device__ __forceinline__ void stage_i8(const uint8_t *row, int s, I8Weights &o) {
   const int j = s & 7;
   if constexpr (T == DType::Q4_K) {
@@ -148,6 +204,8 @@ template <DType T> __device__ __forceinline__ void stage_i8(const uint8_t *row, 
     stage_q6k(blk + 64 * (j >> 2) + (g & 1) * 32, blk + 128 + 32 * (j >> 2), blk + 192 + 2 * j, blk + 208, g, o);
   } else if constexpr (T == DType::Q4_0) {
     stage_q40(row + s * 18, o);
+  } else if constexpr (T == DType::MXFP4) {
+    stage_mxfp4(row + s * 17, o);
   } else {
     static_assert(T == DType::Q8_0, "an int8 MMQ type");
     stage_q80(row + s * 34, o);
@@ -163,7 +221,7 @@ template <DType T> __device__ __forceinline__ void stage_i8(const uint8_t *row, 
 //   Q6_K (210, 2-byte aligned): the 64 ql bytes of the step's half-block, its 32 qh bytes,
 //     its 4 scale bytes through d ([192 + 4 s4, 210)); covers <= 5, 3, 2 chunks (start % 16
 //     <= 14), and words_at's over-read stays inside them (chunks sized for the worst start).
-//   Q4_0 / Q8_0: the step's one or two blocks (one at a K tail), <= 4 / 6 chunks.
+//   Q4_0 / Q8_0 / MXFP4: the step's one or two blocks (one at a K tail), <= 4 / 6 / 4 chunks.
 template <DType T> struct I8Raw;
 template <> struct I8Raw<DType::Q4_K> {
   __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 1 : r == 1 ? 2 : 0; }
@@ -194,6 +252,10 @@ template <> struct I8Raw<DType::Q8_0> {
   __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 6 : r == 1 ? 0 : 0; }
   __device__ static int2 region(int, int k0, int K) { return make_int2((k0 >> 5) * 34, (K - k0 >= 64 ? 2 : 1) * 34); }
 };
+template <> struct I8Raw<DType::MXFP4> {
+  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 4 : r == 1 ? 0 : 0; }
+  __device__ static int2 region(int, int k0, int K) { return make_int2((k0 >> 5) * 17, (K - k0 >= 64 ? 2 : 1) * 17); }
+};
 template <DType T> constexpr int i8_raw_chunks = I8Raw<T>::chunks(0) + I8Raw<T>::chunks(1) + I8Raw<T>::chunks(2);
 
 // Sub-block h (0, 1) of the K step at k0 from p[r] = region r's first byte (wherever its
@@ -209,6 +271,8 @@ template <DType T> __device__ __forceinline__ void stage_i8_regions(const uint8_
     stage_q6k(p[0] + (g & 1) * 32, p[1], p[2] + 2 * h, p[2] + 16 - 4 * s4, g, o);
   } else if constexpr (T == DType::Q4_0) {
     stage_q40(p[0] + 18 * h, o);
+  } else if constexpr (T == DType::MXFP4) {
+    stage_mxfp4(p[0] + 17 * h, o);
   } else {
     stage_q80(p[0] + 34 * h, o);
   }
