@@ -1,12 +1,13 @@
 // CUDA kernels at the Qwen3-30B-A3B shapes (n_embd 2048, 32 q / 4 kv heads of 128, 128
 // experts, 8 used, expert ff 768, vocabulary 151936): decode mat-vecs per weight type, the
-// MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
+// prefill expert products (MatMulId at 512 tokens), the MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
 // attention decode / prefill (and MLA attention at the GLM-4.7-Flash shape). Each iteration replays the one-op graph on the context's stream
 // (captured as a CUDA graph like a decode step) and is timed with CUDA events. Counters:
 // weight GB/s (decode), TFLOP/s (prefill), tokens/s. Without a CUDA device every benchmark
 // reports "skipped: no CUDA device".
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <vector>
@@ -129,6 +130,41 @@ void BM_CudaMatmul(benchmark::State &state) {
 #endif
 }
 
+// One expert product (MatMulId) of T tokens routed to kUsed of kExperts experts at random
+// (distinct per token): the prefill GEMM of a MoE layer's gate / up (X = 1: every slot
+// reads the token's row) or down (X = kUsed: one input row per slot) projection, including
+// its activation rounding and routing-table launches.
+void BM_CudaMatmulId(benchmark::State &state) {
+  const DType t = kTypes[state.range(0)];
+  const int64_t K = state.range(1), M = state.range(2), X = state.range(3), T = state.range(4);
+  moe_test::WeightStore ws;
+  const GgufTensorInfo *w = tiled_weight(ws, "experts", t, {K, M, kExperts});
+  Graph g;
+  int x = g.input("x", DType::F32, {K, X, T});
+  int ids = g.input("ids", DType::I32, {kUsed, T});
+  g.mark_output(g.matmul_id(g.weight(w), x, ids), "y");
+  GpuRun r;
+  MOE_NEED_GPU(r, std::move(g));
+#ifdef MOEINFER_WITH_CUDA
+  auto xv = randv(static_cast<size_t>(K * X * T), 5);
+  r.set_input(x, xv.data(), xv.size() * 4);
+  std::mt19937 rng(6);
+  std::vector<int32_t> idv(static_cast<size_t>(kUsed * T)), perm(static_cast<size_t>(kExperts));
+  for (int64_t tok = 0; tok < T; ++tok) {
+    for (int64_t e = 0; e < kExperts; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::copy(perm.begin(), perm.begin() + kUsed, idv.begin() + tok * kUsed);
+  }
+  r.set_input(ids, idv.data(), idv.size() * 4);
+  time_graph(state, r);
+  state.SetLabel(dtype_name(t));
+  const double touched = std::min<double>(kExperts, kUsed * static_cast<double>(T));
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(static_cast<double>(w->nbytes) / kExperts * touched / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * K * M * kUsed * T / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+#endif
+}
+
 // The MoE FFN of one layer (router, softmax top-8, experts Q4_K gate/up + Q6_K down, combine).
 void BM_CudaMoeLayer(benchmark::State &state) {
   const int64_t T = state.range(0);
@@ -232,7 +268,16 @@ BENCHMARK(BM_CudaMatmul)
     ->Args({2, kEmbd, kHd * kHeads, 1})          // Q8_0
     ->Args({5, 2880, 2880, 1})                   // MXFP4 (gpt-oss width)
     ->Args({3, kEmbd, kHd * kHeads, 512})        // prefill attn_q Q4_K
+    ->Args({3, kHd * kHeads, kEmbd, 512})        // prefill attn_output Q4_K
     ->Args({4, kEmbd, kHd * kKvHeads, 512})      // prefill attn_v Q6_K
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+// type index into kTypes, K, M, input rows per token (1 or kUsed), tokens
+BENCHMARK(BM_CudaMatmulId)
+    ->ArgNames({"type", "K", "M", "X", "T"})
+    ->Args({3, kEmbd, kFf, 1, 512})        // gate / up Q4_K
+    ->Args({3, kFf, kEmbd, kUsed, 512})    // down Q4_K
+    ->Args({4, kFf, kEmbd, kUsed, 512})    // down Q6_K
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 BENCHMARK(BM_CudaMoeLayer)->ArgNames({"batch"})->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond)->UseManualTime();

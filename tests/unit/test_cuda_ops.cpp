@@ -279,6 +279,34 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
   }
 }
 
+// The int8 MMQ's cp.async pipeline (matmul_mmq_i8.cu: 3-4 stages of 64-wide K steps) on
+// edge shapes: fewer K steps than stages (one step, a Q4_0 / Q8_0 K tail), M not a multiple
+// of the 128-row tile, Q6_K / MXFP4 rows at every alignment modulo 16 (630-byte rows, 17-byte
+// blocks), and routing
+// with experts of 0, 1, 20 (narrow tile), 45 (wide) and 90 (two tiles) entries.
+TEST_CASE("cuda op: int8 MMQ pipeline edge cases (K steps vs stages, odd M, 0/1/many tokens per expert)", "[ops][cuda][moe][mma]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const int64_t T = 100, E = 8, k = 2;
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    ids[static_cast<size_t>(t * k)] = t < 90 ? 0 : 3;  // 90 entries: a full and a partial tile
+    ids[static_cast<size_t>(t * k + 1)] = t == 0 ? 1 : t <= 20 ? 4 : t <= 65 ? 5 : 6;  // 1, 20, 45, 34; experts 2, 7: none
+  }
+  uint32_t seed = 800;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const bool kq = type_traits(t).block_size == 256;
+    for (int64_t K : kq ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 2048})
+      for (int64_t M : {int64_t(77), int64_t(200)}) {
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 2, ids, seed));
+        CHECK(dense_case(reg, *gpu, t, K, M, 40, seed + 1));
+        seed += 2;
+      }
+  }
+}
+
 TEST_CASE("cuda op: elementwise, norms, softmax, routing helpers, rope, get_rows", "[ops][cuda]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);

@@ -12,11 +12,10 @@ inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh) {
   const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
   return static_cast<uint32_t>(v >> (sh & 31));
 }
-inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
-  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
-  unsigned r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
-  return r;
+inline uint32_t __float_as_uint(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
 }
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 inline float __fdividef(float a, float b) { return a / b; }
@@ -56,4 +55,39 @@ inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K)
   }
   W.bar->arrive_and_wait();
   for (int i = 0; i < 4; ++i) c[i] = d[i];
+}
+
+// cp.async as the PTX ISA describes it for one thread: a copy lands only when a
+// cp.async.wait_group lets its group complete (here: then, in issue order), so a read of the
+// destination before the wait, or by another thread before a barrier that follows the
+// wait, sees stale bytes. Both addresses must be 16-byte aligned. A thread that ends with
+// copies pending aborts.
+struct EmuCpAsync {
+  struct Copy {
+    void *dst;
+    const void *src;
+    int group;
+  };
+  std::vector<Copy> pending;
+  int committed = 0;
+  ~EmuCpAsync() {
+    if (!pending.empty()) std::abort();
+  }
+};
+inline thread_local EmuCpAsync t_cp_async;
+inline void emu_cp_async(void *dst, const void *src) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) std::abort();
+  t_cp_async.pending.push_back({dst, src, t_cp_async.committed});
+}
+inline void emu_cp_commit() { ++t_cp_async.committed; }
+inline void emu_cp_wait(int n) {
+  auto &q = t_cp_async.pending;
+  size_t kept = 0;
+  for (const auto &c : q) {
+    if (c.group < t_cp_async.committed - n)
+      std::memcpy(c.dst, c.src, 16);
+    else
+      q[kept++] = c;
+  }
+  q.resize(kept);
 }

@@ -1,5 +1,6 @@
 # Writes a host-compilable copy of the int8 MMQ kernels (matmul_mmq_i8.cu, its anonymous
-# namespace only, renamed mmq_i8_emu) to OUT/mmq_i8_emu.inc, and a copy of mma_common.cuh
+# namespace only, renamed mmq_i8_emu) to OUT/mmq_i8_emu.inc (and OUT/old_mmq_i8.cu, if
+# present, to OUT/mmq_i8_old.inc as mmq_i8_old), and a copy of mma_common.cuh
 # whose inline-asm helpers call emu.h / emu_int8.h to OUT/inc/backends/cuda/ops/ (first on
 # the include path, so it shadows the real one). Usage: gen_mmq.py REPO OUT
 import os
@@ -12,16 +13,23 @@ out = sys.argv[2]
 
 def with_body(text, name, body):
     """`text` with the definition of device function `name` (signature, then a body closed
-    by a brace at column 0) given `body` instead."""
+    by a brace at column 0, or a one-line body) given `body` instead."""
     m = re.search(r'\n((?:template <[^\n>]*> )?__device__ __forceinline__ void ' + name + r'\([^{]*\))\s*\{', text)
     assert m, name
-    end = text.index('\n}\n', m.end()) + 3
+    line_end = text.index('\n', m.end())
+    one_line = text[m.end():line_end].rstrip().endswith('}')  # `{ ...; }` on the signature's line
+    end = line_end + 1 if one_line else text.index('\n}\n', m.end()) + 3
     return text[:m.start()] + '\n' + m.group(1) + ' ' + body + '\n' + text[end:]
 
 
 common = open(os.path.join(ops, 'mma_common.cuh')).read()
 for name, body in [
     ('ldmatrix_x4', '{ emu_lag(); emu_ldsm(r, p, false); }'),
+    ('ldmatrix_x4_trans', '{ emu_lag(); emu_ldsm(r, p, true); }'),
+    ('cp_async_16', '{ emu_cp_async(smem, gmem); }'),
+    ('cp_async_commit_wait_all', '{ emu_cp_commit(); emu_cp_wait(0); }'),
+    ('cp_async_commit', '{ emu_cp_commit(); }'),
+    ('cp_async_wait', '{ emu_cp_wait(N); }'),
     ('mma16816', '{ emu_mma(d, a, b[0], b[1]); }'),
     ('mma_s8_k32', '{ emu_mma_s8(d, a, b, 32); }'),
     ('mma_s8_k16', '{ const uint32_t a2[2] = {a0, a1}; emu_mma_s8(d, a2, &b, 16); }'),
@@ -33,8 +41,23 @@ os.makedirs(os.path.join(out, 'inc/backends/cuda/ops'), exist_ok=True)
 with open(os.path.join(out, 'inc/backends/cuda/ops/mma_common.cuh'), 'w') as f:
     f.write(common)
 
-k = open(os.path.join(ops, 'matmul_mmq_i8.cu')).read()
-i = k.index('namespace {\n')
-j = k.index('}  // namespace\n', i)
+
+
+def kernel_inc(src, ns):
+    """The anonymous namespace of a matmul_mmq_i8.cu source as namespace `ns`, its dynamic
+    shared memory a static array of the kernel's size."""
+    i = src.index('namespace {\n')
+    j = src.index('}  // namespace\n', i)
+    body = src[i + len('namespace {\n'):j]
+    body = body.replace('extern __shared__ __align__(128) uint8_t mmq_i8_smem[];',
+                        'alignas(128) static uint8_t mmq_i8_smem[I8Smem<T>::kBytes];')
+    assert 'extern __shared__' not in body, 'dynamic shared memory not emulated'
+    return 'namespace ' + ns + ' {\n' + body + '}  // namespace ' + ns + '\n'
+
+
 with open(os.path.join(out, 'mmq_i8_emu.inc'), 'w') as f:
-    f.write('namespace mmq_i8_emu {\n' + k[i + len('namespace {\n'):j] + '}  // namespace mmq_i8_emu\n')
+    f.write(kernel_inc(open(os.path.join(ops, 'matmul_mmq_i8.cu')).read(), 'mmq_i8_emu'))
+# The kernel of an earlier revision (run_mmq.sh's OLD), for bit-for-bit comparison.
+old_src = os.path.join(out, 'old_mmq_i8.cu')
+with open(os.path.join(out, 'mmq_i8_old.inc'), 'w') as f:
+    f.write(kernel_inc(open(old_src).read(), 'mmq_i8_old') if os.path.exists(old_src) else '')

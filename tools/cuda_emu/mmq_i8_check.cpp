@@ -12,6 +12,7 @@
 
 namespace moe {
 #include "mmq_i8_emu.inc"
+#include "mmq_i8_old.inc"
 }
 using namespace moe;
 
@@ -20,6 +21,7 @@ static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; st
 template <DType T> struct Layout;
 template <> struct Layout<DType::Q4_0> { static constexpr int qk = 32, bytes = 18, d[2] = {0, -1}; };
 template <> struct Layout<DType::Q8_0> { static constexpr int qk = 32, bytes = 34, d[2] = {0, -1}; };
+template <> struct Layout<DType::MXFP4> { static constexpr int qk = 32, bytes = 17, d[2] = {-1, -1}; };  // E8M0 byte 0
 template <> struct Layout<DType::Q4_K> { static constexpr int qk = 256, bytes = 144, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q5_K> { static constexpr int qk = 256, bytes = 176, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q6_K> { static constexpr int qk = 256, bytes = 210, d[2] = {208, -1}; };
@@ -34,7 +36,9 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
   std::uniform_int_distribution<int> byte(0, 255), q8(-127, 127);
   std::uniform_real_distribution<float> ud(0.25f, 1.0f);
   const int64_t row_bytes = static_cast<int64_t>(K / L::qk) * L::bytes, expert_bytes = row_bytes * M;
-  std::vector<uint8_t> W(static_cast<size_t>(expert_bytes * E));
+  // 16 bytes past the tensor: a 16-byte chunk holding its last byte (the cp.async cover of
+  // the last row of 2-byte aligned blocks) lies on the device inside the allocation's page.
+  std::vector<uint8_t> W(static_cast<size_t>(expert_bytes * E) + 16);
   for (auto &b : W) b = static_cast<uint8_t>(byte(rng));
   for (size_t blk = 0; blk < W.size() / L::bytes; ++blk)
     for (int f = 0; f < 2; ++f)
@@ -42,6 +46,8 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
         const uint16_t b = f16bits(ud(rng) * (f ? 0.02f : 0.01f));
         std::memcpy(&W[blk * L::bytes + L::d[f]], &b, 2);
       }
+  if (T == DType::MXFP4)  // scales 2^-11 .. 2^4
+    for (size_t blk = 0; blk < W.size() / L::bytes; ++blk) W[blk * L::bytes] = static_cast<uint8_t>(117 + rng() % 16);
   const int cblk = L::qk == 256 ? 256 : 32;  // Q8_K or Q8_0 activation blocks
   std::vector<int8_t> Xq(static_cast<size_t>(N) * K);
   std::vector<float2> Xs(static_cast<size_t>(N) * K / 16);
@@ -65,10 +71,21 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
   std::vector<float> part(static_cast<size_t>(n_out) * M * nz, -777.0f), Y(static_cast<size_t>(n_out) * M);
   const int n_col_tiles = dense ? (N + 63) / 64 : static_cast<int>(tiles.size());
   const dim3 grid(static_cast<unsigned>((M + 127) / 128), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
-  emu_launch(grid, 256, mmq_i8_emu::mmq_i8_kernel<T>, static_cast<const uint8_t *>(W.data()), row_bytes, dense ? int64_t(0) : expert_bytes,
-             K, M, static_cast<const int8_t *>(Xq.data()), static_cast<const float2 *>(Xs.data()), part.data(), dense ? N : 0,
-             dense ? static_cast<const int4 *>(nullptr) : static_cast<const int4 *>(tiles.data()),
-             dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()), k_len, y_split);
+  auto launch = [&](auto kernel, std::vector<float> &out) {
+    emu_launch(grid, 256, kernel, static_cast<const uint8_t *>(W.data()), row_bytes, dense ? int64_t(0) : expert_bytes, K, M,
+               static_cast<const int8_t *>(Xq.data()), static_cast<const float2 *>(Xs.data()), out.data(), dense ? N : 0,
+               dense ? static_cast<const int4 *>(nullptr) : static_cast<const int4 *>(tiles.data()),
+               dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()), k_len, y_split);
+  };
+  launch(mmq_i8_emu::mmq_i8_kernel<T>, part);
+  int differ = 0;  // outputs not bit-identical with the OLD revision's kernel
+#ifdef MMQ_I8_OLD
+  if constexpr (T != DType::MXFP4) {  // new on this kernel (before: the f16 MMQ, matmul_mmq.cu)
+    std::vector<float> part_old(part.size(), -777.0f);
+    launch(mmq_i8_old::mmq_i8_kernel<T>, part_old);
+    for (size_t i = 0; i < part.size(); ++i) differ += std::memcmp(&part[i], &part_old[i], 4) != 0;
+  }
+#endif
   for (size_t i = 0; i < Y.size(); ++i) {
     Y[i] = part[i];
     for (int z = 1; z < nz; ++z) Y[i] += part[static_cast<size_t>(z) * Y.size() + i];
@@ -96,8 +113,9 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
       if (!(err < 2e-6) && bad++ < 5) std::printf("  %s: out %d row %d: %g vs %g\n", name, yrow, m, Y[static_cast<size_t>(yrow) * M + m], ref);
     }
   }
-  std::printf("%-28s %s (worst error / sum |w x| = %.2e)\n", name, bad ? "FAIL" : "ok", worst);
-  return bad == 0;
+  std::printf("%-32s %s (worst error / sum |w x| = %.2e; %d of %zu outputs differ from OLD's)\n", name, bad || differ ? "FAIL" : "ok", worst,
+              differ, part.size());
+  return bad == 0 && differ == 0;
 }
 
 // Routing tiles over E experts: entries grouped by expert, tiles of <= 64, plus an empty
@@ -120,6 +138,18 @@ static void routing(int E, int n_tok, int N, uint32_t seed, std::vector<int4> &t
   tiles.push_back(make_int4(0, 0, 0, 0));
 }
 
+// Routing tiles of fixed sizes: expert e gets counts[e] entries (0: none, 1, narrow <= 32,
+// wide, several tiles), activation rows drawn at random from N.
+static void fixed_routing(const std::vector<int> &counts, int N, uint32_t seed, std::vector<int4> &tiles, std::vector<int2> &entries) {
+  std::mt19937 rng(seed);
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int i = 0; i < counts[e]; i += 64) {
+      const int first = static_cast<int>(entries.size()), cnt = std::min(64, counts[e] - i);
+      for (int j = 0; j < cnt; ++j) entries.push_back(make_int2(static_cast<int>(rng() % N), static_cast<int>(entries.size())));
+      tiles.push_back(make_int4(static_cast<int>(e), first, cnt, 0));
+    }
+}
+
 template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
   constexpr bool kq = Layout<T>::qk == 256;
   bool ok = true;
@@ -135,6 +165,17 @@ template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
   routing(3, 150, 40, seed + 2, tiles, entries);
   std::snprintf(name, sizeof name, "%s routed E=3 M=136", tn);
   ok &= run_case<T>(name, 136, kq ? 256 : 64, 40, 3, tiles, entries, seed + 3);
+  // Experts with 1, 0, 20 (narrow), 45 (wide) and 100 (two tiles) entries; more K steps
+  // than pipeline stages, and (Q4_0 / Q8_0) an odd K tail.
+  tiles.clear();
+  entries.clear();
+  fixed_routing({1, 0, 20, 45, 100}, 60, seed + 5, tiles, entries);
+  std::snprintf(name, sizeof name, "%s routed 1/0/20/45/100 M=70", tn);
+  ok &= run_case<T>(name, 70, kq ? 512 : 352, 60, 5, tiles, entries, seed + 6);
+  if (!kq) {  // one K step, a K tail only: fewer steps than the pipeline's stages
+    std::snprintf(name, sizeof name, "%s dense K=32 M=130 N=33", tn);
+    ok &= run_case<T>(name, 130, 32, 33, 1, {}, {}, seed + 7);
+  }
   return ok;
 }
 
@@ -143,6 +184,7 @@ int main(int argc, char **argv) {
   bool ok = true;
   ok &= type_cases<DType::Q4_0>("Q4_0", seed * 100);
   ok &= type_cases<DType::Q8_0>("Q8_0", seed * 100 + 10);
+  ok &= type_cases<DType::MXFP4>("MXFP4", seed * 100 + 50);
   ok &= type_cases<DType::Q4_K>("Q4_K", seed * 100 + 20);
   ok &= type_cases<DType::Q5_K>("Q5_K", seed * 100 + 30);
   ok &= type_cases<DType::Q6_K>("Q6_K", seed * 100 + 40);

@@ -36,8 +36,8 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
                        const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles, float *part = nullptr, int k_splits = 1);
 
-// Of the quantized types, those on int8 tensor cores (matmul_mmq_i8.cu: Q4_0, Q8_0, Q4_K,
-// Q5_K, Q6_K); launch_mmq_matmul hands them to launch_mmq_i8_matmul (int8 activations).
+// Of the quantized types, those on int8 tensor cores (matmul_mmq_i8.cu: Q4_0, Q8_0, MXFP4,
+// Q4_K, Q5_K, Q6_K); launch_mmq_matmul hands them to launch_mmq_i8_matmul (int8 activations).
 // A dense product (tiles == nullptr) with K % 256 == 0 and k_splits > 1 splits K into
 // k_splits ranges of whole 256-blocks (more blocks for grids that would leave SMs idle):
 // their partial results go to part[z * ncols * M ..] (k_splits * ncols * M floats) and are

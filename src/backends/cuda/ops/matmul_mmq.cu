@@ -1,6 +1,6 @@
 // Tensor-core GEMM for quantized weights (prefill MatMul / MatMulId) whose products are
 // exact, on f16 mma for the types whose integers need more than int8 once their group scale
-// is folded in or whose scales are not integers (MXFP4, Q2_K, Q3_K; the others use int8
+// is folded in (Q2_K, Q3_K; the others, MXFP4 included, use int8
 // mma, matmul_mmq_i8.cu): per group of 16 or 32 consecutive weights of a row, w = a q + b with small integer q
 // (unpack32<T>), and per activation block x = c qx with int8 qx (the Q8_0 / Q8_K rounding
 // of act_round_kernel, emitted as f16 integers plus per-16 (c, X = sum qx)). An m16n8k16
@@ -9,7 +9,7 @@
 // So the only roundings are f32 ones, as in the f32 mat-vec kernels, unlike an f16
 // dequantized tile, whose ~2^-12 per term broke conformance.
 // The fold (a multiply and an FMA per output) is the cost over a plain f16 GEMM, so it is
-// done as rarely as exactness allows (fold_width<T>); the min terms b c X of Q2_K are one
+// done once per K step (fold_k_step); the min terms b c X of Q2_K are one
 // more exact mma per 256-block (fold_mins).
 // Tiling, column tiles (dense range or MatMulId routing tile), loads and stores are those
 // of matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns per block, 8 warps of 32 x 32.
@@ -34,13 +34,10 @@ constexpr int kSld = kGroups + 1;
 // min term), f16; 48-byte rows put the 8 rows of an ldmatrix phase on distinct bank quads.
 constexpr int kMinLd = 16 + 8;
 
-// Weights per fold (one f32 rescale of an exact integer sum):
-// - Q2_K / Q3_K: the whole K step (64 weights inside one 256-block). Their group scale is
-//   d * sc with a small integer sc, which is multiplied into the weight integers (|sc q| <=
-//   32 * 4, exact in f16; per step |S| <= 64 * 128 * 127 < 2^24), leaving d and the Q8_K
-//   block's c.
-// - MXFP4: 32 (the weight scale and the Q8_0 c change per 32).
-template <DType T> constexpr int fold_width = has_int_group_scale<T> ? kBK : 32;
+// One fold (an f32 rescale of an exact integer sum) per K step: 64 weights inside one
+// 256-block of Q2_K / Q3_K, whose group scale is d * sc with a small integer sc, which is
+// multiplied into the weight integers (|sc q| <= 32 * 4, exact in f16; per step |S| <= 64 *
+// 128 * 127 < 2^24), leaving d and the Q8_K block's c.
 
 // The per-thread share of one K step, staged in registers: 32 weight integers of one row
 // (f16 pairs) with the (scale, min scale) of their two k16 groups and their min integers
@@ -105,59 +102,7 @@ __device__ __forceinline__ void store_qstage(const QStage &st, uint16_t (*sA)[kL
   }
 }
 
-// Folds of 32 weights (fold_width<T> < kBK): per fold and (mi, ni), two k16 mmas into an
-// exact sum, then acc += S (a c).
-template <DType T>
-__device__ __forceinline__ void fold_per_group(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
-                                               const float2 (*sWs)[kSld], const float2 (*sXs)[kSld], const WarpTile &wt) {
-  const int lane = wt.lane, wm = wt.wm, wn = wt.wn, n_live = wt.n_live;
-  static_assert(!has_min<T> && fold_width<T> == 32, "32-wide folds without a min term");
-  static_assert(scale_group<T> == 32, "one a per fold");
-  constexpr int G = fold_width<T>;
-  constexpr int kS = G / 16;  // k16 mmas per fold
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int kg = 0; kg < kBK; kg += G) {
-    const int grp = kg / 16;  // first k16 group of this fold
-    // A 16x16 at (wm + 16 mi, kg + 16 s): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15).
-    uint32_t a[2][kS][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int s = 0; s < kS; ++s) ldmatrix_x4(a[mi][s], &sA[wm + mi * 16 + (lane & 15)][kg + 16 * s + (lane >> 4) * 8]);
-    float ws[2][2][2];  // a of each k16 group of this thread's rows g and g + 8 of each 16-row tile
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int s = 0; s < 2; ++s) ws[mi][h][s] = sWs[wm + 16 * mi + g + 8 * h][grp + s].x;
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      if (ni * 8 >= n_live) continue;  // warp-uniform; padding columns only
-      // B (8 columns x G k): matrix j = (columns 0-7, k 8j .. 8j + 7); b[s] = matrices 2s, 2s + 1.
-      uint32_t b[kS][2], r[4];
-      ldmatrix_x4(r, &sB[wn + ni * 8 + (lane & 7)][kg + (lane >> 3) * 8]);
-      b[0][0] = r[0];
-      b[0][1] = r[1];
-      b[1][0] = r[2];
-      b[1][1] = r[3];
-      float cs[2];  // c of this thread's columns 2t, 2t + 1 (one activation block per fold)
-#pragma unroll
-      for (int cc = 0; cc < 2; ++cc) cs[cc] = sXs[wn + ni * 8 + 2 * t + cc][grp].x;
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int s = 0; s < kS; ++s) mma16816<false>(sum, a[mi][s], b[s]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mi][ni][c] = fmaf(sum[c], ws[mi][c >> 1][0] * cs[c & 1], acc[mi][ni][c]);
-      }
-    }
-  }
-}
-
-// One fold per K step (fold_width<T> == kBK): the 4 k16 mmas of each (mi, ni) into one
+// One fold per K step: the 4 k16 mmas of each (mi, ni) into one
 // exact sum, then acc += S (d c).
 template <DType T>
 __device__ __forceinline__ void fold_k_step(float (&acc)[2][4][4], const uint16_t (*sA)[kLd], const uint16_t (*sB)[kLd],
@@ -259,13 +204,10 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
     fetch_qacts(st, Xq, Xs, xrow, K, kn);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + 3 * kBK);
     if (wt.live) {
-      if constexpr (fold_width<T> == kBK) {
-        fold_k_step<T>(acc, sA, sB, sWs, sXs, wt);
-        if constexpr (has_min<T>)
-          if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wt);  // K is a multiple of 256
-      } else {
-        fold_per_group<T>(acc, sA, sB, sWs, sXs, wt);
-      }
+      static_assert(has_int_group_scale<T>, "one fold per K step");
+      fold_k_step<T>(acc, sA, sB, sWs, sXs, wt);
+      if constexpr (has_min<T>)
+        if (s4 == 3) fold_mins<T>(acc, sMA, sMB, sWs, sXs, wt);  // K is a multiple of 256
     }
     __syncthreads();
   }
@@ -306,7 +248,7 @@ bool cuda_mmq_type_supported(DType t) {
   }
 }
 
-#define MOE_MMQ_TYPES(X) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K)
+#define MOE_MMQ_TYPES(X) X(DType::Q2_K) X(DType::Q3_K)
 
 void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,

@@ -1,5 +1,5 @@
 // Exact-product tensor-core GEMM on int8 mma (prefill MatMul / MatMulId) for Q4_0, Q8_0,
-// Q4_K, Q5_K, Q6_K: the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
+// MXFP4, Q4_K, Q5_K, Q6_K: the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
 // Q8_K integers (act_round_kernel, int8, with per-16 (c, X = sum qx)) in
 // mma.sync.m16n8k32.s8 with s32 results, exact, at twice the f16 rate of matmul_mmq.cu and
 // half its shared-memory bytes per K. The folds follow the CPU's dot products:
@@ -12,12 +12,18 @@
 //     Q6_K: 16 * 128 * 16 * 32 * 127 = 133.2e6 < 2^31 (16-wide int8 scales: two
 //           m16n8k16 s8 mmas per 32 on the k16 halves of the same fragments, rather than
 //           two masked k32 ones: the same tensor work, no masking)
-// - Q4_0 / Q8_0: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in f32).
-// Tiling, column tiles, register staging, L2 prefetch and the output scatter are those of
-// matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32;
-// here with double-buffered step tiles (one barrier per step), a K split over several
-// blocks for dense grids that would leave SMs idle, and narrow column tiles (<= 32) shared
-// by the two warp groups along K (SubRange). Host-checked by tools/cuda_emu/run_mmq.sh.
+// - Q4_0 / Q8_0 / MXFP4: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in
+//   f32), the CPU's sumi * (c d); MXFP4 thus gives the f16 MMQ's results (same S, same fold).
+// Tiling, column tiles, L2 prefetch and the output scatter are those of matmul_mma.cu
+// (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32. Here the
+// loads are a cp.async pipeline (kStages): each K step's raw weight bytes (per row, the
+// 16-byte chunks holding what the step's decode reads, I8Raw) and activation integers and
+// scales are copied into shared memory kStages - 1 steps ahead, then the weights are
+// decoded from there into the step tiles, which the mma reads with the activation integers
+// in place. Also a K split over several blocks for dense grids that would leave SMs idle,
+// and narrow column tiles (<= 32) shared by the two warp groups along K (SubRange).
+// Host-checked by tools/cuda_emu/run_mmq.sh (bit for bit against the register-staged
+// kernel of session 3, which this one reproduces: same integers, same folds).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
@@ -44,49 +50,84 @@ constexpr int kLd8 = (kBK + 16) / 2;
 constexpr int kSld = kGroups + 1;
 // Min integers m and activation sums X of the 16 k16 groups of a 256-block, f16 (48-byte rows).
 constexpr int kMinLd = 16 + 8;
-// Weights are asked of L2 this many K steps ahead (the register stage covers one): about
-// the lead time of the f16 kernels' 3 steps, whose steps take ~1.5x as long.
-constexpr int kPrefetchSteps = 5;
+// Weights are asked of L2 this many K steps ahead: a few steps before their cp.async copies
+// (kStages - 1 ahead), so those mostly find them in L2.
+constexpr int kPrefetchSteps = 7;
 
-// The per-thread share of one K step, staged in registers: one weight sub-block and the 16
-// activation integers of one column's k16 group with their (c, X).
-struct I8Stage {
-  I8Weights w;
-  uint4 x;
-  float2 xs;
+// Stages of the cp.async pipeline: while one K step is decoded and multiplied, the copies of
+// the next kStages - 1 are in flight (3 stages for Q6_K, whose raw copies are the largest,
+// to keep 2 blocks per SM within the shared memory: 100 KB each; Q4_K 74 KB, Q5_K 90 KB).
+template <DType T> constexpr int kStages = T == DType::Q6_K ? 3 : 4;
+
+// The dynamic shared memory of the kernel, in this order (each part a multiple of 16 bytes):
+//   raw[stage][row][kRawRow]: the 16-byte chunk covers of the weight bytes a K step reads
+//     (I8Raw), per row, region after region; rows of an odd number of chunks, so that the
+//     decode's loads (a row per thread pair) fall on distinct banks (4-byte loads: at most
+//     2 rows of a warp per bank);
+//   sB[stage][col][kLd8]: the step's activation integers (the mma reads them there);
+//   sXs[stage][col][kGroups]: their (c, X) per k16 group;
+//   the decoded step tiles (one buffer, I8Tiles): sA, sSc, sD, sC, sMA, sMB.
+template <DType T> struct I8Smem {
+  static constexpr int kRawRow = (i8_raw_chunks<T> | 1) * 16;
+  static constexpr int kRaw = 0;
+  static constexpr int kB = kRaw + kStages<T> * kBM * kRawRow;
+  static constexpr int kXs = kB + kStages<T> * kBN * kLd8 * 2;
+  static constexpr int kA = kXs + kStages<T> * kBN * kGroups * 8;
+  static constexpr int kSc = kA + kBM * kLd8 * 2;
+  static constexpr int kD = kSc + kBM * kGroups;
+  static constexpr int kC = kD + kBM * kSubs * 4;
+  static constexpr int kMA = kC + kBN * kSld * 4;
+  static constexpr int kMB = kMA + (has_min<T> ? kBM : 0) * kMinLd * 2;
+  static constexpr int kBytes = kMB + (has_min<T> ? kBN : 0) * kMinLd * 2;
+  static_assert(kRawRow % 16 == 0 && kB % 16 == 0 && kXs % 16 == 0 && kA % 16 == 0 && kSc % 16 == 0 && kD % 16 == 0 &&
+                    kC % 16 == 0 && kMA % 16 == 0 && kMB % 16 == 0,
+                "16-byte aligned parts (cp.async, uint4 stores, ldmatrix rows)");
+  // Two blocks per SM on sm_90 (228 KB per SM, 1 KB of it reserved per block, + the static
+  // row tables), as the registers allow.
+  static_assert(kBytes <= 112 * 1024, "shared memory for two blocks per SM");
 };
 
-// Thread -> (row tid / 2, sub-block (k0 + 32 (tid % 2)) / 32); rows past M and sub-blocks
-// past K (Q4_0 / Q8_0 with K % 64 == 32) are zero.
+// Issues the copies of K step k0 into pipeline stage st: thread -> (row tid / 2, chunks of
+// parity tid % 2 of the row's covers) and (column tid / 4, 16 integers of k16 group tid % 4;
+// for tid % 4 < 2 also the (c, X) of groups 2 (tid % 4), +1). Rows past M, columns past the
+// tile's count (xrow < 0) and groups past K are not copied: their decode gives zero weights,
+// and their activation bytes are stored as zeros here.
 template <DType T>
-__device__ __forceinline__ void fetch_i8_weights(I8Weights &o, const uint8_t *W, int64_t row_bytes, int row0, int M, int K, int k0) {
-  const int row = row0 + (threadIdx.x >> 1);
-  const int kb = k0 + (threadIdx.x & 1) * 32;
-  if (row >= M || kb >= K) {
+__device__ __forceinline__ void issue_step_copies(uint8_t *smem, int st, const uint8_t *We, int64_t row_bytes, int row0, int M,
+                                                  const int8_t *Xq, const float2 *Xs, int xrow, int K, int k0) {
+  using L = I8Smem<T>;
+  const int tid = threadIdx.x, r = tid >> 1, h = tid & 1;
+  if (row0 + r < M) {
+    const uint8_t *grow = We + static_cast<int64_t>(row0 + r) * row_bytes;
+    uint8_t *raw = smem + L::kRaw + (st * kBM + r) * L::kRawRow;
+    int q0 = 0;  // first chunk of the region
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o.w[i] = 0;
-    o.scm = o.dm = 0;
-    return;
+    for (int rg = 0; rg < 3; ++rg) {
+      const int nc = I8Raw<T>::chunks(rg);
+      if (nc == 0) continue;
+      const int2 reg = I8Raw<T>::region(rg, k0, K);
+      const uintptr_t a0 = reinterpret_cast<uintptr_t>(grow + reg.x) & ~uintptr_t(15);
+      const int n = static_cast<int>(((reinterpret_cast<uintptr_t>(grow + reg.x) + reg.y + 15) & ~uintptr_t(15)) - a0) / 16;
+#pragma unroll
+      for (int c = 0; c < nc; ++c)
+        if (((q0 + c) & 1) == h && c < n) cp_async_16(raw + 16 * (q0 + c), reinterpret_cast<const void *>(a0 + 16 * c));
+      q0 += nc;
+    }
   }
-  stage_i8<T>(W + static_cast<int64_t>(row) * row_bytes, kb / 32, o);
-}
-
-// Thread -> (column tid / 4, k16 group k0 / 16 + tid % 4); xrow < 0 (past the tile's count)
-// and groups past K are zero. X only where the weights have a min term.
-template <DType T>
-__device__ __forceinline__ void fetch_i8_acts(I8Stage &st, const int8_t *Xq, const float2 *Xs, int xrow, int K, int k0) {
-  const int kb = k0 + (threadIdx.x & 3) * 16;
-  if (xrow < 0 || kb >= K) {
-    st.x = make_uint4(0u, 0u, 0u, 0u);
-    st.xs = make_float2(0.0f, 0.0f);
-    return;
-  }
-  st.x = __ldg(reinterpret_cast<const uint4 *>(Xq + static_cast<int64_t>(xrow) * K + kb));  // K % 32 == 0: aligned
-  const float2 *xs = Xs + static_cast<int64_t>(xrow) * (K / 16) + kb / 16;
-  if constexpr (has_min<T>)
-    st.xs = __ldg(xs);
+  const int c = tid >> 2, g = tid & 3;
+  const bool live = xrow >= 0 && k0 + 16 * g < K;
+  uint16_t *b = reinterpret_cast<uint16_t *>(smem + L::kB) + (st * kBN + c) * kLd8 + g * 8;
+  if (live)
+    cp_async_16(b, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * g);  // K % 32 == 0: aligned
   else
-    st.xs = make_float2(__ldg(&xs->x), 0.0f);
+    *reinterpret_cast<uint4 *>(b) = make_uint4(0u, 0u, 0u, 0u);
+  if (g < 2) {
+    float2 *xs = reinterpret_cast<float2 *>(smem + L::kXs) + (st * kBN + c) * kGroups + 2 * g;
+    if (xrow >= 0 && k0 + 32 * g < K)  // both groups (K % 32 == 0); 16-byte aligned: K / 16 is even
+      cp_async_16(xs, Xs + static_cast<int64_t>(xrow) * (K / 16) + k0 / 16 + 2 * g);
+    else
+      *reinterpret_cast<uint4 *>(xs) = make_uint4(0u, 0u, 0u, 0u);
+  }
 }
 
 // The shared tiles of one K step. sA[row][k] / sB[col][k]: int8 weights / activations.
@@ -102,26 +143,55 @@ struct I8Tiles {
   uint16_t (*sMB)[kMinLd];
 };
 
-__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
-  __half2 h;
-  memcpy(&h, &u, 4);
-  return __half22float2(h);
+template <DType T> __device__ __forceinline__ I8Tiles i8_tiles(uint8_t *smem, int st) {
+  using L = I8Smem<T>;
+  return I8Tiles{reinterpret_cast<uint16_t(*)[kLd8]>(smem + L::kA),
+                 reinterpret_cast<uint16_t(*)[kLd8]>(smem + L::kB) + st * kBN,
+                 reinterpret_cast<int8_t(*)[kGroups]>(smem + L::kSc),
+                 reinterpret_cast<uint32_t(*)[kSubs]>(smem + L::kD),
+                 reinterpret_cast<float(*)[kSld]>(smem + L::kC),
+                 reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMA),
+                 reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMB)};
 }
 
-// s4: the K step's place in its 256-block (min integers and sums go to its 4 groups there).
-template <DType T> __device__ __forceinline__ void store_i8_stage(const I8Stage &st, const I8Tiles &t, int s4) {
+// Decodes stage st of K step k0 (s4: its place in its 256-block) into the step tiles:
+// thread -> (row tid / 2, sub-block tid % 2) of the weights (zero past M and K, as the
+// Q4_0 / Q8_0 K tail), (column tid / 4, group tid % 4) of the activation scales (the min
+// integers and sums go to the step's 4 groups of the 256-block tiles).
+template <DType T> __device__ __forceinline__ void decode_step(uint8_t *smem, int st, const I8Tiles &t, const uint8_t *We,
+                                                               int64_t row_bytes, int row0, int M, int K, int k0, int s4) {
+  using L = I8Smem<T>;
   const int tid = threadIdx.x, r = tid >> 1, h = tid & 1, c = tid >> 2, g = tid & 3;
+  I8Weights w;
+  if (row0 + r < M && k0 + 32 * h < K) {
+    // Region rg's first byte: its chunks' slot plus its global address modulo 16.
+    const uintptr_t grow = reinterpret_cast<uintptr_t>(We + static_cast<int64_t>(row0 + r) * row_bytes);
+    const uint8_t *raw = smem + L::kRaw + (st * kBM + r) * L::kRawRow;
+    const uint8_t *p[3];
+    int q0 = 0;
+#pragma unroll
+    for (int rg = 0; rg < 3; ++rg) {
+      const int2 reg = I8Raw<T>::chunks(rg) ? I8Raw<T>::region(rg, k0, K) : make_int2(0, 0);
+      p[rg] = raw + 16 * q0 + ((grow + static_cast<uintptr_t>(reg.x)) & 15u);
+      q0 += I8Raw<T>::chunks(rg);
+    }
+    stage_i8_regions<T>(p, k0, h, w);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w.w[i] = 0;
+    w.scm = w.dm = 0;
+  }
   uint4 *a = reinterpret_cast<uint4 *>(&t.sA[r][h * 16]);
-  a[0] = make_uint4(st.w.w[0], st.w.w[1], st.w.w[2], st.w.w[3]);
-  a[1] = make_uint4(st.w.w[4], st.w.w[5], st.w.w[6], st.w.w[7]);
-  *reinterpret_cast<uint16_t *>(&t.sSc[r][2 * h]) = static_cast<uint16_t>(st.w.scm);  // the two int8 scales
-  t.sD[r][h] = st.w.dm;
-  *reinterpret_cast<uint4 *>(&t.sB[c][g * 8]) = st.x;
-  t.sC[c][g] = st.xs.x;
+  a[0] = make_uint4(w.w[0], w.w[1], w.w[2], w.w[3]);
+  a[1] = make_uint4(w.w[4], w.w[5], w.w[6], w.w[7]);
+  *reinterpret_cast<uint16_t *>(&t.sSc[r][2 * h]) = static_cast<uint16_t>(w.scm);  // the two int8 scales
+  t.sD[r][h] = w.dm;
+  const float2 xs = reinterpret_cast<const float2 *>(smem + L::kXs)[(st * kBN + c) * kGroups + g];
+  t.sC[c][g] = xs.x;
   if constexpr (has_min<T>) {
-    const float m = static_cast<float>((st.w.scm >> 16) & 0xFFu);  // m <= 63, |X| <= 2032: exact in f16
+    const float m = static_cast<float>((w.scm >> 16) & 0xFFu);  // m <= 63, |X| <= 2032: exact in f16
     *reinterpret_cast<uint32_t *>(&t.sMA[r][4 * s4 + 2 * h]) = pack2<false>(m, m);
-    t.sMB[c][4 * s4 + g] = __half_as_ushort(__float2half_rn(st.xs.y));
+    t.sMB[c][4 * s4 + g] = __half_as_ushort(__float2half_rn(xs.y));
   }
 }
 
@@ -193,7 +263,7 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) dd[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][0]);
+    for (int h = 0; h < 2; ++h) dd[mi][h] = i8_d_dmin<T>(t.sD[wt.wm + 16 * mi + g + 8 * h][0]);
   uint32_t am[2][4] = {}, bm[4][2] = {};
   if constexpr (has_min<T>)
     if (mins) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
@@ -220,7 +290,8 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
   }
 }
 
-// Q4_0 / Q8_0, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
+// Q4_0 / Q8_0 / MXFP4, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
+template <DType T>
 __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -232,7 +303,7 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) d[mi][h] = half2_bits_to_float2(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
+      for (int h = 0; h < 2; ++h) d[mi][h] = i8_d_dmin<T>(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= wt.n_live) continue;
@@ -269,23 +340,16 @@ __device__ __forceinline__ void add_group_sums(float (&acc)[2][4][4], float *red
 }
 
 // grid: (ceil(M / 128), column tiles, K splits). Split z sums K range [z k_len, (z + 1)
-// k_len) (k_len a multiple of 256, K without a split) into Y + z y_split.
+// k_len) (k_len a multiple of 256, K without a split) into Y + z y_split. Dynamic shared
+// memory: I8Smem<T>::kBytes.
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                              const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
                                                              const int2 *entries, int k_len, int64_t y_split) {
-  // Two buffers of the step tiles: step i stores into buffer i % 2 while slower warps may
-  // still read buffer (i - 1) % 2, so one barrier per step (every thread has finished
-  // step i - 2 before the barrier of step i - 1). The min tiles have one buffer, rewritten
-  // after a barrier that follows their use at the end of each 256-block.
-  __shared__ __align__(16) uint16_t sA[2][kBM][kLd8];
-  __shared__ __align__(16) uint16_t sB[2][kBN][kLd8];
-  __shared__ int8_t sSc[2][kBM][kGroups];
-  __shared__ uint32_t sD[2][kBM][kSubs];
-  __shared__ float sC[2][kBN][kSld];
-  __shared__ __align__(16) uint16_t sMA[has_min<T> ? kBM : 1][kMinLd];
-  __shared__ __align__(16) uint16_t sMB[has_min<T> ? kBN : 1][kMinLd];
+  extern __shared__ __align__(128) uint8_t mmq_i8_smem[];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
+  uint8_t *smem = mmq_i8_smem;
+  constexpr int S = kStages<T>;
 
   // Launched with launch_pdl: before pdl_wait only the dense product's first weights are
   // asked of L2 (a MatMulId's expert comes from the routing tables, written earlier). The
@@ -323,37 +387,44 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
 #pragma unroll
       for (int e = 0; e < 4; ++e) I[mi][ni][e] = 0;
 
-  // Register-staged pipeline as in matmul_mma.cu: the next step's loads are issued before
-  // this step's mma (the last fetch re-reads the last step, unused).
-  I8Stage st;
-  fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kz0);
-  fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kz0);
-  for (int k0 = kz0; k0 < kz1; k0 += kBK) {
-    const int s4 = (k0 / kBK) & 3;  // K step within its 256-block
-    const int b = ((k0 - kz0) / kBK) & 1;
-    const I8Tiles tl{sA[b], sB[b], sSc[b], sD[b], sC[b], sMA, sMB};
-    store_i8_stage<T>(st, tl, s4);
-    __syncthreads();
-    const int kn = k0 + kBK < kz1 ? k0 + kBK : k0;
-    fetch_i8_weights<T>(st.w, We, row_bytes, row0, M, K, kn);
-    fetch_i8_acts<T>(st, Xq, Xs, xrow, K, kn);
+  // cp.async pipeline: step i's raw weight bytes and activations land in stage i % S, S - 1
+  // steps ahead (one commit group per step, empty past the end). Per step: wait for this
+  // thread's copies of step i, barrier A (everyone's have landed; everyone is done with step
+  // i - 1, whose stage the next copies overwrite, and with the decoded tiles), issue step
+  // i + S - 1, decode stage i into the step tiles, barrier B, mma.
+  const int n_steps = (kz1 - kz0 + kBK - 1) / kBK;
+  auto issue = [&](int i) {
+    if (i < n_steps)
+      issue_step_copies<T>(smem, i % S, We, row_bytes, row0, M, Xq, Xs, xrow, K, kz0 + i * kBK);
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) issue(i);
+  for (int i = 0; i < n_steps; ++i) {
+    const int k0 = kz0 + i * kBK, s4 = (k0 / kBK) & 3;  // K step within its 256-block
+    const I8Tiles tl = i8_tiles<T>(smem, i % S);
+    cp_async_wait<S - 2>();
+    __syncthreads();  // A
+    issue(i + S - 1);
     prefetch_weights_l2(We, row_bytes, row0, M, K, k0 + kPrefetchSteps * kBK);
+    decode_step<T>(smem, i % S, tl, We, row_bytes, row0, M, K, k0, s4);
+    __syncthreads();  // B
     if (wt.live) {
       if constexpr (i8_block_sum<T>) {
         block_sum_step<T>(I, tl, wt, sr);
         if (s4 == 3) fold_block<T>(acc, I, tl, wt, sr.mins);  // K and k_len are multiples of 256
       } else {
-        fold_per_sub(acc, tl, wt, sr);
+        fold_per_sub<T>(acc, tl, wt, sr);
       }
     }
-    if (has_min<T> && s4 == 3) __syncthreads();  // block-uniform: the min tiles are rewritten next
   }
+  cp_async_wait<0>();  // only empty groups are left
   pdl_trigger();
 
-  static_assert(sizeof(sA[0]) >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1");
+  static_assert(kBM * kLd8 * 2 >= 16 * kThreads / 2 * sizeof(float), "add_group_sums: 16 floats per thread of group 1 in sA");
   if (narrow) {
     __syncthreads();  // every warp is done with the tiles
-    add_group_sums(acc, reinterpret_cast<float *>(&sA[0][0][0]), wt);
+    add_group_sums(acc, reinterpret_cast<float *>(smem + I8Smem<T>::kA), wt);
   }
   if (!wt.live || (narrow && grp == 1)) return;
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
@@ -383,9 +454,8 @@ template <DType T> __global__ void i8_unpack_check_kernel(const uint8_t *row, in
   unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
   I8Weights o;
   stage_i8<T>(row, s, o);
-  __half2 dm;
-  memcpy(&dm, &o.dm, 4);
-  const float d = __low2float(dm), dmin = __high2float(dm), m = static_cast<float>((o.scm >> 16) & 0xFFu);
+  const float2 dm = i8_d_dmin<T>(o.dm);
+  const float d = dm.x, dmin = dm.y, m = static_cast<float>((o.scm >> 16) & 0xFFu);
   for (int l = 0; l < 32; ++l) {
     const float v = static_cast<float>(i8_byte(o.w[l / 4], l % 4));
     staged[32 * s + l] = d * static_cast<float>(i8_byte(o.scm, l / 16)) * v - dmin * m;
@@ -394,14 +464,29 @@ template <DType T> __global__ void i8_unpack_check_kernel(const uint8_t *row, in
 
 }  // namespace
 
+namespace {
+
+// The kernel needs more than the 48 KB of shared memory a launch gets by default: raised on
+// every launch (cheap, and allowed while a CUDA graph is captured).
+template <DType T>
+void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
+               const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
+  constexpr int bytes = I8Smem<T>::kBytes;
+  MOE_CUDA_CHECK(cudaFuncSetAttribute(mmq_i8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  launch_pdl(mmq_i8_kernel<T>, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len,
+             y_split);
+}
+
+}  // namespace
+
 bool cuda_mmq_int8_type(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    case DType::Q4_0: case DType::Q8_0: case DType::MXFP4: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
     default: return false;
   }
 }
 
-#define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+#define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
 
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
   if (K % 256 != 0) return 1;
@@ -423,8 +508,7 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
   const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
 #define MOE_MMQ_I8_CASE(TY)                                                                                                  \
   case TY:                                                                                                                   \
-    launch_pdl(mmq_i8_kernel<TY>, grid, dim3(kThreads), 0, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, \
-               k_len, y_split);                                                                                              \
+    launch_i8<TY>(grid, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split);            \
     break;
   switch (t) {
     MOE_MMQ_I8_TYPES(MOE_MMQ_I8_CASE)

@@ -48,7 +48,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p)
                : "r"(a));
 }
 
-// (ldmatrix_x4_trans and the cp.async pair below serve attention_mla.cu.)
+// (ldmatrix_x4_trans and cp_async_commit_wait_all below serve attention_mla.cu.)
 // The same with .trans: r[j] holds the elements (rows 2 (l % 4), +1, column l / 4) of
 // matrix j, i.e. the B fragment of a row-major [k][n] tile.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t *p) {
@@ -65,6 +65,10 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
+// The pipelined form (matmul_mmq_i8.cu): close this thread's copies issued since the last
+// commit into a group; wait until at most N of its groups are pending (then a barrier).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // d += a (16x16, row-major) * b (16x8, column-major); f32 accumulators.
 template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

@@ -2,7 +2,7 @@
 // sub-block of a GGUF row as f16 integer mma operands plus the f32 scales that turn their
 // exact products back into weights (see stage_subblock). Integers reach f16 without int->float
 // conversions, through the exponent byte 0x64 (1024 + v is exact for v < 1024). Q4_0, Q8_0,
-// Q4_K, Q5_K, Q6_K take the int8 path instead (mmq_i8_weights.cuh).
+// MXFP4, Q4_K, Q5_K, Q6_K take the int8 path instead (mmq_i8_weights.cuh).
 #pragma once
 #include <cuda_fp16.h>
 
