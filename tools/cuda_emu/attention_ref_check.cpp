@@ -70,7 +70,7 @@ static int run(const Cfg &c, uint32_t seed) {
                                  hidden, p.data(), ref.data());
       const float *o = out.data() + (static_cast<size_t>(t) * n_head + h) * hd;
       for (int d = 0; d < hd; ++d)
-        if (std::memcmp(&o[d], &ref[d], 4) != 0) {
+        if (std::memcmp(&o[d], &ref[d], 4) != 0 && !(std::isnan(o[d]) && std::isnan(ref[d]))) {  // (a token that sees no cell: NaN, its sign bit differs)
           if (bad < 3) std::printf("  t %d h %d d %d: gpu %.9g cpu %.9g\n", t, h, d, o[d], ref[d]);
           ++bad;
         }
@@ -82,16 +82,16 @@ int main(int argc, char **argv) {
   const uint32_t seed = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 1;
   const int cases = argc > 2 ? std::atoi(argv[2]) : 40;
   std::mt19937 rng(seed);
-  const int hds[] = {64, 80, 128, 200, 32};
-  const int nkvs[] = {0, 1, 15, 16, 17, 63, 64, 65, 100, 130, 257};
+  const int hds[] = {64, 80, 128, 200, 32, 256};
+  const int nkvs[] = {0, 1, 15, 16, 17, 63, 64, 65, 100, 130, 257, 600};
   int failed = 0;
   for (int i = 0; i < cases; ++i) {
     Cfg c;
-    c.hd = hds[i % 5];
+    c.hd = hds[i % 6];
     c.group = 1 << (rng() % 3);
     c.nkvh = 1 + static_cast<int>(rng() % 2);
     c.T = i % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % 5);
-    c.n_kv = nkvs[rng() % 11];
+    c.n_kv = nkvs[rng() % 12];
     c.n_cells = c.n_kv + static_cast<int>(rng() % 20);
     c.window = rng() % 3 == 0 ? 1 + static_cast<int>(rng() % 40) : 0;
     const int bad = run(c, seed * 1000 + i);
