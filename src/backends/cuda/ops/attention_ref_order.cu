@@ -24,7 +24,9 @@ namespace {
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kBatch = 8;                          // K rows a warp loads before reducing any
 constexpr int kDims = kThreads / 4;                // KQV: output dims per pass, 4 threads each
-constexpr int64_t kMaxTokens = 64;                 // prompt batches of the conformance files and decode
+// Decode and prompt batches of <= 16 tokens, where the products are in the CPU's order too
+// (2..15 columns: matmul_ref_order.cu); longer batches take the tiled kernels (far faster).
+constexpr int64_t kMaxTokens = 16;
 constexpr size_t kMaxWork = size_t{64} << 20;      // larger contexts x batches take the fast kernels
 
 __host__ __device__ __forceinline__ int64_t row_floats(int64_t n_cells) { return n_cells + (n_cells + 15) / 16; }
