@@ -446,6 +446,57 @@ TEST_CASE("cuda op: elementwise on flat operands (vector and scalar paths, SwiGL
     }
 }
 
+// With a ubatch, RoPE takes cos/sin from the host table the executor builds with the CPU's
+// rope_cache_init, and rotates like rope_rot0 / rope_rot1: equal to the CPU bit for bit for
+// NeoX, normal, partial rotation (deepseek2), YaRN (gpt-oss) and two configurations in one
+// graph. Positions that differ from the ubatch's take the device angles (close, not exact).
+TEST_CASE("cuda op: rope from the ubatch's host cos/sin table equals the CPU bit for bit", "[ops][cuda][reforder]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (int variant = 0; variant < 5; ++variant)
+    for (int64_t T : {1, 7}) {
+      const int64_t hd = variant == 4 ? 192 : 128, nh = 3;
+      RopeParams p, p2;
+      p.n_rot = variant == 2 ? 64 : variant == 4 ? 64 : 128;
+      p.neox = variant != 1 && variant != 4;
+      p.freq_base = variant == 0 ? 1e6f : 10000.0f;
+      if (variant == 3 || variant == 4) { p.freq_scale = 1.0f / 32; p.ext_factor = 1.0f; p.n_ctx_orig = 4096; p.beta_fast = 32; p.beta_slow = 1; }
+      if (variant == 3) p.attn_factor = 1.3f;
+      p2 = p;
+      p2.freq_base = 500000.0f;  // a second configuration (its own table)
+      int x, pos, y, y2;
+      auto build = [&]() {
+        Graph g;
+        x = g.input("x", DType::F32, {hd, nh, T});
+        pos = g.input("pos", DType::I32, {T});
+        y = g.rope(x, pos, p);
+        y2 = g.rope(x, pos, p2);
+        g.mark_output(y, "y");
+        g.mark_output(y2, "y2");
+        return g;
+      };
+      auto xv = randn(static_cast<size_t>(hd * nh * T), 13 + static_cast<uint32_t>(variant));
+      std::vector<int32_t> pv = {4000};
+      if (T == 7) pv = {0, 1, 17, 300, 4095, 70000, 5};
+      UbatchInfo ub;
+      ub.n_tokens = static_cast<int32_t>(T);
+      ub.pos = pv.data();
+      const ExecEnv env{&ub, nullptr};
+      Graph gc = build(), gg = build(), gco = build(), ggo = build();  // node ids set before the inputs name them
+      auto rc = run_on(*reg.cpu(), std::move(gc), {in(x, xv), in(pos, pv)}, {y, y2}, env);
+      auto rg = run_on(*gpu, std::move(gg), {in(x, xv), in(pos, pv)}, {y, y2}, env);
+      INFO("rope variant " << variant << " T " << T);
+      CHECK(rg[0] == rc[0]);
+      CHECK(rg[1] == rc[1]);
+      std::vector<int32_t> other = pv;  // the op's positions are not the ubatch's: device angles
+      other[0] += 1;
+      auto rco = run_on(*reg.cpu(), std::move(gco), {in(x, xv), in(pos, other)}, {y}, env);
+      auto rgo = run_on(*gpu, std::move(ggo), {in(x, xv), in(pos, other)}, {y}, env);
+      CHECK(rel_err(rgo[0], rco[0]) < 1e-5);
+    }
+}
+
 TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_heads", "[ops][cuda]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -568,6 +619,7 @@ struct AttnSetup {
   bool sinks = false, mla = false;
   std::vector<int64_t> batches;  // tokens per batch, sequences 0 and 1 interleaved
   int32_t rm0 = 10, rm1 = 20;    // sequence 0 loses these positions after batch 1 is claimed
+  bool exact = false;            // batches of <= 16 tokens must equal the CPU bit for bit (F32 cache)
 };
 
 // Largest ||a - b|| / ||b|| over rows of n floats (one (token, head) output each). The row
@@ -659,8 +711,12 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg);
     INFO(what << " kv " << kv_type_name(s.kt) << " hd " << hd << " heads " << nh << "/" << nkv << " window " << s.window << " sinks "
               << s.sinks << " mla " << s.mla << " batch " << step << " (" << nt << " tokens, n_kv " << ub.n_kv << ")");
-    CHECK(rel_err(rg[0], rc[0]) < tol);
-    CHECK(worst_row_err(rg[0], rc[0], hd_v) < 10 * tol);
+    if (s.exact && nt <= 16) {
+      CHECK(rg[0] == rc[0]);
+    } else {
+      CHECK(rel_err(rg[0], rc[0]) < tol);
+      CHECK(worst_row_err(rg[0], rc[0], hd_v) < 10 * tol);
+    }
   }
 }
 
@@ -683,6 +739,32 @@ TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several seque
         s.mla = variant == 3;
         s.batches = {100, 100, T};
         attention_case(reg, *gpu, s, "decode / per-token paths");
+      }
+}
+
+// An F32 cache without sinks takes the CPU's reference order (ops/attention_ref_order.cu) up
+// to 16 tokens: one token with the 64-lane KQV, several with the 16-lane one; head sizes with
+// a dot tail (80, 200: n % 64 != 0), GQA 1/2/4, a sliding window, cells freed and refilled,
+// n_kv past 64 (the batch of 17 takes the tiled kernel: compared with a tolerance).
+TEST_CASE("cuda op: F32-cache attention in the CPU's reference order, bit for bit", "[ops][cuda][attention][reforder]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const int64_t hds[] = {64, 80, 128, 200}, groups[] = {1, 2, 4}, Ts[] = {1, 2, 3, 17};
+  for (int hi = 0; hi < 4; ++hi)
+    for (int gi = 0; gi < 3; ++gi)
+      for (int ti = 0; ti < 4; ++ti) {
+        AttnSetup s;
+        s.kt = KvType::F32;
+        s.hd = s.hd_v = hds[hi];
+        s.n_head_kv = 2;
+        s.n_head = 2 * groups[gi];
+        s.window = (hi + gi + ti) % 3 == 1 ? 23 : 0;
+        s.rm0 = 5;
+        s.rm1 = 15;
+        s.exact = true;
+        s.batches = {16, 15, 16, 16, Ts[ti], 9, 1};  // batch 3 on refills freed cells, then one more token
+        attention_case(reg, *gpu, s, "reference order");
       }
 }
 

@@ -1,9 +1,10 @@
 // CUDA vs CPU on the weights of a conformance file (quantized by a third-party tool, unlike
 // the unit tests' weights, which our own quantizers write): every quantized tensor as a dense
 // product at 1..64 columns and as MatMulId at 1..40 tokens, the embedding rows; then the whole
-// model on prompts of 2..16 tokens, batched, unfused and fed one token at a time (printed, not
-// asserted: the K-quant conformance networks are chaotic, a 1-ulp difference anywhere can flip
-// a Q8_K rounding and move logits by 1-2, see docs/perf/cuda.md "Conformance on CUDA").
+// model on prompts of 2..16 tokens, batched, unfused and fed one token at a time: the batches
+// are printed against the CPU batch (the K-quant conformance networks are chaotic, a 1-ulp
+// difference anywhere can flip a Q8_K rounding and move logits by 1-2, see docs/perf/cuda.md),
+// and fed one token at a time CUDA must equal the CPU fed the same way bit for bit.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -128,33 +129,54 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
   }
   auto model = Model::load(path, ModelLoadParams{});
   const int32_t prompt_ids[] = {151644, 872, 198, 7985, 264, 6386, 38242, 911, 279, 9396, 13, 151645, 198, 151644, 77091, 198};
-  for (int n_prompt : {2, 4, 5, 7, 8, 13, 16}) {
-    std::vector<float> ref;
-    for (const char *mode : {"cpu", "cuda", "cuda-unfused", "cuda-fed"}) {
-      ContextParams cp;
-      cp.n_ctx = 256;
-      cp.n_threads = 2;
-      cp.kv_type = KvType::F32;
-      cp.device = std::string(mode) == "cpu" ? "cpu" : "cuda";
-      cuda_fusion_enable(std::string(mode) != "cuda-unfused");
-      auto ctx = Context::create(*model, cp);
-      std::vector<BatchToken> batch;
-      const bool fed = std::string(mode) == "cuda-fed";
-      for (int32_t i = 0; i < n_prompt; ++i) batch.push_back({prompt_ids[i], i, 0, i == n_prompt - 1});
-      if (fed) {
-        for (auto &b : batch) { b.logits = true; ctx->decode(&b, 1); }
-      } else {
-        ctx->decode(batch.data(), batch.size());
+  // The logits of every step: one row for a batch, one per token when fed one at a time.
+  auto run = [&](const std::string &mode, int n_prompt) {
+    ContextParams cp;
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.kv_type = KvType::F32;
+    cp.device = mode.rfind("cpu", 0) == 0 ? "cpu" : "cuda";
+    cuda_fusion_enable(mode != "cuda-unfused");
+    auto ctx = Context::create(*model, cp);
+    std::vector<BatchToken> batch;
+    for (int32_t i = 0; i < n_prompt; ++i) batch.push_back({prompt_ids[i], i, 0, i == n_prompt - 1});
+    std::vector<std::vector<float>> steps;
+    auto take = [&] { steps.emplace_back(ctx->logits(-1), ctx->logits(-1) + ctx->n_vocab()); };
+    if (mode.find("-fed") != std::string::npos) {
+      for (auto &b : batch) {
+        b.logits = true;
+        ctx->decode(&b, 1);
+        take();
       }
-      std::vector<float> l(ctx->logits(-1), ctx->logits(-1) + ctx->n_vocab());
-      if (ref.empty()) ref = l;
-      else {
-        double d = 0;
-        for (size_t i = 0; i < l.size(); ++i) d = std::max(d, std::fabs(double(l[i]) - ref[i]));
-        std::printf("model prompt %d %-13s max |dlogit| %.4f (max rel %.2e)\n", n_prompt, mode, d, max_rel(l, ref));
-      }
-      cuda_fusion_enable(true);
+    } else {
+      ctx->decode(batch.data(), batch.size());
+      take();
     }
+    cuda_fusion_enable(true);
+    return steps;
+  };
+  auto max_abs = [](const std::vector<float> &a, const std::vector<float> &b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+    return d;
+  };
+  for (int n_prompt : {2, 4, 5, 7, 8, 13, 16}) {
+    const auto ref = run("cpu", n_prompt), cpu_fed = run("cpu-fed", n_prompt);
+    std::vector<std::vector<float>> cuda_fed;
+    for (const char *mode : {"cuda", "cuda-unfused", "cuda-fed"}) {
+      auto l = run(mode, n_prompt);
+      std::printf("model prompt %d %-13s max |dlogit| %.4f (max rel %.2e) vs the CPU batch\n", n_prompt, mode, max_abs(l.back(), ref.back()),
+                  max_rel(l.back(), ref.back()));
+      if (std::string(mode) == "cuda-fed") cuda_fed = std::move(l);
+    }
+    // Fed one token at a time (the decode path: one-token mat-vecs, RoPE table, reference-order
+    // attention), CUDA reproduces the CPU bit for bit at every step.
+    REQUIRE(cuda_fed.size() == cpu_fed.size());
+    double worst = 0;
+    for (size_t k = 0; k < cuda_fed.size(); ++k) worst = std::max(worst, max_abs(cuda_fed[k], cpu_fed[k]));
+    std::printf("model prompt %d cuda-fed vs cpu-fed: max |dlogit| over %zu steps %.4g\n", n_prompt, cuda_fed.size(), worst);
+    INFO("prompt of " << n_prompt << " tokens fed one at a time");
+    CHECK(worst == 0.0);
   }
 #endif
 }

@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cpu/ops/rope_math.h"
 #include "core/log.h"
 #include "kv/kv_cache.h"
 
@@ -165,7 +166,7 @@ private:
     pass_g_ = &g;
     segs_.clear();
     kv_ = env.kv;
-    upload_ubatch(env);
+    upload_ubatch(env, g);
     if (!sync_dev_) {  // the last-block counters (DevUbatch::sync): zero once, kept zero by their kernels
       MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&sync_dev_), static_cast<size_t>(kCudaSyncSlots) * 4));
       be_.memset_async(sync_dev_, 0, static_cast<size_t>(kCudaSyncSlots) * 4);
@@ -292,17 +293,33 @@ private:
     prof_label_.clear();
   }
 
-  // Pack the ubatch (token cells/pos/seq, cell state) and copy it to the device buffer the
-  // kernels read; grows the buffer only when a larger batch or cache first appears.
-  void upload_ubatch(const ExecEnv &env) {
+  // The distinct RoPE configurations of g (a model has one or two).
+  static std::vector<RopeParams> rope_configs(const Graph &g) {
+    std::vector<RopeParams> v;
+    for (const Node &n : g.nodes()) {
+      if (n.op != Op::Rope) continue;
+      bool seen = false;
+      for (const RopeParams &p : v) seen = seen || rope_params_equal(p, n.rope);
+      if (!seen) v.push_back(n.rope);
+    }
+    return v;
+  }
+
+  // Pack the ubatch (token cells/pos/seq, cell state, RoPE tables) and copy it to the device
+  // buffer the kernels read; grows the buffer only when a larger batch or cache first appears.
+  void upload_ubatch(const ExecEnv &env, const Graph &g) {
+    ub_.rope = nullptr;
     if (!env.ub) return;
     const UbatchInfo &u = *env.ub;
     const size_t T = static_cast<size_t>(u.n_tokens);
     const size_t C = static_cast<size_t>(std::max(u.n_kv, 1));
     const size_t cap_cells = env.kv ? std::max<size_t>(env.kv->n_cells(), C) : C;
     auto align = [](size_t x) { return (x + 15) & ~size_t(15); };
-    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv
-    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16;
+    const std::vector<RopeParams> ropes = u.pos && T ? rope_configs(g) : std::vector<RopeParams>{};
+    size_t rope_bytes = 0;
+    for (const RopeParams &p : ropes) rope_bytes += align(T * static_cast<size_t>(cuda_rope_table_stride(p)) * 4);
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables
+    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes;
     if (need > ub_cap_) {
       if (ub_dev_) MOE_CUDA_CHECK(cudaFree(ub_dev_));
       ub_dev_ = nullptr;
@@ -312,7 +329,7 @@ private:
     }
     uint8_t *h = host_.data();
     size_t o_seqbits = 0, o_cells = align(cap_cells * 8), o_pos = o_cells + align(T * 4), o_seq = o_pos + align(T * 4),
-           o_cpos = o_seq + align(T * 4), o_nkv = o_cpos + align(cap_cells * 4);
+           o_cpos = o_seq + align(T * 4), o_nkv = o_cpos + align(cap_cells * 4), o_rope = o_nkv + 16;
     auto *sb = reinterpret_cast<unsigned long long *>(h + o_seqbits);
     auto *cp = reinterpret_cast<int32_t *>(h + o_cpos);
     for (size_t c = 0; c < C && u.cell_state; ++c) { sb[c] = u.cell_state[c].seq; cp[c] = u.cell_state[c].pos; }
@@ -324,10 +341,24 @@ private:
     const int32_t nkv = u.cell_state ? u.n_kv : 0;
     std::memcpy(h + o_nkv, &nkv, 4);
     uint8_t *d = static_cast<uint8_t *>(ub_dev_);
-    // Two copies: the bit sets and cell positions for the cells in use, and the per-token part.
+    rope_.n_tokens = static_cast<int64_t>(T);
+    rope_.tables.clear();
+    size_t o = o_rope;
+    for (const RopeParams &p : ropes) {  // exactly the CPU Rope op's cos/sin (src/backends/cpu/ops/rope.cpp)
+      const size_t stride = static_cast<size_t>(cuda_rope_table_stride(p));
+      float corr[2];
+      rope_yarn_corr_dims(p.n_rot, p.n_ctx_orig, p.freq_base, p.beta_fast, p.beta_slow, corr);
+      const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+      float *rows = reinterpret_cast<float *>(h + o);
+      for (size_t t = 0; t < T; ++t) rope_cache_init(static_cast<float>(u.pos[t]), p, corr, theta_scale, p.n_rot, rows + t * stride);
+      rope_.tables.push_back({p, reinterpret_cast<const float *>(d + o)});
+      o += align(T * stride * 4);
+    }
+    // Copies: the bit sets and cell positions for the cells in use, the per-token part, the tables.
     be_.upload_async(d, h, C * 8);
     be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
     be_.upload_async(d + o_nkv, h + o_nkv, 4);
+    if (rope_bytes) be_.upload_async(d + o_rope, h + o_rope, rope_bytes);
     ub_.seq = nullptr;
     ub_.cell_seq = reinterpret_cast<const unsigned long long *>(d + o_seqbits);
     ub_.cells = reinterpret_cast<const int32_t *>(d + o_cells);
@@ -335,6 +366,7 @@ private:
     ub_.seq = reinterpret_cast<const int32_t *>(d + o_seq);
     ub_.cell_pos = reinterpret_cast<const int32_t *>(d + o_cpos);
     ub_.n_kv = reinterpret_cast<const int32_t *>(d + o_nkv);
+    ub_.rope = ropes.empty() ? nullptr : &rope_;
   }
 
   CudaBackend &be_;
@@ -353,6 +385,7 @@ private:
   unsigned *sync_dev_ = nullptr;
   size_t ub_cap_ = 0;
   std::vector<uint8_t> host_;
+  CudaRopeTables rope_;  // host index of the ubatch's RoPE tables (DevUbatch::rope)
   DevUbatch ub_;
   uint64_t replays_ = 0;
   std::vector<cudaEvent_t> prof_ev_;

@@ -4,12 +4,16 @@
 // captured into one CUDA graph. Run-time values that change between steps (the number of
 // KV cells, the batch's cells/positions/sequences) are read by kernels from DevUbatch.
 #pragma once
+#include <utility>
+#include <vector>
+
 #include "backends/cuda/cuda_common.h"
 #include "graph/ir.h"
 
 namespace moe {
 
 class KvCache;
+struct CudaRopeTables;
 
 // Device copy of the ubatch info (uploaded by the executor before each pass).
 struct DevUbatch {
@@ -25,8 +29,23 @@ struct DevUbatch {
   // zero. Kernels on the executor's one stream run in order (with PDL a kernel touches them
   // only after pdl_wait), so any kernel may use any slot. Null: none (use a fallback).
   unsigned *sync = nullptr;
+  // Host side (never read by kernels): the ubatch's RoPE tables, see cuda_rope_table.
+  const CudaRopeTables *rope = nullptr;
 };
 constexpr int kCudaSyncSlots = 1024;
+
+// RoPE cos/sin of a ubatch computed on the host by the CPU's own rope_cache_init (libm's
+// cosf/sinf; CUDA's differ in the last bit) and uploaded with the ubatch: for each distinct
+// RopeParams of the graph, [n_tokens][cuda_rope_table_stride] floats (cos, sin pairs) at the
+// positions DevUbatch::pos. Kernels use a row only where the op's own position equals it.
+struct CudaRopeTables {
+  int64_t n_tokens = 0;
+  std::vector<std::pair<RopeParams, const float *>> tables;  // device addresses
+};
+inline int cuda_rope_table_stride(const RopeParams &p) { return (p.n_rot + 1) & ~1; }
+bool rope_params_equal(const RopeParams &a, const RopeParams &b);
+// The device table for p when the ubatch has one and its token count is T, else null.
+const float *cuda_rope_table(const DevUbatch &ub, const RopeParams &p, int64_t T);
 
 struct CudaOpCtx {
   cudaStream_t stream;

@@ -1,5 +1,6 @@
 // KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
-// over the cache, three paths by the number of query tokens T:
+// over the cache. An F32 cache without sinks (T <= 16) takes the CPU's reference order
+// (attention_ref_order.cu, bit-exact); otherwise three paths by the number of query tokens T:
 //  * T <= 4 (decode): head dims 64/128/256 take the grouped kernel of attention_decode.cu;
 //    others split the cells over 16 blocks per (head, token), partials merged by the last
 //    block of each (attn_combine_row); one launch either way;
@@ -21,6 +22,7 @@
 #include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
 #include "backends/cuda/ops/attention_mla.cuh"
+#include "backends/cuda/ops/attention_ref_order.cuh"
 #include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/reduce.cuh"
@@ -281,9 +283,8 @@ bool mma_eligible(const AttnArgs &a) {
   return a.kt == static_cast<int>(DType::F16) && bits % 16 == 0;
 }
 
-}  // namespace
-
-size_t cuda_attention_work_size(const Graph &g, const Node &n) {
+// Scratch of the fast kernels (online softmax).
+size_t fast_attention_work_size(const Graph &g, const Node &n) {
   const int64_t T = n.ne[2], n_head = n.ne[1], hd_v = n.ne[0];
   if (T <= kMaxSplitTokens) {
     // Either decode kernel may run (generic or grouped): room for both.
@@ -296,6 +297,14 @@ size_t cuda_attention_work_size(const Graph &g, const Node &n) {
   if (T < kMinTiledTokens || !tiled_shape(hd_k, hd_v, (n.ip[2] & 1) != 0) || n_head_kv <= 0 || n_head % n_head_kv) return 0;
   // The tensor-core kernel's larger row tiles give fewer blocks, so at least as many splits.
   return tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, kTiledBlocksPerSm * kPlannedSms));
+}
+
+}  // namespace
+
+// The cache type is not known when the scratch is planned: room for the reference-order
+// kernel (F32 cache) and for the fast ones.
+size_t cuda_attention_work_size(const Graph &g, const Node &n) {
+  return std::max(fast_attention_work_size(g, n), attn_ref_order_work_size(g, n));
 }
 
 void attn_combine_launch(const TView &out, const AttnArgs &a, const float *part, int T, int n_head, int n_split, cudaStream_t stream) {
@@ -338,6 +347,8 @@ void cuda_op_attention(const CudaOpCtx &c) {
   a.group = static_cast<int>(n_head / n_head_kv);
   a.kt = static_cast<int>(kt);
   a.scale = c.n.fp[0];
+  // An F32 cache in the CPU's reference order (bit-exact with the CPU backend).
+  if (attn_ref_order_launch(c.stream, c.g, c.n, tview(q), tview(c.n), a, c.ub, c.n.work, c.n.work_size)) return;
   if (attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,
                       static_cast<float *>(c.n.work), c.n.work_size, c.n_sm))
     return;  // MLA on an F16 cache (attention_mla.cu), any T

@@ -87,7 +87,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   }
   // The angle table too when no kernel writes the positions (block-uniform condition).
   const bool table_early = d.pos && d.pos_early;
-  if (table_early) rope_angle_table(d.pos[i2], d.ra, s_theta, s_cs);
+  if (table_early) rope_angle_table(d.pos, i2, d.ra, s_theta, s_cs);
   pdl_wait();
   pdl_trigger();
   const float *src = row_in(d.in, i1, i2, i3);
@@ -111,7 +111,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
     __syncthreads();
   }
   if (d.pos) {  // rows are [head_dim, n_head, T]: i2 is the token
-    if (!table_early) rope_angle_table(d.pos[i2], d.ra, s_theta, s_cs);
+    if (!table_early) rope_angle_table(d.pos, i2, d.ra, s_theta, s_cs);
     for (int k = threadIdx.x; k < d.ra.n_rot / 2; k += blockDim.x) rope_rotate_pair(s_row, s_row, k, d.ra, s_cs);
     __syncthreads();
   }
@@ -383,7 +383,7 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
         case Op::RmsNorm: d.rms = 1; d.eps = n.fp[0]; break;
         case Op::Mul: d.w = static_cast<const float *>(c.g.node(n.src[1]).data); break;
         case Op::Rope:
-          d.ra = make_rope_args(n.rope);
+          d.ra = make_rope_args(n.rope, c.ub, n.ne[2]);
           d.pos = static_cast<const int32_t *>(c.g.node(n.src[1]).data);
           d.pos_early = is_graph_input(c.g, n.src[1]) ? 1 : 0;
           break;
