@@ -146,11 +146,11 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
   // Block-uniform: every thread builds each table (rope_angle_table has barriers). Chains
   // whose positions are graph inputs build theirs before pdl_wait.
   for (int c = 0; c < a.n; ++c)
-    if (a.ch[c].pos && a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+    if (a.ch[c].pos && a.ch[c].pos_early) rope_angle_table(a.ch[c].pos, b % a.ch[c].in.ne[2], a.ch[c].ra, s_theta, s_cs[c]);
   pdl_wait();
   pdl_trigger();
   for (int c = 0; c < a.n; ++c)
-    if (a.ch[c].pos && !a.ch[c].pos_early) rope_angle_table(a.ch[c].pos[b % a.ch[c].in.ne[2]], a.ch[c].ra, s_theta, s_cs[c]);
+    if (a.ch[c].pos && !a.ch[c].pos_early) rope_angle_table(a.ch[c].pos, b % a.ch[c].in.ne[2], a.ch[c].ra, s_theta, s_cs[c]);
   __syncthreads();  // s_w and the tables are complete
   int64_t stride = 1;
   for (int c = 0; c < a.n; ++c) stride = a.ch[c].in.ne[0] > stride ? a.ch[c].in.ne[0] : stride;
