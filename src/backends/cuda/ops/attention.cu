@@ -1,5 +1,5 @@
 // KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
-// over the cache. An F32 cache without sinks (T <= 16) takes the CPU's reference order
+// over the cache. An F32 cache without sinks (T <= kRefOrderMaxTokens) takes the CPU's reference order
 // (attention_ref_order.cu, bit-exact); otherwise three paths by the number of query tokens T:
 //  * T <= 4 (decode): head dims 64/128/256 take the grouped kernel of attention_decode.cu;
 //    others split the cells over 16 blocks per (head, token), partials merged by the last

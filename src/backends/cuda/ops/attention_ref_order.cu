@@ -14,6 +14,7 @@
 // Scores and chunk sums live in the node's planned scratch (a row of n_cells + n_cells / 16
 // floats per (head, token)), written and read by the same block.
 #include "backends/cuda/ops/attention_ref_order.cuh"
+#include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/ref_math.cuh"
 
@@ -24,9 +25,9 @@ namespace {
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kBatch = 8;                          // K rows a warp loads before reducing any
 constexpr int kDims = kThreads / 4;                // KQV: output dims per pass, 4 threads each
-// Decode and prompt batches of <= 16 tokens, where the products are in the CPU's order too
-// (2..15 columns: matmul_ref_order.cu); longer batches take the tiled kernels (far faster).
-constexpr int64_t kMaxTokens = 16;
+// Decode and prompt batches of <= kRefOrderMaxTokens, where the products are in the CPU's
+// order too (matmul_ref_order.cu); longer batches take the tiled kernels (far faster).
+constexpr int64_t kMaxTokens = kRefOrderMaxTokens;  // matmul_ref_order.h
 constexpr size_t kMaxWork = size_t{64} << 20;      // larger contexts x batches take the fast kernels
 
 __host__ __device__ __forceinline__ int64_t row_floats(int64_t n_cells) { return n_cells + (n_cells + 15) / 16; }

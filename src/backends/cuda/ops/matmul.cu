@@ -438,9 +438,11 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   if (n.op == Op::MatMul) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
-    s.mma = s.rows >= kMmaMinCols && tensor_core_type(w.type);
+    // The reference-order types and F32 keep the CPU's order up to kRefOrderMaxTokens columns.
+    const int64_t tc_min = ref_order_dtype(w.type) || w.type == DType::F32 ? kRefOrderMaxTokens + 1 : kMmaMinCols;
+    s.mma = s.rows >= tc_min && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
-    s.sgemm = w.type == DType::F32 && s.rows >= kMmaMinCols;
+    s.sgemm = w.type == DType::F32 && s.rows >= tc_min;
   } else {
     const Node &ids = g.node(n.src[2]);
     s.E = w.ne[2];
@@ -449,7 +451,8 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    s.mma = s.T > 1 && n >= kMmaMinEntries && tensor_core_type(w.type);
+    const bool keep_order = ref_order_dtype(w.type) && s.T <= kRefOrderMaxTokens;
+    s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && tensor_core_type(w.type);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }

@@ -1,6 +1,6 @@
 // Small-batch MatMul / MatMulId of the reference-order types (Q4_K, Q5_K, Q6_K, Q8_0; dense
-// F32) in the CPU's float order per column (matmul_ref_order.cu), used by cuda_op_matmul where the f32
-// tile kernel would otherwise run (2..15 dense columns, MatMulId below kMmaMinEntries).
+// F32) in the CPU's float order per column (matmul_ref_order.cu), used by cuda_op_matmul for
+// batches of 2 .. kRefOrderMaxTokens tokens.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,6 +9,15 @@
 #include "quant/dtype.h"
 
 namespace moe {
+
+// Batches of up to this many tokens keep the CPU's float order on CUDA: the products of the
+// reference-order types and of F32 weights (routers) here, attention over an F32 cache in
+// attention_ref_order.cu. Why: the K-quant conformance files are chaotic (a 1-ulp change
+// flips a Q8_K activation rounding and moves logits by ~1), their prompts and teacher-forced
+// records are batches of 10..92 tokens, and the tensor-core kernels sum in another order.
+// Cost: prompts of 16..128 tokens run on these warp-per-row kernels (~2-3x the tensor-core
+// time); longer batches (pp512) take the tensor cores.
+constexpr int kRefOrderMaxTokens = 128;
 
 // Y[col] = W X[col] as launch_mmq_matmul's int8 form describes X (Xq: int8 integers, Xs:
 // (scale, integer sum) per 16, act_round_kernel with q_int8). Dense (tiles == nullptr):
