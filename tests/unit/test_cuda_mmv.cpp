@@ -104,11 +104,12 @@ TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K / Q8_0 are bit-ident
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   uint32_t seed = 800;
-  // Dense 2..15 columns (Q4_K with rows % 8 == 0: the CPU's gemm order on full groups of 4,
-  // gemv on the rest) and MatMulId below the tensor-core threshold (matmul_ref_order.cu).
+  // Dense 2..kRefOrderMaxTokens columns (Q4_K with rows % 8 == 0: the CPU's gemm order on
+  // full groups of 4, gemv on the rest) and MatMulId of as many tokens (matmul_ref_order.cu;
+  // 40 and 128 tokens x 3 slots used to take the tensor cores).
   for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
     for (int64_t M : {int64_t(37), int64_t(64)})
-      for (int64_t N : {2, 3, 4, 7, 13}) {
+      for (int64_t N : {2, 3, 4, 7, 13, 40, 128}) {
         const int64_t K = type_traits(t).block_size == 256 ? 1280 : 1056, E = 5, k = 3;
         WeightStore ws;
         const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
@@ -145,7 +146,7 @@ TEST_CASE("cuda matmul: small batches of F32 weights are bit-identical with the 
   // The CPU's batched GEMM order for K % 16 == 0 and M % 4 == 0, its vec_dot order otherwise.
   for (int64_t K : {int64_t(1280), int64_t(100)})
     for (int64_t M : {int64_t(37), int64_t(64)})
-      for (int64_t N : {2, 3, 7, 13}) {
+      for (int64_t N : {2, 3, 7, 13, 17, 128}) {
         WeightStore ws;
         const GgufTensorInfo *w = ws.add("w", DType::F32, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
         auto build = [&](int &x, int &y) {

@@ -27,6 +27,15 @@
 #include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/ops/matmul_ref_order.h"
+// In this scope batches from 16 tokens reach the tensor-core and tiled kernels (by default
+// batches up to kRefOrderMaxTokens keep the CPU's order on the warp-per-row kernels).
+struct TensorCoreBatches {
+  TensorCoreBatches() { moe::cuda_set_ref_order_max_tokens(0); }
+  ~TensorCoreBatches() { moe::cuda_set_ref_order_max_tokens(moe::kRefOrderMaxTokens); }
+};
+#else
+struct TensorCoreBatches {};
 #endif
 
 using namespace moe;
@@ -124,6 +133,7 @@ TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd s
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const TensorCoreBatches tc_batches;
   // M = 203: a partial 128-row tile; K odd: a partial 64-wide K step (and for plain types a
   // K that is not a multiple of 8, off the 16-byte load path).
   dense_sweep(reg, *gpu, {16, 77, 512}, 128, 203, 500);
@@ -234,6 +244,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const TensorCoreBatches tc_batches;
   uint32_t seed = 700;
   SECTION("every weight type, 100 tokens x 4 of 16 experts, shared and per-slot inputs") {
     // M = 200: a partial 128-row tile; ~25 entries per expert: partial 64-column tiles.
@@ -288,6 +299,7 @@ TEST_CASE("cuda op: int8 MMQ pipeline edge cases (K steps vs stages, odd M, 0/1/
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const TensorCoreBatches tc_batches;
   const int64_t T = 100, E = 8, k = 2;
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   for (int64_t t = 0; t < T; ++t) {
@@ -774,6 +786,7 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const TensorCoreBatches tc_batches;
   const KvType kts[] = {KvType::F32, KvType::F16, KvType::Q8_0};
   const int64_t hds[] = {64, 128}, groups[] = {1, 4, 8}, Ts[] = {8, 33, 200};
   for (int ki = 0; ki < 3; ++ki)

@@ -16,6 +16,8 @@
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
+#include <algorithm>
+
 namespace moe {
 
 namespace {
@@ -439,7 +441,8 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     // The reference-order types and F32 keep the CPU's order up to kRefOrderMaxTokens columns.
-    const int64_t tc_min = ref_order_dtype(w.type) || w.type == DType::F32 ? kRefOrderMaxTokens + 1 : kMmaMinCols;
+    const int64_t keep = ref_order_dtype(w.type) || w.type == DType::F32 ? cuda_ref_order_max_tokens() : 0;
+    const int64_t tc_min = std::max<int64_t>(kMmaMinCols, keep + 1);
     s.mma = s.rows >= tc_min && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.sgemm = w.type == DType::F32 && s.rows >= tc_min;
@@ -451,7 +454,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    const bool keep_order = ref_order_dtype(w.type) && s.T <= kRefOrderMaxTokens;
+    const bool keep_order = ref_order_dtype(w.type) && s.T <= cuda_ref_order_max_tokens();
     s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && tensor_core_type(w.type);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);

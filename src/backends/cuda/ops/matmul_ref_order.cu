@@ -8,6 +8,8 @@
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/ref_math.cuh"
 
+#include <atomic>
+
 namespace moe {
 
 namespace {
@@ -72,6 +74,10 @@ __global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_f32_kernel(const float
 }
 
 }  // namespace
+
+static std::atomic<int> g_ref_order_max_tokens{kRefOrderMaxTokens};
+void cuda_set_ref_order_max_tokens(int n) { g_ref_order_max_tokens.store(n < 0 ? 0 : n); }
+int cuda_ref_order_max_tokens() { return g_ref_order_max_tokens.load(std::memory_order_relaxed); }
 
 void launch_mmv_ref_f32(cudaStream_t s, const float *W, int64_t row_stride, int K, int M, const float *X, float *Y, int ncols, int NT,
                         bool gemm16) {

@@ -18,6 +18,11 @@ namespace moe {
 // Cost: prompts of 16..128 tokens run on these warp-per-row kernels (~2-3x the tensor-core
 // time); longer batches (pp512) take the tensor cores.
 constexpr int kRefOrderMaxTokens = 128;
+// The limit in force (process-wide, default kRefOrderMaxTokens). Tests of the tensor-core and
+// tiled kernels set 0 so batches from 16 tokens (MatMulId: 64 entries; attention: 17 tokens)
+// reach those kernels again; set it before building the graphs it should apply to.
+void cuda_set_ref_order_max_tokens(int n);
+int cuda_ref_order_max_tokens();
 
 // Y[col] = W X[col] as launch_mmq_matmul's int8 form describes X (Xq: int8 integers, Xs:
 // (scale, integer sum) per 16, act_round_kernel with q_int8). Dense (tiles == nullptr):
