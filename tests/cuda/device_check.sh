@@ -53,8 +53,8 @@ if (has bench || has profile || has ncu || has ncudeep) && [ ! -f /tmp/q3.gguf ]
 fi
 
 if has tests; then
-  timeout 150 "$TESTS" "[cuda]" -d yes > "$OUT/tests.log" 2>&1
-  note "tests [cuda] rc=$? $(el): $(grep -E '^test cases' "$OUT/tests.log" | tail -1)"
+  timeout ${TESTS_S:-150} "$TESTS" "${TEST_SPEC:-[cuda]}" -d yes > "$OUT/tests.log" 2>&1
+  note "tests ${TEST_SPEC:-[cuda]} rc=$? $(el): $(grep -E '^test cases' "$OUT/tests.log" | tail -1)"
   grep -B3 -A14 "FAILED" "$OUT/tests.log" | grep -v "^with expansion" | head -150
 fi
 
