@@ -58,6 +58,15 @@ if has tests; then
   grep -B3 -A14 "FAILED" "$OUT/tests.log" | grep -v "^with expansion" | head -150
 fi
 
+MODELS_PID=""
+if has models; then
+  # The other architectures' benchmark shapes (deepseek2: GLM-4.7-Flash, gpt-oss-20b MXFP4),
+  # written while the tests run.
+  ( [ -f /tmp/glm.gguf ] || nice "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 6 --quiet > "$OUT/mk_glm.log" 2>&1
+    [ -f /tmp/oss.gguf ] || nice "$CLI" mkmodel --preset gpt-oss-20b --type mxfp4 -o /tmp/oss.gguf --threads 6 --quiet > "$OUT/mk_oss.log" 2>&1 ) &
+  MODELS_PID=$!
+fi
+
 CONF_PID=""
 if has conformance; then
   # In the background: it drives the CLI (one process per check) while the sanitizer runs.
@@ -159,13 +168,9 @@ if has profile; then
   fi
 fi
 if has models; then
-  # The other architectures' benchmark shapes (deepseek2: GLM-4.7-Flash, gpt-oss-20b MXFP4).
-  ( nice "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 6 --quiet > "$OUT/mk_glm.log" 2>&1 ) &
-  G_PID=$!
-  nice "$CLI" mkmodel --preset gpt-oss-20b --type mxfp4 -o /tmp/oss.gguf --threads 8 --quiet > "$OUT/mk_oss.log" 2>&1
+  wait $MODELS_PID
   timeout 100 "$CLI" bench -m /tmp/oss.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_oss.log" 2>&1
   note "bench gpt-oss-20b rc=$? $(el): $(grep -E '(pp|tg)[0-9]+ +\|' "$OUT/bench_oss.log" | tr '\n' ' ')"
-  wait $G_PID
   timeout 100 "$CLI" bench -m /tmp/glm.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_glm.log" 2>&1
   note "bench glm-4.7-flash rc=$? $(el): $(grep -E '(pp|tg)[0-9]+ +\|' "$OUT/bench_glm.log" | tr '\n' ' ')"
 fi
