@@ -85,14 +85,20 @@ template <DType T, int CH> constexpr int stage_bytes() {
   else return loads_per_lane<T, CH>() * 512 + 16;
 }
 
-// Shared memory: [warp staging buffers][int8 x: slots * K][scale per 32: float][sum per 16: int].
+// Rounded Q8_K activations keep a 32-byte gap after every 256 values in shared memory
+// (xq_at): the reference-order pieces of a pass (lane 8g + k reading bytes 32g' + 4k of
+// block g's values) then hit 32 distinct banks; without the gap the 4 blocks' reads share 8
+// banks (4-way conflicts). Q8_K slots hold multiples of 256 values.
+__host__ __device__ constexpr int xq_at(DType V, int e) { return V == DType::Q8_K ? e + (e >> 8) * kXqGap : e; }
+
+// Shared memory: [warp staging buffers][int8 x: slots * K, gaps][scale per 32: float][sum per 16: int].
 struct MvSmem {
   int xq, xd, xs, total;
 };
-__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots, int warps) {
+__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots, int warps, DType V) {
   MvSmem s;
   s.xq = warps * stage;
-  s.xd = s.xq + slots * K;
+  s.xd = s.xq + xq_at(V, slots * K);
   s.xs = s.xd + slots * (K / 32) * 4;
   s.total = s.xs + slots * (K / 16) * 4;
   return s;
@@ -188,7 +194,7 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
         lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
         hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
       }
-      reinterpret_cast<uint2 *>(xq + s * K + i0)[0] = make_uint2(lo, hi);
+      reinterpret_cast<uint2 *>(xq + xq_at(V, s * K + i0))[0] = make_uint2(lo, hi);
       if ((lane & 3) == 0) xd[s * (K / 32) + i0 / 32] = scale;
       if ((lane & 1) == 0) xs[s * (K / 16) + i0 / 16] = half;
     }
@@ -263,7 +269,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
         if constexpr (ref_order_type<T>) {
           const bool cont = chain && k == 1;
           float f = cont ? acc[0] : acc[k], fm = cont ? accm[0] : accm[k];
-          ref_chunk<T, CH>(cb, ne, x0, XSmemAct{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
+          ref_chunk<T, CH>(cb, ne, x0, XSmemAct<act_type(T) == DType::Q8_K>{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
           if (cont) {
             acc[0] = f;
             accm[0] = fm;
@@ -275,7 +281,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
           constexpr int UPB = QK / 32;
           for (int u = lane; u < ne / 32; u += 32) {
             const int e = x0 + 32 * u;  // element index in the slot array
-            const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
+            const XSub xsub{xm.q + xq_at(act_type(T), e), xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
             acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
           }
         }
@@ -451,7 +457,7 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int stage_sz = stage_bytes<T, CH>();
   const int x_n = a.X;
-  const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5);
+  const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5, act_type(T));
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
   const uint8_t *wr[J];
@@ -494,7 +500,7 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const MvSmem L = mv_smem(stage_sz, a.K, 1, nw);
+  const MvSmem L = mv_smem(stage_sz, a.K, 1, nw, act_type(T));
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
   const uint8_t *wr[J];
@@ -609,7 +615,7 @@ bool type_ok(DType t) {
 int smem_bytes(DType t, int K, int x_n, bool down, int groups = 1) {
   if (is_plain(t)) return 0;
   if (static_cast<int64_t>(K) * x_n > kMvSmemMax) return -1;
-  const int64_t total = mv_smem(stage_size(t, down), K, x_n, groups * kMvWarps).total;
+  const int64_t total = mv_smem(stage_size(t, down), K, x_n, groups * kMvWarps, act_type(t)).total;
   return total <= kMvSmemMax ? static_cast<int>(total) : -1;
 }
 
