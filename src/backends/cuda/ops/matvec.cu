@@ -208,6 +208,89 @@ struct XSmem {
   int *s;
 };
 
+// Q4_K rows in the repacked gemv order (ref_q4k_repacked) from 16-byte aligned tensors
+// without staging: each lane loads its block's 16-byte header and its 16 quant bytes
+// (q4k_repack_sums_regs' layout: blocks are 144 = 9 x 16 bytes, so aligned rows keep every
+// block aligned) for one chunk of every job, all before the first use. Jobs of one
+// activation (row pairs, gate/up) share its reads, pass by pass; chain (job 1 continues job
+// 0, as in quant_dots) folds job after job. Arguments as quant_dots'.
+template <int J, int CH>
+__device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J], bool round_first,
+                                bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain) {
+  static_assert(CH % 1024 == 0, "whole passes of 4 blocks");
+  constexpr int NP = CH / 1024, BS = BlockInfo<DType::Q4_K>::bytes;  // passes per chunk
+  const int lane = threadIdx.x & 31, g = lane >> 3, t = lane & 7, nblk = K / 256;
+  const XSmemAct<true> xa{xm.q, xm.d, xm.s};
+  bool one_x = !chain;  // warp-uniform
+#pragma unroll
+  for (int k = 1; k < J; ++k) one_x = one_x && xe[k] == xe[0];
+  for (int c0 = 0; c0 < K; c0 += CH) {
+    const int b0 = c0 / 256;
+    uint4 hd[J][NP], qw[J][NP];
+#pragma unroll
+    for (int k = 0; k < J; ++k)
+#pragma unroll
+      for (int p = 0; p < NP; ++p) {  // unconditional (a missing block re-reads the row's last one)
+        const uint8_t *b = wr[k] + static_cast<int64_t>(min(b0 + 4 * p + g, nblk - 1)) * BS;
+        hd[k][p] = __ldg(reinterpret_cast<const uint4 *>(b));
+        qw[k][p] = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 16 * t));
+      }
+    if (round_first && c0 == 0) {
+      if (wait_late) pdl_enter();
+      round_slots<DType::Q8_K>(a, x_first, x_n, xm.q, xm.d, xm.s);
+      __syncthreads();
+    }
+    // Step (job k, pass p); x / ys: the activations of the job's block.
+    auto step = [&](int k, int p, const Q4kX &x, float ys) {
+      const int i0 = b0 + 4 * p;
+      const uint32_t h4[4] = {hd[k][p].x, hd[k][p].y, hd[k][p].z, hd[k][p].w}, w4[4] = {qw[k][p].x, qw[k][p].y, qw[k][p].z, qw[k][p].w};
+      float d;
+      const int v = q4k_repack_sums_regs(h4, w4, x, ys, t, i0 + g < nblk, d);
+      const bool cont = chain && k == 1;
+      const float f = ring_fold(cont ? acc[0] : acc[k], v, d, min(4, nblk - i0));
+      if (cont) acc[0] = f;
+      else acc[k] = f;
+    };
+    auto x_of = [&](int k, int p, Q4kX &x, float &ys) {
+      const int i = min(b0 + 4 * p + g, nblk - 1), e = xe[k] + i * 256;  // the block's first element in the slot array
+      x = q4k_repack_x(xa.fold(e), t);
+      ys = xa.scale(e);
+    };
+    if (one_x) {
+#pragma unroll
+      for (int p = 0; p < NP; ++p) {
+        if (b0 + 4 * p >= nblk) break;
+        Q4kX x;
+        float ys;
+        x_of(0, p, x, ys);
+#pragma unroll
+        for (int k = 0; k < J; ++k)
+          if (ok[k]) step(k, p, x, ys);  // warp-uniform
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < J; ++k) {
+        if (!ok[k]) continue;  // warp-uniform
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+          if (b0 + 4 * p >= nblk) break;
+          Q4kX x;
+          float ys;
+          x_of(k, p, x, ys);
+          step(k, p, x, ys);
+        }
+      }
+    }
+  }
+}
+
+// Whether q4k_direct_dots may read a.w (and a.w2) blocks as 16-byte words: block-uniform.
+__device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
+  uintptr_t o = reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb) | static_cast<uintptr_t>(a.eb);
+  if (a.w2) o |= reinterpret_cast<uintptr_t>(a.w2) | static_cast<uintptr_t>(a.rb2) | static_cast<uintptr_t>(a.eb2);
+  return (o & 15) == 0;
+}
+
 // Lane partial sums of J weight rows (quantized types) against their activation slots.
 // jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0), each walked for K elements (a
 // multiple of the block size, <= a.K); xe[k]: the element index of its first activation in
@@ -227,6 +310,12 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
   constexpr int C = chunks_in_flight(J);
   const int lane = threadIdx.x & 31;
+  if constexpr (T == DType::Q4_K) {
+    if (ref_q4k_repacked(a.M) && rows_aligned16(a)) {
+      q4k_direct_dots<J, CH>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
+      return;
+    }
+  }
   for (int c0 = 0; c0 < K; c0 += C * CH) {
     uint4 buf[C][J][NL];
     int head[C][J];

@@ -195,32 +195,36 @@ __device__ __forceinline__ float h2f_bits(uint32_t w) {
   return __half2float(h);
 }
 
-// Q4_K repacked gemv integers of one super-block b (the 8 lanes of a group, lane t): lane t
-// takes quant bytes 16t .. 16t + 15 (pair j = t / 2, half h = t % 2: low nibbles are elements
-// 64j + 16h .. of group 2j, high nibbles the same 16 of group 2j + 1) with two 16-byte reads
-// of activations; the mins come from dp4a with the min replicated in 4 bytes (= min times the
-// sum of the 16 activations). Returns the block's quant integer in even lanes and its min
-// integer in odd lanes (exact sums over the 8 lanes, any order), and the matching factor in
-// d (ys * d, ys * dmin). ok: this lane's block exists; every lane must call it (shuffles).
-template <class XF>
-__device__ __forceinline__ int q4k_repack_sums(const uint8_t *b, const XF &x, float ys, int t, bool ok, float &d) {
+// Q4_K repacked gemv integers of one super-block (the 8 lanes of a group, lane t): hd = its
+// first 16 bytes (d, dmin, 12 scale bytes), w = its quant bytes 16t .. 16t + 15 (pair j =
+// t / 2, half h = t % 2: low nibbles are elements 64j + 16h .. of group 2j, high nibbles the
+// same 16 of group 2j + 1), x its activations (q4k_repack_x); the mins come from
+// dp4a with the min replicated in 4 bytes (= min times the sum of the 16 activations).
+// Returns the block's quant integer in even lanes and its min integer in odd lanes (exact
+// sums over the 8 lanes, any order), and the matching factor in d (ys * d, ys * dmin).
+// ok: this lane's block exists; every lane must call it (shuffles).
+// The activations of lane t: xa its first 16-byte read, xb the second. First read: low
+// nibbles for pairs 0 / 1, high for 2 / 3, so the 8 lanes of a group (one shared-memory
+// phase) read 8 distinct 16-byte bank ranges.
+struct Q4kX {
+  int4 a, b;
+};
+template <class XF> __device__ __forceinline__ Q4kX q4k_repack_x(const XF &x, int t) {
+  const int j = t >> 1, h = t & 1, n1 = j >> 1;
+  return Q4kX{*reinterpret_cast<const int4 *>(x.q + 64 * j + 32 * n1 + 16 * h), *reinterpret_cast<const int4 *>(x.q + 64 * j + 32 * (1 - n1) + 16 * h)};
+}
+__device__ __forceinline__ int q4k_repack_sums_regs(const uint32_t (&hd)[4], const uint32_t (&w)[4], const Q4kX &x, float ys, int t, bool ok,
+                                                    float &d) {
   int q = 0, m = 0;
   d = 0.0f;
   if (ok) {
-    uint32_t hd[4], w[4];
-    ld_words_rows16<4>(b, hd);               // d, dmin, 12 scale bytes
-    ld_words_rows16<4>(b + 16 + 16 * t, w);  // this lane's quant bytes
-    // First read: low nibbles for pairs 0 / 1, high for 2 / 3, so the 8 lanes of a group
-    // (one shared-memory phase) read 8 distinct 16-byte bank ranges.
-    const int j = t >> 1, h = t & 1, n1 = j >> 1;
+    const int j = t >> 1, n1 = j >> 1;
     const uint32_t scw = j < 2 ? hd[1] & 0x3F3F3F3Fu : (hd[3] & 0x0F0F0F0Fu) | (((hd[1] >> 6) & 0x03030303u) << 4);
     const uint32_t mnw = j < 2 ? hd[2] & 0x3F3F3F3Fu : ((hd[3] >> 4) & 0x0F0F0F0Fu) | (((hd[2] >> 6) & 0x03030303u) << 4);
     const int sa = 8 * ((2 * j + n1) & 3), sb = 8 * ((2 * j + 1 - n1) & 3);
     const int sca = static_cast<int>((scw >> sa) & 0xFFu), scb = static_cast<int>((scw >> sb) & 0xFFu);
     const int ra = static_cast<int>(((mnw >> sa) & 0xFFu) * 0x01010101u), rb = static_cast<int>(((mnw >> sb) & 0xFFu) * 0x01010101u);
-    const int4 xa = *reinterpret_cast<const int4 *>(x.q + 64 * j + 32 * n1 + 16 * h);
-    const int4 xb = *reinterpret_cast<const int4 *>(x.q + 64 * j + 32 * (1 - n1) + 16 * h);
-    const int xav[4] = {xa.x, xa.y, xa.z, xa.w}, xbv[4] = {xb.x, xb.y, xb.z, xb.w};
+    const int xav[4] = {x.a.x, x.a.y, x.a.z, x.a.w}, xbv[4] = {x.b.x, x.b.y, x.b.z, x.b.w};
     const int na = 4 * n1, nb = 4 - na;
     int da = 0, db = 0;
 #pragma unroll
@@ -239,6 +243,19 @@ __device__ __forceinline__ int q4k_repack_sums(const uint8_t *b, const XF &x, fl
   v += __shfl_xor_sync(0xffffffffu, v, 2);
   v += __shfl_xor_sync(0xffffffffu, v, 4);
   return v;
+}
+
+// The same from the block's bytes at b (shared or global memory).
+template <class XF>
+__device__ __forceinline__ int q4k_repack_sums(const uint8_t *b, const XF &x, float ys, int t, bool ok, float &d) {
+  uint32_t hd[4] = {0, 0, 0, 0}, w[4] = {0, 0, 0, 0};
+  Q4kX xv{};
+  if (ok) {
+    ld_words_rows16<4>(b, hd);
+    ld_words_rows16<4>(b + 16 + 16 * t, w);
+    xv = q4k_repack_x(x, t);
+  }
+  return q4k_repack_sums_regs(hd, w, xv, ys, t, ok, d);
 }
 
 // One pass of the fold over nb (1..4, warp-uniform) blocks: lane 8g + t holds chain t's
