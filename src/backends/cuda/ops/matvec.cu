@@ -308,7 +308,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                            float (&acc)[J], float (&accm)[J], bool chain) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
-  constexpr int C = chunks_in_flight(J);
+  constexpr int C = T == DType::Q6_K ? 1 : chunks_in_flight(J);  // Q6_K: registers for matvec_rows8_kernel
   const int lane = threadIdx.x & 31;
   if constexpr (T == DType::Q4_K) {
     if (ref_q4k_repacked(a.M) && rows_aligned16(a)) {
@@ -674,6 +674,13 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
   else rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
 }
 
+// Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
+// registers, so three blocks share a multiprocessor (24 warps, was 16 at 128 registers) and
+// one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
+template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
+  rows_block<T>(a, blockIdx.x, stage_bytes<T, kChPair>());
+}
+
 int stage_size(DType t, bool down) {
   switch (t) {
 #define MOE_MV_STAGE(TY) \
@@ -742,6 +749,10 @@ void launch(DType t, bool down, dim3 grid, MvShape sh, cudaStream_t s, const MvA
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
   const int smem = sh.smem;
+  if (t == DType::Q6_K && !down && sh.groups == 1) {
+    launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a);
+    return;
+  }
 #define MOE_MV_CASE(TY)                                                                          \
   case TY:                                                                                       \
     if (down) launch_pdl(matvec_kernel<TY, kJDown, kChDown>, grid, block, static_cast<size_t>(smem), s, a); \
