@@ -13,7 +13,10 @@
 // The activations are rounded once per thread block into shared memory (int8 + scale per 32,
 // exactly the Q8_0 / Q8_K values act_round_kernel produces), while the first chunk's
 // weight loads are in flight. Plain weights (F32/F16/BF16) read the activation from global
-// memory (rounded elementwise on the fly) and need no staging.
+// memory (rounded elementwise on the fly) and need no staging; nor do Q4_K rows in the
+// repacked order from aligned tensors (q4k_direct_dots: each lane loads its own 16-byte
+// pieces of the 16-byte aligned blocks). The reference-order types (Q4_K, Q5_K, Q6_K,
+// Q8_0) fold in the CPU's float order (matvec_ref_order.cuh).
 //
 // Launched with programmatic dependent launch (pdl.cuh): a block whose weight rows do not
 // depend on expert ids issues its first weight loads (quantized) or an L2 prefetch of its
