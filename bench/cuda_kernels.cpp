@@ -1,6 +1,7 @@
 // CUDA kernels at the Qwen3-30B-A3B shapes (n_embd 2048, 32 q / 4 kv heads of 128, 128
-// experts, 8 used, expert ff 768, vocabulary 151936): decode mat-vecs per weight type, the
-// prefill expert products (MatMulId at 512 tokens), the MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
+// experts, 8 used, expert ff 768, vocabulary 151936): decode mat-vecs per weight type and the
+// routed expert groups (gate/up + SwiGLU, down + combine), the prefill expert products
+// (MatMulId at 512 tokens), the MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
 // attention decode / prefill (and MLA attention at the GLM-4.7-Flash shape). Each iteration replays the one-op graph on the context's stream
 // (captured as a CUDA graph like a decode step) and is timed with CUDA events. Counters:
 // weight GB/s (decode), TFLOP/s (prefill), tokens/s. Without a CUDA device every benchmark
@@ -195,6 +196,45 @@ void BM_CudaMoeLayer(benchmark::State &state) {
 #endif
 }
 
+// One token's routed expert products alone (ids fixed, 8 distinct experts): gate/up + SwiGLU
+// (Q4_K, one fused launch) or down + MoeCombine (Q6_K); the decode mat-vecs' largest groups.
+void BM_CudaExpertMatvec(benchmark::State &state) {
+  const bool down = state.range(0) != 0;
+  const DType t = down ? DType::Q6_K : DType::Q4_K;
+  const int64_t K = down ? kFf : kEmbd, M = down ? kEmbd : kFf;
+  moe_test::WeightStore ws;
+  const GgufTensorInfo *w1 = tiled_weight(ws, "w1", t, {K, M, kExperts});
+  const GgufTensorInfo *w2 = down ? nullptr : tiled_weight(ws, "w2", t, {K, M, kExperts});
+  Graph g;
+  int ids = g.input("ids", DType::I32, {kUsed, 1});
+  int x = g.input("x", DType::F32, {K, down ? kUsed : 1, 1});
+  int cw = down ? g.input("cw", DType::F32, {kUsed, 1}) : -1;
+  int y;
+  if (down) {
+    y = g.moe_combine(g.matmul_id(g.weight(w1), x, ids), cw);
+  } else {
+    int up = g.matmul_id(g.weight(w2), x, ids);
+    y = g.swiglu(g.matmul_id(g.weight(w1), x, ids), up);
+  }
+  g.mark_output(y, "y");
+  GpuRun r;
+  MOE_NEED_GPU(r, std::move(g));
+#ifdef MOEINFER_WITH_CUDA
+  const int32_t idv[kUsed] = {3, 17, 40, 64, 77, 90, 101, 120};
+  r.set_input(ids, idv, sizeof idv);
+  auto xv = randv(static_cast<size_t>(K * (down ? kUsed : 1)), 5);
+  r.set_input(x, xv.data(), xv.size() * 4);
+  if (down) {
+    const std::vector<float> cwv(kUsed, 0.125f);
+    r.set_input(cw, cwv.data(), cwv.size() * 4);
+  }
+  time_graph(state, r);
+  state.SetLabel(down ? "down+combine q6_K" : "gate/up+swiglu q4_K");
+  const double bytes = static_cast<double>(w1->nbytes + (w2 ? w2->nbytes : 0)) / kExperts * kUsed;
+  state.counters["weight_GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+#endif
+}
+
 // Causal GQA attention of T new tokens over a cache already holding `depth` tokens (F16).
 void BM_CudaAttention(benchmark::State &state) {
   const int32_t T = static_cast<int32_t>(state.range(0)), depth = static_cast<int32_t>(state.range(1));
@@ -280,6 +320,8 @@ BENCHMARK(BM_CudaMatmulId)
     ->Args({4, kFf, kEmbd, kUsed, 512})    // down Q6_K
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
+
+BENCHMARK(BM_CudaExpertMatvec)->ArgNames({"down"})->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseManualTime();
 BENCHMARK(BM_CudaMoeLayer)->ArgNames({"batch"})->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond)->UseManualTime();
 // Decode (1 token) and prefill (512) at a short and a deep cache.
 static void attention_args(benchmark::internal::Benchmark *b) {

@@ -142,6 +142,13 @@ void check_ref_type(DType t) {
         expect(t, false, cdiv(M, 8), 1, m, dense, tag + " halves");
         m.mode = kRows;
       }
+      if (t == DType::Q4_K) {  // a tensor 4 bytes off 16-byte alignment: the staged path (no 16-byte block reads)
+        std::unique_ptr<Buf> wo(new Buf(rb * M + 16));
+        std::memcpy(wo->p + 4, w->p, rb * M);
+        EmuMv mo = m;
+        mo.w = wo->p + 4;
+        expect(t, false, cdiv(M, 16), 1, mo, dense, tag + " rows, unaligned tensor");
+      }
       // MatMul + residual: the CPU's Add after the product
       const auto res = randn(static_cast<size_t>(M));
       std::vector<float> want(dense);

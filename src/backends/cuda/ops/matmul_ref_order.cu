@@ -53,7 +53,8 @@ __global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_kernel(const uint8_t *
       }
       if (!done) ref_chunk<T, 4 * FB>(cb, n * FB, i0 * FB, xa, repack, acc, accm);
     }
-    const float v = ref_finish<T>(acc, accm, repack);  // (gemm: acc - accm, as repack)
+    // (gemm: every lane holds both accumulators, ref_q4k_gemm_pass)
+    const float v = gemm ? acc - accm : ref_finish<T>(acc, accm, repack);
     if (lane == 0) Y[static_cast<int64_t>(e.y) * M + row] = v;
   }
 }

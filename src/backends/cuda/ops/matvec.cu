@@ -13,7 +13,10 @@
 // The activations are rounded once per thread block into shared memory (int8 + scale per 32,
 // exactly the Q8_0 / Q8_K values act_round_kernel produces), while the first chunk's
 // weight loads are in flight. Plain weights (F32/F16/BF16) read the activation from global
-// memory (rounded elementwise on the fly) and need no staging.
+// memory (rounded elementwise on the fly) and need no staging; nor do Q4_K rows in the
+// repacked order from aligned tensors (q4k_direct_dots: each lane loads its own 16-byte
+// pieces of the 16-byte aligned blocks). The reference-order types (Q4_K, Q5_K, Q6_K,
+// Q8_0) fold in the CPU's float order (matvec_ref_order.cuh).
 //
 // Launched with programmatic dependent launch (pdl.cuh): a block whose weight rows do not
 // depend on expert ids issues its first weight loads (quantized) or an L2 prefetch of its
@@ -85,14 +88,20 @@ template <DType T, int CH> constexpr int stage_bytes() {
   else return loads_per_lane<T, CH>() * 512 + 16;
 }
 
-// Shared memory: [warp staging buffers][int8 x: slots * K][scale per 32: float][sum per 16: int].
+// Rounded Q8_K activations keep a 32-byte gap after every 256 values in shared memory
+// (xq_at): the reference-order pieces of a pass (lane 8g + k reading bytes 32g' + 4k of
+// block g's values) then hit 32 distinct banks; without the gap the 4 blocks' reads share 8
+// banks (4-way conflicts). Q8_K slots hold multiples of 256 values.
+__host__ __device__ constexpr int xq_at(DType V, int e) { return V == DType::Q8_K ? e + (e >> 8) * kXqGap : e; }
+
+// Shared memory: [warp staging buffers][int8 x: slots * K, gaps][scale per 32: float][sum per 16: int].
 struct MvSmem {
   int xq, xd, xs, total;
 };
-__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots, int warps) {
+__host__ __device__ inline MvSmem mv_smem(int stage, int K, int slots, int warps, DType V) {
   MvSmem s;
   s.xq = warps * stage;
-  s.xd = s.xq + slots * K;
+  s.xd = s.xq + xq_at(V, slots * K);
   s.xs = s.xd + slots * (K / 32) * 4;
   s.total = s.xs + slots * (K / 16) * 4;
   return s;
@@ -188,7 +197,7 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
         lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
         hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
       }
-      reinterpret_cast<uint2 *>(xq + s * K + i0)[0] = make_uint2(lo, hi);
+      reinterpret_cast<uint2 *>(xq + xq_at(V, s * K + i0))[0] = make_uint2(lo, hi);
       if ((lane & 3) == 0) xd[s * (K / 32) + i0 / 32] = scale;
       if ((lane & 1) == 0) xs[s * (K / 16) + i0 / 16] = half;
     }
@@ -201,6 +210,89 @@ struct XSmem {
   float *d;
   int *s;
 };
+
+// Q4_K rows in the repacked gemv order (ref_q4k_repacked) from 16-byte aligned tensors
+// without staging: each lane loads its block's 16-byte header and its 16 quant bytes
+// (q4k_repack_sums_regs' layout: blocks are 144 = 9 x 16 bytes, so aligned rows keep every
+// block aligned) for one chunk of every job, all before the first use. Jobs of one
+// activation (row pairs, gate/up) share its reads, pass by pass; chain (job 1 continues job
+// 0, as in quant_dots) folds job after job. Arguments as quant_dots'.
+template <int J, int CH>
+__device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J], bool round_first,
+                                bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain) {
+  static_assert(CH % 1024 == 0, "whole passes of 4 blocks");
+  constexpr int NP = CH / 1024, BS = BlockInfo<DType::Q4_K>::bytes;  // passes per chunk
+  const int lane = threadIdx.x & 31, g = lane >> 3, t = lane & 7, nblk = K / 256;
+  const XSmemAct<true> xa{xm.q, xm.d, xm.s};
+  bool one_x = !chain;  // warp-uniform
+#pragma unroll
+  for (int k = 1; k < J; ++k) one_x = one_x && xe[k] == xe[0];
+  for (int c0 = 0; c0 < K; c0 += CH) {
+    const int b0 = c0 / 256;
+    uint4 hd[J][NP], qw[J][NP];
+#pragma unroll
+    for (int k = 0; k < J; ++k)
+#pragma unroll
+      for (int p = 0; p < NP; ++p) {  // unconditional (a missing block re-reads the row's last one)
+        const uint8_t *b = wr[k] + static_cast<int64_t>(min(b0 + 4 * p + g, nblk - 1)) * BS;
+        hd[k][p] = __ldg(reinterpret_cast<const uint4 *>(b));
+        qw[k][p] = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 16 * t));
+      }
+    if (round_first && c0 == 0) {
+      if (wait_late) pdl_enter();
+      round_slots<DType::Q8_K>(a, x_first, x_n, xm.q, xm.d, xm.s);
+      __syncthreads();
+    }
+    // Step (job k, pass p); x / ys: the activations of the job's block.
+    auto step = [&](int k, int p, const Q4kX &x, float ys) {
+      const int i0 = b0 + 4 * p;
+      const uint32_t h4[4] = {hd[k][p].x, hd[k][p].y, hd[k][p].z, hd[k][p].w}, w4[4] = {qw[k][p].x, qw[k][p].y, qw[k][p].z, qw[k][p].w};
+      float d;
+      const int v = q4k_repack_sums_regs(h4, w4, x, ys, t, i0 + g < nblk, d);
+      const bool cont = chain && k == 1;
+      const float f = ring_fold(cont ? acc[0] : acc[k], v, d, min(4, nblk - i0));
+      if (cont) acc[0] = f;
+      else acc[k] = f;
+    };
+    auto x_of = [&](int k, int p, Q4kX &x, float &ys) {
+      const int i = min(b0 + 4 * p + g, nblk - 1), e = xe[k] + i * 256;  // the block's first element in the slot array
+      x = q4k_repack_x(xa.fold(e), t);
+      ys = xa.scale(e);
+    };
+    if (one_x) {
+#pragma unroll
+      for (int p = 0; p < NP; ++p) {
+        if (b0 + 4 * p >= nblk) break;
+        Q4kX x;
+        float ys;
+        x_of(0, p, x, ys);
+#pragma unroll
+        for (int k = 0; k < J; ++k)
+          if (ok[k]) step(k, p, x, ys);  // warp-uniform
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < J; ++k) {
+        if (!ok[k]) continue;  // warp-uniform
+#pragma unroll
+        for (int p = 0; p < NP; ++p) {
+          if (b0 + 4 * p >= nblk) break;
+          Q4kX x;
+          float ys;
+          x_of(k, p, x, ys);
+          step(k, p, x, ys);
+        }
+      }
+    }
+  }
+}
+
+// Whether q4k_direct_dots may read a.w (and a.w2) blocks as 16-byte words: block-uniform.
+__device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
+  uintptr_t o = reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb) | static_cast<uintptr_t>(a.eb);
+  if (a.w2) o |= reinterpret_cast<uintptr_t>(a.w2) | static_cast<uintptr_t>(a.rb2) | static_cast<uintptr_t>(a.eb2);
+  return (o & 15) == 0;
+}
 
 // Lane partial sums of J weight rows (quantized types) against their activation slots.
 // jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0), each walked for K elements (a
@@ -219,8 +311,14 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                            float (&acc)[J], float (&accm)[J], bool chain) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
-  constexpr int C = chunks_in_flight(J);
+  constexpr int C = T == DType::Q6_K ? 1 : chunks_in_flight(J);  // Q6_K: registers for matvec_rows8_kernel
   const int lane = threadIdx.x & 31;
+  if constexpr (T == DType::Q4_K) {
+    if (ref_q4k_repacked(a.M) && rows_aligned16(a)) {
+      q4k_direct_dots<J, CH>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
+      return;
+    }
+  }
   for (int c0 = 0; c0 < K; c0 += C * CH) {
     uint4 buf[C][J][NL];
     int head[C][J];
@@ -263,7 +361,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
         if constexpr (ref_order_type<T>) {
           const bool cont = chain && k == 1;
           float f = cont ? acc[0] : acc[k], fm = cont ? accm[0] : accm[k];
-          ref_chunk<T, CH>(cb, ne, x0, XSmemAct{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
+          ref_chunk<T, CH>(cb, ne, x0, XSmemAct<act_type(T) == DType::Q8_K>{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
           if (cont) {
             acc[0] = f;
             accm[0] = fm;
@@ -275,7 +373,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
           constexpr int UPB = QK / 32;
           for (int u = lane; u < ne / 32; u += 32) {
             const int e = x0 + 32 * u;  // element index in the slot array
-            const XSub xsub{xm.q + e, xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
+            const XSub xsub{xm.q + xq_at(act_type(T), e), xm.d[e / 32], xm.s[e / 16], xm.s[e / 16 + 1]};
             acc[k] += unit_dot<T>(cb + (u / UPB) * BS, u % UPB, xsub);
           }
         }
@@ -451,7 +549,7 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int stage_sz = stage_bytes<T, CH>();
   const int x_n = a.X;
-  const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5);
+  const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5, act_type(T));
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
   const uint8_t *wr[J];
@@ -494,7 +592,7 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const MvSmem L = mv_smem(stage_sz, a.K, 1, nw);
+  const MvSmem L = mv_smem(stage_sz, a.K, 1, nw, act_type(T));
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
   const uint8_t *wr[J];
@@ -579,6 +677,13 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
   else rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
 }
 
+// Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
+// registers, so three blocks share a multiprocessor (24 warps, was 16 at 128 registers) and
+// one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
+template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
+  rows_block<T>(a, blockIdx.x, stage_bytes<T, kChPair>());
+}
+
 int stage_size(DType t, bool down) {
   switch (t) {
 #define MOE_MV_STAGE(TY) \
@@ -609,7 +714,7 @@ bool type_ok(DType t) {
 int smem_bytes(DType t, int K, int x_n, bool down, int groups = 1) {
   if (is_plain(t)) return 0;
   if (static_cast<int64_t>(K) * x_n > kMvSmemMax) return -1;
-  const int64_t total = mv_smem(stage_size(t, down), K, x_n, groups * kMvWarps).total;
+  const int64_t total = mv_smem(stage_size(t, down), K, x_n, groups * kMvWarps, act_type(t)).total;
   return total <= kMvSmemMax ? static_cast<int>(total) : -1;
 }
 
@@ -647,6 +752,10 @@ void launch(DType t, bool down, dim3 grid, MvShape sh, cudaStream_t s, const MvA
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
   const int smem = sh.smem;
+  if (t == DType::Q6_K && !down && sh.groups == 1) {
+    launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a);
+    return;
+  }
 #define MOE_MV_CASE(TY)                                                                          \
   case TY:                                                                                       \
     if (down) launch_pdl(matvec_kernel<TY, kJDown, kChDown>, grid, block, static_cast<size_t>(smem), s, a); \
