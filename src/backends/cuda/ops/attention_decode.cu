@@ -302,7 +302,7 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   // A thread owns kPairs pairs of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2
   // even) and walks the ranges kUnroll at a time, so kPairs x kUnroll loads are in flight.
   constexpr int kPairs = kHeads * HD / 2 / kThreads;  // HD 64: 2, 128: 4, 256: 8
-  constexpr int kUnroll = HD >= 256 ? 2 : 4;
+  constexpr int kUnroll = HD >= 256 ? 4 : 8;
   static_assert(kPairs * kThreads == kHeads * HD / 2, "pairs per thread");
   float2 sum[kPairs];
 #pragma unroll
