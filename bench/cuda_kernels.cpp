@@ -235,9 +235,11 @@ void BM_CudaExpertMatvec(benchmark::State &state) {
 #endif
 }
 
-// Causal GQA attention of T new tokens over a cache already holding `depth` tokens (F16).
+// Causal GQA attention of T new tokens over a cache already holding `depth` tokens (F16, or
+// Q8_0 when the third argument is 1).
 void BM_CudaAttention(benchmark::State &state) {
   const int32_t T = static_cast<int32_t>(state.range(0)), depth = static_cast<int32_t>(state.range(1));
+  const KvType kt = state.range(2) ? KvType::Q8_0 : KvType::F16;
   GpuRun r;
   Graph g;
   int q = g.input("q", DType::F32, {kHd, kHeads, T});
@@ -249,7 +251,7 @@ void BM_CudaAttention(benchmark::State &state) {
   g.mark_output(attention_block(g, q, k, v, 0, kHd, 0.088f, gp), "a");
   MOE_NEED_GPU(r, std::move(g));
 #ifdef MOEINFER_WITH_CUDA
-  KvCache kv(n_cells, 1, KvType::F16, {KvLayerDims{kHd * kKvHeads, kHd * kKvHeads}}, *r.gpu);
+  KvCache kv(n_cells, 1, kt, {KvLayerDims{kHd * kKvHeads, kHd * kKvHeads}}, *r.gpu);
   moe_bench::FilledCache fc(kv, static_cast<int32_t>(n_cells), T);
   auto qv = randv(static_cast<size_t>(kHd * kHeads * T), 3), kvv = randv(static_cast<size_t>(kHd * kKvHeads * T), 4);
   r.set_input(q, qv.data(), qv.size() * 4);
@@ -328,5 +330,11 @@ static void attention_args(benchmark::internal::Benchmark *b) {
   b->ArgNames({"tokens", "depth"})->Args({1, 512})->Args({1, 4096})->Args({512, 0})->Args({512, 4096});
   b->Unit(benchmark::kMicrosecond)->UseManualTime();
 }
-BENCHMARK(BM_CudaAttention)->Apply(attention_args);
+// The grouped decode kernel across its range counts (depth 128: 2 ranges, 512: 8, 4096: 64),
+// a Q8_0 cache, 4 tokens; then prefill.
+static void gqa_attention_args(benchmark::internal::Benchmark *b) {
+  b->ArgNames({"tokens", "depth", "q8_0"})->Args({1, 128, 0})->Args({1, 512, 0})->Args({1, 4096, 0})->Args({1, 512, 1})->Args({4, 512, 0});
+  b->Args({512, 0, 0})->Args({512, 4096, 0})->Unit(benchmark::kMicrosecond)->UseManualTime();
+}
+BENCHMARK(BM_CudaAttention)->Apply(gqa_attention_args);
 BENCHMARK(BM_CudaMlaAttention)->Apply(attention_args);

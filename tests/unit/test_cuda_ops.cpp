@@ -904,8 +904,8 @@ TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, 
           s.batches = {257, 130, T, T};  // cell ranges of several cells per warp; refilled holes
           attention_case(reg, *gpu, s, "grouped decode");
         }
-  // A deep cache: every cell range in use, each longer than the minimum (32 cells), merged by
-  // the last block of each KV head; then a short context where most ranges are empty.
+  // A deep cache: every cell range in use, each longer than the minimum (64 cells), merged by
+  // the last block of each KV head; then a short context of one range (written directly).
   for (KvType kt : {KvType::F16, KvType::Q8_0}) {
     AttnSetup s;
     s.kt = kt;
@@ -920,6 +920,32 @@ TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, 
     s.batches = {5, 1, 1};
     attention_case(reg, *gpu, s, "grouped decode, short");
   }
+}
+
+// The grouped decode kernel's cell ranges follow n_kv on the device: one range (output written
+// by its block) up to 64 cells, ranges of 64 cells up to 4096, then 64 longer ones (8257: 130
+// cells, 33 per warp, so a warp reads a second mask window). Depths on both sides of each
+// boundary; the deep ones with a sliding window (cheap CPU reference; most ranges then see no
+// cell, their partials weigh 0).
+TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[ops][cuda][attention]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (KvType kt : {KvType::F16, KvType::Q8_0})
+    for (int64_t n_kv : {63, 64, 65, 128, 129, 513, 4096, 4097, 8257}) {
+      AttnSetup s;
+      s.kt = kt;
+      s.hd = s.hd_v = 128;
+      s.n_head_kv = 1;
+      s.n_head = 8;
+      s.window = n_kv > 600 ? 300 : 0;
+      s.sinks = n_kv % 2 == 0;
+      const int64_t T = n_kv % 3 == 0 ? 3 : 1;
+      s.n_cells = static_cast<uint32_t>(n_kv + 8);
+      s.batches.push_back(n_kv - T);
+      s.batches.push_back(T);  // the decode batch fills the cache up to n_kv cells
+      attention_case(reg, *gpu, s, "grouped decode, range boundary");
+    }
 }
 
 TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, graphs on/off agree", "[cuda][engine]") {

@@ -176,14 +176,16 @@ int main(int argc, char **argv) {
   std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
   const int n = argc > 2 ? atoi(argv[2]) : 20;
   const bool mla_only = argc > 3 && std::strcmp(argv[3], "mla") == 0;
+  const bool dec_only = argc > 3 && std::strcmp(argv[3], "dec") == 0;
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
   for (int i = 0; i < n; ++i) {
     Cfg c;
-    c.mla = mla_only || i % 5 == 4;
+    c.mla = !dec_only && (mla_only || i % 5 == 4);
     c.mma = c.mla || i % 4 == 0;
-    c.decode = !c.mla && i % 4 == 2;
-    c.split_dec = !c.mla && i % 4 == 3;
+    c.decode = dec_only || (!c.mla && i % 4 == 2);
+    c.split_dec = !c.mla && !dec_only && i % 4 == 3;
+    if (dec_only) c.mma = false;
     c.kt = c.mma ? (int)DType::F16 : kts[rng() % 3];
     c.hd = c.mla ? 576 : rng() % 2 ? 64 : 128;
     const int gs[] = {1, 4, 8}, mla_gs[] = {1, 3, 20};
@@ -200,11 +202,14 @@ int main(int argc, char **argv) {
     const int sp[] = {1, 1, 3, 16};
     c.n_split = sp[rng() % 4];
     if (c.decode) {  // the grouped decode kernel: its head sizes, groups over 8 heads, deep caches
-      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12}, dnks[] = {0, 1, 37, 64, 130, 201, 2500};
+      // n_kv around the range boundaries: one range up to 64 cells, 64-cell ranges up to 4096,
+      // then 64 longer ones (8257: 130 cells, 33 per warp, a second mask window).
+      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12},
+                dnks[] = {0, 1, 37, 63, 64, 65, 128, 129, 130, 201, 513, 2500, 4097, 8257};
       c.hd = hds[rng() % 3];
       c.group = dgs[rng() % 4];
       c.T = 1 + static_cast<int>(rng() % 4);
-      c.n_kv = dnks[rng() % 7];
+      c.n_kv = dnks[rng() % 14];
       c.n_split = rng() % 4 == 0 ? 2 : 1;  // 2: merged by a combine launch
     }
     if (c.split_dec) {  // any head size; n_split 1: merged in the launch, 2: by attn_combine_kernel

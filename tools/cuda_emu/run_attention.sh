@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the host emulation of the prefill attention kernels and checks them against a
-# float64 reference: run_attention.sh [SEED] [CASES] [mla] (mla: only the MLA kernel). Needs g++ >= 12 (C++20) and the CUDA
+# float64 reference: run_attention.sh [SEED] [CASES] [mla|dec] (mla: only the MLA kernel, dec: only the grouped decode kernel). Needs g++ >= 12 (C++20) and the CUDA
 # headers (no GPU, no CUDA runtime library).
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/moe-cuda-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$OUT"
 python3 "$HERE/gen_attention.py" "$REPO" "$OUT"
-FLAGS="-std=c++20 -O1 -include $HERE/emu.h -I$CUDA_INC -I$OUT/inc -I$REPO/src -I$REPO/include -DMOEINFER_WITH_CUDA=1"
+FLAGS="-std=c++20 -O1 -include $HERE/emu.h -include $HERE/matvec_emu.h -I$CUDA_INC -I$OUT/inc -I$REPO/src -I$REPO/include -DMOEINFER_WITH_CUDA=1"
 for f in mma_emu tiled_emu comb_emu decode_emu mla_emu; do g++ $FLAGS -c "$OUT/$f.cpp" -o "$OUT/$f.o"; done
 g++ $FLAGS -c "$HERE/attention_check.cpp" -o "$OUT/attention_check.o"
 g++ -pthread "$OUT"/*.o -o "$OUT/attention_check"

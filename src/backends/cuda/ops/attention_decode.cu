@@ -1,12 +1,16 @@
 // Decode attention (a few query tokens) for head sizes 64/128/256: a block owns one KV head,
-// up to kHeads query heads of its GQA group, one token and one of kSplit cell ranges, so each
-// K/V row is read once for the whole group (the per-q-head kernel read it group times). A warp
-// takes a cell at a time: each lane holds HD/32 consecutive dims of K, V, q and the output,
-// an online softmax per head in registers; the block's warps merge in shared memory and write
-// (max, sum, acc) partials. The last block of a (KV head, token) to finish (an atomic counter
-// in DevUbatch::sync) folds them over the ranges (plus the sink) into the output: one launch.
-// Ranges hold at least kMinChunk cells, so at a short context most blocks find an empty range
-// and only write an empty partial header and count themselves.
+// up to kHeads query heads of its GQA group, one token and one range of cells, so each K/V row
+// is read once for the whole group. A warp takes a batch of visible cells at a time: each lane
+// holds HD/32 consecutive dims of K, V, q and the output.
+// Per cell the 8 heads' dot products are reduced by a transposing butterfly (9 shuffles, lane
+// l ends with the total of head (l >> 2) & 7) instead of 8 separate ones (40 shuffles); the
+// online softmax state (max, sum) of a head lives on its 4 owner lanes, updated once per batch
+// (2 + batch exps per lane instead of 16 per cell), which broadcast p and the rescale factor.
+// The number of ranges follows n_kv on the device (ranges of at least kMinChunk cells, at most
+// kSplit of them), so a short context uses few, full blocks; blocks past the last range exit.
+// One range (n_kv <= kMinChunk): the block writes the output itself (no partials, no counter).
+// Several: each block writes (max, sum, acc) partials and the last to finish (an atomic counter
+// in DevUbatch::sync, target = ranges in use) folds them into the output: one launch.
 // Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
@@ -18,11 +22,13 @@ namespace moe {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int kSplit = 64;      // cell ranges: 4 KV heads x 64 ranges = 256 blocks at batch 1
+constexpr int kSplit = 64;      // cell ranges at most: 4 KV heads x 64 ranges = 256 blocks at batch 1
 constexpr int kMaxTokens = 4;
-constexpr int kHeads = 8;       // query heads per block
-constexpr int kBatch = 4;       // K/V rows a warp loads before using them
-constexpr int kMinChunk = 32;   // cells per range at least (a short context uses few ranges)
+constexpr int kHeads = 8;       // query heads per block (the butterfly below is written for 8)
+constexpr int kMinChunk = 64;   // cells per range at least: n_kv 512 -> 8 ranges of 64 (16 per warp)
+
+// K/V rows a warp loads before using them (HD 256: the loop already holds 2 x 64 floats of q / acc).
+template <int HD> constexpr int decode_batch() { return HD >= 256 ? 4 : 8; }
 
 // This lane's DPL consecutive dims (lane * DPL ...) of a cache row, as floats.
 template <int DPL> __device__ __forceinline__ void load_dims(const uint8_t *row, int lane, int kt, float (&v)[DPL]) {
@@ -67,90 +73,156 @@ template <int DPL> __device__ __forceinline__ void round_q(float (&v)[DPL], int 
   }
 }
 
-// One block's share: cells [c_begin, c_end) of KV head hk for query heads h0 .. h0 + ng - 1
-// of token t, written as the partials of range z.
+// Sums each of the 8 per-lane values d[g] over the warp: a butterfly that halves the values
+// a lane carries at each of the first three steps (lanes keep the half their bit selects and
+// send the other), then two plain steps. Lane l returns the total of head (l >> 2) & 7; its 4
+// lanes hold bitwise equal totals (float addition is commutative).
+__device__ __forceinline__ float reduce_8_heads(const float (&d)[kHeads], int lane) {
+  static_assert(kHeads == 8, "the butterfly is written for 8 heads");
+  const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+  float r4[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // heads 4 * b4 + i
+    const float keep = b4 ? d[i + 4] : d[i], send = b4 ? d[i] : d[i + 4];
+    r4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+  float r2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // heads 4 * b4 + 2 * b3 + i
+    const float keep = b3 ? r4[i + 2] : r4[i], send = b3 ? r4[i] : r4[i + 2];
+    r2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  float r = (b2 ? r2[1] : r2[0]) + __shfl_xor_sync(0xffffffffu, b2 ? r2[0] : r2[1], 4);  // head (lane >> 2) & 7
+  r += __shfl_xor_sync(0xffffffffu, r, 2);
+  r += __shfl_xor_sync(0xffffffffu, r, 1);
+  return r;
+}
+
+// The lane that owns head g's softmax state (any of its 4 lanes would do).
+__device__ __forceinline__ int owner_lane(int g) { return 4 * g; }
+
+// Visibility of the cells base + lane (< end) as a warp ballot; only host-uploaded ubatch data
+// is read, so it may run before pdl_wait (ops/pdl.cuh).
+__device__ __forceinline__ unsigned visible_ballot(const DevUbatch &ub, const AttnArgs &a, unsigned long long bit, int pos, int base,
+                                                   int end, int lane) {
+  const int c = base + lane;
+  const bool vis = c < end && attn_visible(ub.cell_pos[c], ub.cell_seq[c], bit, pos, a.window);
+  return __ballot_sync(0xffffffffu, vis);
+}
+
+// Cell ranges: n_kv cut into chunks of at least kMinChunk cells, at most kSplit of them. Every
+// range below n_used holds at least one cell (n_kv == 0: range 0, empty).
+struct DecodeRanges {
+  int chunk, n_used;
+};
+__device__ __forceinline__ DecodeRanges decode_ranges(int n_kv) {
+  const int chunk = max(kMinChunk, (n_kv + kSplit - 1) / kSplit);
+  return {chunk, max(1, (n_kv + chunk - 1) / chunk)};
+}
+
+// What a block works on: KV head hk, query heads h0 .. h0 + ng - 1, token t, range z of
+// cells [c_begin, c_end); n_used ranges in use.
+struct DecodeJob {
+  int hk, h0, ng, t, z, c_begin, c_end, n_used;
+};
+
+// The block's cells: per warp an online softmax over its share (see the file comment), then
+// the warps merged in shared memory into the output (direct) or range z's partials.
 template <int HD>
-__device__ __forceinline__ void attn_decode_range(const TView &q, const AttnArgs &a, const DevUbatch &ub, float *part, int n_head, int h0,
-                                                  int ng, int hk, int t, int z, int c_begin, int c_end,
+__device__ __forceinline__ void attn_decode_range(const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, float *part,
+                                                  int n_head, const DecodeJob &j, bool direct, unsigned first_ballot,
                                                   float (&s_acc)[kWarps][kHeads][HD], float (&s_m)[kWarps][kHeads],
                                                   float (&s_s)[kWarps][kHeads]) {
-  constexpr int DPL = HD / 32;
+  constexpr int DPL = HD / 32, kB = decode_batch<HD>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
+  // q is loaded now and rounded at the first batch, after that batch's K/V loads are issued,
+  // so its memory round trip overlaps theirs.
   float qv[kHeads][DPL];
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
-    if (g < ng) {
-      const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (h0 + g) * q.nb[1] + t * q.nb[2]);
+    const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (j.h0 + min(g, j.ng - 1)) * q.nb[1] + j.t * q.nb[2]);
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) qv[g][i] = qrow[lane * DPL + i];
-      round_q<DPL>(qv[g], a.kt);
-    } else {
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) qv[g][i] = 0.0f;
-    }
+    for (int i = 0; i < DPL; ++i) qv[g][i] = g < j.ng ? qrow[lane * DPL + i] : 0.0f;
   }
+  bool q_rounded = false;
 
-  const unsigned long long bit = 1ull << ub.seq[t];
-  const int pos = ub.pos[t];
-  float M[kHeads], S[kHeads], acc[kHeads][DPL];
+  const unsigned long long bit = 1ull << ub.seq[j.t];
+  const int pos = ub.pos[j.t];
+  float M = -INFINITY, S = 0.0f;  // of head (lane >> 2) & 7
+  float acc[kHeads][DPL];
 #pragma unroll
-  for (int g = 0; g < kHeads; ++g) {
-    M[g] = -INFINITY;
-    S[g] = 0.0f;
+  for (int g = 0; g < kHeads; ++g)
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[g][i] = 0.0f;
-  }
-  // Latency, not bandwidth, bounds this loop (a few warps per SM, each walking its cells):
-  // a warp reads the mask of 32 consecutive cells at once (one per lane), then issues the
-  // K/V loads of up to kBatch visible cells together before using any of them, so a cell
-  // costs about 1/kBatch of a memory round trip instead of two dependent ones. All kHeads
-  // heads are computed (absent ones have q = 0 and are never written), so their shuffle
-  // reductions interleave.
-  const int per_warp = (c_end - c_begin + kWarps - 1) / kWarps;
-  const int w_begin = c_begin + warp * per_warp, w_end = min(c_end, w_begin + per_warp);
+  // Latency, not bandwidth, bounds this loop: a warp reads the mask of 32 consecutive cells at
+  // once (one per lane; the first 32 before pdl_wait), then issues the K/V loads of up to kB
+  // visible cells together before using any of them.
+  const int per_warp = (j.c_end - j.c_begin + kWarps - 1) / kWarps;
+  const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
   for (int base = w_begin; base < w_end; base += 32) {
-    const int cl = base + lane;
-    const bool vis = cl < w_end && attn_visible(ub.cell_pos[cl], ub.cell_seq[cl], bit, pos, a.window);
-    unsigned todo = __ballot_sync(0xffffffffu, vis);
-    while (todo) {
-      int cs[kBatch];
-      float kv[kBatch][DPL], vv[kBatch][DPL];
+    unsigned todo = base == w_begin ? first_ballot : visible_ballot(ub, a, bit, pos, base, w_end, lane);
+    while (todo) {  // warp-uniform
+      int cs[kB];
+      float kv[kB][DPL], vv[kB][DPL];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
+      for (int u = 0; u < kB; ++u) {
         cs[u] = -1;
         if (todo) {
           cs[u] = base + __ffs(todo) - 1;
           todo &= todo - 1;
-          load_dims<DPL>(a.kbase + cs[u] * a.krb + hk * a.khb, lane, a.kt, kv[u]);
-          load_dims<DPL>(a.vbase + cs[u] * a.vrb + hk * a.vhb, lane, a.kt, vv[u]);
+          load_dims<DPL>(a.kbase + cs[u] * a.krb + j.hk * a.khb, lane, a.kt, kv[u]);
+          load_dims<DPL>(a.vbase + cs[u] * a.vrb + j.hk * a.vhb, lane, a.kt, vv[u]);
         }
       }
+      if (!q_rounded) {
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (cs[u] < 0) break;  // warp-uniform
-        float sc[kHeads];
+        for (int g = 0; g < kHeads; ++g) round_q<DPL>(qv[g], a.kt);
+        q_rounded = true;
+      }
+      // Scores of this lane's head for the batch's cells (cs[0] is always a cell).
+      float s_own[kB];
 #pragma unroll
-        for (int g = 0; g < kHeads; ++g) {
-          float sdot = 0.0f;
+      for (int u = 0; u < kB; ++u) {
+        s_own[u] = -INFINITY;
+        if (cs[u] >= 0) {  // warp-uniform
+          float d[kHeads];
 #pragma unroll
-          for (int i = 0; i < DPL; ++i) sdot += kv[u][i] * qv[g][i];
-          sc[g] = sdot;
+          for (int g = 0; g < kHeads; ++g) {
+            float sdot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) sdot += kv[u][i] * qv[g][i];
+            d[g] = sdot;
+          }
+          s_own[u] = reduce_8_heads(d, lane) * a.scale;
         }
+      }
+      float newM = M;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
+      for (int u = 0; u < kB; ++u) newM = fmaxf(newM, s_own[u]);
+      const float corr = expf(M - newM);  // 0 while M is -inf (newM is a real score)
+      S *= corr;
+      float p_own[kB];
 #pragma unroll
-          for (int g = 0; g < kHeads; ++g) sc[g] += __shfl_xor_sync(0xffffffffu, sc[g], o);
+      for (int u = 0; u < kB; ++u) {
+        p_own[u] = expf(s_own[u] - newM);  // 0 for the batch's missing cells
+        S += p_own[u];
+      }
+      M = newM;
+#pragma unroll
+      for (int g = 0; g < kHeads; ++g) {
+        const float c = __shfl_sync(0xffffffffu, corr, owner_lane(g));
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[g][i] *= c;
+      }
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {
+        if (cs[u] < 0) break;  // warp-uniform
 #pragma unroll
         for (int g = 0; g < kHeads; ++g) {
-          const float s = sc[g] * a.scale;
-          const float newM = fmaxf(M[g], s);
-          const float corr = expf(M[g] - newM);  // 0 while M is -inf
-          const float p = expf(s - newM);
-          S[g] = S[g] * corr + p;
+          const float p = __shfl_sync(0xffffffffu, p_own[u], owner_lane(g));
 #pragma unroll
-          for (int i = 0; i < DPL; ++i) acc[g][i] = acc[g][i] * corr + p * vv[u][i];
-          M[g] = newM;
+          for (int i = 0; i < DPL; ++i) acc[g][i] += p * vv[u][i];
         }
       }
     }
@@ -159,13 +231,13 @@ __device__ __forceinline__ void attn_decode_range(const TView &q, const AttnArgs
   for (int g = 0; g < kHeads; ++g) {
 #pragma unroll
     for (int i = 0; i < DPL; ++i) s_acc[warp][g][lane * DPL + i] = acc[g][i];
-    if (lane == 0) {
-      s_m[warp][g] = M[g];
-      s_s[warp][g] = S[g];
-    }
+  }
+  if ((lane & 3) == 0) {
+    s_m[warp][lane >> 2] = M;
+    s_s[warp][lane >> 2] = S;
   }
   __syncthreads();
-  for (int g = 0; g < ng; ++g) {
+  for (int g = 0; g < j.ng; ++g) {
     float Mb = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) Mb = fmaxf(Mb, s_m[w][g]);
@@ -175,40 +247,42 @@ __device__ __forceinline__ void attn_decode_range(const TView &q, const AttnArgs
       wgt[w] = s_m[w][g] == -INFINITY ? 0.0f : expf(s_m[w][g] - Mb);
       Sb += s_s[w][g] * wgt[w];
     }
-    float *dst = attn_partial(part, t, h0 + g, z, n_head, kSplit, HD);
+    float *dst, f = 1.0f;
+    if (direct) {
+      dst = attn_out_row(out, j.t, j.h0 + g);
+      f = attn_final_scale(Mb, Sb, a.sinks, j.h0 + g);
+    } else {
+      dst = attn_partial(part, j.t, j.h0 + g, j.z, n_head, kSplit, HD) + 2;
+      if (threadIdx.x == 0) {
+        dst[-2] = Mb;
+        dst[-1] = Sb;
+      }
+    }
     for (int d = threadIdx.x; d < HD; d += kThreads) {
       float v = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) v += s_acc[w][g][d] * wgt[w];
-      dst[2 + d] = v;
-    }
-    if (threadIdx.x == 0) {
-      dst[0] = Mb;
-      dst[1] = Sb;
+      dst[d] = v * f;
     }
   }
 }
 
-// Cells [begin, end) of range z: n_kv cut into chunks of at least kMinChunk cells.
-__device__ __forceinline__ void decode_range(int n_kv, int z, int &begin, int &end) {
-  const int chunk = max(kMinChunk, (n_kv + kSplit - 1) / kSplit);
-  begin = min(n_kv, z * chunk);
-  end = min(n_kv, begin + chunk);
-}
-
-// The last block of (KV head block, token t): folds the kSplit partials of its ng heads into
-// the output rows. Empty ranges have max -inf and weigh 0 (their accumulators are not read).
+// The last block of (KV head block, token t): folds the n_used ranges' partials of its ng
+// heads into the output rows. A range whose cells are all hidden has max -inf and weighs 0
+// (its accumulators are not read).
 template <int HD>
-__device__ void decode_merge(const TView &out, const AttnArgs &a, const float *part, int t, int h0, int ng, int n_head) {
+__device__ void decode_merge(const TView &out, const AttnArgs &a, const float *part, const DecodeJob &j, int n_head) {
   __shared__ float s_w[kHeads][kSplit];
   __shared__ float s_f[kHeads];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < ng; g += kWarps) {  // a warp per head: lanes over the ranges
+  for (int g = warp; g < j.ng; g += kWarps) {  // a warp per head: lanes over the ranges
     float2 ms[kSplit / 32];  // (max, sum) of a range: one 8-byte load (HD + 2 is even)
     float M = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kSplit / 32; ++i) {
-      ms[i] = __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), t, h0 + g, lane + 32 * i, n_head, kSplit, HD)));
+      const int z = lane + 32 * i;
+      ms[i] = z < j.n_used ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), j.t, j.h0 + g, z, n_head, kSplit, HD)))
+                           : make_float2(-INFINITY, 0.0f);
       M = fmaxf(M, ms[i].x);
     }
 #pragma unroll
@@ -222,70 +296,100 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
-    if (lane == 0) s_f[g] = attn_final_scale(M, S, a.sinks, h0 + g);
+    if (lane == 0) s_f[g] = attn_final_scale(M, S, a.sinks, j.h0 + g);
   }
   __syncthreads();
-  // A thread per pair of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2 even);
-  // kMergeBatch ranges' loads in flight at once (the merge is latency bound at a deep cache).
-  constexpr int kMergeBatch = HD >= 256 ? 8 : 16;  // HD 256: the main loop already needs every register
-  for (int idx = threadIdx.x; idx < ng * (HD / 2); idx += kThreads) {
-    const int g = idx / (HD / 2), d = 2 * (idx % (HD / 2));  // g is uniform over a warp
-    const float *src = attn_partial(const_cast<float *>(part), t, h0 + g, 0, n_head, kSplit, HD) + 2 + d;
-    float vx = 0.0f, vy = 0.0f;
-    for (int z0 = 0; z0 < kSplit; z0 += kMergeBatch) {
-      float2 p[kMergeBatch];
+  // A thread owns kPairs pairs of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2
+  // even) and walks the ranges kUnroll at a time, so kPairs x kUnroll loads are in flight.
+  constexpr int kPairs = kHeads * HD / 2 / kThreads;  // HD 64: 2, 128: 4, 256: 8
+  constexpr int kUnroll = HD >= 256 ? 4 : 8;
+  static_assert(kPairs * kThreads == kHeads * HD / 2, "pairs per thread");
+  float2 sum[kPairs];
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j)
-        p[j] = s_w[g][z0 + j] != 0.0f ? __ldcg(reinterpret_cast<const float2 *>(src + (z0 + j) * (HD + 2))) : make_float2(0.0f, 0.0f);
+  for (int k = 0; k < kPairs; ++k) sum[k] = make_float2(0.0f, 0.0f);
+  for (int z0 = 0; z0 < j.n_used; z0 += kUnroll) {
+    float2 p[kUnroll][kPairs];
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        vx += p[j].x * s_w[g][z0 + j];
-        vy += p[j].y * s_w[g][z0 + j];
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < kPairs; ++k) {
+        const int idx = threadIdx.x + k * kThreads, g = idx / (HD / 2), d = 2 * (idx % (HD / 2)), z = z0 + u;
+        const bool use = z < j.n_used && g < j.ng && s_w[g][z] != 0.0f;
+        p[u][k] = use ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), j.t, j.h0 + g, z, n_head, kSplit, HD) + 2 + d))
+                      : make_float2(0.0f, 0.0f);
       }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < kPairs; ++k) {
+        const int idx = threadIdx.x + k * kThreads, g = idx / (HD / 2), z = z0 + u;
+        const float w = z < j.n_used && g < j.ng ? s_w[g][z] : 0.0f;
+        sum[k].x += p[u][k].x * w;
+        sum[k].y += p[u][k].y * w;
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < kPairs; ++k) {
+    const int idx = threadIdx.x + k * kThreads, g = idx / (HD / 2), d = 2 * (idx % (HD / 2));
+    if (g < j.ng) {
+      float *o = attn_out_row(out, j.t, j.h0 + g);
+      o[d] = sum[k].x * s_f[g];
+      o[d + 1] = sum[k].y * s_f[g];
     }
-    float *o = attn_out_row(out, t, h0 + g);
-    o[d] = vx * s_f[g];
-    o[d + 1] = vy * s_f[g];
   }
 }
 
-// PDL: the ranges come from the ubatch (uploaded before the pass); q, the cache and the
-// partials are touched after pdl_wait. merge = 0: partials only (attn_combine_launch folds).
+// PDL: the ranges and the first mask ballot come from the ubatch (uploaded before the pass);
+// q, the cache and the partials are touched after pdl_wait. merge = 0: every range writes
+// partials (the unused ones an empty header) and attn_combine_launch folds them.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
                                                                int head_blocks, int merge) {
   __shared__ float s_acc[kWarps][kHeads][HD];
   __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
   __shared__ bool s_last;
-  const int hk = blockIdx.x / head_blocks;
-  const int h0 = hk * a.group + (blockIdx.x % head_blocks) * kHeads;
-  const int ng = min(kHeads, (hk + 1) * a.group - h0);  // uniform over the block
-  const int t = blockIdx.y, z = blockIdx.z;
-  int c_begin, c_end;
-  decode_range(*ub.n_kv, z, c_begin, c_end);
+  DecodeJob j;
+  j.hk = blockIdx.x / head_blocks;
+  j.h0 = j.hk * a.group + (blockIdx.x % head_blocks) * kHeads;
+  j.ng = min(kHeads, (j.hk + 1) * a.group - j.h0);  // uniform over the block
+  j.t = blockIdx.y;
+  j.z = blockIdx.z;
+  const int n_kv = *ub.n_kv;
+  const DecodeRanges r = decode_ranges(n_kv);
+  j.n_used = r.n_used;
+  j.c_begin = min(n_kv, j.z * r.chunk);
+  j.c_end = min(n_kv, j.c_begin + r.chunk);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned first_ballot = 0;
+  if (j.z < j.n_used) {  // block-uniform
+    const int per_warp = (j.c_end - j.c_begin + kWarps - 1) / kWarps;
+    const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
+    first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane);
+  }
   pdl_wait();
   pdl_trigger();
-  if (c_begin >= c_end) {  // empty range: only the header (max -inf, sum 0) of each head
-    if (threadIdx.x < ng) {
-      float *dst = attn_partial(part, t, h0 + threadIdx.x, z, n_head, kSplit, HD);
+  if (j.z >= j.n_used) {  // past the last range: nothing to do (merge = 0: an empty header per head)
+    if (!merge && threadIdx.x < j.ng) {
+      float *dst = attn_partial(part, j.t, j.h0 + threadIdx.x, j.z, n_head, kSplit, HD);
       dst[0] = -INFINITY;
       dst[1] = 0.0f;
     }
-  } else {
-    attn_decode_range<HD>(q, a, ub, part, n_head, h0, ng, hk, t, z, c_begin, c_end, s_acc, s_m, s_s);
+    return;
   }
-  if (!merge) return;
+  const bool direct = merge && j.n_used == 1;
+  attn_decode_range<HD>(q, out, a, ub, part, n_head, j, direct, first_ballot, s_acc, s_m, s_s);
+  if (!merge || direct) return;
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
-  unsigned *ctr = ub.sync + t * gridDim.x + blockIdx.x;
+  unsigned *ctr = ub.sync + j.t * gridDim.x + blockIdx.x;
   if (threadIdx.x == 0) {
-    s_last = atomicAdd(ctr, 1u) == gridDim.z - 1;
-    if (s_last) *ctr = 0;  // every block has counted: ready for the next launch / replay
+    s_last = atomicAdd(ctr, 1u) == static_cast<unsigned>(j.n_used - 1);
+    if (s_last) *ctr = 0;  // every range in use has counted: ready for the next launch / replay
   }
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  decode_merge<HD>(out, a, part, t, h0, ng, n_head);
+  decode_merge<HD>(out, a, part, j, n_head);
 }
 }  // namespace
 
