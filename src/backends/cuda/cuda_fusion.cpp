@@ -86,6 +86,7 @@ private:
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
+      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_sequence(i, grp);
       default: return false;
     }
   }
@@ -281,6 +282,46 @@ private:
     return true;
   }
 
+  // A member of a Sequence group (cuda_fusion.h): one of its ops, every operand and the
+  // output (a KvStore: its input) at most kMaxSequenceValues values.
+  bool sequence_node_ok(int j) const {
+    const Node &n = nd(j);
+    switch (n.op) {
+      case Op::Slice: case Op::Concat: case Op::Rope: case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale:
+      case Op::Sigmoid: case Op::TopK: case Op::GatherCols: case Op::NormSum: case Op::KvStore: break;
+      default: return false;
+    }
+    if (n.nelements() > kMaxSequenceValues) return false;
+    for (int s : n.src)
+      if (s >= 0 && nd(s).nelements() > kMaxSequenceValues) return false;
+    // The kernel takes RmsNorm rows, Rope tokens and KvStore tokens one after another.
+    if (n.op == Op::KvStore) {  // a token's row: the values of its heads side by side
+      const Node &x = nd(n.src[0]);
+      return x.type == DType::F32 && x.nb[0] == 4 && x.ne[3] == 1 && n.ip[0] == x.ne[0] * x.ne[1] &&
+             x.nb[1] == static_cast<size_t>(x.ne[0]) * 4 && x.ne[2] <= kMaxSequenceRows;
+    }
+    if (n.op == Op::Rope)
+      return f32_rows(n) && n.ne[3] == 1 && n.rope.n_rot <= kMaxRopeDims && n.rope.n_rot <= n.ne[0] && n.ne[2] <= kMaxSequenceRows;
+    if (n.op == Op::RmsNorm) return f32_rows(n) && n.ne[1] * n.ne[2] * n.ne[3] <= kMaxSequenceRows;
+    return n.op == Op::TopK || f32_rows(n);
+  }
+
+  // Slice / Concat / Sigmoid and the small ops after it (see cuda_fusion.h), at most
+  // kMaxFusedSequence of them.
+  bool match_sequence(int i, FusedGroup &grp) const {
+    std::vector<int> members;
+    for (int j = i; j >= 0 && static_cast<int>(members.size()) < kMaxFusedSequence; j = next(j)) {
+      if (!same_place(i, j) || !sequence_node_ok(j)) break;
+      members.push_back(j);
+    }
+    if (members.size() < 2) return false;
+    grp.kind = FusedKind::Sequence;
+    grp.members = members;
+    for (int m : members)
+      if (nd(m).op != Op::KvStore) grp.written.push_back(m);
+    return true;
+  }
+
   // Arena bytes of a node's storage (whole root, conservatively); false for weights/KV tokens.
   bool range_of(int id, Range &r) const {
     const Node &n = nd(id);
@@ -303,6 +344,9 @@ private:
   }
 
   bool safe(const FusedGroup &grp) const {
+    // A Sequence kernel runs its members one after the other in their order: every read and
+    // write happens as in the unfused schedule, whatever the planner let alias.
+    if (grp.kind == FusedKind::Sequence) return true;
     struct Access {
       Range r;
       int node;
@@ -365,6 +409,9 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       if (cuda_fused_row_chains_fit(c, grp)) return cuda_fused_row_chains(c, grp);
       break;
     case FusedKind::Router: return cuda_fused_router(c, grp);
+    case FusedKind::Sequence:
+      if (cuda_fused_sequence_fit(c, grp)) return cuda_fused_sequence(c, grp);
+      break;
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd: return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]));
     case FusedKind::GateUpSwiGLU: {
