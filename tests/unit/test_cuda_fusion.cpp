@@ -591,6 +591,74 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
 #endif
 }
 
+// deepseek2's router at one token (GLM-4.7-Flash: sigmoid gating, selection bias, no expert
+// groups): the ffn norm, the F32 router mat-vec and the sigmoid tail in the router's launch;
+// with K % 8 != 0 the mat-vec and the norm run apart and the tail in the router kernel.
+TEST_CASE("cuda fusion: sigmoid router with its F32 mat-vec and norm in one launch equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Case {
+    int64_t K, E, k;
+    bool bias, norm_sum, scale, probs_out;
+  };
+  const Case cases[] = {{2048, 64, 4, true, true, true, false}, {64, 40, 6, true, false, true, false}, {768, 300, 8, false, true, false, true},
+                        {8, 16, 4, true, true, false, false},    {100, 32, 4, true, true, true, false}, {2056, 512, 8, true, false, false, true}};
+  for (const Case &cs : cases) {
+    const int64_t K = cs.K, E = cs.E, k = cs.k;
+    auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(90 + K + E), 0.05f);
+    const auto xv = randn(static_cast<size_t>(K), static_cast<uint32_t>(91 + K));
+    auto nv = randn(static_cast<size_t>(K), static_cast<uint32_t>(92 + K), 0.1f);
+    for (float &v : nv) v += 1.0f;
+    WeightStore ws;
+    const GgufTensorInfo *wi = ws.add("router", DType::F32, {K, E}, wv);
+    const GgufTensorInfo *ni = ws.add("norm", DType::F32, {K}, nv);
+    const GgufTensorInfo *bi = ws.add("bias", DType::F32, {E}, randn(static_cast<size_t>(E), static_cast<uint32_t>(93 + E), 0.1f));
+    int xi, xn, probs, ids, w;
+    auto build = [&]() {
+      Graph g;
+      xi = g.input("x", DType::F32, {K, 1});
+      xn = g.mul(g.rms_norm(xi, 1e-6f), g.weight(ni));
+      probs = g.sigmoid(g.matmul(g.weight(wi), xn));
+      ids = g.top_k(cs.bias ? g.add(probs, g.weight(bi)) : probs, static_cast<int>(k));
+      w = g.gather_cols(probs, ids);
+      if (cs.norm_sum) w = g.norm_sum(w);
+      if (cs.scale) w = g.scale(w, 2.5f);
+      g.mark_output(ids, "ids");
+      g.mark_output(w, "w");
+      g.mark_output(xn, "xn");  // the experts read the normalised row
+      if (cs.probs_out) g.mark_output(probs, "probs");
+      return g;
+    };
+    INFO("K " << K << " E " << E << " k " << k << " bias " << cs.bias << " norm_sum " << cs.norm_sum << " scale " << cs.scale);
+    const bool with_mm = K % 8 == 0;
+    const int tail = 3 + (cs.bias ? 1 : 0) + (cs.norm_sum ? 1 : 0) + (cs.scale ? 1 : 0);  // sigmoid .. scale
+    const FusionPlan fp = plan_on(*gpu, build());
+    if (with_mm) {
+      REQUIRE(fp.groups.size() == 1);
+      CHECK(fp.groups[0].kind == FusedKind::Router);
+      CHECK(fp.groups[0].members.size() == static_cast<size_t>(3 + tail));
+    }
+    std::vector<int> outs = {ids, w, xn};
+    if (cs.probs_out) outs.push_back(probs);
+    const std::vector<Input> ins = {in(xi, xv)};
+    auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+    for (size_t o = 0; o < outs.size(); ++o) CHECK(f.out[o] == u.out[o]);  // bit-identical
+    CHECK(f.out[0] == rc[0]);
+    for (size_t o = 1; o < outs.size(); ++o) CHECK(rel_err(f.out[o], rc[o]) < 1e-5);
+    // Unfused: rms_norm, mul, mat-vec and the tail, one launch each. Fused: 1; without the
+    // mat-vec path: the norm as a row chain, the mat-vec, the tail as a Sequence.
+    const uint64_t unfused = 3 + static_cast<uint64_t>(tail);
+    CHECK(u.launches - f.launches == (with_mm ? unfused - 1 : unfused - 3));
+    const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);  // the last-block counter was left at zero
+    for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
+  }
+#endif
+}
+
 TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU", "[cuda][fusion][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);

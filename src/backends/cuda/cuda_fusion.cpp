@@ -195,14 +195,55 @@ private:
     return true;
   }
 
-  // A one-token MatMul of an F32 weight whose only reader is a router's Softmax: the logits
-  // are computed in the router's launch (written: its last block reads them back).
+  // Sigmoid(l) [-> Add(probs, bias [E])] -> TopK(scores) -> GatherCols(probs, ids) [-> NormSum]
+  // [-> Scale] (deepseek2's sigmoid gating); only behind the router's mat-vec (match_router_mm):
+  // alone it is a Sequence.
+  bool match_sigmoid_router(int i, FusedGroup &grp) const {
+    const Node &sg = nd(i);
+    const int64_t E = sg.ne[0];
+    if (!f32_rows(sg) || !f32_rows(nd(sg.src[0])) || E > kCudaMaxExperts || sg.ne[2] != 1 || sg.ne[3] != 1) return false;
+    std::vector<int> members = {i};
+    int scores = i, add = -1, j = next(i);
+    if (j >= 0 && nd(j).op == Op::Add && nd(j).src[0] == i && same_place(i, j)) {
+      const Node &b = nd(nd(j).src[1]);
+      if (!f32_rows(nd(j)) || b.type != DType::F32 || b.nb[0] != 4 || b.ne[0] != E || b.ne[1] != 1 || b.ne[2] != 1 || b.ne[3] != 1) return false;
+      scores = add = j;
+      members.push_back(j);
+      j = next(j);
+    }
+    if (j < 0 || nd(j).op != Op::TopK || nd(j).src[0] != scores || !same_place(i, j)) return false;
+    const int tk = j, k = static_cast<int>(nd(tk).ne[0]);
+    if (k > 32 || k > E || nd(tk).ne[1] != sg.ne[1]) return false;
+    const int gc = next(tk);
+    if (gc < 0 || nd(gc).op != Op::GatherCols || nd(gc).src[0] != i || nd(gc).src[1] != tk || !same_place(i, gc) || !f32_rows(nd(gc)))
+      return false;
+    members.insert(members.end(), {tk, gc});
+    int last = gc;
+    for (Op op : {Op::NormSum, Op::Scale}) {  // each only on the previous one's private output
+      const int n = next(last);
+      if (n < 0 || nd(n).op != op || nd(n).src[0] != last || !private_to_group(last) || !same_place(i, n) || !f32_rows(nd(n))) continue;
+      members.push_back(n);
+      last = n;
+    }
+    grp.kind = FusedKind::Router;
+    grp.members = members;
+    if (read_outside(i, 2)) grp.written.push_back(i);  // read inside by the Add (or TopK) and the gather
+    if (add >= 0 && read_outside(add, 1)) grp.written.push_back(add);
+    grp.written.push_back(tk);
+    grp.written.push_back(last);
+    return true;
+  }
+
+  // A one-token MatMul of an F32 weight whose only reader is a router's Softmax (or Sigmoid):
+  // the logits are computed in the router's launch (written: its last block reads them back).
   bool match_router_mm(int i, FusedGroup &grp) const {
     const Node &mm = nd(i), &w = nd(mm.src[0]);
     const int s = next(i);
-    if (s < 0 || nd(s).op != Op::Softmax || nd(s).src[0] != i || !same_place(i, s) || !private_to_group(i)) return false;
+    if (s < 0 || (nd(s).op != Op::Softmax && nd(s).op != Op::Sigmoid) || nd(s).src[0] != i || !same_place(i, s) || !private_to_group(i))
+      return false;
     if (w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[2] != 1 || w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1) return false;
-    if (!f32_rows(mm) || !f32_rows(nd(mm.src[1])) || !match_router(s, grp)) return false;
+    if (!f32_rows(mm) || !f32_rows(nd(mm.src[1]))) return false;
+    if (!(nd(s).op == Op::Softmax ? match_router(s, grp) : match_sigmoid_router(s, grp))) return false;
     grp.members.insert(grp.members.begin(), i);
     grp.written.insert(grp.written.begin(), i);
     return true;

@@ -22,7 +22,8 @@ namespace moe {
 
 enum class FusedKind : uint8_t {
   RowChains,     // per-row chains RmsNorm -> Mul(row weight) -> Rope -> KvStore (any suffix/prefix; up to 4 chains)
-  Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating)
+  Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
+                 // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
   MatMulAdd,     // MatMul + Add (T = 1)
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1)
