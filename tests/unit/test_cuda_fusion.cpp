@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -76,6 +77,30 @@ std::string write_tiny(const std::string &preset, const std::string &mix) {
   return path;
 }
 
+// The fusion groups' labels per segment (layer + 1) of m's graph for n_tokens, compiled on
+// the host with the CUDA backend's scratch sizes; printed as "[fusion] NAME T=.. segment ..".
+std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name) {
+  GraphBuildParams gp;
+  gp.n_tokens = n_tokens;
+  gp.n_cells = 64;
+  Graph g;
+  m.arch->build(m, gp, g);
+  CompileOptions co;
+  co.devices = {reg.cpu()};
+  auto plan = compile_graph(std::move(g), co);
+  const Graph &cg = plan->graph;
+  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
+  const FusionPlan fp = plan_fusion(cg);
+  std::map<int, std::vector<std::string>> by_layer;
+  for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
+  for (const auto &l : by_layer) {
+    std::string line;
+    for (const auto &lab : l.second) line += " " + lab;
+    std::printf("[fusion] %s T=%lld segment %d:%s\n", name.c_str(), static_cast<long long>(n_tokens), l.first, line.c_str());
+  }
+  return by_layer;
+}
+
 }  // namespace
 #endif
 
@@ -89,27 +114,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
     {
       auto model = Model::load(path, ModelLoadParams{});
       const Model::Impl &m = model->impl();
-      auto layers = [&](int64_t n_tokens) {
-        GraphBuildParams gp;
-        gp.n_tokens = n_tokens;
-        gp.n_cells = 64;
-        Graph g;
-        m.arch->build(m, gp, g);
-        CompileOptions co;
-        co.devices = {reg.cpu()};
-        auto plan = compile_graph(std::move(g), co);
-        const Graph &cg = plan->graph;
-        plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
-        const FusionPlan fp = plan_fusion(cg);
-        std::map<int, std::vector<std::string>> by_layer;
-        for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
-        for (const auto &l : by_layer) {
-          std::string line;
-          for (const auto &lab : l.second) line += " " + lab;
-          std::printf("[fusion] %s T=%lld segment %d:%s\n", preset, static_cast<long long>(n_tokens), l.first, line.c_str());
-        }
-        return by_layer;
-      };
+      auto layers = [&](int64_t n_tokens) { return plan_by_layer(reg, m, n_tokens, preset); };
       auto by_layer = layers(1);
       const auto prefill = layers(8);  // row chains and router at any T; the mat-vec groups only at one token
       if (std::string(preset) == "tiny") {
@@ -145,6 +150,18 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
     }
     std::remove(path.c_str());
   }
+#endif
+}
+
+// Hidden: the decode plan of a real-size model file (MOE_FUSION_PLAN_MODEL=path), e.g. one
+// written by `moeinfer-cli mkmodel --preset glm-4.7-flash --type q4_k_m` (no GPU needed).
+TEST_CASE("cuda fusion plan: a model file's decode graph", "[.][fusion-plan]") {
+#ifdef MOEINFER_WITH_CUDA
+  const char *path = std::getenv("MOE_FUSION_PLAN_MODEL");
+  if (!path) return;
+  BackendRegistry reg;
+  auto model = Model::load(path, ModelLoadParams{});
+  plan_by_layer(reg, model->impl(), 1, path);
 #endif
 }
 
