@@ -226,6 +226,31 @@ struct RouterArgs {
   float sc0, sc1;
 };
 
+// Row t of v: n values of src by threads [0, nthr) from tid (the whole block, or one thread).
+__device__ __forceinline__ void store_row(const TView &v, int64_t t, const float *src, int n, int tid = threadIdx.x, int nthr = blockDim.x) {
+  float *o = const_cast<float *>(row_in(v, t, 0, 0));
+  for (int i = tid; i < n; i += nthr) o[i] = src[i];
+}
+
+// Thread 0, after warp 0's top-k into s_ids: token t's ids, and the probabilities of the
+// chosen experts into g (the gathered row, written when read outside the group).
+__device__ __forceinline__ void store_selection(const float *s_p, const int32_t *s_ids, const RouterArgs &a, int64_t t, int E, float *g) {
+  int32_t *ids = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(a.ids.data) + t * a.ids.nb[1]);
+  for (int j = 0; j < a.k; ++j) {
+    const int32_t e = s_ids[j];
+    ids[j] = e;
+    g[j] = (e >= 0 && e < E) ? s_p[e] : 0.0f;
+  }
+  if (a.gathered.data) store_row(a.gathered, t, g, a.k, 0, 1);
+}
+
+// NormSum of k values in place: serial float sum, then one division per value.
+__device__ __forceinline__ void norm_sum_values(float *g, int k) {
+  float s = 0.0f;
+  for (int j = 0; j < k; ++j) s += g[j];
+  for (int j = 0; j < k; ++j) g[j] = g[j] / s;
+}
+
 // Softmax, top-k, gather [, norm] of token t's logits row (may be shared memory) over
 // threads [0, nthr) of the block (the unfused Softmax kernel's block size); warp 0 selects.
 // Block-wide: every thread calls it.
@@ -237,30 +262,16 @@ __device__ void route_row(const float *logits, const RouterArgs &a, int64_t t, i
   const int E = static_cast<int>(a.logits.ne[0]);
   softmax_row(logits, s_p, E, s_max, s_sum, nthr);
   __syncthreads();
-  if (a.probs.data) {
-    float *p = const_cast<float *>(row_in(a.probs, t, 0, 0));
-    for (int i = threadIdx.x; i < E; i += blockDim.x) p[i] = s_p[i];
-  }
+  if (a.probs.data) store_row(a.probs, t, s_p, E);
   if (threadIdx.x >= 32) return;
   warp_top_k(s_p, E, a.k, s_ids);
   __syncwarp();
   if (threadIdx.x != 0) return;
-  int32_t *ids = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(a.ids.data) + t * a.ids.nb[1]);
   float g[32];
-  for (int j = 0; j < a.k; ++j) {
-    const int32_t e = s_ids[j];
-    ids[j] = e;
-    g[j] = (e >= 0 && e < E) ? s_p[e] : 0.0f;
-  }
-  if (a.gathered.data) {
-    float *o = const_cast<float *>(row_in(a.gathered, t, 0, 0));
-    for (int j = 0; j < a.k; ++j) o[j] = g[j];
-  }
-  if (a.weights.data) {  // NormSum: serial float sum, then one division per value
-    float s = 0.0f;
-    for (int j = 0; j < a.k; ++j) s += g[j];
-    float *o = const_cast<float *>(row_in(a.weights, t, 0, 0));
-    for (int j = 0; j < a.k; ++j) o[j] = g[j] / s;
+  store_selection(s_p, s_ids, a, t, E, g);
+  if (a.weights.data) {
+    norm_sum_values(g, a.k);
+    store_row(a.weights, t, g, a.k, 0, 1);
   }
 }
 
@@ -278,41 +289,21 @@ __device__ void route_row_sigmoid(const float *logits, const RouterArgs &a, int6
     s_sel[i] = a.bias ? ew_value(kAdd, p, a.bias[i], i, E, 0.0f, 0.0f) : p;
   }
   __syncthreads();
-  if (a.probs.data) {
-    float *p = const_cast<float *>(row_in(a.probs, t, 0, 0));
-    for (int i = threadIdx.x; i < E; i += blockDim.x) p[i] = s_p[i];
-  }
-  if (a.selected.data) {
-    float *p = const_cast<float *>(row_in(a.selected, t, 0, 0));
-    for (int i = threadIdx.x; i < E; i += blockDim.x) p[i] = s_sel[i];
-  }
+  if (a.probs.data) store_row(a.probs, t, s_p, E);
+  if (a.selected.data) store_row(a.selected, t, s_sel, E);
   if (threadIdx.x >= 32) return;
   warp_top_k(s_sel, E, a.k, s_ids);
   __syncwarp();
   if (threadIdx.x != 0) return;
-  int32_t *ids = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(a.ids.data) + t * a.ids.nb[1]);
   float g[32];
-  for (int j = 0; j < a.k; ++j) {
-    const int32_t e = s_ids[j];
-    ids[j] = e;
-    g[j] = (e >= 0 && e < E) ? s_p[e] : 0.0f;
-  }
-  if (a.gathered.data) {
-    float *o = const_cast<float *>(row_in(a.gathered, t, 0, 0));
-    for (int j = 0; j < a.k; ++j) o[j] = g[j];
-  }
-  if (a.norm) {  // NormSum: serial float sum, then one division per value
-    float s = 0.0f;
-    for (int j = 0; j < a.k; ++j) s += g[j];
-    for (int j = 0; j < a.k; ++j) g[j] = g[j] / s;
-    if (a.weights.data) {
-      float *o = const_cast<float *>(row_in(a.weights, t, 0, 0));
-      for (int j = 0; j < a.k; ++j) o[j] = g[j];
-    }
+  store_selection(s_p, s_ids, a, t, E, g);
+  if (a.norm) {
+    norm_sum_values(g, a.k);
+    if (a.weights.data) store_row(a.weights, t, g, a.k, 0, 1);
   }
   if (a.scaled.data) {
-    float *o = const_cast<float *>(row_in(a.scaled, t, 0, 0));
-    for (int j = 0; j < a.k; ++j) o[j] = ew_value(kScale, g[j], 0.0f, j, a.k, a.sc0, a.sc1);
+    for (int j = 0; j < a.k; ++j) g[j] = ew_value(kScale, g[j], 0.0f, j, a.k, a.sc0, a.sc1);
+    store_row(a.scaled, t, g, a.k, 0, 1);
   }
 }
 
