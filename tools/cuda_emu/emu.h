@@ -20,6 +20,7 @@ inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; 
 // Explicitly rounded float operations (the host build has no fma contraction: -std=c++20, no -mfma).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 // Byte i of the result is byte (s >> 4i) & 7 of the 8 bytes (b:a) (no sign-replicate mode).

@@ -36,8 +36,43 @@ void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, f
   m.nthr = row_threads(E);
   launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
 }
+
+// deepseek2's sigmoid gating behind the normalised mat-vec: sigmoid, + bias, top-k, gather,
+// NormSum, Scale (sc0); probs and the biased scores written.
+void emu_router_sigmoid(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs,
+                        float *selected, const float *bias, float sc0, unsigned *sync, int K, int E, int k, int32_t *ids, float *scaled) {
+  auto view = [](void *p, int64_t n) { return TView{p, {n, 1, 1, 1}, {4, n * 4, n * 4, n * 4}}; };
+  RouterArgs a{};
+  a.logits = view(logits, E);
+  a.probs = view(probs, E);
+  a.ids = view(ids, k);
+  a.gathered.data = nullptr;
+  a.weights.data = nullptr;
+  a.k = k;
+  a.sigmoid = 1;
+  a.bias = bias;
+  a.selected = view(selected, E);
+  a.norm = 1;
+  a.scaled = view(scaled, k);
+  a.sc0 = sc0;
+  a.sc1 = 0.0f;
+  RouterMv m{};
+  m.w = w;
+  m.w_rs = w_rs;
+  m.x = x;
+  m.nw = nw;
+  m.normed = normed;
+  m.eps = 1e-6f;
+  m.rms_nthr = row_threads(K);
+  m.logits = logits;
+  m.sync = sync;
+  m.K = K;
+  m.nthr = row_threads(E);
+  launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
+}
 '''
-text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/row_ops.cuh"\n#include "backends/cuda/ops/top_k.cuh"\n'
+text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/ew_value.cuh"\n#include "backends/cuda/ops/row_ops.cuh"\n'
+        '#include "backends/cuda/ops/top_k.cuh"\n'
         'namespace moe {\nnamespace {\n' + src[row_in0:row_in1] + regs + src[k0:k1] + '}  // namespace\n' + launcher + '}  // namespace moe\n')
 with open(os.path.join(out, 'router_emu.cpp'), 'w') as f:
     f.write(text)

@@ -34,6 +34,52 @@ static std::vector<float> cpu_softmax(const std::vector<float> &x) {
 namespace moe {  // router_emu.cpp (generated from fused.cu)
 void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
                 int K, int E, int k, int32_t *ids, float *weights);
+void emu_router_sigmoid(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs,
+                        float *selected, const float *bias, float sc0, unsigned *sync, int K, int E, int k, int32_t *ids, float *scaled);
+}
+
+// deepseek2's sigmoid router behind the normalised mat-vec, against host loops over the
+// kernel's own logits (sigmoid against float64; the biased scores, the selection, the gather,
+// NormSum and Scale exactly as the unfused ops compute them). Returns the number of failures.
+static int sigmoid_cases() {
+  int fails = 0;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0, 1);
+  struct Case { int K, E, k; };
+  for (const Case &c : {Case{2048, 64, 4}, Case{64, 40, 6}, Case{768, 300, 8}, Case{2056, 512, 8}}) {
+    const int K = c.K, E = c.E, k = c.k;
+    std::vector<float> w(static_cast<size_t>(K) * E), x(K), nw(K), bias(E);
+    for (auto &v : w) v = 0.05f * nd(rng);
+    for (auto &v : x) v = nd(rng);
+    for (auto &v : nw) v = 1.0f + 0.1f * nd(rng);
+    for (auto &v : bias) v = 0.1f * nd(rng);
+    bool ok = true;
+    unsigned sync = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      std::vector<float> normed(K, NAN), logits(E, NAN), probs(E, NAN), sel(E, NAN), scaled(k, NAN);
+      std::vector<int32_t> ids(k, -1);
+      moe::emu_router_sigmoid(w.data(), K, x.data(), nw.data(), normed.data(), logits.data(), probs.data(), sel.data(), bias.data(), 1.8f, &sync,
+                              K, E, k, ids.data(), scaled.data());
+      ok = ok && sync == 0;
+      for (int e = 0; e < E; ++e) {
+        ok = ok && std::fabs(probs[e] - 1.0 / (1.0 + std::exp(-double(logits[e])))) < 1e-6;
+        ok = ok && sel[e] == probs[e] + bias[e];
+      }
+      std::vector<int> order(E);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int i, int j) { return sel[i] > sel[j]; });
+      float s = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        ok = ok && ids[j] == order[j];
+        s += probs[order[j]];
+      }
+      for (int j = 0; j < k; ++j) ok = ok && scaled[j] == (probs[order[j]] / s) * 1.8f;
+    }
+    fails += !ok;
+    std::printf("%s sigmoid K=%d E=%d k=%d\n", ok ? "ok  " : "FAIL", K, E, k);
+    std::fflush(stdout);
+  }
+  return fails;
 }
 
 static double rel(const std::vector<float> &a, const std::vector<double> &b) {
@@ -113,6 +159,7 @@ int main() {
     std::printf("%s K=%d E=%d k=%d pad=%d norm=%d\n", ok ? "ok  " : "FAIL", K, E, k, c.pad, c.norm ? 1 : 0);
     std::fflush(stdout);
   }
+  fails += sigmoid_cases();
   std::printf("%d failures\n", fails);
   return fails != 0;
 }

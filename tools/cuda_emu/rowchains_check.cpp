@@ -12,6 +12,11 @@
 #include <random>
 #include <vector>
 
+namespace moe {
+// The executor's host RoPE tables (rope.cu) are not part of this build: none.
+const float *cuda_rope_table(const DevUbatch &, const RopeParams &, int64_t) { return nullptr; }
+}  // namespace moe
+
 namespace {
 
 using namespace moe;
@@ -71,7 +76,7 @@ Buffers run(const Case &c, const std::vector<std::vector<float>> &inputs, const 
       rp.neox = s.neox;
       rp.freq_base = 1e6f;
       if (s.yarn) { rp.freq_scale = 0.25f; rp.ext_factor = 1.0f; rp.n_ctx_orig = 4096; }
-      d.ra = make_rope_args(rp);
+      d.ra = make_rope_args(rp, DevUbatch{}, T);  // no host table: the angles are computed in the kernel
       d.pos = pos.data();
       d.pos_early = k % 2 == 0;
     }

@@ -86,6 +86,7 @@ private:
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
+      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_sequence(i, grp);
       default: return false;
     }
   }
@@ -194,14 +195,55 @@ private:
     return true;
   }
 
-  // A one-token MatMul of an F32 weight whose only reader is a router's Softmax: the logits
-  // are computed in the router's launch (written: its last block reads them back).
+  // Sigmoid(l) [-> Add(probs, bias [E])] -> TopK(scores) -> GatherCols(probs, ids) [-> NormSum]
+  // [-> Scale] (deepseek2's sigmoid gating); only behind the router's mat-vec (match_router_mm):
+  // alone it is a Sequence.
+  bool match_sigmoid_router(int i, FusedGroup &grp) const {
+    const Node &sg = nd(i);
+    const int64_t E = sg.ne[0];
+    if (!f32_rows(sg) || !f32_rows(nd(sg.src[0])) || E > kCudaMaxExperts || sg.ne[2] != 1 || sg.ne[3] != 1) return false;
+    std::vector<int> members = {i};
+    int scores = i, add = -1, j = next(i);
+    if (j >= 0 && nd(j).op == Op::Add && nd(j).src[0] == i && same_place(i, j)) {
+      const Node &b = nd(nd(j).src[1]);
+      if (!f32_rows(nd(j)) || b.type != DType::F32 || b.nb[0] != 4 || b.ne[0] != E || b.ne[1] != 1 || b.ne[2] != 1 || b.ne[3] != 1) return false;
+      scores = add = j;
+      members.push_back(j);
+      j = next(j);
+    }
+    if (j < 0 || nd(j).op != Op::TopK || nd(j).src[0] != scores || !same_place(i, j)) return false;
+    const int tk = j, k = static_cast<int>(nd(tk).ne[0]);
+    if (k > 32 || k > E || nd(tk).ne[1] != sg.ne[1]) return false;
+    const int gc = next(tk);
+    if (gc < 0 || nd(gc).op != Op::GatherCols || nd(gc).src[0] != i || nd(gc).src[1] != tk || !same_place(i, gc) || !f32_rows(nd(gc)))
+      return false;
+    members.insert(members.end(), {tk, gc});
+    int last = gc;
+    for (Op op : {Op::NormSum, Op::Scale}) {  // each only on the previous one's private output
+      const int n = next(last);
+      if (n < 0 || nd(n).op != op || nd(n).src[0] != last || !private_to_group(last) || !same_place(i, n) || !f32_rows(nd(n))) continue;
+      members.push_back(n);
+      last = n;
+    }
+    grp.kind = FusedKind::Router;
+    grp.members = members;
+    if (read_outside(i, 2)) grp.written.push_back(i);  // read inside by the Add (or TopK) and the gather
+    if (add >= 0 && read_outside(add, 1)) grp.written.push_back(add);
+    grp.written.push_back(tk);
+    grp.written.push_back(last);
+    return true;
+  }
+
+  // A one-token MatMul of an F32 weight whose only reader is a router's Softmax (or Sigmoid):
+  // the logits are computed in the router's launch (written: its last block reads them back).
   bool match_router_mm(int i, FusedGroup &grp) const {
     const Node &mm = nd(i), &w = nd(mm.src[0]);
     const int s = next(i);
-    if (s < 0 || nd(s).op != Op::Softmax || nd(s).src[0] != i || !same_place(i, s) || !private_to_group(i)) return false;
+    if (s < 0 || (nd(s).op != Op::Softmax && nd(s).op != Op::Sigmoid) || nd(s).src[0] != i || !same_place(i, s) || !private_to_group(i))
+      return false;
     if (w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[2] != 1 || w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1) return false;
-    if (!f32_rows(mm) || !f32_rows(nd(mm.src[1])) || !match_router(s, grp)) return false;
+    if (!f32_rows(mm) || !f32_rows(nd(mm.src[1]))) return false;
+    if (!(nd(s).op == Op::Softmax ? match_router(s, grp) : match_sigmoid_router(s, grp))) return false;
     grp.members.insert(grp.members.begin(), i);
     grp.written.insert(grp.written.begin(), i);
     return true;
@@ -281,6 +323,46 @@ private:
     return true;
   }
 
+  // A member of a Sequence group (cuda_fusion.h): one of its ops, every operand and the
+  // output (a KvStore: its input) at most kMaxSequenceValues values.
+  bool sequence_node_ok(int j) const {
+    const Node &n = nd(j);
+    switch (n.op) {
+      case Op::Slice: case Op::Concat: case Op::Rope: case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale:
+      case Op::Sigmoid: case Op::TopK: case Op::GatherCols: case Op::NormSum: case Op::KvStore: break;
+      default: return false;
+    }
+    if (n.nelements() > kMaxSequenceValues) return false;
+    for (int s : n.src)
+      if (s >= 0 && nd(s).nelements() > kMaxSequenceValues) return false;
+    // The kernel takes RmsNorm rows, Rope tokens and KvStore tokens one after another.
+    if (n.op == Op::KvStore) {  // a token's row: the values of its heads side by side
+      const Node &x = nd(n.src[0]);
+      return x.type == DType::F32 && x.nb[0] == 4 && x.ne[3] == 1 && n.ip[0] == x.ne[0] * x.ne[1] &&
+             x.nb[1] == static_cast<size_t>(x.ne[0]) * 4 && x.ne[2] <= kMaxSequenceRows;
+    }
+    if (n.op == Op::Rope)
+      return f32_rows(n) && n.ne[3] == 1 && n.rope.n_rot <= kMaxRopeDims && n.rope.n_rot <= n.ne[0] && n.ne[2] <= kMaxSequenceRows;
+    if (n.op == Op::RmsNorm) return f32_rows(n) && n.ne[1] * n.ne[2] * n.ne[3] <= kMaxSequenceRows;
+    return n.op == Op::TopK || f32_rows(n);
+  }
+
+  // Slice / Concat / Sigmoid and the small ops after it (see cuda_fusion.h), at most
+  // kMaxFusedSequence of them.
+  bool match_sequence(int i, FusedGroup &grp) const {
+    std::vector<int> members;
+    for (int j = i; j >= 0 && static_cast<int>(members.size()) < kMaxFusedSequence; j = next(j)) {
+      if (!same_place(i, j) || !sequence_node_ok(j)) break;
+      members.push_back(j);
+    }
+    if (members.size() < 2) return false;
+    grp.kind = FusedKind::Sequence;
+    grp.members = members;
+    for (int m : members)
+      if (nd(m).op != Op::KvStore) grp.written.push_back(m);
+    return true;
+  }
+
   // Arena bytes of a node's storage (whole root, conservatively); false for weights/KV tokens.
   bool range_of(int id, Range &r) const {
     const Node &n = nd(id);
@@ -303,6 +385,9 @@ private:
   }
 
   bool safe(const FusedGroup &grp) const {
+    // A Sequence kernel runs its members one after the other in their order: every read and
+    // write happens as in the unfused schedule, whatever the planner let alias.
+    if (grp.kind == FusedKind::Sequence) return true;
     struct Access {
       Range r;
       int node;
@@ -365,6 +450,9 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       if (cuda_fused_row_chains_fit(c, grp)) return cuda_fused_row_chains(c, grp);
       break;
     case FusedKind::Router: return cuda_fused_router(c, grp);
+    case FusedKind::Sequence:
+      if (cuda_fused_sequence_fit(c, grp)) return cuda_fused_sequence(c, grp);
+      break;
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd: return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]));
     case FusedKind::GateUpSwiGLU: {

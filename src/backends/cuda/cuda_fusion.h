@@ -22,11 +22,13 @@ namespace moe {
 
 enum class FusedKind : uint8_t {
   RowChains,     // per-row chains RmsNorm -> Mul(row weight) -> Rope -> KvStore (any suffix/prefix; up to 4 chains)
-  Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating)
+  Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
+                 // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
   MatMulAdd,     // MatMul + Add (T = 1)
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1)
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
+  Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
 };
 
 struct FusedGroup {
@@ -59,6 +61,19 @@ constexpr int kMaxFusedChains = 4;
 constexpr int64_t kMaxFusedRow = 8192;  // values per row (the row is staged in shared memory)
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members);
 
+// A Sequence group starts at a Slice, Concat or Sigmoid (the glue of deepseek2's MLA and its
+// sigmoid router; other architectures keep their plans) and takes the consecutive ops of
+// {Slice, Concat, Rope, RmsNorm, Mul, Add, Scale, Sigmoid, TopK, GatherCols, NormSum,
+// KvStore} after it whose operands and outputs hold at most kMaxSequenceValues values and
+// whose RmsNorm rows / Rope and KvStore tokens (done one after another) are at most
+// kMaxSequenceRows: decode and a few tokens. Its
+// kernel runs the members in their order, each completed before the next, so it reads and
+// writes exactly as the unfused schedule does: the group needs no aliasing check, and every
+// member output is written.
+constexpr int kMaxFusedSequence = 8;
+constexpr int64_t kMaxSequenceValues = 16384;
+constexpr int64_t kMaxSequenceRows = 4;
+
 // Runs a group; c.n is the group's last node. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
@@ -67,5 +82,8 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
 void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp);
 bool cuda_fused_row_chains_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run-time checks (KV type)
+// ops/fused_sequence.cu.
+void cuda_fused_sequence(const CudaOpCtx &c, const FusedGroup &grp);
+bool cuda_fused_sequence_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run-time checks (KV type)
 
 }  // namespace moe

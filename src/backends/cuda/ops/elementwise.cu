@@ -3,36 +3,13 @@
 // precision (double sums where the reference uses them). All launch with PDL (ops/pdl.cuh):
 // every kernel waits for its predecessor before its first load.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/ew_value.cuh"
 #include "backends/cuda/ops/pdl.cuh"
-#include "backends/cuda/ops/ref_math.cuh"
 #include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
 namespace {
-
-enum EwOp : int { kMul, kAdd, kScale, kSigmoid, kSwiGLU, kCopy, kSlice, kConcat, kSwiGLUOai };
-
-__device__ __forceinline__ float *rowp(const TView &v, int64_t i1, int64_t i2, int64_t i3) {
-  return reinterpret_cast<float *>(static_cast<uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
-}
-
-// The value of element i of a row of n: x from src0, y from src1 (0 where the op has none).
-__device__ __forceinline__ float ew_value(int op, float x, float y, int64_t i, int64_t n, float f0, float f1) {
-  switch (op) {
-    case kSwiGLUOai: {
-      const float g = fminf(x, f1);
-      const float u = fminf(fmaxf(y, -f1), f1);
-      return g / (1.0f + expf(f0 * (-g))) * (u + 1.0f);
-    }
-    case kMul: return x * y;
-    case kAdd: return x + y;
-    case kScale: return x * f0 + f1;
-    case kSigmoid: return 1.0f / (1.0f + expf(-x));
-    case kSwiGLU: return ref_swiglu(x, y, i, n);
-    default: return x;
-  }
-}
 
 __global__ void ew_kernel(TView d, TView a, TView b, int op, float f0, float f1, int64_t start) {
   pdl_wait();

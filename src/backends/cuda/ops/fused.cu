@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_fusion.h"
+#include "backends/cuda/ops/ew_value.cuh"
 #include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/rope.cuh"
@@ -210,12 +211,45 @@ int64_t warp_kernel_groups(const ChainsArgs &a, int64_t widest) {
 
 struct RouterArgs {
   TView logits;      // [E, T]
-  TView probs;       // softmax output (data null: not read outside the group, not written)
+  TView probs;       // softmax / sigmoid output (data null: not read outside the group, not written)
   TView ids;         // top-k ids [k, T]
   TView gathered;    // gathered probabilities (data null: not written)
-  TView weights;     // renormalised weights (data null: no NormSum)
+  TView weights;     // renormalised weights (data null: no NormSum; sigmoid: not written)
   int k;
+  // Sigmoid gating (deepseek2; route_row_sigmoid): probs = sigmoid(logits), the top-k of
+  // probs + bias, the gathered (unbiased) probs [renormalised] [scaled: w * sc0 + sc1].
+  int sigmoid;
+  const float *bias;  // [E], or null (no Add)
+  TView selected;     // probs + bias (data null: not written)
+  int norm;           // a NormSum follows the gather
+  TView scaled;       // the Scale's output (data null: no Scale)
+  float sc0, sc1;
 };
+
+// Row t of v: n values of src by threads [0, nthr) from tid (the whole block, or one thread).
+__device__ __forceinline__ void store_row(const TView &v, int64_t t, const float *src, int n, int tid = threadIdx.x, int nthr = blockDim.x) {
+  float *o = const_cast<float *>(row_in(v, t, 0, 0));
+  for (int i = tid; i < n; i += nthr) o[i] = src[i];
+}
+
+// Thread 0, after warp 0's top-k into s_ids: token t's ids, and the probabilities of the
+// chosen experts into g (the gathered row, written when read outside the group).
+__device__ __forceinline__ void store_selection(const float *s_p, const int32_t *s_ids, const RouterArgs &a, int64_t t, int E, float *g) {
+  int32_t *ids = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(a.ids.data) + t * a.ids.nb[1]);
+  for (int j = 0; j < a.k; ++j) {
+    const int32_t e = s_ids[j];
+    ids[j] = e;
+    g[j] = (e >= 0 && e < E) ? s_p[e] : 0.0f;
+  }
+  if (a.gathered.data) store_row(a.gathered, t, g, a.k, 0, 1);
+}
+
+// NormSum of k values in place: serial float sum, then one division per value.
+__device__ __forceinline__ void norm_sum_values(float *g, int k) {
+  float s = 0.0f;
+  for (int j = 0; j < k; ++j) s += g[j];
+  for (int j = 0; j < k; ++j) g[j] = g[j] / s;
+}
 
 // Softmax, top-k, gather [, norm] of token t's logits row (may be shared memory) over
 // threads [0, nthr) of the block (the unfused Softmax kernel's block size); warp 0 selects.
@@ -228,30 +262,48 @@ __device__ void route_row(const float *logits, const RouterArgs &a, int64_t t, i
   const int E = static_cast<int>(a.logits.ne[0]);
   softmax_row(logits, s_p, E, s_max, s_sum, nthr);
   __syncthreads();
-  if (a.probs.data) {
-    float *p = const_cast<float *>(row_in(a.probs, t, 0, 0));
-    for (int i = threadIdx.x; i < E; i += blockDim.x) p[i] = s_p[i];
-  }
+  if (a.probs.data) store_row(a.probs, t, s_p, E);
   if (threadIdx.x >= 32) return;
   warp_top_k(s_p, E, a.k, s_ids);
   __syncwarp();
   if (threadIdx.x != 0) return;
-  int32_t *ids = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(a.ids.data) + t * a.ids.nb[1]);
   float g[32];
-  for (int j = 0; j < a.k; ++j) {
-    const int32_t e = s_ids[j];
-    ids[j] = e;
-    g[j] = (e >= 0 && e < E) ? s_p[e] : 0.0f;
+  store_selection(s_p, s_ids, a, t, E, g);
+  if (a.weights.data) {
+    norm_sum_values(g, a.k);
+    store_row(a.weights, t, g, a.k, 0, 1);
   }
-  if (a.gathered.data) {
-    float *o = const_cast<float *>(row_in(a.gathered, t, 0, 0));
-    for (int j = 0; j < a.k; ++j) o[j] = g[j];
+}
+
+// Sigmoid, [+ bias,] top-k, gather [, norm] [, scale] of token t's logits row (may be shared
+// memory), each value by the unfused op's expression (ew_value; NormSum's serial float sum).
+// Block-wide: every thread calls it.
+__device__ void route_row_sigmoid(const float *logits, const RouterArgs &a, int64_t t) {
+  __shared__ float s_p[kCudaMaxExperts];
+  __shared__ float s_sel[kCudaMaxExperts];
+  __shared__ int32_t s_ids[32];
+  const int E = static_cast<int>(a.logits.ne[0]);
+  for (int i = threadIdx.x; i < E; i += blockDim.x) {
+    const float p = ew_value(kSigmoid, logits[i], 0.0f, i, E, 0.0f, 0.0f);
+    s_p[i] = p;
+    s_sel[i] = a.bias ? ew_value(kAdd, p, a.bias[i], i, E, 0.0f, 0.0f) : p;
   }
-  if (a.weights.data) {  // NormSum: serial float sum, then one division per value
-    float s = 0.0f;
-    for (int j = 0; j < a.k; ++j) s += g[j];
-    float *o = const_cast<float *>(row_in(a.weights, t, 0, 0));
-    for (int j = 0; j < a.k; ++j) o[j] = g[j] / s;
+  __syncthreads();
+  if (a.probs.data) store_row(a.probs, t, s_p, E);
+  if (a.selected.data) store_row(a.selected, t, s_sel, E);
+  if (threadIdx.x >= 32) return;
+  warp_top_k(s_sel, E, a.k, s_ids);
+  __syncwarp();
+  if (threadIdx.x != 0) return;
+  float g[32];
+  store_selection(s_p, s_ids, a, t, E, g);
+  if (a.norm) {
+    norm_sum_values(g, a.k);
+    if (a.weights.data) store_row(a.weights, t, g, a.k, 0, 1);
+  }
+  if (a.scaled.data) {
+    for (int j = 0; j < a.k; ++j) g[j] = ew_value(kScale, g[j], 0.0f, j, a.k, a.sc0, a.sc1);
+    store_row(a.scaled, t, g, a.k, 0, 1);
   }
 }
 
@@ -259,7 +311,8 @@ __device__ void route_row(const float *logits, const RouterArgs &a, int64_t t, i
 __global__ void router_kernel(RouterArgs a) {
   pdl_wait();
   pdl_trigger();
-  route_row(row_in(a.logits, blockIdx.x, 0, 0), a, blockIdx.x, static_cast<int>(blockDim.x));
+  if (a.sigmoid) route_row_sigmoid(row_in(a.logits, blockIdx.x, 0, 0), a, blockIdx.x);
+  else route_row(row_in(a.logits, blockIdx.x, 0, 0), a, blockIdx.x, static_cast<int>(blockDim.x));
 }
 
 // The router's one-token F32 mat-vec in the same launch, optionally behind the RmsNorm -> Mul
@@ -339,7 +392,8 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
   __threadfence();
   for (int i = threadIdx.x; i < E; i += blockDim.x) s_l[i] = __ldcg(m.logits + i);
   __syncthreads();
-  route_row(s_l, a, 0, m.nthr);
+  if (a.sigmoid) route_row_sigmoid(s_l, a, 0);
+  else route_row(s_l, a, 0, m.nthr);
 }
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
@@ -425,31 +479,72 @@ bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
          x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts;
 }
 
+// The members after a sigmoid router's Sigmoid (from index p): [Add (bias),] TopK,
+// GatherCols [, NormSum] [, Scale] (cuda_fusion.cpp: match_sigmoid_router).
+void sigmoid_router_args(const CudaOpCtx &c, const FusedGroup &grp, size_t p, RouterArgs &a) {
+  const std::vector<int> &mb = grp.members;
+  auto node = [&](size_t k) -> const Node & { return c.g.node(mb[k]); };
+  auto written_view = [&](size_t k) {
+    TView v = tview(node(k));
+    if (!is_written(grp, mb[k])) v.data = nullptr;
+    return v;
+  };
+  a.sigmoid = 1;
+  a.selected.data = nullptr;
+  if (node(p).op == Op::Add) {
+    a.bias = static_cast<const float *>(c.g.node(node(p).src[1]).data);
+    a.selected = written_view(p);
+    ++p;
+  }
+  a.ids = tview(node(p));
+  a.k = static_cast<int>(node(p).ne[0]);
+  a.gathered = written_view(p + 1);
+  p += 2;
+  a.weights.data = nullptr;
+  a.scaled.data = nullptr;
+  if (p < mb.size() && node(p).op == Op::NormSum) {
+    a.norm = 1;
+    a.weights = written_view(p);
+    ++p;
+  }
+  if (p < mb.size() && node(p).op == Op::Scale) {
+    a.scaled = tview(node(p));
+    a.sc0 = node(p).fp[0];
+    a.sc1 = node(p).fp[1];
+  }
+}
+
 void run_nodes(const CudaOpCtx &c, const FusedGroup &grp, size_t n) {
   for (size_t k = 0; k < n; ++k) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(grp.members[k]), c.ub, c.kv, c.n_sm});
 }
 
 }  // namespace
 
-// Members: [RmsNorm, Mul,] [MatMul,] Softmax, TopK, GatherCols [, NormSum].
+// Members: [RmsNorm, Mul,] [MatMul,] Softmax, TopK, GatherCols [, NormSum]; or
+// [RmsNorm, Mul,] MatMul, Sigmoid, [Add,] TopK, GatherCols [, NormSum] [, Scale].
 void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
   const bool with_norm = c.g.node(grp.members[0]).op == Op::RmsNorm;
   const size_t i_mm = with_norm ? 2 : 0;
   const bool with_mm = c.g.node(grp.members[i_mm]).op == Op::MatMul;
   const size_t m0 = with_mm ? i_mm + 1 : 0;  // the Softmax
-  const Node &sm = c.g.node(grp.members[m0]), &tk = c.g.node(grp.members[m0 + 1]), &gc = c.g.node(grp.members[m0 + 2]);
+  const Node &sm = c.g.node(grp.members[m0]);
   const int64_t T = sm.ne[1];
   if (T == 0) return;
   RouterArgs a{};
   a.logits = tview(c.g.node(sm.src[0]));
   a.probs = tview(sm);
   if (!is_written(grp, grp.members[m0])) a.probs.data = nullptr;
-  a.ids = tview(tk);
-  a.gathered = tview(gc);
-  if (!is_written(grp, grp.members[m0 + 2])) a.gathered.data = nullptr;
-  a.weights.data = nullptr;
-  if (grp.members.size() > m0 + 3) a.weights = tview(c.g.node(grp.members[m0 + 3]));
-  a.k = static_cast<int>(tk.ne[0]);
+  if (sm.op == Op::Sigmoid) {
+    sigmoid_router_args(c, grp, m0 + 1, a);
+  } else {
+    const Node &tk = c.g.node(grp.members[m0 + 1]), &gc = c.g.node(grp.members[m0 + 2]);
+    a.ids = tview(tk);
+    a.gathered = tview(gc);
+    if (!is_written(grp, grp.members[m0 + 2])) a.gathered.data = nullptr;
+    a.weights.data = nullptr;
+    if (grp.members.size() > m0 + 3) a.weights = tview(c.g.node(grp.members[m0 + 3]));
+    a.k = static_cast<int>(tk.ne[0]);
+  }
   const int nthr = row_threads(sm.ne[0]);
   if (with_mm) {
     const Node &mm = c.g.node(grp.members[i_mm]);

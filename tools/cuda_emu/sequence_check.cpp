@@ -1,0 +1,234 @@
+// Checks the fused op-sequence kernel of fused_sequence.cu (sequence_kernel: one block runs a
+// group's ops in order) through emu.h on deepseek2's MLA glue (q slices + rope, kv slices +
+// rope + latent RmsNorm -> Mul; then the two concats and the K store, F32 / F16 / Q8_0
+// cache) and its sigmoid router tail (sigmoid, bias add, top-k, gather, NormSum, Scale),
+// against host loops: copies exactly, the rope and the norm against float64, the router's
+// selection against a host top-k of the kernel's own biased scores. Odd shapes, several
+// tokens, a rope in place. (The GPU tests tie the kernel to the unfused ops bit for bit.)
+// Included at the end of the generated sequence_emu.cpp (gen_sequence.py). Exit status 1 on
+// any failure.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace moe;
+
+TView tv(void *p, std::initializer_list<int64_t> dims, size_t esize = 4) {
+  TView v{p, {1, 1, 1, 1}, {0, 0, 0, 0}};
+  int d = 0;
+  for (int64_t n : dims) v.ne[d++] = n;
+  int64_t nb = static_cast<int64_t>(esize);
+  for (d = 0; d < 4; ++d) { v.nb[d] = nb; nb *= v.ne[d]; }
+  return v;
+}
+
+SeqStep step(int op, int ew, TView d, TView a, TView b) {
+  SeqStep s{};
+  s.op = op;
+  s.ew = ew;
+  s.d = d;
+  s.a = a;
+  s.b = b;
+  return s;
+}
+
+RopeArgs rope_args(int n_rot) {
+  RopeArgs r{};
+  r.n_rot = n_rot;
+  r.neox = 0;
+  r.freq_scale = 1.0f;
+  r.attn_factor = 1.0f;
+  r.theta_scale = std::pow(10000.0f, -2.0f / static_cast<float>(n_rot));
+  return r;
+}
+
+int g_fails = 0;
+void expect(bool ok, const char *what, const char *name) {
+  if (!ok) {
+    std::printf("FAIL %s: %s\n", name, what);
+    ++g_fails;
+  }
+}
+
+// Normal-pairing rope of rows [n, rows] at position p, float64.
+double rope_err(const float *x, const float *y, int64_t n, int64_t rows, int n_rot, int32_t p) {
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int k = 0; k < n_rot / 2; ++k) {
+      const double th = p * std::pow(10000.0, -2.0 * k / n_rot);
+      const double x0 = x[r * n + 2 * k], x1 = x[r * n + 2 * k + 1];
+      const double y0 = x0 * std::cos(th) - x1 * std::sin(th), y1 = x0 * std::sin(th) + x1 * std::cos(th);
+      worst = std::max({worst, std::fabs(y0 - y[r * n + 2 * k]), std::fabs(y1 - y[r * n + 2 * k + 1])});
+    }
+  return worst;
+}
+
+size_t kv_row_bytes(DType t, int64_t n) {
+  return t == DType::F32 ? static_cast<size_t>(n) * 4 : t == DType::F16 ? static_cast<size_t>(n) * 2 : static_cast<size_t>(n / 32) * 34;
+}
+
+float kv_value(const uint8_t *row, int64_t i, DType t) {
+  if (t == DType::F32) return reinterpret_cast<const float *>(row)[i];
+  if (t == DType::F16) return __half2float(reinterpret_cast<const __half *>(row)[i]);
+  const uint8_t *blk = row + (i / 32) * 34;
+  return __half2float(*reinterpret_cast<const __half *>(blk)) * static_cast<float>(static_cast<int8_t>(blk[2 + i % 32]));
+}
+
+void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, int64_t T, DType kt, bool rope_in_place, std::mt19937 &rng) {
+  std::normal_distribution<float> nd(0, 1);
+  auto rnd = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float &x : v) x = nd(rng);
+    return v;
+  };
+  const int64_t hd = nope + P, L = R + P;
+  std::vector<float> q = rnd(hd * H * T), kv = rnd(L * T), w = rnd(R), q_abs = rnd(R * H * T);
+  std::vector<float> q_nope(nope * H * T, NAN), q_pe_s(P * H * T, NAN), q_pe(P * H * T, NAN), kpe_s(P * T, NAN), k_pe(P * T, NAN);
+  std::vector<float> lat_s(R * T, NAN), lat_n(R * T, NAN), latent(R * T, NAN), qk(L * H * T, NAN), kk(L * T, NAN);
+  std::vector<int32_t> pos(T), cells(T);
+  for (int64_t t = 0; t < T; ++t) { pos[t] = static_cast<int32_t>(5 + 3 * t); cells[t] = static_cast<int32_t>((3 * t + 1) % (T + 2)); }
+  const size_t rb = kv_row_bytes(kt, L);
+  std::vector<uint8_t> cache(rb * static_cast<size_t>(T + 2), 0xAB);
+  float *pe_out = rope_in_place ? q_pe_s.data() : q_pe.data();
+
+  SeqArgs a{};
+  a.cells = cells.data();
+  SeqStep s = step(kSqEw, kSlice, tv(q_nope.data(), {nope, H, T}), tv(q.data(), {hd, H, T}), TView{});
+  a.s[0] = s;
+  s = step(kSqEw, kSlice, tv(q_pe_s.data(), {P, H, T}), tv(q.data(), {hd, H, T}), TView{});
+  s.start = nope;
+  a.s[1] = s;
+  s = step(kSqRope, 0, tv(pe_out, {P, H, T}), tv(q_pe_s.data(), {P, H, T}), TView{});
+  s.ra = rope_args(static_cast<int>(P));
+  s.pos = pos.data();
+  a.s[2] = s;
+  s = step(kSqEw, kSlice, tv(kpe_s.data(), {P, T}), tv(kv.data(), {L, T}), TView{});
+  s.start = R;
+  a.s[3] = s;
+  s = step(kSqRope, 0, tv(k_pe.data(), {P, 1, T}), tv(kpe_s.data(), {P, 1, T}), TView{});
+  s.ra = rope_args(static_cast<int>(P));
+  s.pos = pos.data();
+  a.s[4] = s;
+  a.s[5] = step(kSqEw, kSlice, tv(lat_s.data(), {R, T}), tv(kv.data(), {L, T}), TView{});
+  s = step(kSqRmsNorm, 0, tv(lat_n.data(), {R, T}), tv(lat_s.data(), {R, T}), TView{});
+  s.f0 = 1e-6f;
+  s.nthr = row_threads(R);
+  a.s[6] = s;
+  a.s[7] = step(kSqEw, kMul, tv(latent.data(), {R, T}), tv(lat_n.data(), {R, T}), tv(w.data(), {R}));
+  a.n = 8;
+  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, a);
+
+  SeqArgs b{};
+  b.cells = cells.data();
+  b.s[0] = step(kSqEw, kConcat, tv(qk.data(), {L, H, T}), tv(q_abs.data(), {R, H, T}), tv(pe_out, {P, H, T}));
+  b.s[1] = step(kSqEw, kConcat, tv(kk.data(), {L, 1, T}), tv(latent.data(), {R, 1, T}), tv(k_pe.data(), {P, 1, T}));
+  s = step(kSqKvStore, 0, TView{}, tv(kk.data(), {L, 1, T}), TView{});
+  s.kv = cache.data();
+  s.kv_rb = rb;
+  s.kv_type = static_cast<int>(kt);
+  s.kv_row = L;
+  b.s[2] = s;
+  b.n = 3;
+  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, b);
+
+  bool copies = true;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float *qr = q.data() + (t * H + h) * hd;
+      for (int64_t i = 0; i < nope; ++i) copies &= q_nope[(t * H + h) * nope + i] == qr[i];
+      if (!rope_in_place)
+        for (int64_t i = 0; i < P; ++i) copies &= q_pe_s[(t * H + h) * P + i] == qr[nope + i];
+      for (int64_t i = 0; i < L; ++i)
+        copies &= qk[(t * H + h) * L + i] == (i < R ? q_abs[(t * H + h) * R + i] : pe_out[(t * H + h) * P + i - R]);
+    }
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < P; ++i) copies &= kpe_s[t * P + i] == kv[t * L + R + i];
+    for (int64_t i = 0; i < R; ++i) copies &= lat_s[t * R + i] == kv[t * L + i] && latent[t * R + i] == lat_n[t * R + i] * w[i];
+    for (int64_t i = 0; i < L; ++i) copies &= kk[t * L + i] == (i < R ? latent[t * R + i] : k_pe[t * P + i - R]);
+  }
+  expect(copies, "slices / concats / mul are exact copies", name);
+  double err = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<float> x(q.begin() + (t * H + h) * hd + nope, q.begin() + (t * H + h) * hd + hd);
+      err = std::max(err, rope_err(x.data(), pe_out + (t * H + h) * P, P, 1, static_cast<int>(P), pos[t]));
+    }
+    err = std::max(err, rope_err(kv.data() + t * L + R, k_pe.data() + t * P, P, 1, static_cast<int>(P), pos[t]));
+    double ss = 0;
+    for (int64_t i = 0; i < R; ++i) ss += double(kv[t * L + i]) * kv[t * L + i];
+    const double sc = 1.0 / std::sqrt(ss / double(R) + 1e-6);
+    for (int64_t i = 0; i < R; ++i) err = std::max(err, std::fabs(kv[t * L + i] * sc - lat_n[t * R + i]) / (std::fabs(kv[t * L + i] * sc) + 1e-3));
+  }
+  expect(err < 2e-5, "rope / rms_norm against float64", name);
+  double kv_err = 0;
+  const double tol = kt == DType::F32 ? 0 : kt == DType::F16 ? 1e-3 : 2e-2;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < L; ++i) {
+      const double ref = kk[t * L + i];
+      kv_err = std::max(kv_err, std::fabs(kv_value(cache.data() + cells[t] * rb, i, kt) - ref) / std::max(1.0, std::fabs(ref)));
+    }
+  expect(kv_err <= tol * 4, "K cache rows", name);
+  std::printf("%s: rope/norm err %.2e, kv err %.2e\n", name, err, kv_err);
+}
+
+void router_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937 &rng) {
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> logits(E * T), bias(E);
+  for (float &x : logits) x = nd(rng);
+  for (float &x : bias) x = 0.1f * nd(rng);
+  logits[3] = logits[7];  // a tie: the lower index wins
+  std::vector<float> probs(E * T, NAN), sel(E * T, NAN), g(k * T, NAN), wn(k * T, NAN), out(k * T, NAN);
+  std::vector<int32_t> ids(k * T, -7);
+  SeqArgs a{};
+  a.s[0] = step(kSqEw, kSigmoid, tv(probs.data(), {E, T}), tv(logits.data(), {E, T}), TView{});
+  a.s[1] = step(kSqEw, kAdd, tv(sel.data(), {E, T}), tv(probs.data(), {E, T}), tv(bias.data(), {E}));
+  a.s[2] = step(kSqTopK, 0, tv(ids.data(), {k, T}), tv(sel.data(), {E, T}), TView{});
+  a.s[3] = step(kSqGatherCols, 0, tv(g.data(), {k, T}), tv(probs.data(), {E, T}), tv(ids.data(), {k, T}));
+  a.s[4] = step(kSqNormSum, 0, tv(wn.data(), {k, T}), tv(g.data(), {k, T}), TView{});
+  SeqStep s = step(kSqEw, kScale, tv(out.data(), {k, T}), tv(wn.data(), {k, T}), TView{});
+  s.f0 = 1.8f;
+  a.s[5] = s;
+  a.n = 6;
+  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, a);
+  bool ok = true;
+  double perr = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e) {
+      perr = std::max(perr, std::fabs(probs[t * E + e] - 1.0 / (1.0 + std::exp(-double(logits[t * E + e])))));
+      ok &= sel[t * E + e] == probs[t * E + e] + bias[e];
+    }
+    std::vector<int32_t> order(E);
+    for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return sel[t * E + x] > sel[t * E + y]; });
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      ok &= ids[t * k + j] == order[j];
+      ok &= g[t * k + j] == probs[t * E + order[j]];
+      sum += g[t * k + j];
+    }
+    for (int64_t j = 0; j < k; ++j) ok &= wn[t * k + j] == g[t * k + j] / sum && out[t * k + j] == wn[t * k + j] * 1.8f;
+  }
+  expect(ok, "selection, gather, norm, scale", name);
+  expect(perr < 1e-6, "sigmoid against float64", name);
+  std::printf("%s: sigmoid err %.2e\n", name, perr);
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937 rng(7);
+  mla_case("MLA glue, odd dims, one token, F32", 3, 13, 6, 20, 1, DType::F32, false, rng);
+  mla_case("MLA glue, three tokens, rope in place, F16", 5, 24, 8, 40, 3, DType::F16, true, rng);
+  mla_case("MLA glue, Q8_0 rows of 96, two tokens", 2, 24, 32, 64, 2, DType::Q8_0, false, rng);
+  mla_case("MLA glue, GLM-4.7-Flash dims, one token", 20, 192, 64, 512, 1, DType::F16, false, rng);
+  router_case("sigmoid router tail, 64 experts, 4 used, one token", 64, 4, 1, rng);
+  router_case("sigmoid router tail, 300 experts, 8 used, 5 tokens", 300, 8, 5, rng);
+  router_case("sigmoid router tail, 16 experts, 4 used, 37 tokens (warps loop)", 16, 4, 37, rng);
+  std::printf("%d failures\n", g_fails);
+  return g_fails ? 1 : 0;
+}
