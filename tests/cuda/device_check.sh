@@ -15,7 +15,7 @@ PHASES=${*:-build tests sanitize conformance bench kernels profile}
 B=build-dev
 SUM=$OUT/summary.txt
 : > "$SUM"
-note() { echo "$*" | tee -a "$SUM"; }
+note() { echo "$*" | tee -a "$SUM" "$FINAL_OUT/summary.part"; }  # .part survives a kill
 has() { [[ " $PHASES " == *" $1 "* ]]; }
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 ))s; }
@@ -133,6 +133,7 @@ if has bench; then
   timeout 100 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 3 > "$OUT/bench.log" 2>&1
   note "bench rc=$? $(el)"
   cat "$OUT/bench.log" | tail -15 | tee -a "$SUM"
+  if [ "${BENCH_EXTRAS:-1}" = 1 ]; then
   # The per-step floor: a tiny model (2 layers of width 64) pays only launches and host work.
   "$CLI" mkmodel --preset tiny --type f16 -o /tmp/tiny.gguf --quiet > /dev/null 2>&1
   timeout 60 "$CLI" bench -m /tmp/tiny.gguf --device cuda -p 0 -n 128 -r 3 > "$OUT/bench_tiny.log" 2>&1
@@ -142,6 +143,7 @@ if has bench; then
   note "bench (no CUDA graphs) rc=$? $(el): $(grep -E 'tg128' "$OUT/bench_nographs.log")"
   timeout 60 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -r 2 --no-pdl > "$OUT/bench_nopdl.log" 2>&1
   note "bench (no PDL) rc=$? $(el): $(grep -E '(pp512|tg128) ' "$OUT/bench_nopdl.log" | tr '\n' ' ')"
+  fi
   if [ -n "${BENCH_DEPTH:-}" ]; then
     timeout 120 "$CLI" bench -m /tmp/q3.gguf --device cuda -p 512 -n 128 -d $BENCH_DEPTH -r 2 > "$OUT/bench_depth.log" 2>&1
     note "bench depth $BENCH_DEPTH rc=$? $(el)"; grep -E '@ d' "$OUT/bench_depth.log" | tee -a "$SUM"
