@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <unistd.h>
 
@@ -66,6 +67,34 @@ FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std
   cuda_fusion_enable(true);
   return r;
 }
+
+// The three KV caches a fusion case compares (CPU, GPU fused, GPU unfused), each holding T
+// tokens of sequence 0 at positions first, first + step, ..., and each one's ubatch.
+struct ThreeCaches {
+  std::vector<int32_t> cells, pos, seq;
+  std::unique_ptr<KvCache> c, f, u;
+  UbatchInfo ub, ub_f, ub_u;
+  ThreeCaches(Backend &cpu, Backend &gpu, uint32_t n_cells, KvType kt, const std::vector<KvLayerDims> &dims, int64_t T, int32_t first,
+              int32_t step)
+      : cells(static_cast<size_t>(T)), pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0),
+        c(std::make_unique<KvCache>(n_cells, 1, kt, dims, cpu)), f(std::make_unique<KvCache>(n_cells, 1, kt, dims, gpu)),
+        u(std::make_unique<KvCache>(n_cells, 1, kt, dims, gpu)) {
+    for (int64_t i = 0; i < T; ++i) pos[static_cast<size_t>(i)] = first + step * static_cast<int32_t>(i);
+    REQUIRE(c->find_slots(static_cast<uint32_t>(T), cells.data()));
+    for (KvCache *kv : {c.get(), f.get(), u.get()}) kv->claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(T));
+    ub.n_tokens = static_cast<int32_t>(T);
+    ub.cells = cells.data();
+    ub.pos = pos.data();
+    ub.seq = seq.data();
+    ub.n_kv = c->n_kv();
+    ub.cell_state = c->cells();
+    ub_f = ub_u = ub;
+    ub_f.cell_state = f->cells();
+    ub_u.cell_state = u->cells();
+  }
+  ThreeCaches(const ThreeCaches &) = delete;  // the ubatches point into the vectors
+  ThreeCaches &operator=(const ThreeCaches &) = delete;
+};
 
 std::string write_tiny(const std::string &preset, const std::string &mix) {
   const std::string path = (std::filesystem::temp_directory_path() /
@@ -232,22 +261,10 @@ TEST_CASE("cuda fusion: row chains (rms_norm, mul, rope, kv_store of q/k/v heads
     CHECK(fp.groups[0].members.size() == 10);
     CHECK(fp.groups[0].label == "fused:rms_norm+mul+rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store");
 
-    std::vector<int32_t> cells(static_cast<size_t>(T)), pv(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0);
-    for (int64_t i = 0; i < T; ++i) pv[static_cast<size_t>(i)] = static_cast<int32_t>(3 + 7 * i);
-    const std::vector<KvLayerDims> dims = {{hd * nkv, hd * nkv}};
-    KvCache kv_c(n_cells, 1, v.kt, dims, *reg.cpu()), kv_f(n_cells, 1, v.kt, dims, *gpu), kv_u(n_cells, 1, v.kt, dims, *gpu);
-    REQUIRE(kv_c.find_slots(static_cast<uint32_t>(T), cells.data()));
-    for (KvCache *kv : {&kv_c, &kv_f, &kv_u}) kv->claim(cells.data(), pv.data(), seq.data(), static_cast<uint32_t>(T));
-    UbatchInfo ub;
-    ub.n_tokens = static_cast<int32_t>(T);
-    ub.cells = cells.data();
-    ub.pos = pv.data();
-    ub.seq = seq.data();
-    ub.n_kv = kv_c.n_kv();
-    ub.cell_state = kv_c.cells();
-    UbatchInfo ub_f = ub, ub_u = ub;
-    ub_f.cell_state = kv_f.cells();
-    ub_u.cell_state = kv_u.cells();
+    const ThreeCaches tc(*reg.cpu(), *gpu, n_cells, v.kt, {{hd * nkv, hd * nkv}}, T, 3, 7);
+    KvCache &kv_c = *tc.c, &kv_f = *tc.f, &kv_u = *tc.u;
+    const UbatchInfo &ub = tc.ub, &ub_f = tc.ub_f, &ub_u = tc.ub_u;
+    const std::vector<int32_t> &pv = tc.pos;
     Graph g0 = build();
     const std::vector<Input> ins = {in(xr, randn(static_cast<size_t>(n_res * T), 31)), in(qi, randn(static_cast<size_t>(hd * nh * T), 32)),
                                     in(ki, randn(static_cast<size_t>(hd * nkv * T), 33)), in(vi, randn(static_cast<size_t>(hd * nkv * T), 34)),
@@ -376,22 +393,10 @@ TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, 
     CHECK(fp.groups[1].kind == FusedKind::Sequence);
     CHECK(fp.groups[1].label == "fused:concat+concat+kv_store");
 
-    std::vector<int32_t> cells(static_cast<size_t>(T)), pv(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0);
-    for (int64_t i = 0; i < T; ++i) pv[static_cast<size_t>(i)] = static_cast<int32_t>(5 + 3 * i);
-    const std::vector<KvLayerDims> dims = {{R + P, 0}};
-    KvCache kv_c(n_cells, 1, v.kt, dims, *reg.cpu()), kv_f(n_cells, 1, v.kt, dims, *gpu), kv_u(n_cells, 1, v.kt, dims, *gpu);
-    REQUIRE(kv_c.find_slots(static_cast<uint32_t>(T), cells.data()));
-    for (KvCache *kv : {&kv_c, &kv_f, &kv_u}) kv->claim(cells.data(), pv.data(), seq.data(), static_cast<uint32_t>(T));
-    UbatchInfo ub;
-    ub.n_tokens = static_cast<int32_t>(T);
-    ub.cells = cells.data();
-    ub.pos = pv.data();
-    ub.seq = seq.data();
-    ub.n_kv = kv_c.n_kv();
-    ub.cell_state = kv_c.cells();
-    UbatchInfo ub_f = ub, ub_u = ub;
-    ub_f.cell_state = kv_f.cells();
-    ub_u.cell_state = kv_u.cells();
+    const ThreeCaches tc(*reg.cpu(), *gpu, n_cells, v.kt, {{R + P, 0}}, T, 5, 3);
+    KvCache &kv_c = *tc.c, &kv_f = *tc.f, &kv_u = *tc.u;
+    const UbatchInfo &ub = tc.ub, &ub_f = tc.ub_f, &ub_u = tc.ub_u;
+    const std::vector<int32_t> &pv = tc.pos;
     const std::vector<Input> ins = {in(qi, randn(static_cast<size_t>(hd_k * H * T), 61)), in(kvi, randn(static_cast<size_t>((R + P) * T), 62)),
                                     in(pos, pv)};
     const std::vector<int> outs = {qk, latent, att};
