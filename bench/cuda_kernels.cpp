@@ -1,7 +1,8 @@
 // CUDA kernels at the Qwen3-30B-A3B shapes (n_embd 2048, 32 q / 4 kv heads of 128, 128
 // experts, 8 used, expert ff 768, vocabulary 151936): decode mat-vecs per weight type, the
-// prefill expert products (MatMulId at 512 tokens), the MoE layer (router, top-k, experts, combine) at batch 1 and 512, dense prefill products and
-// attention decode / prefill (and MLA attention at the GLM-4.7-Flash shape). Each iteration replays the one-op graph on the context's stream
+// prefill expert products (MatMulId at 512 tokens), the MoE layer (router, top-k, experts,
+// combine) at batch 1 and 512, dense prefill products and attention decode / prefill (and
+// MLA attention at the GLM-4.7-Flash shape). Each iteration replays the one-op graph on the context's stream
 // (captured as a CUDA graph like a decode step) and is timed with CUDA events. Counters:
 // weight GB/s (decode), TFLOP/s (prefill), tokens/s. Without a CUDA device every benchmark
 // reports "skipped: no CUDA device".
@@ -158,9 +159,9 @@ void BM_CudaMatmulId(benchmark::State &state) {
   r.set_input(ids, idv.data(), idv.size() * 4);
   time_graph(state, r);
   state.SetLabel(dtype_name(t));
-  const double touched = std::min<double>(static_cast<double>(E), static_cast<double>(used * T));
-  state.counters["weight_GB/s"] =
-      benchmark::Counter(static_cast<double>(w->nbytes) / static_cast<double>(E) * touched / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  const double touched = std::min<double>(static_cast<double>(E), static_cast<double>(used * T));  // experts read
+  const double touched_bytes = static_cast<double>(w->nbytes) / static_cast<double>(E) * touched;
+  state.counters["weight_GB/s"] = benchmark::Counter(touched_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["TFLOP/s"] = benchmark::Counter(2.0 * K * M * used * T / 1e12, benchmark::Counter::kIsIterationInvariantRate);
 #endif
 }
