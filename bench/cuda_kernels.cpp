@@ -131,18 +131,18 @@ void BM_CudaMatmul(benchmark::State &state) {
 #endif
 }
 
-// One expert product (MatMulId) of T tokens routed to kUsed of kExperts experts at random
+// One expert product (MatMulId) of T tokens routed to `used` of E experts at random
 // (distinct per token): the prefill GEMM of a MoE layer's gate / up (X = 1: every slot
-// reads the token's row) or down (X = kUsed: one input row per slot) projection, including
+// reads the token's row) or down (X = used: one input row per slot) projection, including
 // its activation rounding and routing-table launches.
 void BM_CudaMatmulId(benchmark::State &state) {
   const DType t = kTypes[state.range(0)];
-  const int64_t K = state.range(1), M = state.range(2), X = state.range(3), T = state.range(4);
+  const int64_t K = state.range(1), M = state.range(2), X = state.range(3), T = state.range(4), E = state.range(5), used = state.range(6);
   moe_test::WeightStore ws;
-  const GgufTensorInfo *w = tiled_weight(ws, "experts", t, {K, M, kExperts});
+  const GgufTensorInfo *w = tiled_weight(ws, "experts", t, {K, M, E});
   Graph g;
   int x = g.input("x", DType::F32, {K, X, T});
-  int ids = g.input("ids", DType::I32, {kUsed, T});
+  int ids = g.input("ids", DType::I32, {used, T});
   g.mark_output(g.matmul_id(g.weight(w), x, ids), "y");
   GpuRun r;
   MOE_NEED_GPU(r, std::move(g));
@@ -150,19 +150,19 @@ void BM_CudaMatmulId(benchmark::State &state) {
   auto xv = randv(static_cast<size_t>(K * X * T), 5);
   r.set_input(x, xv.data(), xv.size() * 4);
   std::mt19937 rng(6);
-  std::vector<int32_t> idv(static_cast<size_t>(kUsed * T)), perm(static_cast<size_t>(kExperts));
+  std::vector<int32_t> idv(static_cast<size_t>(used * T)), perm(static_cast<size_t>(E));
   for (int64_t tok = 0; tok < T; ++tok) {
-    for (int64_t e = 0; e < kExperts; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    for (int64_t e = 0; e < E; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
     std::shuffle(perm.begin(), perm.end(), rng);
-    std::copy(perm.begin(), perm.begin() + kUsed, idv.begin() + tok * kUsed);
+    std::copy(perm.begin(), perm.begin() + used, idv.begin() + tok * used);
   }
   r.set_input(ids, idv.data(), idv.size() * 4);
   time_graph(state, r);
   state.SetLabel(dtype_name(t));
-  const double touched = std::min<double>(kExperts, kUsed * static_cast<double>(T));
-  state.counters["weight_GB/s"] =
-      benchmark::Counter(static_cast<double>(w->nbytes) / kExperts * touched / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * K * M * kUsed * T / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  const double touched = std::min<double>(static_cast<double>(E), static_cast<double>(used * T));  // experts read
+  const double touched_bytes = static_cast<double>(w->nbytes) / static_cast<double>(E) * touched;
+  state.counters["weight_GB/s"] = benchmark::Counter(touched_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOP/s"] = benchmark::Counter(2.0 * K * M * used * T / 1e12, benchmark::Counter::kIsIterationInvariantRate);
 #endif
 }
 
@@ -314,12 +314,13 @@ BENCHMARK(BM_CudaMatmul)
     ->Args({4, kEmbd, kHd * kKvHeads, 512})      // prefill attn_v Q6_K
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
-// type index into kTypes, K, M, input rows per token (1 or kUsed), tokens
+// type index into kTypes, K, M, input rows per token (1 or used), tokens, experts, used
 BENCHMARK(BM_CudaMatmulId)
-    ->ArgNames({"type", "K", "M", "X", "T"})
-    ->Args({3, kEmbd, kFf, 1, 512})        // gate / up Q4_K
-    ->Args({3, kFf, kEmbd, kUsed, 512})    // down Q4_K
-    ->Args({4, kFf, kEmbd, kUsed, 512})    // down Q6_K
+    ->ArgNames({"type", "K", "M", "X", "T", "E", "used"})
+    ->Args({3, kEmbd, kFf, 1, 512, kExperts, kUsed})        // gate / up Q4_K
+    ->Args({3, kFf, kEmbd, kUsed, 512, kExperts, kUsed})    // down Q4_K
+    ->Args({4, kFf, kEmbd, kUsed, 512, kExperts, kUsed})    // down Q6_K
+    ->Args({5, 2880, 2880, 1, 512, 32, 4})                  // gpt-oss-20b gate / up MXFP4
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 

@@ -59,7 +59,8 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
     for (int g = 0; g < K / 16; ++g) {
       int sum = 0;
       for (int i = 0; i < 16; ++i) sum += Xq[static_cast<size_t>(n) * K + 16 * g + i];
-      Xs[static_cast<size_t>(n) * (K / 16) + g] = make_float2(c[static_cast<size_t>(n) * (K / cblk) + 16 * g / cblk], static_cast<float>(sum));
+      const float cn = c[static_cast<size_t>(n) * (K / cblk) + 16 * g / cblk];
+      Xs[static_cast<size_t>(n) * (K / 16) + g] = make_float2(cn, static_cast<float>(sum));
     }
   const bool dense = tiles.empty();
   if (dense)

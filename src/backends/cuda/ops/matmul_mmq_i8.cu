@@ -13,7 +13,8 @@
 //           m16n8k16 s8 mmas per 32 on the k16 halves of the same fragments, rather than
 //           two masked k32 ones: the same tensor work, no masking)
 // - Q4_0 / Q8_0 / MXFP4: per 32, acc += S (d c) (|S| <= 32 * 128 * 127 < 2^24: exact in
-//   f32), the CPU's sumi * (c d); MXFP4 thus gives the f16 MMQ's results (same S, same fold).
+//   f32), the CPU's sumi * (c d); for MXFP4 the f16 MMQ's S and fold (its results, except
+//   where narrow tiles or K splits here add partial sums in another order).
 // Tiling, column tiles, L2 prefetch and the output scatter are those of matmul_mma.cu
 // (mma_common.cuh): 128 rows x 64 columns, K steps of 64, 8 warps of 32 x 32. Here the
 // loads are a cp.async pipeline (kStages): each K step's raw weight bytes (per row, the

@@ -215,7 +215,8 @@ template <DType T> __device__ __forceinline__ void stage_i8(const uint8_t *row, 
 // The row bytes a K step of 64 (elements k0 .. k0 + 63, k0 % 64 == 0, k0 < K) reads, as up to
 // three regions (offset in the row, length; region r exists where chunks(r) > 0), and the
 // 16-byte chunks that the pipeline of matmul_mmq_i8.cu reserves per region for its cover
-// (the aligned chunks holding it; chunks(r) >= the most any alignment needs). Regions start where stage_i8 reads:
+// (the aligned chunks holding it; chunks(r) >= the most any alignment needs). Regions
+// start where stage_i8 reads:
 //   Q4_K (144-byte blocks): header 16, the step's 32 qs bytes (both sub-blocks).
 //   Q5_K (176): header 16, qh 32, the step's 32 ql bytes.
 //   Q6_K (210, 2-byte aligned): the 64 ql bytes of the step's half-block, its 32 qh bytes,
@@ -241,21 +242,18 @@ template <> struct I8Raw<DType::Q6_K> {
   __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 5 : r == 1 ? 3 : 2; }
   __device__ static int2 region(int r, int k0, int) {
     const int blk = (k0 >> 8) * 210, s4 = (k0 >> 6) & 3;
-    return r == 0 ? make_int2(blk + 64 * (s4 >> 1), 64) : r == 1 ? make_int2(blk + 128 + 32 * (s4 >> 1), 32) : make_int2(blk + 192 + 4 * s4, 18 - 4 * s4);
+    if (r == 0) return make_int2(blk + 64 * (s4 >> 1), 64);
+    return r == 1 ? make_int2(blk + 128 + 32 * (s4 >> 1), 32) : make_int2(blk + 192 + 4 * s4, 18 - 4 * s4);
   }
 };
-template <> struct I8Raw<DType::Q4_0> {
-  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 4 : r == 1 ? 0 : 0; }
-  __device__ static int2 region(int, int k0, int K) { return make_int2((k0 >> 5) * 18, (K - k0 >= 64 ? 2 : 1) * 18); }
+// The 32-element block types: the step's blocks of B bytes, covered by C chunks.
+template <int B, int C> struct I8RawPer32 {
+  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? C : 0; }
+  __device__ static int2 region(int, int k0, int K) { return make_int2((k0 >> 5) * B, (K - k0 >= 64 ? 2 : 1) * B); }
 };
-template <> struct I8Raw<DType::Q8_0> {
-  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 6 : r == 1 ? 0 : 0; }
-  __device__ static int2 region(int, int k0, int K) { return make_int2((k0 >> 5) * 34, (K - k0 >= 64 ? 2 : 1) * 34); }
-};
-template <> struct I8Raw<DType::MXFP4> {
-  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 4 : r == 1 ? 0 : 0; }
-  __device__ static int2 region(int, int k0, int K) { return make_int2((k0 >> 5) * 17, (K - k0 >= 64 ? 2 : 1) * 17); }
-};
+template <> struct I8Raw<DType::Q4_0> : I8RawPer32<18, 4> {};
+template <> struct I8Raw<DType::Q8_0> : I8RawPer32<34, 6> {};
+template <> struct I8Raw<DType::MXFP4> : I8RawPer32<17, 4> {};
 template <DType T> constexpr int i8_raw_chunks = I8Raw<T>::chunks(0) + I8Raw<T>::chunks(1) + I8Raw<T>::chunks(2);
 
 // Sub-block h (0, 1) of the K step at k0 from p[r] = region r's first byte (wherever its
