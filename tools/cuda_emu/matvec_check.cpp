@@ -103,6 +103,21 @@ void expect(DType t, bool down, unsigned gx, unsigned gy, EmuMv m, const std::ve
 
 // Reference-order types: every mode against the CPU bit for bit; M 37 takes the plain
 // vec_dot order for Q4_K, M 40 its repacked gemv order.
+// The launch arguments of a dense one-token product of M rows (rb bytes each) of K elements
+// against the f32 activations xs; the caller picks the weights, mode and output.
+EmuMv one_token_args(size_t rb, int64_t K, int64_t M, const std::vector<float> &xs) {
+  EmuMv m{};
+  m.rb = static_cast<int64_t>(rb);
+  m.K = static_cast<int>(K);
+  m.M = static_cast<int>(M);
+  m.x = reinterpret_cast<const uint8_t *>(xs.data());
+  m.x_nb1 = K * 4;
+  m.X = 1;
+  m.E = 1;
+  m.n_used = 1;
+  return m;
+}
+
 void check_ref_type(DType t) {
   const int64_t bs = type_traits(t).block_size;
   const std::vector<int64_t> Ks = bs == 256 ? std::vector<int64_t>{768, 2304, 4096, 4608}
@@ -118,15 +133,7 @@ void check_ref_type(DType t) {
       auto xs = randn(static_cast<size_t>(K * 5));
       xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
       for (int64_t i = 0; i < 32 && 64 + i < K; ++i) xs[static_cast<size_t>(64 + i)] = 0.0f;  // a zero Q8_0 block
-      EmuMv m{};
-      m.rb = static_cast<int64_t>(rb);
-      m.K = static_cast<int>(K);
-      m.M = static_cast<int>(M);
-      m.x = reinterpret_cast<const uint8_t *>(xs.data());
-      m.x_nb1 = K * 4;
-      m.X = 1;
-      m.E = 1;
-      m.n_used = 1;
+      EmuMv m = one_token_args(rb, K, M, xs);
       m.w = w->p;
       m.mode = kRows;
       const std::vector<float> dense = cpu_rows(t, w->p, rb, M, K, xs.data(), false);
@@ -222,15 +229,7 @@ void check_type(DType t) {
     const size_t rb = row_size(t, K);
     auto xs = randn(static_cast<size_t>(K * 5));
     xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
-    EmuMv m{};
-    m.rb = static_cast<int64_t>(rb);
-    m.K = static_cast<int>(K);
-    m.M = static_cast<int>(M);
-    m.x = reinterpret_cast<const uint8_t *>(xs.data());
-    m.x_nb1 = K * 4;
-    m.X = 1;
-    m.E = 1;
-    m.n_used = 1;
+    EmuMv m = one_token_args(rb, K, M, xs);
     // MatMul
     m.w = w->p;
     m.mode = kRows;
