@@ -12,16 +12,9 @@ regs = src[src.index('constexpr int kWeightRegs'):].split('\n', 1)[0] + '\n'
 k0 = src.index('struct RouterArgs {')
 k1 = src.index('\n}\n', src.index('__global__ void __launch_bounds__(kRmThreads) router_mv_kernel')) + 3
 launcher = '''
-void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
-                int K, int E, int k, int32_t *ids, float *weights) {
-  auto view = [](void *p, int64_t n) { return TView{p, {n, 1, 1, 1}, {4, n * 4, n * 4, n * 4}}; };
-  RouterArgs a{};
-  a.logits = view(logits, E);
-  a.probs = view(probs, E);
-  a.ids = view(ids, k);
-  a.gathered.data = nullptr;
-  a.weights = view(weights, k);
-  a.k = k;
+// The normalised F32 mat-vec (router_mv_kernel) behind the routing a describes.
+void launch_router_mv(const RouterArgs &a, const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits,
+                      unsigned *sync, int K, int E) {
   RouterMv m{};
   m.w = w;
   m.w_rs = w_rs;
@@ -35,6 +28,19 @@ void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, f
   m.K = K;
   m.nthr = row_threads(E);
   launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
+}
+
+void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
+                int K, int E, int k, int32_t *ids, float *weights) {
+  auto view = [](void *p, int64_t n) { return TView{p, {n, 1, 1, 1}, {4, n * 4, n * 4, n * 4}}; };
+  RouterArgs a{};
+  a.logits = view(logits, E);
+  a.probs = view(probs, E);
+  a.ids = view(ids, k);
+  a.gathered.data = nullptr;
+  a.weights = view(weights, k);
+  a.k = k;
+  launch_router_mv(a, w, w_rs, x, nw, normed, logits, sync, K, E);
 }
 
 // deepseek2's sigmoid gating behind the normalised mat-vec: sigmoid, + bias, top-k, gather,
@@ -56,19 +62,7 @@ void emu_router_sigmoid(const float *w, int64_t w_rs, const float *x, const floa
   a.scaled = view(scaled, k);
   a.sc0 = sc0;
   a.sc1 = 0.0f;
-  RouterMv m{};
-  m.w = w;
-  m.w_rs = w_rs;
-  m.x = x;
-  m.nw = nw;
-  m.normed = normed;
-  m.eps = 1e-6f;
-  m.rms_nthr = row_threads(K);
-  m.logits = logits;
-  m.sync = sync;
-  m.K = K;
-  m.nthr = row_threads(E);
-  launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
+  launch_router_mv(a, w, w_rs, x, nw, normed, logits, sync, K, E);
 }
 '''
 text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/ew_value.cuh"\n#include "backends/cuda/ops/row_ops.cuh"\n'
