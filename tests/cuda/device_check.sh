@@ -189,11 +189,12 @@ if has ncu; then
 fi
 if has ncudeep; then
   # Full Nsight Compute sections (speed of light, occupancy, warp stall reasons, memory) for a
-  # few decode launches of the kernels named by NCU_KERNELS, to see why a small kernel is slow.
+  # few decode launches of the kernels named by NCU_KERNELS, to see why a small kernel is slow
+# (NCU_BENCH_ARGS="-p 512 -n 0" with NCU_KERNELS=mmq looks at the prefill GEMM instead).
   [ -n "$MK_PID" ] && wait $MK_PID
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   timeout 200 "$NCU" --set full --clock-control none -k "regex:${NCU_KERNELS:-attn_decode|matvec}" --launch-skip ${NCU_SKIP:-3000} \
-    --launch-count ${NCU_DEEP_COUNT:-8} "$CLI" bench -m ${NCU_MODEL:-/tmp/q3.gguf} --device cuda -p 0 -n 8 -r 1 --no-gpu-graphs > "$OUT/ncu_deep.txt" 2>&1
+    --launch-count ${NCU_DEEP_COUNT:-8} "$CLI" bench -m ${NCU_MODEL:-/tmp/q3.gguf} --device cuda ${NCU_BENCH_ARGS:--p 0 -n 8} -r 1 --no-gpu-graphs > "$OUT/ncu_deep.txt" 2>&1
   note "ncu deep rc=$? $(el): $(grep -cE '^ +[a-z_]+.*\(' "$OUT/ncu_deep.txt") kernel sections in ncu_deep.txt"
 fi
 echo "==== summary"; cat "$SUM"
