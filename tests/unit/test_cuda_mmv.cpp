@@ -54,11 +54,11 @@ int64_t even_k(DType t) {
 
 // Types whose one-token products fold in the CPU's reference order (ops/matvec_ref_order.cuh,
 // F32: ref_math.cuh): CUDA must give the CPU's bits, not just its values to rounding.
-bool ref_exact(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::F32; }
+bool ref_exact(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F32; }
 
 }  // namespace
 
-TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K one-token products are bit-identical with the CPU", "[ops][cuda][reforder]") {
+TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K / Q8_0 one-token products are bit-identical with the CPU", "[ops][cuda][reforder]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
@@ -66,7 +66,7 @@ TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K one-token products are bit-identical
   // (K, M): Q4_K's plain vec_dot order (M % 8 != 0) and its repacked gemv order (M % 8 == 0);
   // one, several and partial chunks; 2048 x 4096 takes K halves (each half one chunk).
   const int64_t shapes[][2] = {{768, 37}, {768, 40}, {2304, 301}, {4096, 2048}, {4352, 2200}, {4096, 40}};
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
     for (const auto &sh : shapes) {
       const int64_t K = sh[0], M = sh[1], Me = M > 400 ? 48 : M;  // experts: fewer rows (quantizing them is slow)
       WeightStore ws;
@@ -99,7 +99,7 @@ TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K one-token products are bit-identical
     }
 }
 
-TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K are bit-identical with the CPU", "[ops][cuda][reforder]") {
+TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K / Q8_0 are bit-identical with the CPU", "[ops][cuda][reforder]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
@@ -107,7 +107,7 @@ TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K are bit-identical wi
   // Dense 2..kRefOrderMaxTokens columns (Q4_K with rows % 8 == 0: the CPU's gemm order on
   // full groups of 4, gemv on the rest) and MatMulId of as many tokens (matmul_ref_order.cu;
   // 40 and 128 tokens x 3 slots used to take the tensor cores).
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
     for (int64_t M : {int64_t(37), int64_t(64)})
       for (int64_t N : {2, 3, 4, 7, 13, 40, 128}) {
         const int64_t K = type_traits(t).block_size == 256 ? 1280 : 1056, E = 5, k = 3;

@@ -97,6 +97,7 @@ void launch_mmv_ref(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes
     MOE_REF_CASE(DType::Q4_K)
     MOE_REF_CASE(DType::Q5_K)
     MOE_REF_CASE(DType::Q6_K)
+    MOE_REF_CASE(DType::Q8_0)
 #undef MOE_REF_CASE
     default: fail(Status::Internal, "CUDA reference-order matmul: type %s not dispatched", dtype_name(t));
   }

@@ -1,4 +1,4 @@
-// Small-batch MatMul / MatMulId of the reference-order types (Q4_K, Q5_K, Q6_K; dense
+// Small-batch MatMul / MatMulId of the reference-order types (Q4_K, Q5_K, Q6_K, Q8_0; dense
 // F32) in the CPU's float order per column (matmul_ref_order.cu), used by cuda_op_matmul for
 // batches of 2 .. kRefOrderMaxTokens tokens.
 #pragma once

@@ -20,13 +20,8 @@
 
 namespace moe {
 
-// The types whose products CUDA computes in the CPU's order: the K-quants. Q8_0 is not among
-// them: its fold in the reference order costs ~4x on a one-token row (gpt-oss's Q8_0 LM head:
-// 562 us per token on the H200, ~150 in CUDA's own order), and the Q8_0 conformance file passes
-// in CUDA's own order (its activations' Q8_0 roundings are not as close to ties as Q8_K's).
-// The Q8_0 fold code stays (ref_chunk<Q8_0>, emulation-checked) for a later, faster version.
-template <DType T> constexpr bool ref_order_type = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
-constexpr bool ref_order_dtype(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+template <DType T> constexpr bool ref_order_type = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K || T == DType::Q8_0;
+constexpr bool ref_order_dtype(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0; }
 // (F32 one-token rows: ref_dot_f32_row in ref_math.cuh.)
 // Elements per fold block (one float step per lane per block): a Q8_0 block, a K-quant super-block.
 template <DType T> constexpr int ref_fold_elems = T == DType::Q8_0 ? 32 : 256;
