@@ -178,22 +178,23 @@ struct TensorSource {
 };
 
 struct Prepared {
-  const SynthPreset *preset;
+  SynthPreset preset;  // the named preset, with spec.n_layer applied
   SynthVocab vocab;
   std::vector<PlannedTensor> tensors;
 };
 
 Prepared prepare(const SynthSpec &spec) {
   Prepared pr;
-  pr.preset = &synth_preset(spec.preset);
-  if (!spec.vocab_json.empty()) pr.vocab = load_hf_vocab(spec.vocab_json, *pr.preset);
-  else pr.vocab = make_synthetic_vocab(*pr.preset);
-  pr.tensors = plan_tensors(*pr.preset, spec.type_mix, uint32_t(pr.vocab.tokens.size()));
+  pr.preset = synth_preset(spec.preset);
+  if (spec.n_layer > 0) pr.preset.n_layer = spec.n_layer;
+  if (!spec.vocab_json.empty()) pr.vocab = load_hf_vocab(spec.vocab_json, pr.preset);
+  else pr.vocab = make_synthetic_vocab(pr.preset);
+  pr.tensors = plan_tensors(pr.preset, spec.type_mix, uint32_t(pr.vocab.tokens.size()));
   return pr;
 }
 
 void set_metadata(GgufWriter &w, const SynthSpec &spec, const Prepared &pr) {
-  const SynthPreset &p = *pr.preset;
+  const SynthPreset &p = pr.preset;
   const std::string a = p.arch + ".";
   auto u32 = [&](const std::string &k, uint32_t v) { w.set(a + k, GgufValue::make_u32(v)); };
   auto f32 = [&](const std::string &k, float v) { w.set(a + k, GgufValue::make_f32(v)); };

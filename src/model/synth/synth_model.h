@@ -29,6 +29,8 @@ struct SynthSpec {
   bool fast = true;                // pool-of-blocks fill for big tensors (see above)
   uint64_t pool_min_elements = uint64_t(1) << 22;  // "big" for fast mode (tests lower it)
   int n_threads = 0;               // quantization threads; 0 = hardware concurrency
+  uint32_t n_layer = 0;            // > 0: this many layers instead of the preset's (per-layer
+                                   // profiles of a big shape without writing the whole file)
 };
 
 struct SynthTensorInfo {
