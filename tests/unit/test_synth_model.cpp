@@ -2,6 +2,7 @@
 // metadata of the architecture, finite weights, deterministic bytes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -359,4 +360,30 @@ TEST_CASE("synth: pool mode writes valid, varied blocks independent of thread co
     }
   }
   CHECK(saw_k);
+}
+
+TEST_CASE("synth: n_layer keeps a preset's per-layer shapes with fewer layers", "[synth]") {
+  SynthSpec full;
+  full.preset = "qwen3-30b-a3b";
+  full.type_mix = "q4_k_m";
+  SynthSpec cut = full;
+  cut.n_layer = 2;
+  const auto a = synthetic_model_plan(full), b = synthetic_model_plan(cut);
+  auto layers = [](const std::vector<SynthTensorInfo> &plan) {
+    std::set<std::string> blk;
+    for (const auto &t : plan)
+      if (t.name.rfind("blk.", 0) == 0) blk.insert(t.name.substr(0, t.name.find('.', 4)));
+    return blk.size();
+  };
+  CHECK(layers(a) == 48);
+  CHECK(layers(b) == 2);
+  // Every tensor of the cut plan exists in the full one with the same shape (layer 0 and 1 alike).
+  for (const auto &t : b) {
+    INFO(t.name);
+    auto it = std::find_if(a.begin(), a.end(), [&](const SynthTensorInfo &u) { return u.name == t.name; });
+    REQUIRE(it != a.end());
+    CHECK(it->ne == t.ne);
+  }
+  const auto keys = synthetic_model_keys(cut);
+  CHECK(std::find(keys.begin(), keys.end(), "qwen3moe.block_count") != keys.end());
 }
