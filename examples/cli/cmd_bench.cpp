@@ -325,6 +325,18 @@ int cmd_bench(int argc, char **argv) {
       std::printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %20s |\n", model_type, sz, pr, backend.c_str(), n_threads,
                   t.name().c_str(), ts);
     }
+    // Medians and every sample: one slow repetition (a clock ramp, a busy host) moves the mean.
+    std::printf("\n");
+    for (const auto &t : tests) {
+      std::vector<double> ts;
+      for (double ns : t.samples_ns) ts.push_back(1e9 * (t.n_prompt ? t.n_prompt : t.n_gen) / ns);
+      std::string list;
+      for (double v : ts) list += (list.empty() ? "" : ", ") + std::to_string(static_cast<long long>(std::llround(v)));
+      std::sort(ts.begin(), ts.end());
+      const size_t n = ts.size();
+      const double med = n == 0 ? 0.0 : n % 2 ? ts[n / 2] : 0.5 * (ts[n / 2 - 1] + ts[n / 2]);
+      std::printf("  %-15s median %.2f t/s (samples: %s)\n", t.name().c_str(), med, list.c_str());
+    }
     if (roof.tokens_per_s() > 0) {
       std::printf("\ndecode roofline: %.1f MB of weights read per token, %s reads %.0f GB/s (measured) -> %.0f t/s\n",
                   roof.bytes_per_token / 1e6, roof.device.c_str(), roof.bandwidth / 1e9, roof.tokens_per_s());
