@@ -62,7 +62,10 @@ void CudaKernelErrors::enqueue_readback(cudaStream_t s) {
 void CudaKernelErrors::check(cudaStream_t s) {
   if (!pending_) return;
   const cudaError_t q = cudaEventQuery(copied_);
-  if (q == cudaErrorNotReady) return;
+  if (q == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // "not ready" is no error: keep it from the next launch check's cudaPeekAtLastError
+    return;
+  }
   MOE_CUDA_CHECK(q);
   pending_ = false;
   if (host_[0] == 0) return;
