@@ -24,6 +24,7 @@
 #include "support/graph_runner.h"
 #include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_kernel_errors.h"
 #include "backends/cuda/cuda_ops.h"
 #endif
 
@@ -67,13 +68,16 @@ bool has(const std::string &msg, const std::string &part) {
   return msg.find(part) != std::string::npos;
 }
 
-// Decodes a few greedy tokens from an empty cache; true when every step succeeds with
-// finite logits and the context stays usable.
+// From an empty cache: a prompt without logits (a step with no download, whose error check
+// finds its copy still in flight), then one with, then greedy steps; true when every step
+// succeeds with finite logits and the context stays usable.
 bool decodes_fine(Context &ctx) {
   ctx.kv_clear();
   std::vector<BatchToken> prompt;
-  for (int32_t i = 0; i < 4; ++i) prompt.push_back({10 + 7 * i, i, 0, i == 3});
+  for (int32_t i = 0; i < 4; ++i) prompt.push_back({10 + 7 * i, i, 0, false});
   ctx.decode(prompt.data(), prompt.size());
+  BatchToken last{99, 4, 0, true};
+  ctx.decode(&last, 1);
   for (int32_t step = 0; step < 3; ++step) {
     const float *l = ctx.logits(-1);
     int32_t best = 0;
@@ -81,7 +85,7 @@ bool decodes_fine(Context &ctx) {
       if (!std::isfinite(l[v])) return false;
       if (l[v] > l[best]) best = v;
     }
-    BatchToken t{best, 4 + step, 0, true};
+    BatchToken t{best, 5 + step, 0, true};
     ctx.decode(&t, 1);
   }
   std::string why;
@@ -163,6 +167,19 @@ TEST_CASE("cuda planner: the reference-order attention scratch only for an F32 c
     CHECK(f16.arena < f32.arena);
   }
   std::remove(path.c_str());
+#endif
+}
+
+TEST_CASE("cuda kernel errors: the message names every kind and the first report", "[errors]") {
+#ifdef MOEINFER_WITH_CUDA
+  const unsigned one[kKernelErrorWords] = {kKernelErrExpertId, kKernelErrExpertId, 7u, 4u};
+  const std::string m1 = cuda_kernel_error_message(one);
+  CHECK(has(m1, "(MatMulId: expert id outside the experts)"));
+  CHECK(has(m1, "first: MatMulId index 7 outside [0, 4)"));
+  const unsigned two[kKernelErrorWords] = {kKernelErrGetRows | kKernelErrKvCell, kKernelErrKvCell, static_cast<unsigned>(-2), 16u};
+  const std::string m2 = cuda_kernel_error_message(two);
+  CHECK(has(m2, "GetRows: row id (token id) outside the table; KvStore: KV cell outside the cache"));
+  CHECK(has(m2, "first: KvStore index -2 outside [0, 16)"));
 #endif
 }
 
