@@ -124,7 +124,8 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   }
   if (d.kv) {  // head i1 of token i2 is elements [i1 * n, (i1 + 1) * n) of the token's cache row
     const int32_t cell = a.cells[i2];
-    if (kv_cell_in_cache(cell, a.n_cells, a.err, threadIdx.x == 0)) kv_store_values(s_row, n, d.kv + static_cast<size_t>(cell) * d.kv_rb, i1 * n, d.kv_type);
+    if (kv_cell_in_cache(cell, a.n_cells, a.err, threadIdx.x == 0))
+      kv_store_values(s_row, n, d.kv + static_cast<size_t>(cell) * d.kv_rb, i1 * n, d.kv_type);
   }
 }
 

@@ -7,10 +7,10 @@
 // expert) is computed on the device; all active experts run in the same launch and the
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matmul_f32.h"
 #include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
-#include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"

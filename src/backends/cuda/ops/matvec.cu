@@ -70,7 +70,8 @@ struct MvArgs {
   const float *add;        // residual row [M] or null
   float *y;
   int mode;
-  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported (last: tools/cuda_emu copies the rest)
+  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported (the last
+                           // field: tools/cuda_emu's EmuMv mirrors the ones before it)
 };
 
 constexpr DType act_type(DType t) {
@@ -573,7 +574,8 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
       const int j = j0 + k;
       const int e = j < a.n_used ? a.ids[j] : -1;
       ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
-      if (j < a.n_used && (e < 0 || e >= a.E) && blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
+      if (j < a.n_used && (e < 0 || e >= a.E) && blockIdx.x == 0 && threadIdx.x == 0)
+        report_bad_index(a.err, kKernelErrExpertId, e, a.E);
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
