@@ -54,6 +54,10 @@ public:
   // Run nodes [begin, end) of g (already placed on this device and bound to memory).
   virtual void run(const Graph &g, int begin, int end, const ExecEnv &env) = 0;
   virtual void synchronize() = 0;
+  // After the step's host synchronisation (the logits download): throws DeviceError when a
+  // kernel of an earlier pass met a bad index (GPU executors; never waits: a report whose
+  // copy has not landed yet, after a step without a download, comes at a later check).
+  virtual void check_errors() {}
   // GPU executors: capture and replay repeated passes as device graphs (default on).
   virtual void set_graphs_enabled(bool) {}
 };

@@ -181,11 +181,15 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
     executors[static_cast<size_t>(s.device)]->run(g, s.begin, s.end, env);
   }
   for (auto &e : executors) e->synchronize();
-  if (discard) return;
-  const Node &lg = g.node(plan.output_logits);
-  const size_t nv = static_cast<size_t>(lg.ne[0]);
-  arenas[static_cast<size_t>(lg.device)]->download(lg.offset, logits.data() + static_cast<size_t>(out_base) * nv,
-                                                    static_cast<size_t>(n_out) * nv * sizeof(float));
+  if (!discard) {
+    const Node &lg = g.node(plan.output_logits);
+    const size_t nv = static_cast<size_t>(lg.ne[0]);
+    arenas[static_cast<size_t>(lg.device)]->download(lg.offset, logits.data() + static_cast<size_t>(out_base) * nv,
+                                                      static_cast<size_t>(n_out) * nv * sizeof(float));
+  }
+  // Bad indices kernels met (a DeviceError: decode() marks the context unusable). After the
+  // download they are this step's; a step without one reports at a later step's check.
+  for (auto &e : executors) e->check_errors();
 }
 
 void Context::decode(const BatchToken *toks, size_t n_tokens) {

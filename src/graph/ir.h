@@ -14,6 +14,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,10 @@ struct Node {
   const GgufTensorInfo *weight = nullptr;  // Leaf/Weight
   int kv_layer = -1;                       // KvStore/Attention: which layer's cache
   int kv_which = 0;                        // KvStore: 0 = K, 1 = V
+  // Attention: the KV cache's element type, set by the graph builder (which knows the
+  // context's cache), so a backend plans only the scratch that cache type uses; unset
+  // (hand-built graphs): scratch for every cache type.
+  std::optional<DType> kv_type;
   size_t view_offset = 0;                  // View: byte offset into src0
   int segment = 0;                         // scheduling segment (e.g. layer); abort is polled between segments
 

@@ -33,38 +33,53 @@ template <typename T> Input in(int node, const std::vector<T> &v) {
   return i;
 }
 
-// Runs g on one backend: weights bound in place (CPU) or uploaded (GPU); returns the raw
-// bytes of each requested node.
-inline std::vector<std::vector<uint8_t>> run_on(Backend &be, Graph g, const std::vector<Input> &inputs, const std::vector<int> &outs,
-                                                const ExecEnv &env = {}, int runs = 1) {
-  CompileOptions o;
-  o.devices = {&be};
-  o.n_threads = 2;
-  o.allow_fallback = false;
-  auto plan = compile_graph(std::move(g), o);
-  auto arena = be.alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "test");
+// A graph compiled for one backend and bound to its own arena, weights bound in place (CPU)
+// or uploaded (GPU), with the executor that runs it (kept: a test may run it again or ask it
+// for errors afterwards).
+struct BoundGraph {
+  std::unique_ptr<CompiledPlan> plan;
+  std::unique_ptr<DeviceBuffer> arena;
   std::unique_ptr<DeviceWeights> dw;
-  if (!be.host_memory()) {
-    std::vector<const GgufTensorInfo *> ts;
-    for (const Node &n : plan->graph.nodes())
-      if (n.leaf == LeafKind::Weight && n.op == Op::Leaf) ts.push_back(n.weight);
-    dw = DeviceWeights::upload(ts, be);
+  std::unique_ptr<Executor> exec;
+
+  BoundGraph(Backend &be, Graph g) {
+    CompileOptions o;
+    o.devices = {&be};
+    o.n_threads = 2;
+    o.allow_fallback = false;
+    plan = compile_graph(std::move(g), o);
+    arena = be.alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "test");
+    if (!be.host_memory()) {
+      std::vector<const GgufTensorInfo *> ts;
+      for (const Node &n : plan->graph.nodes())
+        if (n.leaf == LeafKind::Weight && n.op == Op::Leaf) ts.push_back(n.weight);
+      dw = DeviceWeights::upload(ts, be);
+    }
+    void *bases[1] = {arena->data()};
+    bind_plan(*plan, bases, [&](const Node &n) { return dw ? dw->find(n.weight) : const_cast<uint8_t *>(n.weight->data); });
+    exec = be.make_executor(2);
   }
-  void *bases[1] = {arena->data()};
-  bind_plan(*plan, bases, [&](const Node &n) { return dw ? dw->find(n.weight) : const_cast<uint8_t *>(n.weight->data); });
-  auto exec = be.make_executor(2);
-  std::vector<std::vector<uint8_t>> res;
-  for (int r = 0; r < runs; ++r) {
+  // Uploads the inputs, runs every node, ends the pass (no wait: read() waits).
+  void run(const std::vector<Input> &inputs, const ExecEnv &env = {}) {
     for (const Input &i : inputs) arena->upload(plan->graph.node(i.node).offset, i.bytes.data(), i.bytes.size());
     exec->run(plan->graph, 0, static_cast<int>(plan->graph.nodes().size()), env);
     exec->synchronize();
   }
-  for (int id : outs) {
+  std::vector<uint8_t> read(int id) const {
     const Node &n = plan->graph.node(id);
     std::vector<uint8_t> b(n.nbytes());
     arena->download(n.offset, b.data(), b.size());
-    res.push_back(std::move(b));
+    return b;
   }
+};
+
+// Runs g on one backend; returns the raw bytes of each requested node.
+inline std::vector<std::vector<uint8_t>> run_on(Backend &be, Graph g, const std::vector<Input> &inputs, const std::vector<int> &outs,
+                                                const ExecEnv &env = {}, int runs = 1) {
+  BoundGraph bg(be, std::move(g));
+  for (int r = 0; r < runs; ++r) bg.run(inputs, env);
+  std::vector<std::vector<uint8_t>> res;
+  for (int id : outs) res.push_back(bg.read(id));
   return res;
 }
 

@@ -17,10 +17,11 @@ s = s.replace('MOE_CUDA_LAUNCH_CHECK("matvec_kernel");', '')
 assert '<<<' not in s, 'a launch the generator does not know'
 
 common = '''
-static_assert(sizeof(MvArgs) == sizeof(EmuMv), "EmuMv mirrors MvArgs");
+// EmuMv mirrors MvArgs up to `mode`; later fields (err) stay zero.
+static_assert(sizeof(MvArgs) >= sizeof(EmuMv), "EmuMv mirrors the start of MvArgs");
 MvArgs to_args(const EmuMv &m) {
-  MvArgs a;
-  std::memcpy(&a, &m, sizeof a);
+  MvArgs a{};
+  std::memcpy(&a, &m, sizeof m);
   return a;
 }
 '''

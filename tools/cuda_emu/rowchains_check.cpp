@@ -58,6 +58,7 @@ Buffers run(const Case &c, const std::vector<std::vector<float>> &inputs, const 
   ChainsArgs a{};
   a.n = static_cast<int>(c.chains.size());
   a.cells = cells.data();
+  a.n_cells = static_cast<int>(T + 3);  // the cells main() picks lie in [0, T + 3)
   int64_t total = 0, widest = 1;
   b.out.resize(c.chains.size());
   b.kv.resize(c.chains.size());

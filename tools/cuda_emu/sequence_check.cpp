@@ -4,7 +4,7 @@
 // cache) and its sigmoid router tail (sigmoid, bias add, top-k, gather, NormSum, Scale),
 // against host loops: copies exactly, the rope and the norm against float64, the router's
 // selection against a host top-k of the kernel's own biased scores. Odd shapes, several
-// tokens, a rope in place. (The GPU tests tie the kernel to the unfused ops bit for bit.)
+// tokens, a rope in place; bad KV cells and gather ids reported. (The GPU tests tie the kernel to the unfused ops bit for bit.)
 // Included at the end of the generated sequence_emu.cpp (gen_sequence.py). Exit status 1 on
 // any failure.
 #include <algorithm>
@@ -98,6 +98,7 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
 
   SeqArgs a{};
   a.cells = cells.data();
+  a.n_cells = static_cast<int>(T + 2);
   SeqStep s = step(kSqEw, kSlice, tv(q_nope.data(), {nope, H, T}), tv(q.data(), {hd, H, T}), TView{});
   a.s[0] = s;
   s = step(kSqEw, kSlice, tv(q_pe_s.data(), {P, H, T}), tv(q.data(), {hd, H, T}), TView{});
@@ -125,6 +126,7 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
 
   SeqArgs b{};
   b.cells = cells.data();
+  b.n_cells = static_cast<int>(T + 2);
   b.s[0] = step(kSqEw, kConcat, tv(qk.data(), {L, H, T}), tv(q_abs.data(), {R, H, T}), tv(pe_out, {P, H, T}));
   b.s[1] = step(kSqEw, kConcat, tv(kk.data(), {L, 1, T}), tv(latent.data(), {R, 1, T}), tv(k_pe.data(), {P, 1, T}));
   s = step(kSqKvStore, 0, TView{}, tv(kk.data(), {L, 1, T}), TView{});
@@ -218,6 +220,40 @@ void router_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937
   std::printf("%s: sigmoid err %.2e\n", name, perr);
 }
 
+// Bad indices (cuda_kernel_errors.h): a KV store with one cell outside the cache stores the
+// other token and skips that one; a gather with an id outside the row writes 0 there; both
+// are reported in the error words, the first report with its index and bound.
+void bad_index_case(const char *name) {
+  const int64_t n = 32, T = 2, E = 8;
+  std::vector<float> rows(n * T), probs(E * T), g(2 * T, NAN);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i) + 0.5f;
+  for (size_t i = 0; i < probs.size(); ++i) probs[i] = static_cast<float>(i);
+  std::vector<int32_t> cells = {1, 9}, ids = {3, 8, 0, -1};
+  std::vector<uint8_t> cache(4 * n * 4, 0xAB);
+  unsigned err[kKernelErrorWords] = {0, 0, 0, 0};
+  SeqArgs a{};
+  a.cells = cells.data();
+  a.n_cells = 4;
+  a.err = err;
+  SeqStep s = step(kSqKvStore, 0, TView{}, tv(rows.data(), {n, 1, T}), TView{});
+  s.kv = cache.data();
+  s.kv_rb = static_cast<size_t>(n) * 4;
+  s.kv_type = static_cast<int>(DType::F32);
+  s.kv_row = n;
+  a.s[0] = s;
+  a.s[1] = step(kSqGatherCols, 0, tv(g.data(), {2, T}), tv(probs.data(), {E, T}), tv(ids.data(), {2, T}));
+  a.n = 2;
+  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, a);
+  bool stored = std::memcmp(cache.data() + n * 4, rows.data(), static_cast<size_t>(n) * 4) == 0;
+  for (size_t i = 0; i < cache.size(); ++i)
+    if (i < static_cast<size_t>(n) * 4 || i >= static_cast<size_t>(2 * n) * 4) stored &= cache[i] == 0xAB;
+  expect(stored, "the good cell stored, nothing else touched", name);
+  expect(g[0] == probs[3] && g[1] == 0.0f && g[2] == probs[E] && g[3] == 0.0f, "bad gather ids give 0", name);
+  expect(err[0] == (kKernelErrKvCell | kKernelErrRouteId), "both kinds reported", name);
+  expect(err[1] == kKernelErrKvCell && err[2] == 9u && err[3] == 4u, "the first report's kind, index, bound", name);
+  std::printf("%s: error words %#x %#x %d %u\n", name, err[0], err[1], static_cast<int>(err[2]), err[3]);
+}
+
 }  // namespace
 
 int main() {
@@ -229,6 +265,7 @@ int main() {
   router_case("sigmoid router tail, 64 experts, 4 used, one token", 64, 4, 1, rng);
   router_case("sigmoid router tail, 300 experts, 8 used, 5 tokens", 300, 8, 5, rng);
   router_case("sigmoid router tail, 16 experts, 4 used, 37 tokens (warps loop)", 16, 4, 37, rng);
+  bad_index_case("bad KV cell and gather ids");
   std::printf("%d failures\n", g_fails);
   return g_fails ? 1 : 0;
 }

@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_fusion.h"
+#include "backends/cuda/cuda_kernel_errors.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cpu/ops/rope_math.h"
 #include "core/log.h"
@@ -80,7 +81,10 @@ uint64_t fusion_signature(const Graph &g) {
 
 class CudaExecutor final : public Executor {
 public:
-  explicit CudaExecutor(CudaBackend &be) : be_(be) {}
+  explicit CudaExecutor(CudaBackend &be) : be_(be) {
+    be_.set_current();
+    errors_.allocate(be_.stream());  // here, not in a decode: one small allocation per context
+  }
   ~CudaExecutor() override {
     (void)cudaSetDevice(be_.device());
     if (mode_ == Mode::Capture && pass_open_) {
@@ -96,6 +100,11 @@ public:
   }
 
   void set_graphs_enabled(bool on) override { graphs_ = on; }
+
+  void check_errors() override {
+    be_.set_current();
+    errors_.check(be_.stream());
+  }
 
   void run(const Graph &g, int begin, int end, const ExecEnv &env) override {
     be_.set_current();
@@ -152,6 +161,7 @@ public:
       st_->eligible = whole;
       if (whole) st_->fingerprint = fingerprint(*pass_g_, segs_);
     }
+    errors_.enqueue_readback(s);  // read by check_errors() after the step's download
     collect_profile();  // only when profiling is on (it waits for the pass)
     // No host wait here: the caller's download (or the next upload's staging reuse) is
     // the one synchronisation of a step.
@@ -172,6 +182,7 @@ private:
       be_.memset_async(sync_dev_, 0, static_cast<size_t>(kCudaSyncSlots) * 4);
     }
     ub_.sync = sync_dev_;
+    ub_.err = errors_.device_words();
     st_ = &states_[&g];
     st_->seen++;
     mode_ = Mode::Eager;
@@ -370,6 +381,7 @@ private:
   }
 
   CudaBackend &be_;
+  CudaKernelErrors errors_;
   bool graphs_ = true;
   bool pass_open_ = false;
   const Graph *pass_g_ = nullptr;

@@ -29,6 +29,8 @@ struct DevUbatch {
   // zero. Kernels on the executor's one stream run in order (with PDL a kernel touches them
   // only after pdl_wait), so any kernel may use any slot. Null: none (use a fallback).
   unsigned *sync = nullptr;
+  // kKernelErrorWords words where kernels report bad indices (ops/kernel_error.cuh); null: none.
+  unsigned *err = nullptr;
   // Host side (never read by kernels): the ubatch's RoPE tables, see cuda_rope_table.
   const CudaRopeTables *rope = nullptr;
 };

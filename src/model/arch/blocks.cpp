@@ -45,8 +45,14 @@ int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v
   int ks = g.kv_store(k, layer, 0);
   int vs = g.kv_store(v, layer, 1);
   int a = g.attention(q, ks, vs, head_dim_v, scale);
-  g.node(a).ip[1] = static_cast<int32_t>(p.n_cells);
+  set_attention_cache(g, a, p);
   return a;
+}
+
+void set_attention_cache(Graph &g, int attention, const GraphBuildParams &p) {
+  Node &n = g.node(attention);
+  n.ip[1] = static_cast<int32_t>(p.n_cells);
+  n.kv_type = kv_dtype(p.kv_type);
 }
 
 int moe_experts(Graph &g, int x, const MoeWeights &w, int ids, int weights) {

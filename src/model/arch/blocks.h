@@ -17,6 +17,9 @@ RopeParams rope_params_from(const Hparams &h, int n_rot, bool neox);
 // Store k/v ([hd, n_head_kv, T]) into the layer's cache, then causal GQA attention of q
 // ([hd_k, n_head, T]) over the cache. Returns [hd_v, n_head, T].
 int attention_block(Graph &g, int q, int k, int v, int layer, int64_t head_dim_v, float scale, const GraphBuildParams &p);
+// What an Attention node learns of the context's cache: its cell count (the scratch bound)
+// and element type (which kernels, hence which scratch, can run).
+void set_attention_cache(Graph &g, int attention, const GraphBuildParams &p);
 
 // Final RMSNorm (output_norm) and the LM head (output.weight, or token_embd when tied):
 // marks the graph output "logits" in its own segment.

@@ -150,7 +150,7 @@ static void deepseek2_build(const Model::Impl &m, const GraphBuildParams &p, Gra
     int kk = g.concat(g.view(latent, {d.kv_lora, 1, T}), k_pe);  // [kv_lora + n_rot, 1, T]
     int ks = g.kv_store(kk, static_cast<int>(il), 0);
     int att = g.attention_ext(qk, ks, ks, d.kv_lora, kq_scale, ao);  // [kv_lora, H, T]
-    g.node(att).ip[1] = static_cast<int32_t>(p.n_cells);
+    set_attention_cache(g, att, p);
     int heads = g.matmul_heads(W("attn_v_b.weight"), att);  // [hd_v, H, T]
     int o = g.matmul(W("attn_output.weight"), g.view(heads, {d.hd_v * H, T}));
 

@@ -93,7 +93,7 @@ static void gpt_oss_build(const Model::Impl &m, const GraphBuildParams &p, Graph
     int ks = g.kv_store(k, static_cast<int>(il), 0);
     int vs = g.kv_store(v, static_cast<int>(il), 1);
     int att = g.attention_ext(q, ks, vs, hd, kq_scale, ao);
-    g.node(att).ip[1] = static_cast<int32_t>(p.n_cells);
+    set_attention_cache(g, att, p);
     int o = g.add(g.matmul(W("attn_output.weight"), g.view(att, {hd * h.n_head, T})), W("attn_output.bias"));
 
     if (il + 1 == h.n_layer) {

@@ -35,12 +35,15 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kAcc = kCudaMaxHeadDim / kThreads;
 
-__global__ void kv_store_kernel(TView x, uint8_t *base, size_t rb, int64_t row, int kt, const int32_t *cells) {
+__global__ void kv_store_kernel(TView x, uint8_t *base, size_t rb, int64_t row, int kt, const int32_t *cells, int n_cells,
+                                unsigned *err) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
+  const int32_t cell = cells[t];
+  if (!kv_cell_in_cache(cell, n_cells, err, threadIdx.x == 0)) return;
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[2]);
-  kv_store_values(src, row, base + static_cast<size_t>(cells[t]) * rb, 0, kt);
+  kv_store_values(src, row, base + static_cast<size_t>(cell) * rb, 0, kt);
 }
 
 __device__ __forceinline__ float k_dot(const uint8_t *k, const float *q, int hd, int kt) {
@@ -301,8 +304,8 @@ size_t fast_attention_work_size(const Graph &g, const Node &n) {
 
 }  // namespace
 
-// The cache type is not known when the scratch is planned: room for the reference-order
-// kernel (F32 cache) and for the fast ones.
+// Room for the fast kernels and, where the node's cache may be F32 (Node::kv_type), for the
+// reference-order one.
 size_t cuda_attention_work_size(const Graph &g, const Node &n) {
   return std::max(fast_attention_work_size(g, n), attn_ref_order_work_size(g, n));
 }
@@ -320,7 +323,7 @@ void cuda_op_kv_store(const CudaOpCtx &c) {
   uint8_t *base = static_cast<uint8_t *>(c.n.kv_which == 0 ? kv.k_data(layer) : kv.v_data(layer));
   const size_t rb = c.n.kv_which == 0 ? kv.k_row_bytes(layer) : kv.v_row_bytes(layer);
   launch_pdl(kv_store_kernel, dim3(static_cast<unsigned>(T)), dim3(128), 0, c.stream, tview(x), base, rb, static_cast<int64_t>(c.n.ip[0]),
-             static_cast<int>(kv.dtype()), c.ub.cells);
+             static_cast<int>(kv.dtype()), c.ub.cells, static_cast<int>(kv.n_cells()), c.ub.err);
 }
 
 void cuda_op_attention(const CudaOpCtx &c) {

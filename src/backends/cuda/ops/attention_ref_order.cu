@@ -201,6 +201,7 @@ size_t attn_ref_order_work_size(const Graph &g, const Node &n) {
   const int64_t T = n.ne[2], n_head = n.ne[1], n_cells = n.ip[1];
   const bool sinks = n.src[3] >= 0, v_from_k = (n.ip[2] & 1) != 0;
   if (T < 1 || T > max_tokens() || n_cells <= 0 || sinks || v_from_k) return 0;
+  if (n.kv_type && *n.kv_type != DType::F32) return 0;  // the kernel reads F32 caches only
   if (g.node(n.src[0]).ne[0] > kCudaMaxHeadDim || n.ne[0] > kCudaMaxHeadDim) return 0;
   const size_t bytes = static_cast<size_t>(T * n_head * row_floats(n_cells)) * 4;
   return bytes <= kMaxWork ? bytes : 0;

@@ -10,8 +10,9 @@
 namespace moe {
 
 // Scratch of the reference-order kernel for a node of T tokens, n_head heads and a cache of
-// n_cells cells, or 0 where the kernel does not apply to the node's shape (sinks, MLA,
-// too many tokens, scratch over its cap). The cache type is checked at launch.
+// n_cells cells, or 0 where the kernel does not apply to the node (sinks, MLA, too many
+// tokens, scratch over its cap, a cache type other than F32 on the node). A node that does
+// not name its cache type gets the scratch; the type is checked again at launch.
 size_t attn_ref_order_work_size(const Graph &g, const Node &n);
 // Launches it when it applies (F32 cache, no sinks, separate V, the planned scratch);
 // false: the caller takes another path.

@@ -44,6 +44,8 @@ struct ChainsArgs {
   ChainDesc ch[kMaxFusedChains];
   int n;
   const int32_t *cells;    // token -> cache cell
+  int n_cells;             // cells in the cache (a cell outside is reported, not stored)
+  unsigned *err;           // DevUbatch::err
 };
 
 __device__ __forceinline__ const float *row_in(const TView &v, int64_t i1, int64_t i2, int64_t i3) {
@@ -121,7 +123,9 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = s_row[i];
   }
   if (d.kv) {  // head i1 of token i2 is elements [i1 * n, (i1 + 1) * n) of the token's cache row
-    kv_store_values(s_row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type);
+    const int32_t cell = a.cells[i2];
+    if (kv_cell_in_cache(cell, a.n_cells, a.err, threadIdx.x == 0))
+      kv_store_values(s_row, n, d.kv + static_cast<size_t>(cell) * d.kv_rb, i1 * n, d.kv_type);
   }
 }
 
@@ -186,7 +190,8 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
         float *dst = const_cast<float *>(row_in(d.out, i1, i2, i3));
         for (int64_t i = lane; i < n; i += 32) dst[i] = row[i];
       }
-      if (d.kv) kv_store_values(row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type, lane, 32);
+      if (d.kv && kv_cell_in_cache(a.cells[i2], a.n_cells, a.err, lane == 0))
+        kv_store_values(row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type, lane, 32);
     }
     item -= r1 - r0;
   }
@@ -424,6 +429,8 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
   ChainsArgs a{};
   a.n = static_cast<int>(chains.size());
   a.cells = c.ub.cells;
+  a.n_cells = c.kv ? static_cast<int>(c.kv->n_cells()) : 0;
+  a.err = c.ub.err;
   int64_t total = 0, widest = 1;
   for (size_t k = 0; k < chains.size(); ++k) {
     ChainDesc &d = a.ch[k];

@@ -43,6 +43,8 @@ struct SeqArgs {
   SeqStep s[kMaxFusedSequence];
   int n;
   const int32_t *cells;  // token -> cache cell (KvStore)
+  int n_cells;           // cells in the cache (a cell outside is reported, not stored)
+  unsigned *err;         // DevUbatch::err
 };
 static_assert(sizeof(SeqArgs) <= 4096, "kernel parameters");
 
@@ -137,13 +139,15 @@ __device__ void run_top_k(const SeqStep &s) {
 }
 
 // gather_cols_kernel's work.
-__device__ void run_gather_cols(const SeqStep &s) {
+__device__ void run_gather_cols(const SeqStep &s, unsigned *err) {
   const int64_t k = s.d.ne[0], T = s.d.ne[1];
   for (int64_t i = threadIdx.x; i < k * T; i += blockDim.x) {
     const int64_t t = i / k, j = i % k;
     const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(s.a.data) + t * s.a.nb[1]);
     const int32_t e = reinterpret_cast<const int32_t *>(static_cast<const uint8_t *>(s.b.data) + t * s.b.nb[1])[j];
-    reinterpret_cast<float *>(static_cast<uint8_t *>(s.d.data) + t * s.d.nb[1])[j] = (e >= 0 && e < s.a.ne[0]) ? src[e] : 0.0f;
+    const bool ok = e >= 0 && e < s.a.ne[0];
+    if (!ok) report_bad_index(err, kKernelErrRouteId, e, s.a.ne[0]);
+    reinterpret_cast<float *>(static_cast<uint8_t *>(s.d.data) + t * s.d.nb[1])[j] = ok ? src[e] : 0.0f;
   }
 }
 
@@ -161,10 +165,12 @@ __device__ void run_norm_sum(const SeqStep &s) {
 }
 
 // kv_store_kernel's work: token t's row (kv_row values at src0 + t * nb[2]) into its cell.
-__device__ void run_kv_store(const SeqStep &s, const int32_t *cells) {
+__device__ void run_kv_store(const SeqStep &s, const SeqArgs &a) {
   for (int64_t t = 0; t < s.a.ne[2]; ++t) {
+    const int32_t cell = a.cells[t];
+    if (!kv_cell_in_cache(cell, a.n_cells, a.err, threadIdx.x == 0)) continue;  // the same cell in every thread
     const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(s.a.data) + t * s.a.nb[2]);
-    kv_store_values(src, s.kv_row, s.kv + static_cast<size_t>(cells[t]) * s.kv_rb, 0, s.kv_type);
+    kv_store_values(src, s.kv_row, s.kv + static_cast<size_t>(cell) * s.kv_rb, 0, s.kv_type);
   }
 }
 
@@ -183,9 +189,9 @@ __global__ void __launch_bounds__(kSeqThreads) sequence_kernel(const __grid_cons
       case kSqRope: run_rope(s, s_theta, s_cs); break;
       case kSqRmsNorm: run_rms_norm(s, s_red); break;
       case kSqTopK: run_top_k(s); break;
-      case kSqGatherCols: run_gather_cols(s); break;
+      case kSqGatherCols: run_gather_cols(s, a.err); break;
       case kSqNormSum: run_norm_sum(s); break;
-      default: run_kv_store(s, a.cells); break;
+      default: run_kv_store(s, a); break;
     }
     __syncthreads();  // the step's writes are visible to the whole block before the next step reads them
   }
@@ -244,6 +250,8 @@ void cuda_fused_sequence(const CudaOpCtx &c, const FusedGroup &grp) {
   SeqArgs a{};
   a.n = static_cast<int>(grp.members.size());
   a.cells = c.ub.cells;
+  a.n_cells = c.kv ? static_cast<int>(c.kv->n_cells()) : 0;
+  a.err = c.ub.err;
   for (int k = 0; k < a.n; ++k) a.s[k] = make_step(c, c.g.node(grp.members[static_cast<size_t>(k)]));
   launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, c.stream, a);
 }

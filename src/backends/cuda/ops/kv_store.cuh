@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/ops/kernel_error.cuh"
 #include "quant/dtype.h"
 
 namespace moe {
@@ -20,6 +21,15 @@ __device__ __forceinline__ void kv_store_q8_0_block(float v, uint8_t *blk) {
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   if (lane == 0) *reinterpret_cast<__half *>(blk) = __float2half_rn(d);
   blk[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(roundf(v * id)));
+}
+
+// Whether a batch token's cell lies in the cache (n_cells cells). When not, the thread
+// `reporter` reports it and the caller stores nothing; every thread that stores the row sees
+// the same cell, so they all skip together (kv_store_values may shuffle within a warp).
+__device__ __forceinline__ bool kv_cell_in_cache(int32_t cell, int n_cells, unsigned *err, bool reporter) {
+  if (cell >= 0 && cell < n_cells) return true;
+  if (reporter) report_bad_index(err, kKernelErrKvCell, cell, n_cells);
+  return false;
 }
 
 // Values [0, n) of a cache row starting at element e0 of the row (e0 a multiple of 32 for

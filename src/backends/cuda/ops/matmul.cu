@@ -7,6 +7,7 @@
 // expert) is computed on the device; all active experts run in the same launch and the
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matmul_f32.h"
 #include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
@@ -119,7 +120,7 @@ struct RouteTables {
 
 // One block of 512 threads (>= E, checked by placement): count, scan, tile, scatter.
 __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, RouteTables rt,
-                             int max_tiles) {
+                             int max_tiles, unsigned *err) {
   __shared__ int s_cnt[kCudaMaxExperts], s_scan[kCudaMaxExperts], s_tiles[kCudaMaxExperts];
   const int tid = threadIdx.x;
   for (int e = tid; e < kCudaMaxExperts; e += blockDim.x) s_cnt[e] = 0;
@@ -129,6 +130,7 @@ __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, in
     const int t = i / n_used, j = i % n_used;
     const int e = ids[t * ids_nb1 + j];
     if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
+    else report_bad_index(err, kKernelErrExpertId, e, E);  // left out of every tile
   }
   __syncthreads();
   // Inclusive scans of counts and tile counts (Hillis-Steele over kCudaMaxExperts slots).
@@ -321,14 +323,17 @@ __device__ __forceinline__ float row_dot1(const uint8_t *wrow, const float *x, i
 template <DType T, bool kRound>
 __global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                            const uint8_t *xb, int64_t x_row_bytes, int X, float *Y, const int32_t *ids,
-                                                           int E) {
+                                                           int E, unsigned *err) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int j = blockIdx.y;
   int expert = 0;
   if (ids) {
     expert = ids[j];
-    if (expert < 0 || expert >= E) return;  // the CPU reports these; nothing to compute
+    if (expert < 0 || expert >= E) {  // nothing to compute; the output rows keep what they held
+      if (blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(err, kKernelErrExpertId, expert, E);
+      return;
+    }
   }
   if (row >= M) return;
   const float *x = reinterpret_cast<const float *>(xb + (X == 1 ? 0 : j) * x_row_bytes);
@@ -368,10 +373,10 @@ int heads_row_width(DType t, int64_t K) {
 }
 
 void launch_mmv1(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const uint8_t *xb,
-                 int64_t xrb, int X, float *Y, const int32_t *ids, int E) {
+                 int64_t xrb, int X, float *Y, const int32_t *ids, int E, unsigned *err) {
   const dim3 block(kWarps * 32);
 #define MOE_MMV1_CASE(TY) \
-  case TY: mmv1_kernel<TY, false><<<grid, block, 0, s>>>(W, rb, eb, K, M, xb, xrb, X, Y, ids, E); break;
+  case TY: mmv1_kernel<TY, false><<<grid, block, 0, s>>>(W, rb, eb, K, M, xb, xrb, X, Y, ids, E, err); break;
   switch (t) {
     MOE_MMV1_CASE(DType::F32)
     MOE_MMV1_CASE(DType::F16)
@@ -579,7 +584,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     const dim3 grid(grid_x.x, moe ? static_cast<unsigned>(s.n_used) : 1u);
     launch_mmv1(w.type, grid, c.stream, W, w.nb[1], moe ? w.nb[2] : 0, static_cast<int>(s.K), static_cast<int>(s.M),
                 reinterpret_cast<const uint8_t *>(xr), static_cast<int64_t>(s.K) * 4, moe ? s.X : 1, Y,
-                moe ? static_cast<const int32_t *>(c.src(2).data) : nullptr, static_cast<int>(s.E));
+                moe ? static_cast<const int32_t *>(c.src(2).data) : nullptr, static_cast<int>(s.E), c.ub.err);
     return;
   }
   if (c.n.op == Op::MatMul) {
@@ -622,7 +627,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   off += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
   rt.cursor = reinterpret_cast<int *>(work + off);
   route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
-                                         static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles);
+                                         static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles, c.ub.err);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
   if (s.mmq)
     launch_mmq_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, 0, rt.tiles,

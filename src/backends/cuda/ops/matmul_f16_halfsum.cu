@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/kernel_error.cuh"
 
 namespace moe {
 
@@ -20,7 +21,7 @@ constexpr int kRowsPerBlock = 4;  // one warp per weight row
 // dense MatMul has n_used = 1 and no ids.
 __global__ void __launch_bounds__(kRowsPerBlock * 32)
     f16_halfsum_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, TView x, float *Y,
-                       const int32_t *ids, int64_t ids_stride, int n_used, int E) {
+                       const int32_t *ids, int64_t ids_stride, int n_used, int E, unsigned *err) {
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
   const int p = blockIdx.y;
@@ -28,7 +29,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
   int expert = 0;
   if (ids) {
     expert = ids[t * ids_stride + j];
-    if (expert < 0 || expert >= E) return;  // validated on the host side of the CPU path
+    if (expert < 0 || expert >= E) {  // nothing to compute; the output rows keep what they held
+      if (blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(err, kKernelErrExpertId, expert, E);
+      return;
+    }
   }
   if (row >= M) return;
   const int64_t xr = x.ne[1] == 1 ? 0 : j;  // the activation is shared by the slots or per slot
@@ -78,7 +82,7 @@ void cuda_op_matmul_f16_halfsum(const CudaOpCtx &c) {
   f16_halfsum_kernel<<<grid, kRowsPerBlock * 32, 0, c.stream>>>(static_cast<const uint8_t *>(w.data), w.nb[1], moe ? w.nb[2] : 0,
                                                                 static_cast<int>(K), static_cast<int>(M), tview(x),
                                                                 static_cast<float *>(c.n.data), ids, ids_stride, n_used,
-                                                                moe ? static_cast<int>(w.ne[2]) : 1);
+                                                                moe ? static_cast<int>(w.ne[2]) : 1, c.ub.err);
   MOE_CUDA_LAUNCH_CHECK("f16_halfsum_kernel");
 }
 

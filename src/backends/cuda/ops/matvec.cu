@@ -25,6 +25,7 @@
 // an earlier kernel's output).
 #include <algorithm>
 
+#include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
@@ -69,6 +70,8 @@ struct MvArgs {
   const float *add;        // residual row [M] or null
   float *y;
   int mode;
+  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported (the last
+                           // field: tools/cuda_emu's EmuMv mirrors the ones before it)
 };
 
 constexpr DType act_type(DType t) {
@@ -571,6 +574,8 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
       const int j = j0 + k;
       const int e = j < a.n_used ? a.ids[j] : -1;
       ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
+      if (j < a.n_used && (e < 0 || e >= a.E) && blockIdx.x == 0 && threadIdx.x == 0)
+        report_bad_index(a.err, kKernelErrExpertId, e, a.E);
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
@@ -610,6 +615,7 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
     pdl_enter();
     e = a.ids[j];
     e_ok = e >= 0 && e < a.E;
+    if (!e_ok && blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
   }
   const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit, halves = a.mode == kModeHalves;
   const bool one_row = gu || halves;  // a warp computes one output row
@@ -943,6 +949,7 @@ const float *f32_data(const Node &n) { return static_cast<const float *>(n.data)
 bool cuda_matvec(const CudaOpCtx &c) {
   if (!one_token_ok(c.g, c.n)) return false;
   MvArgs a = args_of(c.g, c.n, static_cast<float *>(c.n.data));
+  a.err = c.ub.err;
   const DType t = c.src(0).type;
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
@@ -998,6 +1005,7 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
     return;
   }
   MvArgs a = args_of(c.g, gate, static_cast<float *>(swiglu.data));
+  a.err = c.ub.err;
   a.w2 = static_cast<const uint8_t *>(wu.data);
   a.rb2 = static_cast<int64_t>(wu.nb[1]);
   a.eb2 = gate.op == Op::MatMulId ? static_cast<int64_t>(wu.nb[2]) : 0;
@@ -1022,6 +1030,7 @@ void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &c
     return;
   }
   MvArgs a = args_of(c.g, down, static_cast<float *>(add ? add->data : combine.data));
+  a.err = c.ub.err;
   a.cw = f32_data(cw);
   a.add = other ? f32_data(*other) : nullptr;
   a.mode = kModeDown;

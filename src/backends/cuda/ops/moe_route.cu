@@ -3,6 +3,7 @@
 // lookup / row selection) for every weight type. All launch with PDL (ops/pdl.cuh): every
 // kernel waits for its predecessor before its first load.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 #include "backends/cuda/ops/top_k.cuh"
@@ -20,7 +21,7 @@ __global__ void top_k_kernel(TView x, TView d, int k, int64_t T) {
   warp_top_k(src, static_cast<int>(x.ne[0]), k, reinterpret_cast<int32_t *>(static_cast<uint8_t *>(d.data) + t * d.nb[1]));
 }
 
-__global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64_t T) {
+__global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64_t T, unsigned *err) {
   pdl_wait();
   pdl_trigger();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -28,7 +29,9 @@ __global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64
   const int64_t t = i / k, j = i % k;
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + t * x.nb[1]);
   const int32_t e = reinterpret_cast<const int32_t *>(static_cast<const uint8_t *>(ids.data) + t * ids.nb[1])[j];
-  reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[j] = (e >= 0 && e < x.ne[0]) ? src[e] : 0.0f;
+  const bool ok = e >= 0 && e < x.ne[0];
+  if (!ok) report_bad_index(err, kKernelErrRouteId, e, x.ne[0]);
+  reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[j] = ok ? src[e] : 0.0f;
 }
 
 __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_t k) {
@@ -45,7 +48,7 @@ __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_
   reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[i] = acc;
 }
 
-__global__ void add_id_kernel(TView x, TView b, TView ids, TView d, int64_t M, int64_t k, int64_t T) {
+__global__ void add_id_kernel(TView x, TView b, TView ids, TView d, int64_t M, int64_t k, int64_t T, unsigned *err) {
   pdl_wait();
   pdl_trigger();
   const int64_t r = blockIdx.y;  // j + k * t
@@ -55,7 +58,11 @@ __global__ void add_id_kernel(TView x, TView b, TView ids, TView d, int64_t M, i
   const int32_t e = *reinterpret_cast<const int32_t *>(static_cast<const uint8_t *>(ids.data) + j * ids.nb[0] + t * ids.nb[1]);
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + j * x.nb[1] + t * x.nb[2]);
   float *dst = reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + j * d.nb[1] + t * d.nb[2]);
-  if (e < 0 || e >= b.ne[1]) { dst[i] = src[i]; return; }
+  if (e < 0 || e >= b.ne[1]) {
+    if (i == 0) report_bad_index(err, kKernelErrRouteId, e, b.ne[1]);
+    dst[i] = src[i];
+    return;
+  }
   dst[i] = src[i] + reinterpret_cast<const float *>(static_cast<const uint8_t *>(b.data) + e * b.nb[1])[i];
 }
 
@@ -111,7 +118,7 @@ template <DType T> __device__ void get_row_sub(const uint8_t *row, int64_t s, fl
   }
 }
 
-__global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t n_units) {
+__global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t n_units, unsigned *err) {
   pdl_wait();
   pdl_trigger();
   const int64_t r = blockIdx.y;
@@ -121,6 +128,7 @@ __global__ void get_rows_kernel(TView tab, int type, TView ids, TView d, int64_t
   float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + r * d.nb[1]);
   if (id < 0 || id >= tab.ne[1]) {
     // The context validates token ids before a decode; zeros keep the output defined.
+    if (s == 0) report_bad_index(err, kKernelErrGetRows, id, tab.ne[1]);
     const int64_t per = n_units == tab.ne[0] ? 1 : 32;
     for (int64_t l = 0; l < per; ++l) out[s * per + l] = 0.0f;
     return;
@@ -155,7 +163,7 @@ void cuda_op_gather_cols(const CudaOpCtx &c) {
   const int64_t k = c.n.ne[0], T = c.n.ne[1];
   if (k * T == 0) return;
   launch_pdl(gather_cols_kernel, dim3(static_cast<unsigned>((k * T + 127) / 128)), dim3(128), 0, c.stream, tview(c.src(0)), tview(c.src(1)),
-             tview(c.n), k, T);
+             tview(c.n), k, T, c.ub.err);
 }
 
 void cuda_op_moe_combine(const CudaOpCtx &c) {
@@ -169,7 +177,7 @@ void cuda_op_add_id(const CudaOpCtx &c) {
   const int64_t M = c.n.ne[0], k = c.n.ne[1], T = c.n.ne[2];
   if (M * k * T == 0) return;
   launch_pdl(add_id_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(k * T)), dim3(256), 0, c.stream,
-             tview(c.src(0)), tview(c.src(1)), tview(c.src(2)), tview(c.n), M, k, T);
+             tview(c.src(0)), tview(c.src(1)), tview(c.src(2)), tview(c.n), M, k, T, c.ub.err);
 }
 
 bool cuda_grouped_top_k_supported(const Node &n) { return n.ip[1] > 0 && n.ip[1] <= kMaxGroups; }
@@ -188,7 +196,7 @@ void cuda_op_get_rows(const CudaOpCtx &c) {
   const bool plain = tab.type == DType::F32 || tab.type == DType::F16 || tab.type == DType::BF16;
   const int64_t units = plain ? tab.ne[0] : tab.ne[0] / 32;
   launch_pdl(get_rows_kernel, dim3(static_cast<unsigned>((units + 127) / 128), static_cast<unsigned>(n)), dim3(128), 0, c.stream, tview(tab),
-             static_cast<int>(tab.type), tview(ids), tview(c.n), units);
+             static_cast<int>(tab.type), tview(ids), tview(c.n), units, c.ub.err);
 }
 
 }  // namespace moe
