@@ -252,13 +252,6 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   }
   float acc[2][4][4];
   zero_tile(acc);
-  int I[2][4][4];
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) I[mi][ni][e] = 0;
 
   // Step i (256-block kz0 / 256 + i) lands in stage i % 2. Per step: wait for this thread's
   // copies of step i, barrier (everyone's have landed; everyone is done with step i - 1,
@@ -276,6 +269,9 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     issue(i + 1);
     q4k_prefetch_l2(We, row_bytes, row0, M, kz0 / 256 + i + 2);
     if (wt.live) {
+      // The 256-block's integer sums, live only within the step (not across the copies'
+      // issue), and their first products are plain multiplies.
+      int I[2][4][4] = {};
       q4k_block_sums(I, st, wt, narrow, grp);
       q4k_fold(acc, I, st, wt, !narrow || grp == 0);
     }
