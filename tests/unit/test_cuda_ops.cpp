@@ -277,6 +277,25 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
       seed += 2;
     }
   }
+  SECTION("Q4_K (the kernel from raw fragments): 512 tokens x 8 of 128 experts, an unused expert, odd M, 1-8 K steps") {
+    std::vector<int32_t> ids = random_ids(512, 128, 8, 17);
+    for (int64_t tok = 0; tok < 512; ++tok) {  // expert 5 gets no token: its slots move to an expert the token lacks
+      int32_t *row = ids.data() + tok * 8;
+      for (int j = 0; j < 8; ++j)
+        if (row[j] == 5)
+          for (int32_t e = 6;; ++e)
+            if (std::find(row, row + 8, e) == row + 8) {
+              row[j] = e;
+              break;
+            }
+    }
+    for (auto km : {std::pair<int64_t, int64_t>{256, 77}, std::pair<int64_t, int64_t>{1280, 77}, std::pair<int64_t, int64_t>{2048, 203}}) {
+      INFO("K=" << km.first << " M=" << km.second);
+      CHECK(moe_case(reg, *gpu, DType::Q4_K, km.first, km.second, 128, 8, 512, 1, ids, seed));
+      CHECK(dense_case(reg, *gpu, DType::Q4_K, km.first, km.second, 70, seed + 1));  // a full and a narrow column tile
+      seed += 2;
+    }
+  }
   SECTION("Qwen3-30B-A3B expert shapes: K=2048 M=768 (gate/up) and K=768 M=2048 (down)") {
     // 16 experts instead of 128 keep the CPU reference fast; 512 tokens x 4 slots.
     const std::vector<int32_t> ids = random_ids(512, 16, 4, 13);

@@ -34,12 +34,22 @@ for name, body in [
     ('mma_s8_k32', '{ emu_mma_s8(d, a, b, 32); }'),
     ('mma_s8_k16', '{ const uint32_t a2[2] = {a0, a1}; emu_mma_s8(d, a2, &b, 16); }'),
     ('prefetch_weights_l2', '{ (void)W, (void)row_bytes, (void)row0, (void)M, (void)K, (void)k; }'),
+    ('prefetch_l2', '{ (void)p; }'),
 ]:
     common = with_body(common, name, body)
 assert 'asm' not in common, 'an inline-asm helper has no emulation'
 os.makedirs(os.path.join(out, 'inc/backends/cuda/ops'), exist_ok=True)
 with open(os.path.join(out, 'inc/backends/cuda/ops/mma_common.cuh'), 'w') as f:
     f.write(common)
+# The Q4_K kernel from raw fragments (a header of matmul_mmq_i8.cu), its dynamic shared
+# memory a static array, shadowing the real header too.
+raw = open(os.path.join(ops, 'mmq_q4k_raw.cuh')).read()
+raw_smem = 'extern __shared__ __align__(128) uint8_t mmq_q4k_smem[];'
+assert raw_smem in raw, 'mmq_q4k_raw.cuh: dynamic shared memory line changed'
+raw = raw.replace(raw_smem, 'alignas(128) static uint8_t mmq_q4k_smem[Q4kRawSmem::kBytes];')
+assert 'asm' not in raw and 'extern __shared__' not in raw, 'mmq_q4k_raw.cuh: not emulated'
+with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q4k_raw.cuh'), 'w') as f:
+    f.write(raw)
 
 
 

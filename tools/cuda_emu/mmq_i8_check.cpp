@@ -1,10 +1,13 @@
 // Checks the int8 MMQ kernel (matmul_mmq_i8.cu), run through emu.h / emu_int8.h, against a
 // float64 product of dequant32's weights and the int8 activations, dense and with routing
-// tiles, on random blocks (random bytes: every scale and min code, Q6_K's -128 included;
-// only the f16 block scales are set to sane values). Args: SEED; exit status 1 on failure.
+// tiles, on random blocks; Q4_K also through the kernel from raw fragments (mmq_q4k_raw.cuh),
+// bit for bit against mmq_i8_kernel (random bytes: every scale and min code, Q6_K's -128 included;
+// only the f16 block scales are set to sane values). Args: SEED [TYPE]; exit status 1 on failure.
 #include "emu_int8.h"
 #include "backends/cuda/ops/mma_common.cuh"
+#include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/mmq_q4k_raw.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 #include <cstdio>
@@ -79,7 +82,16 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
                dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()), k_len, y_split);
   };
   launch(mmq_i8_emu::mmq_i8_kernel<T>, part);
-  int differ = 0;  // outputs not bit-identical with the OLD revision's kernel
+  int differ = 0;  // outputs not bit-identical with the OLD revision's kernel (or, Q4_K, the raw-fragment kernel's)
+  if constexpr (T == DType::Q4_K) {
+    if ((reinterpret_cast<uintptr_t>(W.data()) & 15) != 0) std::abort();  // the launcher's condition for the raw kernel
+    std::vector<float> part_raw(part.size(), -777.0f);
+    launch(mmq::mmq_q4k_raw_kernel<T>, part_raw);
+    int d = 0;
+    for (size_t i = 0; i < part.size(); ++i) d += std::memcmp(&part[i], &part_raw[i], 4) != 0;
+    if (d) std::printf("  %s: %d outputs of the raw-fragment kernel differ from mmq_i8_kernel's\n", name, d);
+    differ += d;
+  }
 #ifdef MMQ_I8_OLD
   if constexpr (T != DType::MXFP4) {  // new on this kernel (before: the f16 MMQ, matmul_mmq.cu)
     std::vector<float> part_old(part.size(), -777.0f);
@@ -173,6 +185,17 @@ template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
   fixed_routing({1, 0, 20, 45, 100}, 60, seed + 5, tiles, entries);
   std::snprintf(name, sizeof name, "%s routed 1/0/20/45/100 M=70", tn);
   ok &= run_case<T>(name, 70, kq ? 512 : 352, 60, 5, tiles, entries, seed + 6);
+  if (T == DType::Q4_K) {  // the raw-fragment kernel's 2-stage pipeline: odd and even step counts, 8 steps
+    std::snprintf(name, sizeof name, "%s dense K=1280 M=77 N=70", tn);
+    ok &= run_case<T>(name, 77, 1280, 70, 1, {}, {}, seed + 8);
+    tiles.clear();
+    entries.clear();
+    fixed_routing({0, 64, 33, 32, 7}, 90, seed + 9, tiles, entries);
+    std::snprintf(name, sizeof name, "%s routed 0/64/33/32/7 K=2048", tn);
+    ok &= run_case<T>(name, 150, 2048, 90, 5, tiles, entries, seed + 10);
+    std::snprintf(name, sizeof name, "%s dense K=2048 split 3 ways", tn);
+    ok &= run_case<T>(name, 129, 2048, 33, 1, {}, {}, seed + 11, 768);
+  }
   if (!kq) {  // one K step, a K tail only: fewer steps than the pipeline's stages
     std::snprintf(name, sizeof name, "%s dense K=32 M=130 N=33", tn);
     ok &= run_case<T>(name, 130, 32, 33, 1, {}, {}, seed + 7);
@@ -182,13 +205,15 @@ template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
 
 int main(int argc, char **argv) {
   const uint32_t seed = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 1;
+  const char *only = argc > 2 ? argv[2] : nullptr;  // one type's cases (as named here)
+  auto want = [&](const char *tn) { return only == nullptr || std::strcmp(only, tn) == 0; };
   bool ok = true;
-  ok &= type_cases<DType::Q4_0>("Q4_0", seed * 100);
-  ok &= type_cases<DType::Q8_0>("Q8_0", seed * 100 + 10);
-  ok &= type_cases<DType::MXFP4>("MXFP4", seed * 100 + 50);
-  ok &= type_cases<DType::Q4_K>("Q4_K", seed * 100 + 20);
-  ok &= type_cases<DType::Q5_K>("Q5_K", seed * 100 + 30);
-  ok &= type_cases<DType::Q6_K>("Q6_K", seed * 100 + 40);
+  if (want("Q4_0")) ok &= type_cases<DType::Q4_0>("Q4_0", seed * 100);
+  if (want("Q8_0")) ok &= type_cases<DType::Q8_0>("Q8_0", seed * 100 + 10);
+  if (want("MXFP4")) ok &= type_cases<DType::MXFP4>("MXFP4", seed * 100 + 50);
+  if (want("Q4_K")) ok &= type_cases<DType::Q4_K>("Q4_K", seed * 100 + 20);
+  if (want("Q5_K")) ok &= type_cases<DType::Q5_K>("Q5_K", seed * 100 + 30);
+  if (want("Q6_K")) ok &= type_cases<DType::Q6_K>("Q6_K", seed * 100 + 40);
   std::printf(ok ? "all passed\n" : "FAILED\n");
   return ok ? 0 : 1;
 }

@@ -28,7 +28,9 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
+#include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
+#include "backends/cuda/ops/mmq_q4k_raw.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
@@ -254,9 +256,8 @@ __device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles 
   }
 }
 
-// K-quants, after the last K step of a 256-block: acc += (d c) I - (dmin c) sum_g m_g X_g
-// (the integer min sum by one f16 mma: |sum| <= 16 * 63 * 2032 < 2^24), then I = 0. c is
-// the Q8_K block's (the same in every group of the step).
+// K-quants, after the last K step of a 256-block: fold_sums with the operands from the step
+// tiles. c is the Q8_K block's (the same in every group of the step).
 template <DType T>
 __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, bool mins) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
@@ -270,24 +271,11 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
     if (mins) load_frags_k16<kMinLd>(am, bm, t.sMA, t.sMB, wt.wm, wt.wn, 0, lane);
 #pragma unroll
   for (int ni = 0; ni < 4; ++ni) {
-    if (ni * 8 >= wt.n_live) continue;
+    if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
     float c[2];  // of this thread's columns 2 tq, 2 tq + 1
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) c[cc] = t.sC[wt.wn + ni * 8 + 2 * tq + cc][0];
-#pragma unroll
-    for (int mi = 0; mi < 2; ++mi) {
-      float ms[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (has_min<T>)
-        if (mins) mma16816<false>(ms, am[mi], bm[ni]);  // else ms = 0
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 w = dd[mi][e >> 1];
-        float v = fmaf(static_cast<float>(I[mi][ni][e]), w.x * c[e & 1], acc[mi][ni][e]);
-        if constexpr (has_min<T>) v = fmaf(-ms[e], w.y * c[e & 1], v);
-        acc[mi][ni][e] = v;
-        I[mi][ni][e] = 0;
-      }
-    }
+    fold_sums<has_min<T>>(acc, I, ni, dd, am, bm[ni], c, mins);
   }
 }
 
@@ -319,24 +307,6 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
         for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(static_cast<float>(sum[e]), d[mi][e >> 1] * c[e & 1], acc[mi][ni][e]);
       }
     }
-  }
-}
-
-// Narrow tiles: group 1 (warps 4-7) adds its sums into those of group 0 through red (8 KB
-// of shared memory free after the main loop), one 16-row half of the warp tile at a time.
-// Thread t of group 0 and t + 128 of group 1 hold the same fragment elements. All threads.
-__device__ __forceinline__ void add_group_sums(float (&acc)[2][4][4], float *red, const WarpTile &wt) {
-  const int grp = threadIdx.x >> 7, slot = threadIdx.x & 127;
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-    if (mi) __syncthreads();  // group 0 has read the previous half
-    if (grp == 1 && wt.live)
-#pragma unroll
-      for (int j = 0; j < 16; ++j) red[j * 128 + slot] = acc[mi][j >> 2][j & 3];
-    __syncthreads();
-    if (grp == 0 && wt.live)
-#pragma unroll
-      for (int j = 0; j < 16; ++j) acc[mi][j >> 2][j & 3] += red[j * 128 + slot];
   }
 }
 
@@ -469,13 +439,18 @@ namespace {
 
 // The kernel needs more than the 48 KB of shared memory a launch gets by default: raised on
 // every launch (cheap, and allowed while a CUDA graph is captured).
+// Q4_K takes the kernel from raw fragments (mmq_q4k_raw.cuh; its copies need 16-byte
+// aligned weights, true of every device tensor: otherwise mmq_i8_kernel, same results).
 template <DType T>
 void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
                const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
-  constexpr int bytes = I8Smem<T>::kBytes;
-  MOE_CUDA_CHECK(cudaFuncSetAttribute(mmq_i8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  launch_pdl(mmq_i8_kernel<T>, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len,
-             y_split);
+  auto go = [&](auto kernel, int bytes) {
+    MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split);
+  };
+  if constexpr (T == DType::Q4_K)
+    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0) return go(mmq_q4k_raw_kernel<T>, Q4kRawSmem::kBytes);
+  go(mmq_i8_kernel<T>, I8Smem<T>::kBytes);
 }
 
 }  // namespace

@@ -177,6 +177,9 @@ __device__ __forceinline__ void mma_k_step(float (&d)[2][4][4], const uint16_t (
   }
 }
 
+// Asks L2 for the line holding p (a hint: no fault, nothing waits for it).
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.L2 [%0];\n" : : "l"(p)); }
+
 // Asks L2 for this thread's weight bytes at element k of its row (thread -> row tid / 2,
 // half tid % 2 of the K step; row bytes are proportional to K in every layout, so
 // k * row_bytes / K lies in the block holding element k). Clamped inside the row.
