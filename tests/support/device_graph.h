@@ -12,6 +12,9 @@
 #include "engine/weight_upload.h"
 #include "gguf/gguf_reader.h"
 #include "graph/compiler.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/ops/matmul_ref_order.h"
+#endif
 
 namespace moe_test {
 
@@ -22,6 +25,20 @@ inline Backend *gpu_or_skip(BackendRegistry &reg) {
   if (!g) WARN("no CUDA device (or a build without CUDA): CUDA test skipped");
   return g;
 }
+
+// In this scope a product marked as a graph output keeps the CPU's float order on CUDA like
+// any other product (tests of bit-identical products); by default a final output
+// (Node::final_output, e.g. the LM head) takes CUDA's own order. Set before building graphs.
+struct CpuOrderFinalOutputs {
+#ifdef MOEINFER_WITH_CUDA
+  CpuOrderFinalOutputs() { cuda_set_final_outputs_own_order(false); }
+  ~CpuOrderFinalOutputs() { cuda_set_final_outputs_own_order(true); }
+#else
+  CpuOrderFinalOutputs() {}
+#endif
+  CpuOrderFinalOutputs(const CpuOrderFinalOutputs &) = delete;
+  CpuOrderFinalOutputs &operator=(const CpuOrderFinalOutputs &) = delete;
+};
 
 struct Input {
   int node;
