@@ -3,6 +3,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -89,6 +90,18 @@ inline std::vector<float> as_f32(const std::vector<uint8_t> &b) {
   std::vector<float> v(b.size() / 4);
   std::memcpy(v.data(), b.data(), v.size() * 4);
   return v;
+}
+
+// max |a - b| / max |b| (b: the reference; 1e30 where a is not finite). A final output in
+// CUDA's own order (the LM head) differs from the CPU's order by float rounding of its sums.
+inline double max_rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  double m = 0, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return 1e30;
+    m = std::max(m, std::fabs(double(b[i])));
+    d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  }
+  return m > 0 ? d / m : d;
 }
 
 // ||a - b|| / ||b||, and every value finite.

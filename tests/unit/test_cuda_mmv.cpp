@@ -57,18 +57,13 @@ int64_t even_k(DType t) {
 // F32: ref_math.cuh): CUDA must give the CPU's bits, not just its values to rounding.
 bool ref_exact(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F32; }
 
-// max |gpu - cpu| / max |cpu|: a final output (the LM head) in CUDA's own order differs from
-// the CPU's order by float rounding of the sums only (~1e-7 of the largest value; 1e-5 allowed).
+// max |gpu - cpu| / max |cpu| of raw f32 outputs (max_rel_diff): a final output (the LM head)
+// in CUDA's own order differs from the CPU's order by float rounding of the sums only (~1e-7
+// of the largest value; kOwnOrderTol allowed).
 double max_rel_diff(const std::vector<uint8_t> &gpu, const std::vector<uint8_t> &cpu) {
-  const auto a = as_f32(gpu), b = as_f32(cpu);
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return 1e30;
-    m = std::max(m, std::fabs(double(b[i])));
-    d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  }
-  UNSCOPED_INFO("max |gpu - cpu| " << d << " of max |cpu| " << m);
-  return m > 0 ? d / m : d;
+  const double r = moe_test::max_rel_diff(as_f32(gpu), as_f32(cpu));
+  UNSCOPED_INFO("max |gpu - cpu| / max |cpu| " << r);
+  return r;
 }
 constexpr double kOwnOrderTol = 1e-5;
 

@@ -41,16 +41,6 @@ std::string conformance_model(const std::string &name) {
   return {};
 }
 
-// max |a - b| / max |b|
-double max_rel(const std::vector<float> &a, const std::vector<float> &b) {
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::fabs(double(b[i])));
-    d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  }
-  return m > 0 ? d / m : d;
-}
-
 }  // namespace
 
 TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cuda][real]") {
@@ -167,7 +157,7 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
     for (const char *mode : {"cuda", "cuda-unfused", "cuda-fed"}) {
       auto l = run(mode, n_prompt);
       std::printf("model prompt %d %-13s max |dlogit| %.4f (max rel %.2e) vs the CPU batch\n", n_prompt, mode, max_abs(l.back(), ref.back()),
-                  max_rel(l.back(), ref.back()));
+                  moe_test::max_rel_diff(l.back(), ref.back()));
       if (std::string(mode) == "cuda-fed") cuda_fed = std::move(l);
     }
     // Fed one token at a time (the decode path: one-token mat-vecs, RoPE table, reference-order
