@@ -23,6 +23,16 @@ static void place(CompiledPlan &p, const CompileOptions &o) {
   }
 }
 
+// Node::final_output: outputs no node reads (before planning: work sizes may depend on it).
+static void mark_final_outputs(Graph &g) {
+  std::vector<bool> read(g.nodes().size(), false);
+  for (const Node &n : g.nodes())
+    for (int s : n.src)
+      if (s >= 0) read[static_cast<size_t>(s)] = true;
+  for (Node &n : g.nodes()) n.final_output = false;
+  for (int o : g.outputs()) g.node(o).final_output = !read[static_cast<size_t>(o)];
+}
+
 static void schedule(CompiledPlan &p) {
   const auto &nodes = p.graph.nodes();
   int begin = 0;
@@ -40,6 +50,7 @@ std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   auto p = std::make_unique<CompiledPlan>();
   p->graph = std::move(g);
   place(*p, o);
+  mark_final_outputs(p->graph);
   PlanStats st = plan_memory(p->graph, [&](int id) {
     const Node &n = p->graph.node(id);
     return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads);

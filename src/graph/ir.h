@@ -112,6 +112,9 @@ struct Node {
   size_t work_offset = 0, work_size = 0;   // per-node scratch in the arena (e.g. quantized activations)
   void *data = nullptr;                    // resolved address (host or device) after binding
   void *work = nullptr;                    // resolved scratch address (work_size bytes)
+  // A graph output that no node reads (the LM head's logits): nothing rounds it further, so a
+  // backend may compute it in its own float order instead of the CPU's (CUDA: cuda_own_order_product).
+  bool final_output = false;
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   size_t nbytes() const;

@@ -3,6 +3,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,9 @@
 #include "engine/weight_upload.h"
 #include "gguf/gguf_reader.h"
 #include "graph/compiler.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/ops/matmul_ref_order.h"
+#endif
 
 namespace moe_test {
 
@@ -22,6 +26,20 @@ inline Backend *gpu_or_skip(BackendRegistry &reg) {
   if (!g) WARN("no CUDA device (or a build without CUDA): CUDA test skipped");
   return g;
 }
+
+// In this scope a product marked as a graph output keeps the CPU's float order on CUDA like
+// any other product (tests of bit-identical products); by default a final output
+// (Node::final_output, e.g. the LM head) takes CUDA's own order. Set before building graphs.
+struct CpuOrderFinalOutputs {
+#ifdef MOEINFER_WITH_CUDA
+  CpuOrderFinalOutputs() { cuda_set_final_outputs_own_order(false); }
+  ~CpuOrderFinalOutputs() { cuda_set_final_outputs_own_order(true); }
+#else
+  CpuOrderFinalOutputs() {}
+#endif
+  CpuOrderFinalOutputs(const CpuOrderFinalOutputs &) = delete;
+  CpuOrderFinalOutputs &operator=(const CpuOrderFinalOutputs &) = delete;
+};
 
 struct Input {
   int node;
@@ -87,6 +105,18 @@ inline std::vector<float> as_f32(const std::vector<uint8_t> &b) {
   std::vector<float> v(b.size() / 4);
   std::memcpy(v.data(), b.data(), v.size() * 4);
   return v;
+}
+
+// max |a - b| / max |b| (b: the reference; 1e30 where a is not finite). A final output in
+// CUDA's own order (the LM head) differs from the CPU's order by float rounding of its sums.
+inline double max_rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  double m = 0, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return 1e30;
+    m = std::max(m, std::fabs(double(b[i])));
+    d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  }
+  return m > 0 ? d / m : d;
 }
 
 // ||a - b|| / ||b||, and every value finite.

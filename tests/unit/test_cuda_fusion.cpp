@@ -463,6 +463,9 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
+  // The products are the graph's outputs: unfused they would take CUDA's own order (final
+  // outputs), the group keeps the CPU's (q, k, v are read by later nodes in a model).
+  const moe_test::CpuOrderFinalOutputs cpu_order;
   struct Variant {
     int64_t K;
     std::vector<DType> types;

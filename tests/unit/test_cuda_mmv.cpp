@@ -6,6 +6,7 @@
 // out-of-range expert ids. Without a CUDA build or device every case WARNs and returns.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -56,12 +57,23 @@ int64_t even_k(DType t) {
 // F32: ref_math.cuh): CUDA must give the CPU's bits, not just its values to rounding.
 bool ref_exact(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F32; }
 
+// max |gpu - cpu| / max |cpu| of raw f32 outputs (max_rel_diff): a final output (the LM head)
+// in CUDA's own order differs from the CPU's order by float rounding of the sums only (~1e-7
+// of the largest value; kOwnOrderTol allowed).
+double max_rel_diff(const std::vector<uint8_t> &gpu, const std::vector<uint8_t> &cpu) {
+  const double r = moe_test::max_rel_diff(as_f32(gpu), as_f32(cpu));
+  UNSCOPED_INFO("max |gpu - cpu| / max |cpu| " << r);
+  return r;
+}
+constexpr double kOwnOrderTol = 1e-5;
+
 }  // namespace
 
 TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K / Q8_0 one-token products are bit-identical with the CPU", "[ops][cuda][reforder]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const moe_test::CpuOrderFinalOutputs cpu_order;  // the outputs are the products themselves
   uint32_t seed = 700;
   // (K, M): Q4_K's plain vec_dot order (M % 8 != 0) and its repacked gemv order (M % 8 == 0);
   // one, several and partial chunks; 2048 x 4096 takes K halves (each half one chunk).
@@ -99,10 +111,77 @@ TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K / Q8_0 one-token products are bit-id
     }
 }
 
+TEST_CASE("graph compiler: final_output marks the outputs that no node reads", "[graph]") {
+  BackendRegistry reg;
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", DType::F32, {64, 8}, randn(64 * 8, 5, 0.5f));
+  Graph g;
+  const int x = g.input("x", DType::F32, {64, 1});
+  const int y = g.matmul(g.weight(w), x);     // read by z: not final
+  const int z = g.scale(y, 2.0f);             // final
+  const int h = g.matmul(g.weight(w), x);     // final (the LM head's shape)
+  const int u = g.matmul(g.weight(w), x);     // not an output
+  g.mark_output(y, "y");
+  g.mark_output(z, "z");
+  g.mark_output(h, "h");
+  CompileOptions o;
+  o.devices = {reg.cpu()};
+  auto plan = compile_graph(std::move(g), o);
+  CHECK_FALSE(plan->graph.node(y).final_output);
+  CHECK(plan->graph.node(z).final_output);
+  CHECK(plan->graph.node(h).final_output);
+  CHECK_FALSE(plan->graph.node(u).final_output);
+  CHECK_FALSE(plan->graph.node(x).final_output);
+}
+
+// The LM head (a product whose output no node reads) in CUDA's own order at every batch size:
+// one token (matvec_rows8_kernel's own-order instances), 2..15 columns (the f32 tile kernel),
+// 16+ (tensor cores). Within kOwnOrderTol of the CPU's largest value for the types whose
+// order changes, the usual tolerance for the others (their paths are unchanged). The same
+// product read by another node keeps the CPU's bits.
+TEST_CASE("cuda LM head: a final output takes CUDA's own order, within 1e-5 of the largest value, every type", "[ops][cuda][lmhead]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 950;
+  for (DType t : kTypes)
+    for (int shape = 0; shape < 2; ++shape) {
+      // Many rows of a hidden-size K (row pairs per warp), few rows of an even block count (K halves).
+      const int64_t K = shape == 0 ? long_k(t) : even_k(t), M = shape == 0 ? 3001 : 301;
+      WeightStore ws;
+      const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
+      for (int64_t N : {1, 2, 5, 17, 40}) {
+        auto build = [&](int &x, int &y, int &yr, int &c) {
+          Graph g;
+          x = g.input("x", DType::F32, {K, N});
+          y = g.matmul(g.weight(w), x);              // final
+          yr = g.matmul(g.weight(w), g.copy(x));     // read by c: the CPU's order (its own activation: no MatVecs group with y)
+          c = g.copy(yr);
+          g.mark_output(y, "y");
+          g.mark_output(yr, "yr");
+          g.mark_output(c, "c");
+          return g;
+        };
+        auto xv = randn(static_cast<size_t>(K * N), seed++);
+        int x, y, yr, c;
+        Graph gc = build(x, y, yr, c), gg = build(x, y, yr, c);
+        auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y, yr});
+        auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y, yr});
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+        CHECK(rel_err(r_gpu[0], r_cpu[0]) < 1e-4);
+        if (ref_exact(t)) {
+          CHECK(max_rel_diff(r_gpu[0], r_cpu[0]) < kOwnOrderTol);
+          CHECK(r_gpu[1] == r_cpu[1]);  // (up to kRefOrderMaxTokens columns keep the CPU's order)
+        }
+      }
+    }
+}
+
 TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K / Q8_0 are bit-identical with the CPU", "[ops][cuda][reforder]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const moe_test::CpuOrderFinalOutputs cpu_order;  // the outputs are the products themselves
   uint32_t seed = 800;
   // Dense 2..kRefOrderMaxTokens columns (Q4_K with rows % 8 == 0: the CPU's gemm order on
   // full groups of 4, gemv on the rest) and MatMulId of as many tokens (matmul_ref_order.cu;
@@ -142,6 +221,7 @@ TEST_CASE("cuda matmul: small batches of F32 weights are bit-identical with the 
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
+  const moe_test::CpuOrderFinalOutputs cpu_order;  // the outputs are the products themselves
   uint32_t seed = 850;
   // The CPU's batched GEMM order for K % 16 == 0 and M % 4 == 0, its vec_dot order otherwise.
   for (int64_t K : {int64_t(1280), int64_t(100)})
@@ -250,13 +330,23 @@ TEST_CASE("cuda mat-vec: one-token matmul and matmul_id, long rows and many rows
       Graph gc = build(x, xs, ids, y, ye), gg = build(x, xs, ids, y, ye);
       const std::vector<moe_test::Input> inputs = {in(x, xv), in(xs, xsv), in(ids, idv)};
       auto r_cpu = run_on(*reg.cpu(), std::move(gc), inputs, {y, ye});
-      auto r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye});
+      std::vector<std::vector<uint8_t>> r_gpu;
+      {
+        const moe_test::CpuOrderFinalOutputs cpu_order;
+        r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye});
+      }
+      // The outputs are final (no node reads them): by default CUDA's own order.
+      auto r_own = run_on(*gpu, build(x, xs, ids, y, ye), inputs, {y, ye});
       INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
       CHECK(rel_err(r_gpu[0], r_cpu[0]) < 1e-4);
       CHECK(rel_err(r_gpu[1], r_cpu[1]) < 1e-4);
+      CHECK(rel_err(r_own[0], r_cpu[0]) < 1e-4);
+      CHECK(rel_err(r_own[1], r_cpu[1]) < 1e-4);
       if (ref_exact(t)) {
         CHECK(r_gpu[0] == r_cpu[0]);
         CHECK(r_gpu[1] == r_cpu[1]);
+        CHECK(max_rel_diff(r_own[0], r_cpu[0]) < kOwnOrderTol);
+        CHECK(max_rel_diff(r_own[1], r_cpu[1]) < kOwnOrderTol);
       }
     }
 }

@@ -7,6 +7,7 @@
 // and fed one token at a time CUDA must equal the CPU fed the same way bit for bit.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -38,16 +39,6 @@ std::string conformance_model(const std::string &name) {
     if (std::filesystem::exists(p)) return p;
   }
   return {};
-}
-
-// max |a - b| / max |b|
-double max_rel(const std::vector<float> &a, const std::vector<float> &b) {
-  double m = 0, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::fabs(double(b[i])));
-    d = std::max(d, std::fabs(double(a[i]) - b[i]));
-  }
-  return m > 0 ? d / m : d;
 }
 
 }  // namespace
@@ -166,20 +157,27 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
     for (const char *mode : {"cuda", "cuda-unfused", "cuda-fed"}) {
       auto l = run(mode, n_prompt);
       std::printf("model prompt %d %-13s max |dlogit| %.4f (max rel %.2e) vs the CPU batch\n", n_prompt, mode, max_abs(l.back(), ref.back()),
-                  max_rel(l.back(), ref.back()));
+                  moe_test::max_rel_diff(l.back(), ref.back()));
       if (std::string(mode) == "cuda-fed") cuda_fed = std::move(l);
     }
     // Fed one token at a time (the decode path: one-token mat-vecs, RoPE table, reference-order
-    // attention), CUDA follows the CPU step by step. Measured on the H200: 3e-5..5e-5 (about
-    // the last ulp of logits near 130, from the final norm or LM head, and not growing over
-    // the steps); before the session-4 decode changes it was 1.4..2.4, which failed the
-    // K-quant conformance files.
+    // attention), CUDA follows the CPU step by step up to the LM head. Measured on the H200
+    // with the LM head in the CPU's order too: 3e-5..5e-5 (about the last ulp of logits near
+    // 130, not growing over the steps); before the session-4 decode changes it was 1.4..2.4,
+    // which failed the K-quant conformance files. The LM head now takes CUDA's own order (a
+    // final output: no rounding follows it): its sums differ from the CPU's by float rounding,
+    // ~1e-7 of the logit scale. Bound: 1e-5 of the largest |logit| (~1.3e-3 at logits near
+    // 130), at least the former 1e-4; a broken step differs by ~1 or more.
     REQUIRE(cuda_fed.size() == cpu_fed.size());
-    double worst = 0;
-    for (size_t k = 0; k < cuda_fed.size(); ++k) worst = std::max(worst, max_abs(cuda_fed[k], cpu_fed[k]));
-    std::printf("model prompt %d cuda-fed vs cpu-fed: max |dlogit| over %zu steps %.4g\n", n_prompt, cuda_fed.size(), worst);
+    double worst = 0, top = 0;
+    for (size_t k = 0; k < cuda_fed.size(); ++k) {
+      worst = std::max(worst, max_abs(cuda_fed[k], cpu_fed[k]));
+      for (float v : cpu_fed[k]) top = std::max(top, std::fabs(double(v)));
+    }
+    std::printf("model prompt %d cuda-fed vs cpu-fed: max |dlogit| over %zu steps %.4g (max |logit| %.4g)\n", n_prompt, cuda_fed.size(),
+                worst, top);
     INFO("prompt of " << n_prompt << " tokens fed one at a time");
-    CHECK(worst <= 1e-4);
+    CHECK(worst <= std::max(1e-4, 1e-5 * top));
   }
 #endif
 }

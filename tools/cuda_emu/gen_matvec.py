@@ -33,6 +33,7 @@ void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int, int, const Emu
   launch(t, down, dim3(gx, gy), smem_bytes(t, a.K, down ? a.X : 1, down), nullptr, a);
 }
 bool launch_grp(const EmuMv &, const EmuSeg *, int, int) { return false; }
+bool launch_own(DType, unsigned, unsigned, const EmuMv &) { return false; }
 '''
 else:
     api = common + '''
@@ -47,6 +48,11 @@ bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
   MvSeg sg[kMaxFusedMatVecs];
   for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].M, segs[i].type, segs[i].mode};
   return launch_group(to_args(base), sg, n, n_sm, nullptr);
+}
+// A final output in CUDA's own order (matvec_rows8_kernel<T, false>); false: not such a type.
+bool launch_own(DType t, unsigned gx, unsigned gy, const EmuMv &m) {
+  const MvArgs a = to_args(m);
+  return launch_own_order(t, dim3(gx, gy), smem_bytes(t, a.K, 1, false), nullptr, a);
 }
 '''
 s += '}  // namespace\nnamespace emu_' + tag + ' {\n' + api + '}  // namespace emu_' + tag + '\n}  // namespace moe\n'

@@ -40,6 +40,7 @@ namespace moe {
   namespace emu_##tag {                                                                                             \
   void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const moe_emu_api::EmuMv &m); \
   bool launch_grp(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm);              \
+  bool launch_own(DType t, unsigned gx, unsigned gy, const moe_emu_api::EmuMv &m);                                 \
   }
 MOE_EMU_API(old)
 MOE_EMU_API(new)

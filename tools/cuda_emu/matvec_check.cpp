@@ -6,6 +6,7 @@
 // Q4_K, Q5_K, Q6_K and Q8_0 fold in the CPU's reference order (matvec_ref_order.cuh): their
 // outputs are checked bit for bit against ref_order_dot_rows on random block bytes (every
 // scale and min code) instead of against the old version.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -118,6 +119,70 @@ EmuMv one_token_args(size_t rb, int64_t K, int64_t M, const std::vector<float> &
   return m;
 }
 
+// A final output in CUDA's own order against the CPU's order: max |a - b| <= 1e-5 max |b|
+// (the GPU test's bound; float rounding of the sums only).
+void near_cpu(const std::vector<float> &y, const std::vector<float> &want, const std::string &what) {
+  ++checks;
+  double m = 0, d = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    m = std::max(m, std::fabs(double(want[i])));
+    d = std::max(d, std::isfinite(y[i]) ? std::fabs(double(y[i]) - want[i]) : 1e30);
+  }
+  if (!(d <= 1e-5 * m)) {
+    ++failures;
+    std::printf("FAIL %s: own order differs from the CPU by %.3g of max %.3g\n", what.c_str(), d, m);
+  }
+}
+
+// The own-order instances (matvec_rows8_kernel<T, false>, the LM head): rows, K halves (any
+// even block count), MatMulId with an out-of-range id, F32 split over K; against the CPU's
+// outputs within near_cpu's bound, and the rows bit for bit against OLD, which ran these
+// types in CUDA's order (the same per-lane sums: staging, unit_dot, warp_sum).
+void check_own_order(DType t, const Buf &w, const Buf &we, EmuMv m, const std::vector<float> &dense, const std::vector<float> &want_id,
+                     const std::string &tag) {
+  const int64_t M = m.M, K = m.K, bs = type_traits(t).block_size;
+  std::vector<float> y(static_cast<size_t>(M), NAN), yo(static_cast<size_t>(M), NAN);
+  m.w = w.p;
+  m.mode = kRows;
+  m.y = y.data();
+  if (!emu_new::launch_own(t, cdiv(M, 16), 1, m)) {
+    ++failures;
+    std::printf("FAIL %s: no own-order kernel\n", tag.c_str());
+    return;
+  }
+  near_cpu(y, dense, tag + " own rows");
+  near_reference(t, w.p, static_cast<size_t>(m.rb), reinterpret_cast<const float *>(m.x), K, y.data(), M, tag + " own rows");
+  m.y = yo.data();
+  emu_old::launch_mv(t, false, cdiv(M, 16), 1, 1, 0, m);
+  same(yo.data(), y.data(), y.size(), tag + " own rows vs OLD");
+  if (t != DType::F32 && K % (2 * bs) == 0) {
+    m.mode = kHalves;
+    std::fill(y.begin(), y.end(), NAN);
+    m.y = y.data();
+    emu_new::launch_own(t, cdiv(M, 8), 1, m);
+    near_cpu(y, dense, tag + " own halves");
+  }
+  if (t == DType::F32) {
+    m.mode = kSplit;
+    std::fill(y.begin(), y.end(), NAN);
+    m.y = y.data();
+    emu_new::launch_own(t, cdiv(M, 2), 1, m);
+    near_cpu(y, dense, tag + " own split");
+  }
+  const std::vector<int32_t> ids = {4, 1, 4, 7};
+  std::vector<float> ye(want_id.size(), NAN);
+  m.mode = kRows;
+  m.w = we.p;
+  m.eb = m.rb * M;
+  m.E = 5;
+  m.ids = ids.data();
+  m.n_used = 4;
+  m.X = 4;
+  m.y = ye.data();
+  emu_new::launch_own(t, cdiv(M, 16), 4, m);
+  near_cpu(ye, want_id, tag + " own matmul_id");
+}
+
 void check_ref_type(DType t) {
   const int64_t bs = type_traits(t).block_size;
   const std::vector<int64_t> Ks = bs == 256 ? std::vector<int64_t>{768, 2304, 4096, 4608}
@@ -180,6 +245,7 @@ void check_ref_type(DType t) {
         want.insert(want.end(), y.begin(), y.end());
       }
       expect(t, false, cdiv(M, 16), 4, m, want, tag + " matmul_id");
+      check_own_order(t, *w, *we, one_token_args(rb, K, M, xs), dense, want, tag);
       // gate/up + SwiGLU (shared activation): the CPU's SwiGLU (vector silu on 16-element
       // chunks; the tail's libm expf is the host's here, CUDA's on a GPU)
       m.X = 1;
@@ -336,7 +402,8 @@ float rms_scale_bits(const std::vector<float> &x, float eps) {
 }
 
 // The MatVecs group against single launches, for several SM counts (1 and
-// 2 give two logical blocks per thread block, incl. a segment whose last one is half empty).
+// 2 give two logical blocks per thread block, incl. a segment whose last one is half empty;
+// lean_sm the lean 8-warp kernel, one chunk in flight).
 // norm: the group has the RmsNorm -> Mul in front (its blocks normalise x); the single
 // launches read the row normalised here with the same bits.
 void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows, bool norm = false) {
@@ -384,7 +451,11 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
     base.eps = 1e-6f;
     base.rms_nthr = K >= 256 ? 256 : K > 64 ? 128 : 64;
   }
-  for (int n_sm : {132, 2, 1}) {
+  // (lean_sm: the SM count at which the group takes the lean 8-warp kernel, group_lean.)
+  int64_t logical = 0;
+  for (size_t i = 0; i < n; ++i) logical += (rows[i] + (mode == kRows ? 15 : 7)) / (mode == kRows ? 16 : 8);
+  const int lean_sm = static_cast<int>((logical + 2) / 3);
+  for (int n_sm : {132, 3, 2, 1, lean_sm}) {
     std::vector<EmuSeg> segs;
     for (size_t i = 0; i < n; ++i) {
       y_new[i].assign(static_cast<size_t>(rows[i]), NAN);

@@ -442,11 +442,14 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   MatmulShape s{};
   s.K = w.ne[0];
   s.M = w.ne[1];
+  // A final output (the LM head) takes CUDA's own order: the paths of the other types.
+  const bool own = cuda_own_order_product(n);
+  const bool ref_type = ref_order_dtype(w.type) && !own, ref_f32 = w.type == DType::F32 && !own;
   if (n.op == Op::MatMul) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     // The reference-order types and F32 keep the CPU's order up to kRefOrderMaxTokens columns.
-    const int64_t keep = ref_order_dtype(w.type) || w.type == DType::F32 ? cuda_ref_order_max_tokens() : 0;
+    const int64_t keep = ref_type || ref_f32 ? cuda_ref_order_max_tokens() : 0;
     const int64_t tc_min = std::max<int64_t>(kMmaMinCols, keep + 1);
     s.mma = s.rows >= tc_min && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
@@ -459,15 +462,15 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    const bool keep_order = ref_order_dtype(w.type) && s.T <= cuda_ref_order_max_tokens();
+    const bool keep_order = ref_type && s.T <= cuda_ref_order_max_tokens();
     s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && tensor_core_type(w.type);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
   s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
-  s.ref = !s.mma && s.NT > 1 && ref_order_dtype(w.type);
-  s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && w.type == DType::F32;
+  s.ref = !s.mma && s.NT > 1 && ref_type;
+  s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
   return s;
 }
 

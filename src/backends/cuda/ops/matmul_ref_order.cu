@@ -7,6 +7,7 @@
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/ref_math.cuh"
+#include "graph/ir.h"
 
 #include <atomic>
 
@@ -79,6 +80,12 @@ __global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_f32_kernel(const float
 static std::atomic<int> g_ref_order_max_tokens{kRefOrderMaxTokens};
 void cuda_set_ref_order_max_tokens(int n) { g_ref_order_max_tokens.store(n < 0 ? 0 : n); }
 int cuda_ref_order_max_tokens() { return g_ref_order_max_tokens.load(std::memory_order_relaxed); }
+
+static std::atomic<bool> g_final_outputs_own_order{true};
+void cuda_set_final_outputs_own_order(bool on) { g_final_outputs_own_order.store(on); }
+bool cuda_own_order_product(const Node &n) {
+  return (n.op == Op::MatMul || n.op == Op::MatMulId) && n.final_output && g_final_outputs_own_order.load(std::memory_order_relaxed);
+}
 
 void launch_mmv_ref_f32(cudaStream_t s, const float *W, int64_t row_stride, int K, int M, const float *X, float *Y, int ncols, int NT,
                         bool gemm16) {

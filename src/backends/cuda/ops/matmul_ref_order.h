@@ -10,6 +10,8 @@
 
 namespace moe {
 
+struct Node;
+
 // Batches of up to this many tokens keep the CPU's float order on CUDA: the products of the
 // reference-order types and of F32 weights (routers) here, attention over an F32 cache in
 // attention_ref_order.cu. Why: the K-quant conformance files are chaotic (a 1-ulp change
@@ -23,6 +25,14 @@ constexpr int kRefOrderMaxTokens = 128;
 // reach those kernels again; set it before building the graphs it should apply to.
 void cuda_set_ref_order_max_tokens(int n);
 int cuda_ref_order_max_tokens();
+
+// A MatMul / MatMulId whose output is final (Node::final_output: the LM head) takes CUDA's own
+// float order at every batch size: no rounding follows its output, so the chaos argument
+// above does not apply, and the reference order costs the LM head up to ~4x (gpt-oss's Q8_0
+// head). Process-wide switch, default on; tests that want the CPU's bits of a product they
+// mark as a graph output turn it off (set it before building the graphs it should apply to).
+void cuda_set_final_outputs_own_order(bool on);
+bool cuda_own_order_product(const Node &n);
 
 // Y[col] = W X[col] as launch_mmq_matmul's int8 form describes X (Xq: int8 integers, Xs:
 // (scale, integer sum) per 16, act_round_kernel with q_int8). Dense (tiles == nullptr):

@@ -27,6 +27,7 @@
 
 #include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/pdl.cuh"
@@ -85,6 +86,12 @@ constexpr DType act_type(DType t) {
 }
 
 template <DType T> constexpr int qk() { return BlockInfo<T>::qk; }
+
+// Types whose one-token rows fold in the CPU's float order (matvec_ref_order.cuh; F32:
+// ref_dot_f32_row). Their device code takes Cpu = false for final outputs (the LM head,
+// cuda_own_order_product): CUDA's own order, instantiated only in matvec_rows8_kernel.
+template <DType T> constexpr bool cpu_order_type = ref_order_type<T> || T == DType::F32;
+constexpr bool cpu_order_dtype(DType t) { return ref_order_dtype(t) || t == DType::F32; }
 
 // Chunks of a job whose loads are issued together: two for row pairs (a 4096-long row in
 // one round trip), one for the down kernel's four experts.
@@ -248,8 +255,11 @@ struct XSmem {
 // (q4k_repack_sums_regs' layout: blocks are 144 = 9 x 16 bytes, so aligned rows keep every
 // block aligned) for one chunk of every job, all before the first use. Jobs of one
 // activation (row pairs, gate/up) share its reads, pass by pass; chain (job 1 continues job
-// 0, as in quant_dots) folds job after job. Arguments as quant_dots'.
-template <int J, int CH>
+// 0, as in quant_dots) folds job after job. Arguments as quant_dots'. LateHeads (the
+// 80-register kernels): the 16-byte headers are loaded after the rounding instead of with the
+// quant bytes (16 fewer registers live across it; the quant loads have brought most of
+// their sectors to L1).
+template <int J, int CH, bool LateHeads = false>
 __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J], bool round_first,
                                 bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain) {
   static_assert(CH % 1024 == 0, "whole passes of 4 blocks");
@@ -262,18 +272,25 @@ __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&w
   for (int c0 = 0; c0 < K; c0 += CH) {
     const int b0 = c0 / 256;
     uint4 hd[J][NP], qw[J][NP];
+    // The block of (job k, pass p) this lane reads (unconditional: a missing block re-reads the row's last one).
+    auto blk = [&](int k, int p) { return wr[k] + static_cast<int64_t>(min(b0 + 4 * p + g, nblk - 1)) * BS; };
 #pragma unroll
     for (int k = 0; k < J; ++k)
 #pragma unroll
-      for (int p = 0; p < NP; ++p) {  // unconditional (a missing block re-reads the row's last one)
-        const uint8_t *b = wr[k] + static_cast<int64_t>(min(b0 + 4 * p + g, nblk - 1)) * BS;
-        hd[k][p] = __ldg(reinterpret_cast<const uint4 *>(b));
-        qw[k][p] = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 16 * t));
+      for (int p = 0; p < NP; ++p) {
+        if constexpr (!LateHeads) hd[k][p] = __ldg(reinterpret_cast<const uint4 *>(blk(k, p)));
+        qw[k][p] = __ldg(reinterpret_cast<const uint4 *>(blk(k, p) + 16 + 16 * t));
       }
     if (round_first && c0 == 0) {
       if (wait_late) pdl_enter();
       round_slots<DType::Q8_K>(a, x_first, x_n, xm.q, xm.d, xm.s);
       __syncthreads();
+    }
+    if constexpr (LateHeads) {
+#pragma unroll
+      for (int k = 0; k < J; ++k)
+#pragma unroll
+        for (int p = 0; p < NP; ++p) hd[k][p] = __ldg(reinterpret_cast<const uint4 *>(blk(k, p)));
     }
     // Step (job k, pass p); x / ys: the activations of the job's block.
     auto step = [&](int k, int p, const Q4kX &x, float ys) {
@@ -338,16 +355,18 @@ __device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
 // the min accumulators in accm (lane partial sums otherwise; accm unused); chain: job 1 is
 // the K half that follows job 0's (kModeHalves with a half of at most one chunk, so job 0's
 // whole half is folded first) and continues job 0's accumulators.
-template <DType T, int J, int CH>
+// OneChunk: one chunk's loads in flight instead of chunks_in_flight(J) (registers for the
+// 3-blocks-per-SM kernels; the chunks are folded in the same order: the same sums).
+template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, bool OneChunk = false>
 __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                            float (&acc)[J], float (&accm)[J], bool chain) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
-  constexpr int C = T == DType::Q6_K ? 1 : chunks_in_flight(J);  // Q6_K: registers for matvec_rows8_kernel
+  constexpr int C = T == DType::Q6_K || OneChunk ? 1 : chunks_in_flight(J);  // Q6_K: registers for matvec_rows8_kernel
   const int lane = threadIdx.x & 31;
-  if constexpr (T == DType::Q4_K) {
+  if constexpr (T == DType::Q4_K && Cpu) {
     if (ref_q4k_repacked(a.M) && rows_aligned16(a)) {
-      q4k_direct_dots<J, CH>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
+      q4k_direct_dots<J, CH, OneChunk>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
       return;
     }
   }
@@ -390,7 +409,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
         if (!ok[k]) continue;
         const uint8_t *cb = stage + head[c][k];
         const int x0 = xe[k] + cs;
-        if constexpr (ref_order_type<T>) {
+        if constexpr (ref_order_type<T> && Cpu) {
           const bool cont = chain && k == 1;
           float f = cont ? acc[0] : acc[k], fm = cont ? accm[0] : accm[k];
           ref_chunk<T, CH>(cb, ne, x0, XSmemAct<act_type(T) == DType::Q8_K>{xm.q, xm.d, xm.s}, T == DType::Q4_K && ref_q4k_repacked(a.M), f, fm);
@@ -533,7 +552,7 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 
 // kh > 0 (quantized only): job 1 is the second half of job 0's row (kModeHalves): both walk
 // kh elements, job 1 from activation kh on (its row pointer already points there).
-template <DType T, int J, int CH>
+template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, bool OneChunk = false>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                                          float (&acc)[J], float (&accm)[J], int kh = 0) {
@@ -543,7 +562,7 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     const float *xr[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xr[k] = reinterpret_cast<const float *>(a.x + xslot[k] * a.x_nb1);
-    if constexpr (T == DType::F32) {  // the whole dot in the reference's order (finish_rows takes it as is)
+    if constexpr (T == DType::F32 && Cpu) {  // the whole dot in the reference's order (finish_rows takes it as is)
 #pragma unroll
       for (int k = 0; k < J; ++k) acc[k] = ref_dot_f32_row(reinterpret_cast<const float *>(wr[k]), xr[k], a.K);
     } else {
@@ -553,18 +572,18 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     int xe[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
-    quant_dots<T, J, CH>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
+    quant_dots<T, J, CH, Cpu, OneChunk>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
   }
 }
 
 // The J jobs' dot products from their accumulators (row_dots); every lane gets them and
 // must make the call (shuffles).
-template <DType T, int J>
+template <DType T, int J, bool Cpu = cpu_order_type<T>>
 __device__ __forceinline__ void finish_rows(const MvArgs &a, const float (&acc)[J], const float (&accm)[J], float (&v)[J]) {
 #pragma unroll
   for (int k = 0; k < J; ++k) {
-    if constexpr (ref_order_type<T>) v[k] = ref_finish<T>(acc[k], accm[k], T == DType::Q4_K && ref_q4k_repacked(a.M));
-    else if constexpr (T == DType::F32) v[k] = acc[k];  // ref_dot_f32_row: already the row's dot in every lane
+    if constexpr (ref_order_type<T> && Cpu) v[k] = ref_finish<T>(acc[k], accm[k], T == DType::Q4_K && ref_q4k_repacked(a.M));
+    else if constexpr (T == DType::F32 && Cpu) v[k] = acc[k];  // ref_dot_f32_row: already the row's dot in every lane
     else v[k] = warp_sum(acc[k]);
   }
 }
@@ -617,7 +636,8 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
 // kModeRows / kModeGateUp / kModeSplit for thread block bx of the row range (blockIdx.y:
 // expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
 // kModeSplit runs one logical block per thread block.
-template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
+template <DType T, bool Cpu = cpu_order_type<T>, bool OneChunk = false>
+__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -683,9 +703,9 @@ template <DType T> __device__ __forceinline__ void rows_block(const MvArgs &a, u
     }
   }
   if (!split) {
-    row_dots<T, J, CH>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
-    if (halves && !ref_order_type<T>) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
-    finish_rows<T, J>(a, acc, accm, v);
+    row_dots<T, J, CH, Cpu, OneChunk>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+    if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    finish_rows<T, J, Cpu>(a, acc, accm, v);
   }
   if (!writer) return;
   float *yj = a.y + static_cast<int64_t>(j) * a.M;
@@ -710,8 +730,9 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
 // Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
 // registers, so three blocks share a multiprocessor (24 warps, was 16 at 128 registers) and
 // one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
-template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
-  rows_block<T>(a, blockIdx.x, stage_bytes<T, kChPair>());
+// Cpu = false: a final output of a CPU-order type in CUDA's own order (launch_own_order).
+template <DType T, bool Cpu = cpu_order_type<T>> __global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
+  rows_block<T, Cpu, true>(a, blockIdx.x, stage_bytes<T, kChPair>());
 }
 
 int stage_size(DType t, bool down) {
@@ -769,13 +790,31 @@ unsigned blocks(int64_t rows, int per_block) { return static_cast<unsigned>((row
 // kModeRows or, for quantized matrices whose row pairs give fewer than ~2 logical blocks per
 // SM and whose K is an even number of blocks, kModeHalves (twice the warps on the same rows).
 // A MatVecs segment decides as its own launch would (bit-identical results).
-// Reference-order types fold the halves one after the other: only where each half is one chunk.
-int rows_mode(DType t, int K, int64_t M, int n_used, int n_sm) {
+// Reference-order types fold the halves one after the other: only where each half is one chunk
+// (own: a final output, CUDA's own order: any halves).
+int rows_mode(DType t, int K, int64_t M, int n_used, int n_sm, bool own = false) {
   const bool few = static_cast<int64_t>(blocks(M, kRowsPlain)) * n_used * 16 < static_cast<int64_t>(n_sm) * 30;
-  const bool halves_ok = K % (2 * type_traits(t).block_size) == 0 && (!ref_order_dtype(t) || K <= 2 * kChPair);
+  const bool halves_ok = K % (2 * type_traits(t).block_size) == 0 && (own || !ref_order_dtype(t) || K <= 2 * kChPair);
   return !is_plain(t) && few && halves_ok ? kModeHalves : kModeRows;
 }
 int rows_per_block(int mode) { return mode == kModeHalves ? kRowsOne : kRowsPlain; }
+
+// A final output of a CPU-order type in CUDA's own order: 8-warp thread blocks (one logical
+// block each; grid.x counts them). Returns false for the other types (their one order).
+bool launch_own_order(DType t, dim3 grid, int smem, cudaStream_t s, const MvArgs &a) {
+  const dim3 block(kMvThreads);
+  switch (t) {
+#define MOE_MV_OWN_CASE(TY) \
+  case TY: launch_pdl(matvec_rows8_kernel<TY, false>, grid, block, static_cast<size_t>(smem), s, a); return true;
+    MOE_MV_OWN_CASE(DType::F32)
+    MOE_MV_OWN_CASE(DType::Q8_0)
+    MOE_MV_OWN_CASE(DType::Q4_K)
+    MOE_MV_OWN_CASE(DType::Q5_K)
+    MOE_MV_OWN_CASE(DType::Q6_K)
+#undef MOE_MV_OWN_CASE
+    default: return false;
+  }
+}
 
 // grid.x counts logical blocks.
 void launch(DType t, bool down, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
@@ -830,7 +869,10 @@ struct MvGroupArgs {
 
 // A block belongs to the last segment whose first block is <= blockIdx.x (so empty segments
 // are skipped); the choice is block-uniform, the type switch does not diverge.
-template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group_kernel(MvGroupArgs g) {
+// Lean: 8-warp blocks, three per multiprocessor (<= 80 registers: one chunk in flight per
+// job), for grids of 2..3 logical blocks per SM (group_lean).
+template <DType V, bool Lean>
+__global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 1) matvec_group_kernel(MvGroupArgs g) {
   MvArgs a = g.a;
   DType t = g.seg[0].type;
   unsigned b0 = 0;
@@ -848,7 +890,7 @@ template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group
   switch (t) {
 #define MOE_MV_GROUP_CASE(TY)                                                     \
   case TY:                                                                        \
-    if constexpr (act_type(TY) == V) rows_block<TY>(a, blockIdx.x - b0, g.stage); \
+    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean>(a, blockIdx.x - b0, g.stage); \
     else pdl_enter();                                                             \
     break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
@@ -863,6 +905,12 @@ template <DType V> __global__ void __launch_bounds__(kMvMaxThreads) matvec_group
     default: pdl_enter(); break;  // types of another class are never launched here; keeps the PDL contract
   }
 }
+
+// Whether a group of `logical` logical blocks takes the lean kernel: more than two logical
+// blocks per SM (16-warp blocks of 128 registers, one per SM, would leave a partial second
+// wave: Qwen3-30B-A3B's q/k/v are 384 logical blocks = 1.45 waves of 132) and at most three
+// (the lean kernel's 3 x 8 warps per SM: one wave).
+bool group_lean(int64_t logical, int n_sm) { return logical > 2 * static_cast<int64_t>(n_sm) && logical <= 3 * static_cast<int64_t>(n_sm); }
 
 // Launches a MatVecs group: segs[0..n) of one activation rounding, base: the shared fields
 // (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
@@ -881,7 +929,8 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
     logical += blocks(segs[s].M, rows_per_block(segs[s].mode));
   }
   // A thread block never spans two segments (its logical blocks share one type's rounding).
-  const MvShape sh = block_groups(segs[0].type, logical, n_sm, smem1, smem2);
+  const bool lean = group_lean(logical, n_sm);
+  const MvShape sh = lean ? MvShape{1, smem1} : block_groups(segs[0].type, logical, n_sm, smem1, smem2);
   unsigned total = 0;
   for (int s = 0; s < n; ++s) {
     g.seg[s] = segs[s];
@@ -891,8 +940,9 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
   if (total == 0) return true;
   const dim3 block(kMvThreads * sh.groups);
   const size_t smem = static_cast<size_t>(sh.smem);
-  if (act_type(segs[0].type) == DType::Q8_0) launch_pdl(matvec_group_kernel<DType::Q8_0>, dim3(total), block, smem, stream, g);
-  else launch_pdl(matvec_group_kernel<DType::Q8_K>, dim3(total), block, smem, stream, g);
+  const bool q8_0 = act_type(segs[0].type) == DType::Q8_0;
+  if (lean) launch_pdl(q8_0 ? matvec_group_kernel<DType::Q8_0, true> : matvec_group_kernel<DType::Q8_K, true>, dim3(total), block, smem, stream, g);
+  else launch_pdl(q8_0 ? matvec_group_kernel<DType::Q8_0, false> : matvec_group_kernel<DType::Q8_K, false>, dim3(total), block, smem, stream, g);
   return true;
 }
 
@@ -946,16 +996,20 @@ bool one_token_ok(const Graph &g, const Node &mm) {
 // MatMul / MatMulId (+ Add): row pairs per warp, or, where row pairs per warp would leave
 // multiprocessors idle, per block with K split over the warps (plain types) or one row per
 // warp in two K halves (quantized types whose K is an even number of blocks).
-void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a) {
+// own: a final output (cuda_own_order_product), CUDA's own order for every type.
+void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a, bool own = false) {
   const unsigned lx = blocks(a.M, kRowsPlain);
-  // (F32 rows fold over the whole K in the reference's order: never split.)
-  if (is_plain(t) && t != DType::F32 && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
+  own = own && cpu_order_dtype(t);  // (the other types have one order)
+  // (F32 rows in the reference's order fold over the whole K: never split.)
+  if (is_plain(t) && (t != DType::F32 || own) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
     a.mode = kModeSplit;
-    launch(t, false, dim3(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used)), MvShape{1, smem}, c.stream, a);
+    const dim3 grid(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used));
+    if (!own || !launch_own_order(t, grid, smem, c.stream, a)) launch(t, false, grid, MvShape{1, smem}, c.stream, a);
     return;
   }
-  a.mode = rows_mode(t, a.K, a.M, a.n_used, c.n_sm);
+  a.mode = rows_mode(t, a.K, a.M, a.n_used, c.n_sm, own);
   const unsigned rows_lx = blocks(a.M, rows_per_block(a.mode));
+  if (own && launch_own_order(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), smem, c.stream, a)) return;
   const MvShape sh = block_groups(t, static_cast<int64_t>(rows_lx) * a.n_used, c.n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
   launch(t, false, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
 }
@@ -978,7 +1032,7 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
   if (a.M == 0 || a.n_used == 0) return true;
-  launch_rows(c, t, smem, a);
+  launch_rows(c, t, smem, a, cuda_own_order_product(c.n));
   return true;
 }
 
