@@ -16,13 +16,12 @@ s = re.sub(r'(matvec_kernel<[^;]*?>)<<<grid, block, static_cast<size_t>\(smem\),
 s = s.replace('MOE_CUDA_LAUNCH_CHECK("matvec_kernel");', '')
 assert '<<<' not in s, 'a launch the generator does not know'
 
-# EmuMv mirrors the new MvArgs; an old one is a prefix of it (fields were appended since).
 common = '''
-// EmuMv mirrors MvArgs up to rms_nthr; later fields (err) stay zero. An old MvArgs is a prefix.
-static_assert(sizeof(MvArgs) ''' + ('<=' if flavor == 'old' else '>=') + ''' sizeof(EmuMv), "EmuMv mirrors the start of MvArgs");
+// EmuMv mirrors MvArgs up to `mode`; later fields (err) stay zero.
+static_assert(sizeof(MvArgs) >= sizeof(EmuMv), "EmuMv mirrors the start of MvArgs");
 MvArgs to_args(const EmuMv &m) {
   MvArgs a{};
-  std::memcpy(&a, &m, sizeof a < sizeof m ? sizeof a : sizeof m);
+  std::memcpy(&a, &m, sizeof m);
   return a;
 }
 '''

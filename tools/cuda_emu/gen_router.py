@@ -1,6 +1,6 @@
 # Writes a host-compilable copy of the fused router kernels of fused.cu (route_row,
-# router_mv_kernel: the router's F32 mat-vec, a block of one warp per logit, optionally behind
-# its RmsNorm -> Mul, with the last-block routing) into OUT, plus a launcher for router_check.cpp. Usage: gen_router.py REPO OUT
+# router_mv_kernel: the router's F32 mat-vec, optionally behind its RmsNorm -> Mul, with the
+# last-block routing) into OUT, plus a launcher for router_check.cpp. Usage: gen_router.py REPO OUT
 import os
 import sys
 
@@ -9,14 +9,8 @@ out = sys.argv[2]
 row_in0 = src.index('__device__ __forceinline__ const float *row_in(')
 row_in1 = src.index('\n}\n', row_in0) + 3
 regs = src[src.index('constexpr int kWeightRegs'):].split('\n', 1)[0] + '\n'
-st0 = src.index('template <int kBatch> __device__ __forceinline__ void stage_row(')
-st1 = src.index('\n}\n', st0) + 3
 k0 = src.index('struct RouterArgs {')
 k1 = src.index('\n}\n', src.index('__global__ void __launch_bounds__(kRmThreads) router_mv_kernel')) + 3
-kernels = src[k0:k1]
-dyn = 'extern __shared__ __align__(16) float s_rm[];'
-assert dyn in kernels
-kernels = kernels.replace(dyn, 'alignas(16) static float s_rm[2 * kRmMaxK];')
 launcher = '''
 // The normalised F32 mat-vec (router_mv_kernel) behind the routing a describes.
 void launch_router_mv(const RouterArgs &a, const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits,
@@ -32,7 +26,8 @@ void launch_router_mv(const RouterArgs &a, const float *w, int64_t w_rs, const f
   m.logits = logits;
   m.sync = sync;
   m.K = K;
-  launch_pdl(router_mv_kernel, dim3(E), dim3(kRmThreads), router_mv_smem(m), nullptr, a, m);
+  m.nthr = row_threads(E);
+  launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
 }
 
 void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
@@ -72,6 +67,6 @@ void emu_router_sigmoid(const float *w, int64_t w_rs, const float *x, const floa
 '''
 text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/ew_value.cuh"\n#include "backends/cuda/ops/row_ops.cuh"\n'
         '#include "backends/cuda/ops/top_k.cuh"\n'
-        'namespace moe {\nnamespace {\n' + src[row_in0:row_in1] + regs + src[st0:st1] + kernels + '}  // namespace\n' + launcher + '}  // namespace moe\n')
+        'namespace moe {\nnamespace {\n' + src[row_in0:row_in1] + regs + src[k0:k1] + '}  // namespace\n' + launcher + '}  // namespace moe\n')
 with open(os.path.join(out, 'router_emu.cpp'), 'w') as f:
     f.write(text)

@@ -20,9 +20,6 @@ struct EmuMv {  // the fields of matvec.cu's MvArgs, in order
   const float *add;
   float *y;
   int mode;
-  const float *nw;  // (fused RmsNorm -> Mul; not in the old version's MvArgs: a prefix of this)
-  float eps;
-  int rms_nthr;
 };
 struct EmuSeg {
   const uint8_t *w;

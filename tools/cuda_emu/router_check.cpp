@@ -92,24 +92,20 @@ static double rel(const std::vector<float> &a, const std::vector<double> &b) {
 }
 
 int main() {
-  // xo: the activation row starts xo floats into its buffer (1: not 16-byte aligned, the
-  // kernel's scalar staging).
-  struct Case { int K, E, k, pad; bool norm; int xo = 0; };
+  struct Case { int K, E, k, pad; bool norm; };
   const Case cases[] = {{64, 40, 6, 0, false},   {64, 40, 6, 8, true},    {2048, 128, 8, 0, true}, {768, 300, 8, 8, false},
                         {2056, 512, 8, 0, true}, {8, 16, 4, 0, true},     {4096, 64, 4, 16, true}, {2048, 128, 8, 0, false},
-                        {1000, 33, 5, 0, true},  {4104, 17, 3, 0, false}, {2048, 128, 8, 0, true, 1}, {4608, 96, 8, 4, true},
-                        {2112, 8, 8, 0, true, 2}, {136, 9, 2, 0, true}};
+                        {1000, 33, 5, 0, true},  {4104, 17, 3, 0, false}};
   int fails = 0;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0, 1);
   for (const Case &c : cases) {
     const int K = c.K, E = c.E, k = c.k;
     const int64_t rs = K + c.pad;
-    std::vector<float> w(static_cast<size_t>(rs) * E, NAN), xbuf(K + c.xo), x(K), nw(K);
+    std::vector<float> w(static_cast<size_t>(rs) * E, NAN), x(K), nw(K);
     for (int e = 0; e < E; ++e)
       for (int i = 0; i < K; ++i) w[static_cast<size_t>(e) * rs + i] = 0.05f * nd(rng);
     for (auto &v : x) v = nd(rng);
-    std::copy(x.begin(), x.end(), xbuf.begin() + c.xo);
     for (auto &v : nw) v = 1.0f + 0.1f * nd(rng);
     // reference input row
     std::vector<double> a(K);
@@ -142,7 +138,7 @@ int main() {
     for (int rep = 0; rep < 2; ++rep) {
       std::vector<float> normed(K, NAN), logits(E, NAN), probs(E, NAN), weights(k, NAN);
       std::vector<int32_t> ids(k, -1);
-      moe::emu_router(w.data(), rs, xbuf.data() + c.xo, c.norm ? nw.data() : nullptr, c.norm ? normed.data() : nullptr, logits.data(), probs.data(), &sync,
+      moe::emu_router(w.data(), rs, x.data(), c.norm ? nw.data() : nullptr, c.norm ? normed.data() : nullptr, logits.data(), probs.data(), &sync,
                       K, E, k, ids.data(), weights.data());
       ok = ok && sync == 0;
       if (c.norm) ok = ok && rel(normed, a) < 1e-6;

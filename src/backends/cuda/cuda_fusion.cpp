@@ -84,7 +84,7 @@ private:
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
-      case Op::RmsNorm: return match_norm_router(i, grp) || match_norm_matvecs(i, grp) || match_row_chains(i, grp);
+      case Op::RmsNorm: return match_norm_router(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_sequence(i, grp);
       default: return false;
@@ -249,41 +249,17 @@ private:
     return true;
   }
 
-  // The Mul(row weight) right after RmsNorm i, the norm's only reader, one token; or -1.
-  int norm_then_mul(int i) const {
-    const int m = next(i);
-    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return -1;
-    if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1) return -1;
-    return m;
-  }
-
   // RmsNorm(x) -> Mul(row weight) -> the router's F32 MatMul (match_router_mm), one token:
   // every block of the router launch normalises the row itself; the Mul output is written
   // when the experts (or others) read it.
   bool match_norm_router(int i, FusedGroup &grp) const {
-    const int m = norm_then_mul(i);
-    if (m < 0) return false;
+    const int m = next(i);
+    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
+    if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1) return false;
     const int mm = next(m);
     if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !match_router_mm(mm, grp)) return false;
     grp.members.insert(grp.members.begin(), {i, m});
     if (read_outside(m, 1)) grp.written.insert(grp.written.begin(), m);
-    return true;
-  }
-
-  // RmsNorm(x) -> Mul(row weight) -> a MatVecs group (match_matvecs) that reads the Mul output
-  // and is its only reader (a layer's attention norm and its q, k, v), one token: every block
-  // of the group's launch normalises the row itself; the norm and the Mul write nothing.
-  bool match_norm_matvecs(int i, FusedGroup &grp) const {
-    const int m = norm_then_mul(i);
-    if (m < 0) return false;
-    const int mm = next(m);
-    FusedGroup mv, other;
-    if (mm < 0 || !same_place(i, mm) || nd(mm).src[1] != m) return false;
-    // A MatMul that starts a gate/up or MatMul + Add group keeps it (match_at's order).
-    if (match_gate_up(mm, other) || match_matmul_add(mm, other) || !match_matvecs(mm, mv)) return false;
-    if (uses_[static_cast<size_t>(m)] != mv.members.size() || output_[static_cast<size_t>(m)]) return false;
-    mv.members.insert(mv.members.begin(), {i, m});
-    grp = std::move(mv);
     return true;
   }
 

@@ -320,45 +320,16 @@ __global__ void router_kernel(RouterArgs a) {
   else route_row(row_in(a.logits, blockIdx.x, 0, 0), a, blockIdx.x, static_cast<int>(blockDim.x));
 }
 
-// dst[i] = src[i] for i < n (global -> shared) with 16-byte loads (src and dst 16-byte
-// aligned, n % 4 == 0), kBatch of them in flight per thread before their stores.
-template <int kBatch> __device__ __forceinline__ void stage_row4(float *dst, const float *src, int64_t n, int tid, int nthr) {
-  const float4 *s4 = reinterpret_cast<const float4 *>(src);
-  float4 *d4 = reinterpret_cast<float4 *>(dst);
-  const int64_t n4 = n / 4;
-  for (int64_t i0 = tid; i0 < n4; i0 += static_cast<int64_t>(kBatch) * nthr) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) v[j] = i0 + j * nthr < n4 ? s4[i0 + j * nthr] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (i0 + j * nthr < n4) d4[i0 + j * nthr] = v[j];
-  }
-}
-
-// A warp stages a row of n floats (n % 4 == 0) into 16-byte aligned shared memory: 16-byte
-// loads where src is aligned (a 2048-long row in one round trip).
-__device__ __forceinline__ void stage_row_warp(float *dst, const float *src, int64_t n) {
-  const int lane = threadIdx.x & 31;
-  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) stage_row4<16>(dst, src, n, lane, 32);
-  else stage_row<32>(dst, src, n, lane, 32);
-}
-
 // The router's one-token F32 mat-vec in the same launch, optionally behind the RmsNorm -> Mul
-// of its input: a block of one warp per logit (E blocks: qwen3moe's 128 router rows on 128
-// multiprocessors). Before pdl_wait (weights only) each block loads the first
-// kRmHeadSteps * 64 values of its weight row into registers (the rest into L2) and stages the
-// norm's row weight in shared memory; after it, it stages the activation row (one round trip
-// of 16-byte loads), normalises it there by the row chains' arithmetic when the norm is fused
-// (rms_row_scale_warp: the unfused RmsNorm kernel's bits; then (x * scale) * w; block 0 writes
-// the row for its other readers), and computes its logit exactly as the unfused F32 mat-vec
-// does (ops/matvec.cu: ref_dot_f32_row, the CPU's reference order over the whole row). The
-// last block to finish (DevUbatch::sync counter) reads the logits back and routes.
-constexpr int kRmThreads = 32;
-constexpr int kRmHeadSteps = 32;  // 2048 weights of a row in registers (64 per lane)
-// The activation row and the norm weight in dynamic shared memory (36 KB at most): with the
-// routing's static arrays (~9 KB) a block stays within the 48 KB that need no opt-in.
-constexpr int kRmMaxK = 4608;
+// of its input. Each block stages the activation row in shared memory (normalised there by
+// the row chains' arithmetic when the norm is fused: rms_row_scale over the unfused RmsNorm
+// kernel's block size, then (x * scale) * w; block 0 writes the row for its other readers)
+// and computes a logit per warp exactly as the unfused F32 mat-vec does (ops/matvec.cu:
+// ref_dot_f32_row, the CPU's reference order over the whole row; the row is prefetched into
+// L2 before pdl_wait). The last block to finish (DevUbatch::sync counter) reads the logits
+// back and routes.
+constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = kRmWarps;
+constexpr int kRmMaxK = 8192;  // the staged row: 32 KB of shared memory
 
 struct RouterMv {
   const float *w;    // [K, E] rows of K floats, 16-byte aligned, row stride w_rs floats
@@ -370,56 +341,64 @@ struct RouterMv {
   int rms_nthr;      // the unfused RmsNorm kernel's block size (its reduction order)
   float *logits;     // [E] (the MatMul's output)
   unsigned *sync;    // one counter
-  int K;
+  int K, nthr;       // nthr: the unfused Softmax kernel's block size
 };
 
-// Dynamic shared memory of router_mv_kernel: the activation row [K], then the norm weight [K].
-size_t router_mv_smem(const RouterMv &m) { return static_cast<size_t>(m.nw ? 2 : 1) * static_cast<size_t>(m.K) * 4; }
-
 __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, RouterMv m) {
-  extern __shared__ __align__(16) float s_rm[];  // [K] activation row, [K] norm weight
+  __shared__ __align__(16) float s_x[kRmMaxK];  // the activation row [K]
+  __shared__ double s_red[32];
   __shared__ float s_l[kCudaMaxExperts];
-  __shared__ unsigned s_last;
-  float *s_x = s_rm, *s_nw = s_rm + m.K;  // K % 8 == 0: s_nw is 16-byte aligned
-  const int lane = threadIdx.x;
+  __shared__ bool s_last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = static_cast<int>(a.logits.ne[0]);
-  const int row = blockIdx.x;  // gridDim.x == E
-  const float *wrow = m.w + row * m.w_rs;
-  // Weights before pdl_wait: this block's row (registers, then L2), and the norm's row weight.
-  F32RowHead<kRmHeadSteps> head;
-  load_f32_row_head(head, wrow, m.K);
+  const int row = blockIdx.x * kRmRows + warp;  // this warp's logit
+  // Weights before pdl_wait: this warp's row into L2, and the norm's row weight.
 #ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
-  for (int64_t o = 64 * kRmHeadSteps + lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
+  if (row < E)
+    for (int64_t o = lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(m.w + row * m.w_rs + o));
 #endif
-  if (m.nw) stage_row_warp(s_nw, m.nw, m.K);
+  float nwr[kWeightRegs];
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int i = threadIdx.x + j * kRmThreads;
+    nwr[j] = m.nw && i < m.K ? __ldg(m.nw + i) : 0.0f;
+  }
   pdl_wait();
   pdl_trigger();
-  stage_row_warp(s_x, m.x, m.K);
-  __syncwarp();
+  for (int i = threadIdx.x; i < m.K; i += kRmThreads) s_x[i] = m.x[i];
+  __syncthreads();
   if (m.nw) {  // RmsNorm -> Mul as the row chains compute them
-    const float scale = rms_row_scale_warp(s_x, m.K, m.eps, m.rms_nthr);
-    __syncwarp();  // every lane's reads of s_x are done
-    for (int i = lane; i < m.K; i += kRmThreads) s_x[i] = s_x[i] * scale * s_nw[i];
-    __syncwarp();
-    if (row == 0 && m.normed)
-      for (int i = lane; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
+    const float scale = rms_row_scale(s_x, m.K, m.eps, m.rms_nthr, s_red);  // its barriers end every read of s_x
+#pragma unroll
+    for (int j = 0; j < kWeightRegs; ++j) {
+      const int i = threadIdx.x + j * kRmThreads;
+      if (i < m.K) s_x[i] = s_x[i] * scale * nwr[j];
+    }
+    for (int i = threadIdx.x + kWeightRegs * kRmThreads; i < m.K; i += kRmThreads) s_x[i] = s_x[i] * scale * m.nw[i];
+    __syncthreads();
+    if (blockIdx.x == 0 && m.normed)
+      for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
   }
-  const float v = ref_dot_f32_row_head(head, wrow, s_x, m.K);
-  if (lane == 0) {
-    m.logits[row] = v;
-    __threadfence();  // the logit is visible device-wide before this block is counted
-    const bool last = atomicAdd(m.sync, 1u) == gridDim.x - 1;
-    if (last) *m.sync = 0;  // every block has counted: ready for the next launch / replay
-    s_last = last ? 1u : 0u;
+  if (row < E) {
+    const float v = ref_dot_f32_row(m.w + row * m.w_rs, s_x, m.K);
+    if (lane == 0) {
+      m.logits[row] = v;
+      __threadfence();  // visible device-wide before the block is counted
+    }
   }
-  __syncthreads();  // (one warp) s_last, and the order of lane 0's count before every lane's reads
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // the logits are visible device-wide before this block is counted
+    s_last = atomicAdd(m.sync, 1u) == gridDim.x - 1;
+    if (s_last) *m.sync = 0;  // every block has counted: ready for the next launch / replay
+  }
+  __syncthreads();
   if (!s_last) return;
   __threadfence();
-  for (int i = lane; i < E; i += kRmThreads) s_l[i] = __ldcg(m.logits + i);
+  for (int i = threadIdx.x; i < E; i += blockDim.x) s_l[i] = __ldcg(m.logits + i);
   __syncthreads();
-  // The Softmax's bits do not depend on its block size (softmax_row): one warp routes.
   if (a.sigmoid) route_row_sigmoid(s_l, a, 0);
-  else route_row(s_l, a, 0, kRmThreads);
+  else route_row(s_l, a, 0, m.nthr);
 }
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
@@ -504,7 +483,7 @@ bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
   auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t K = w.ne[0], E = w.ne[1];
   return c.ub.sync && w.type == DType::F32 && w.nb[0] == 4 && w.nb[1] % 16 == 0 && aligned(w.data) && K % 8 == 0 && K <= kRmMaxK &&
-         x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E >= 1 && E <= kCudaMaxExperts;
+         x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts;
 }
 
 // The members after a sigmoid router's Sigmoid (from index p): [Add (bias),] TopK,
@@ -593,7 +572,9 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
       m.logits = static_cast<float *>(mm.data);
       m.sync = c.ub.sync;
       m.K = static_cast<int>(w.ne[0]);
-      launch_pdl(router_mv_kernel, dim3(static_cast<unsigned>(sm.ne[0])), dim3(kRmThreads), router_mv_smem(m), c.stream, a, m);
+      m.nthr = nthr;
+      const unsigned blocks = static_cast<unsigned>((sm.ne[0] + kRmRows - 1) / kRmRows);
+      launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), 0, c.stream, a, m);
       return;
     }
     run_nodes(c, grp, i_mm + 1);  // the norm and the mat-vec on their own

@@ -32,7 +32,6 @@
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/ref_math.cuh"
-#include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
@@ -72,13 +71,8 @@ struct MvArgs {
   const float *add;        // residual row [M] or null
   float *y;
   int mode;
-  // RmsNorm -> Mul in front (a MatVecs group, one activation slot): x is the norm's input and
-  // every thread block normalises it while rounding (round_slots); nw: the Mul's row weight.
-  const float *nw;
-  float eps;
-  int rms_nthr;  // the unfused RmsNorm kernel's block size (its reduction order)
-  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported (the last field:
-                           // tools/cuda_emu's EmuMv mirrors the ones before it)
+  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported (the last
+                           // field: tools/cuda_emu's EmuMv mirrors the ones before it)
 };
 
 constexpr DType act_type(DType t) {
@@ -145,32 +139,13 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ uint8_t *dyn_smem() {
-  extern __shared__ __align__(16) uint8_t smem[];
-  return smem;
-}
-
-// 1 / rms of activation slot `first` when a RmsNorm is fused in front (a.nw), else 1: the
-// unfused RmsNorm kernel's bits (rms_row_scale over its block size). Block-wide. Its 32
-// doubles of reduction scratch are the start of warp 0's staging buffer (>= 528 bytes),
-// which holds nothing while the activations are rounded: the weights of the first chunk are
-// still in registers then, and the caller's barrier after rounding orders these reads
-// before the staging stores.
-__device__ __forceinline__ float fused_norm_scale(const MvArgs &a, int first) {
-  if (!a.nw) return 1.0f;  // block-uniform
-  const float *x = reinterpret_cast<const float *>(a.x + first * a.x_nb1);
-  return rms_row_scale(x, a.K, a.eps, a.rms_nthr, reinterpret_cast<double *>(dyn_smem()));
-}
-
 // Rounds activation slots [first, first + n) into shared memory, the same values as
 // act_round_kernel: a warp takes 256 elements (one Q8_K block, eight Q8_0 blocks), a lane 8.
-// With a fused RmsNorm -> Mul (a.nw, n == 1) the values are normalised first.
 // Every thread of the block must call it (it ends with no barrier; the caller syncs).
 template <DType V>
 __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs) {
   const int K = a.K, ng = (K + 255) / 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  const float nscale = fused_norm_scale(a, first);
   for (int t = warp; t < n * ng; t += nw) {
     const int s = t / ng, i0 = (t % ng) * 256 + lane * 8;
     const float *src = reinterpret_cast<const float *>(a.x + (first + s) * a.x_nb1);
@@ -182,10 +157,6 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
     } else {
 #pragma unroll
       for (int l = 0; l < 8; ++l) v[l] = in ? src[i0 + l] : 0.0f;
-    }
-    if (a.nw && in) {  // the RmsNorm output rounded to float, then the Mul's (as the row chains)
-#pragma unroll
-      for (int l = 0; l < 8; ++l) v[l] = v[l] * nscale * __ldg(a.nw + i0 + l);
     }
     int q[8];
     float scale;
@@ -586,6 +557,11 @@ __device__ __forceinline__ void finish_rows(const MvArgs &a, const float (&acc)[
     else if constexpr (T == DType::F32 && Cpu) v[k] = acc[k];  // ref_dot_f32_row: already the row's dot in every lane
     else v[k] = warp_sum(acc[k]);
   }
+}
+
+__device__ __forceinline__ uint8_t *dyn_smem() {
+  extern __shared__ __align__(16) uint8_t smem[];
+  return smem;
 }
 
 // kModeDown: one output row per warp; J experts at a time, combined in slot order j = 0, 1, ...
@@ -1041,35 +1017,21 @@ int cuda_matvec_group_key(DType t) {
   return act_type(t) == DType::Q8_0 ? 1 : 2;
 }
 
-// Members: [RmsNorm, Mul,] MatMul x n (cuda_fusion.cpp: match_norm_matvecs, match_matvecs).
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
-  const bool with_norm = c.g.node(members.front()).op == Op::RmsNorm;
-  const size_t m0 = with_norm ? 2 : 0;  // the first MatMul
-  const int n = static_cast<int>(members.size() - m0);
-  const Node &first = c.g.node(members[m0]);
+  const int n = static_cast<int>(members.size());
+  const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
   const DType V = act_type(c.g.node(first.src[0]).type);
-  bool ok = n >= 1 && n <= kMaxFusedMatVecs;
+  bool ok = n <= kMaxFusedMatVecs;
   MvSeg segs[kMaxFusedMatVecs];
   for (int s = 0; ok && s < n; ++s) {
-    const Node &mm = c.g.node(members[m0 + static_cast<size_t>(s)]), &w = c.g.node(mm.src[0]);
+    const Node &mm = c.g.node(members[static_cast<size_t>(s)]), &w = c.g.node(mm.src[0]);
     ok = mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
          act_type(w.type) == V && one_token_ok(c.g, mm);
     if (ok) segs[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
                             static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
-  MvArgs base = ok ? args_of(c.g, first, nullptr) : MvArgs{};
-  if (ok && with_norm) {  // the blocks normalise the norm's input row themselves (round_slots)
-    const Node &rms = c.g.node(members[0]), &mul = c.g.node(members[1]), &x = c.g.node(rms.src[0]);
-    const Node &nw = c.g.node(mul.src[1]);
-    ok = x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && nw.type == DType::F32 && nw.nb[0] == 4 && nw.ne[0] == K;
-    base.x = static_cast<const uint8_t *>(x.data);
-    base.x_nb1 = static_cast<int64_t>(x.nb[1]);
-    base.nw = f32_data(nw);
-    base.eps = rms.fp[0];
-    base.rms_nthr = row_threads(K);
-  }
-  if (!ok || !launch_group(base, segs, n, c.n_sm, c.stream))
+  if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.stream))
     for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
 }
 

@@ -44,11 +44,11 @@ __device__ __forceinline__ float ref_swiglu(float g, float u, int64_t i, int64_t
 // result.
 // The weights of U steps are loaded before their first fma (2U loads in flight per lane: a
 // 2048-long row in two round trips, was eight), the fold order is unchanged.
-// ref_dot_f32_fold continues a fold whose steps before i0 (a multiple of 64) are in a0 / a1.
-__device__ __forceinline__ float ref_dot_f32_fold(const float *w, const float *x, int n, int i0, float a0, float a1) {
+__device__ __forceinline__ float ref_dot_f32_row(const float *w, const float *x, int n) {
   constexpr int U = 16;
   const int lane = threadIdx.x & 31, np = n & ~63;
-  int i = i0;
+  float a0 = 0.0f, a1 = 0.0f;
+  int i = 0;
   for (; i + 64 * U <= np; i += 64 * U) {
     float w0[U], w1[U];
 #pragma unroll
@@ -72,37 +72,6 @@ __device__ __forceinline__ float ref_dot_f32_fold(const float *w, const float *x
   for (int o = 8; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));  // the 16-lane tree
   for (int e = np; e < n; ++e) v = fmaf(__ldg(w + e), x[e], v);
   return v;
-}
-
-__device__ __forceinline__ float ref_dot_f32_row(const float *w, const float *x, int n) { return ref_dot_f32_fold(w, x, n, 0, 0.0f, 0.0f); }
-
-// ref_dot_f32_row with the weights of its first S steps (64 values each) loaded early into
-// registers (2S per lane), e.g. before pdl_wait while the activation row does not exist yet:
-// load_f32_row_head, later ref_dot_f32_row_head (same row, same n, the same bits).
-template <int S> struct F32RowHead {
-  float w0[S], w1[S];
-};
-
-template <int S> __device__ __forceinline__ void load_f32_row_head(F32RowHead<S> &h, const float *w, int n) {
-  const int lane = threadIdx.x & 31, np = n & ~63;
-#pragma unroll
-  for (int u = 0; u < S; ++u) {
-    const bool in = 64 * u < np;
-    h.w0[u] = in ? __ldg(w + 64 * u + lane) : 0.0f;
-    h.w1[u] = in ? __ldg(w + 64 * u + 32 + lane) : 0.0f;
-  }
-}
-
-template <int S> __device__ __forceinline__ float ref_dot_f32_row_head(const F32RowHead<S> &h, const float *w, const float *x, int n) {
-  const int lane = threadIdx.x & 31, np = n & ~63;
-  float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-  for (int u = 0; u < S; ++u) {
-    if (64 * u >= np) break;  // warp-uniform
-    a0 = fmaf(h.w0[u], x[64 * u + lane], a0);
-    a1 = fmaf(h.w1[u], x[64 * u + 32 + lane], a1);
-  }
-  return ref_dot_f32_fold(w, x, n, np < 64 * S ? np : 64 * S, a0, a1);
 }
 
 // F32 in the reference's batched GEMM (refmath::dot_f32_gemm, taken for k % 16 == 0 and rows
