@@ -62,8 +62,9 @@ MODELS_PID=""
 if has models; then
   # The other architectures' benchmark shapes (deepseek2: GLM-4.7-Flash, gpt-oss-20b MXFP4),
   # written while the tests run.
-  ( [ -f /tmp/glm.gguf ] || nice "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 6 --quiet > "$OUT/mk_glm.log" 2>&1
-    [ -f /tmp/oss.gguf ] || nice "$CLI" mkmodel --preset gpt-oss-20b --type mxfp4 -o /tmp/oss.gguf --threads 6 --quiet > "$OUT/mk_oss.log" 2>&1 ) &
+  # (MODELS: which of them, default both.)
+  ( if [[ " ${MODELS:-glm oss} " == *" glm "* ]]; then [ -f /tmp/glm.gguf ] || nice "$CLI" mkmodel --preset glm-4.7-flash --type q4_k_m -o /tmp/glm.gguf --threads 6 --quiet > "$OUT/mk_glm.log" 2>&1; fi
+    if [[ " ${MODELS:-glm oss} " == *" oss "* ]]; then [ -f /tmp/oss.gguf ] || nice "$CLI" mkmodel --preset gpt-oss-20b --type mxfp4 -o /tmp/oss.gguf --threads 6 --quiet > "$OUT/mk_oss.log" 2>&1; fi ) &
   MODELS_PID=$!
 fi
 
@@ -171,9 +172,9 @@ if has profile; then
 fi
 if has models; then
   wait $MODELS_PID
-  timeout 100 "$CLI" bench -m /tmp/oss.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_oss.log" 2>&1
+  [ -f /tmp/oss.gguf ] && timeout 100 "$CLI" bench -m /tmp/oss.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_oss.log" 2>&1
   note "bench gpt-oss-20b rc=$? $(el): $(grep -E '(pp|tg)[0-9]+ +\|' "$OUT/bench_oss.log" | tr '\n' ' ')"
-  timeout 100 "$CLI" bench -m /tmp/glm.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_glm.log" 2>&1
+  [ -f /tmp/glm.gguf ] && timeout 100 "$CLI" bench -m /tmp/glm.gguf --device cuda -p 512 -n 128 -r 2 > "$OUT/bench_glm.log" 2>&1
   note "bench glm-4.7-flash rc=$? $(el): $(grep -E '(pp|tg)[0-9]+ +\|' "$OUT/bench_glm.log" | tr '\n' ' ')"
 fi
 
