@@ -97,6 +97,11 @@ std::unique_ptr<Backend> make_cpu_backend();
 // Process-wide GPU debugging switch: programmatic dependent launch (a kernel's start overlaps
 // the previous kernel's tail; on by default, sm_90+). No effect without CUDA.
 void set_gpu_dependent_launch(bool on);
+// Process-wide GPU switches of session-5 changes, for measuring them against the old launch
+// (default on; no effect without CUDA): the LM head (a final output) in the GPU's own float
+// order, and the lean 8-warp kernel for one-token mat-vec groups of 2..3 blocks per SM.
+void set_gpu_own_order_head(bool on);
+void set_gpu_lean_groups(bool on);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

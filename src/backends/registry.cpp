@@ -2,6 +2,8 @@
 
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/ops/matmul_ref_order.h"
+#include "backends/cuda/ops/matvec.h"
 #endif
 
 namespace moe {
@@ -18,6 +20,22 @@ BackendRegistry::~BackendRegistry() = default;
 void set_gpu_dependent_launch(bool on) {
 #ifdef MOEINFER_WITH_CUDA
   cuda_pdl_enable(on);
+#else
+  (void)on;
+#endif
+}
+
+void set_gpu_own_order_head(bool on) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_set_final_outputs_own_order(on);
+#else
+  (void)on;
+#endif
+}
+
+void set_gpu_lean_groups(bool on) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_matvec_lean_groups(on);
 #else
   (void)on;
 #endif

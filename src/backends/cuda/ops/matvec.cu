@@ -24,6 +24,7 @@
 // round trip overlap that kernel's tail. Blocks of expert products wait first (the ids are
 // an earlier kernel's output).
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matvec.h"
@@ -886,7 +887,10 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
 // blocks per SM (16-warp blocks of 128 registers, one per SM, would leave a partial second
 // wave: Qwen3-30B-A3B's q/k/v are 384 logical blocks = 1.45 waves of 132) and at most three
 // (the lean kernel's 3 x 8 warps per SM: one wave).
-bool group_lean(int64_t logical, int n_sm) { return logical > 2 * static_cast<int64_t>(n_sm) && logical <= 3 * static_cast<int64_t>(n_sm); }
+std::atomic<bool> g_lean_groups{true};
+bool group_lean(int64_t logical, int n_sm) {
+  return g_lean_groups.load(std::memory_order_relaxed) && logical > 2 * static_cast<int64_t>(n_sm) && logical <= 3 * static_cast<int64_t>(n_sm);
+}
 
 // Launches a MatVecs group: segs[0..n) of one activation rounding, base: the shared fields
 // (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
@@ -1011,6 +1015,8 @@ bool cuda_matvec(const CudaOpCtx &c) {
   launch_rows(c, t, smem, a, cuda_own_order_product(c.n));
   return true;
 }
+
+void cuda_matvec_lean_groups(bool on) { g_lean_groups.store(on); }
 
 int cuda_matvec_group_key(DType t) {
   if (!type_ok(t) || is_plain(t)) return 0;
