@@ -365,7 +365,8 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
   }
   pdl_wait();
   pdl_trigger();
-  for (int i = threadIdx.x; i < m.K; i += kRmThreads) s_x[i] = m.x[i];
+  // All of a thread's loads in flight before its stores (one L2 round trip, not K / 256).
+  stage_row<kWeightRegs>(s_x, m.x, m.K, threadIdx.x, kRmThreads);
   __syncthreads();
   if (m.nw) {  // RmsNorm -> Mul as the row chains compute them
     const float scale = rms_row_scale(s_x, m.K, m.eps, m.rms_nthr, s_red);  // its barriers end every read of s_x
