@@ -27,6 +27,7 @@ __device__ __forceinline__ void warp_top_k(const float *src, int E, int k, int32
     int bi = -1;
 #pragma unroll
     for (int q = 0; q < kSlots; ++q) {
+      if (32 * q >= E) break;  // warp-uniform: slots past E hold nothing (marked taken)
       if (taken & (1u << q)) continue;
       const int e = lane + 32 * q;
       if (bi < 0 || v[q] > bv) { bv = v[q]; bi = e; }
