@@ -237,23 +237,30 @@ __device__ __forceinline__ void store_row(const TView &v, int64_t t, const float
   for (int i = tid; i < n; i += nthr) o[i] = src[i];
 }
 
-// Thread 0, after warp 0's top-k into s_ids: token t's ids, and the probabilities of the
-// chosen experts into g (the gathered row, written when read outside the group).
+// Warp 0 (all lanes), after its top-k into s_ids: lane j < k writes token t's id j and the
+// probability of that expert into g[j] (shared; the gathered row, written when read outside
+// the group).
 __device__ __forceinline__ void store_selection(const float *s_p, const int32_t *s_ids, const RouterArgs &a, int64_t t, int E, float *g) {
   int32_t *ids = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(a.ids.data) + t * a.ids.nb[1]);
-  for (int j = 0; j < a.k; ++j) {
+  const int j = threadIdx.x & 31;
+  if (j < a.k) {
     const int32_t e = s_ids[j];
     ids[j] = e;
     g[j] = (e >= 0 && e < E) ? s_p[e] : 0.0f;
   }
-  if (a.gathered.data) store_row(a.gathered, t, g, a.k, 0, 1);
+  __syncwarp();
+  if (a.gathered.data) store_row(a.gathered, t, g, a.k, j, 32);
 }
 
-// NormSum of k values in place: serial float sum, then one division per value.
+// NormSum of g[0..k) (shared) in place by warp 0 (all lanes): the serial float sum (every
+// lane alike), then lane j's division of g[j].
 __device__ __forceinline__ void norm_sum_values(float *g, int k) {
   float s = 0.0f;
   for (int j = 0; j < k; ++j) s += g[j];
-  for (int j = 0; j < k; ++j) g[j] = g[j] / s;
+  __syncwarp();  // every lane has read g
+  const int j = threadIdx.x & 31;
+  if (j < k) g[j] = g[j] / s;
+  __syncwarp();
 }
 
 // Softmax, top-k, gather [, norm] of token t's logits row (may be shared memory) over
@@ -269,14 +276,13 @@ __device__ void route_row(const float *logits, const RouterArgs &a, int64_t t, i
   __syncthreads();
   if (a.probs.data) store_row(a.probs, t, s_p, E);
   if (threadIdx.x >= 32) return;
+  __shared__ float g[32];
   warp_top_k(s_p, E, a.k, s_ids);
   __syncwarp();
-  if (threadIdx.x != 0) return;
-  float g[32];
   store_selection(s_p, s_ids, a, t, E, g);
   if (a.weights.data) {
     norm_sum_values(g, a.k);
-    store_row(a.weights, t, g, a.k, 0, 1);
+    store_row(a.weights, t, g, a.k, threadIdx.x, 32);
   }
 }
 
@@ -297,18 +303,19 @@ __device__ void route_row_sigmoid(const float *logits, const RouterArgs &a, int6
   if (a.probs.data) store_row(a.probs, t, s_p, E);
   if (a.selected.data) store_row(a.selected, t, s_sel, E);
   if (threadIdx.x >= 32) return;
+  __shared__ float g[32];
   warp_top_k(s_sel, E, a.k, s_ids);
   __syncwarp();
-  if (threadIdx.x != 0) return;
-  float g[32];
   store_selection(s_p, s_ids, a, t, E, g);
+  const int j = threadIdx.x;  // (warp 0)
   if (a.norm) {
     norm_sum_values(g, a.k);
-    if (a.weights.data) store_row(a.weights, t, g, a.k, 0, 1);
+    if (a.weights.data) store_row(a.weights, t, g, a.k, j, 32);
   }
-  if (a.scaled.data) {
-    for (int j = 0; j < a.k; ++j) g[j] = ew_value(kScale, g[j], 0.0f, j, a.k, a.sc0, a.sc1);
-    store_row(a.scaled, t, g, a.k, 0, 1);
+  if (a.scaled.data && j < a.k) {
+    const float v = ew_value(kScale, g[j], 0.0f, j, a.k, a.sc0, a.sc1);
+    float *o = const_cast<float *>(row_in(a.scaled, t, 0, 0));
+    o[j] = v;
   }
 }
 

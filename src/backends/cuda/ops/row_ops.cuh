@@ -54,9 +54,10 @@ __device__ __forceinline__ float rms_row_scale_warp(const float *src, int64_t n,
 // Softmax of one row over threads [0, nthr) of the block (stride nthr; threads past nthr
 // add nothing) in the CPU's order, bit for bit: max; the reference's vector expf on the
 // 16-element chunks (libm's expf on the tail there, CUDA's here: within an ulp); the double
-// sum of each chunk's 16-lane tree in chunk order, then of the tail values, by thread 0
-// (rows are expert counts: a few hundred values); one float reciprocal. dst may be shared
-// memory. Block-wide: every thread calls it. Each thread rescales only the values it wrote.
+// sum of each chunk's 16-lane tree in chunk order, then of the tail values (rows are expert
+// counts: a few hundred values; warp 0's lanes build the chunks' trees side by side and every
+// lane adds them in chunk order); one float reciprocal. dst may be shared memory. Block-wide
+// (at least one warp): every thread calls it. Each thread rescales only the values it wrote.
 __device__ __forceinline__ void softmax_row(const float *src, float *dst, int64_t n, float *shf, double *shd, int nthr) {
   const int64_t i0 = static_cast<int>(threadIdx.x) < nthr ? threadIdx.x : n;
   float mx = -INFINITY;
@@ -65,11 +66,19 @@ __device__ __forceinline__ void softmax_row(const float *src, float *dst, int64_
   const int64_t n16 = n & ~int64_t{15};
   for (int64_t i = i0; i < n; i += nthr) dst[i] = i < n16 ? ref_expf_v(src[i] - mx) : expf(src[i] - mx);
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int64_t nc = n16 / 16;
     double s = 0.0;
-    for (int64_t c = 0; c < n16; c += 16) s += static_cast<double>(ref_hsum16(dst + c));
-    for (int64_t i = n16; i < n; ++i) s += static_cast<double>(dst[i]);
-    shd[0] = s;
+    for (int64_t c0 = 0; c0 < nc; c0 += 32) {
+      const double h = c0 + lane < nc ? static_cast<double>(ref_hsum16(dst + 16 * (c0 + lane))) : 0.0;
+      const int m = nc - c0 < 32 ? static_cast<int>(nc - c0) : 32;
+      for (int j = 0; j < m; ++j) s += __shfl_sync(0xffffffffu, h, j);  // chunk c0 + j
+    }
+    if (lane == 0) {
+      for (int64_t i = n16; i < n; ++i) s += static_cast<double>(dst[i]);
+      shd[0] = s;
+    }
   }
   __syncthreads();
   const float inv = static_cast<float>(1.0 / shd[0]);
