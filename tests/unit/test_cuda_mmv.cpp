@@ -555,7 +555,7 @@ TEST_CASE("cuda fused: expert mat-vecs at Qwen3-30B-A3B shapes (8 experts per to
       CHECK(gate_up_case(*reg.cpu(), t, 2048, M, 10, ids8, seed++) < 1e-4);
     }
     for (int64_t M : {int64_t(2048), int64_t(2047)})
-      for (size_t s = 0; s < down_sets.size(); ++s) {
+      for (size_t s = 0; s < (M == 2048 ? down_sets.size() : 1); ++s) {  // (odd M: 8 slots only, quantizing is slow)
         INFO("type " << dtype_name(t) << " down M=" << M << " n_used=" << down_sets[s].size());
         CHECK(down_case(*reg.cpu(), t, 768, M, 10, down_sets[s], s == 0 ? 1 : 0, seed++) <= (ref_exact(t) ? 0.0 : 1e-4));
       }

@@ -291,12 +291,19 @@ __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&w
   }
 }
 
-// Whether q4k_direct_dots may read a.w (and a.w2) blocks as 16-byte words: block-uniform.
-__device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
+// Whether q4k_direct_dots may read a.w (and a.w2) blocks as 16-byte words: launch-uniform.
+__host__ __device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
   uintptr_t o = reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb) | static_cast<uintptr_t>(a.eb);
   if (a.w2) o |= reinterpret_cast<uintptr_t>(a.w2) | static_cast<uintptr_t>(a.rb2) | static_cast<uintptr_t>(a.eb2);
   return (o & 15) == 0;
 }
+
+// Q4_K rows take q4k_direct_dots when they are in the repacked order and 16-byte aligned
+// (launch-uniform). Kernels compile either path or both (Q4kPath, quant_dots): the expert
+// kernel's register cap holds each path alone without spills, not both in one kernel.
+__host__ __device__ __forceinline__ bool q4k_direct(const MvArgs &a) { return ref_q4k_repacked(a.M) && rows_aligned16(a); }
+enum Q4kPath : int { kQ4kEither, kQ4kDirect, kQ4kStaged };
+template <DType T> constexpr int q4k_staged_or_either() { return T == DType::Q4_K ? kQ4kStaged : kQ4kEither; }
 
 // Lane partial sums of J weight rows (quantized types) against their activation slots.
 // jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0), each walked for K elements (a
@@ -309,15 +316,16 @@ __device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
 // Reference-order types (matvec_ref_order.cuh) keep the reference's float lanes in acc and
 // the min accumulators in accm (lane partial sums otherwise; accm unused); chain: job 1 is
 // the K half that follows job 0's (kModeHalves with a half of at most one chunk, so job 0's
-// whole half is folded first) and continues job 0's accumulators.
-template <DType T, int J, int CH, int C = chunks_in_flight<T>(J)>
+// whole half is folded first) and continues job 0's accumulators. C: chunks in flight; P:
+// Q4kPath (kQ4kStaged: never q4k_direct_dots).
+template <DType T, int J, int CH, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                            float (&acc)[J], float (&accm)[J], bool chain) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
   const int lane = threadIdx.x & 31;
-  if constexpr (T == DType::Q4_K) {
-    if (ref_q4k_repacked(a.M) && rows_aligned16(a)) {
+  if constexpr (T == DType::Q4_K && P == kQ4kEither) {  // (kQ4kDirect: row_dots calls q4k_direct_dots itself)
+    if (q4k_direct(a)) {
       q4k_direct_dots<J, CH>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
       return;
     }
@@ -504,7 +512,7 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 
 // kh > 0 (quantized only): job 1 is the second half of job 0's row (kModeHalves): both walk
 // kh elements, job 1 from activation kh on (its row pointer already points there).
-template <DType T, int J, int CH, int C = chunks_in_flight<T>(J)>
+template <DType T, int J, int CH, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                                          float (&acc)[J], float (&accm)[J], int kh = 0) {
@@ -524,7 +532,9 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     int xe[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
-    quant_dots<T, J, CH, C>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
+    const int kn = kh > 0 ? kh : a.K;
+    if constexpr (T == DType::Q4_K && P == kQ4kDirect) q4k_direct_dots<J, CH>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, kh > 0);
+    else quant_dots<T, J, CH, C, P>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
   }
 }
 
@@ -555,7 +565,7 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // shared memory (prod: a row of n_used floats per row of the block, after the rounding's
 // layout) and, after a barrier, the row's first warp combines them in slot order j = 0, 1, ...
 // (the products and their order are those of one warp doing every pass: bit-identical).
-template <DType T, int J, int CH> __device__ __forceinline__ void down_block(const MvArgs &a) {
+template <DType T, int J, int CH, int P> __device__ __forceinline__ void down_block(const MvArgs &a) {
   pdl_enter();  // the expert ids are an earlier kernel's output
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -591,7 +601,7 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
-    row_dots<T, J, CH>(a, wr, ok, xslot, j0 == part * J, false, 0, x_n, stage, xm, acc, accm);
+    row_dots<T, J, CH, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, j0 == part * J, false, 0, x_n, stage, xm, acc, accm);
     finish_rows<T, J>(a, acc, accm, v);
     if (lane == 0) {
 #pragma unroll
@@ -614,8 +624,8 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
 // kModeRows / kModeGateUp / kModeSplit for thread block bx of the row range (blockIdx.y:
 // expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
 // kModeSplit runs one logical block per thread block.
-// C: chunks in flight (quant_dots).
-template <DType T, int C = chunks_in_flight<T>(kJPair)> __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
+// C, P: chunks in flight and Q4_K path (quant_dots).
+template <DType T, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither> __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -680,7 +690,7 @@ template <DType T, int C = chunks_in_flight<T>(kJPair)> __device__ __forceinline
     }
   }
   if (!split) {
-    row_dots<T, J, CH, C>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+    row_dots<T, J, CH, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
     if (halves && !ref_order_type<T>) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
     finish_rows<T, J>(a, acc, accm, v);
   }
@@ -709,10 +719,12 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
 // multiprocessor (65536 / (256 x 3) -> 80 registers): 24 resident warps instead of the 16 of
 // one 16-warp block at 128 registers. These launches are latency bound (each warp's loads,
 // then its serial fold), so more resident warps is more overlap. Grids of a Qwen3-30B-A3B
-// layer: gate/up 96 x 8 blocks, down 512 blocks (two warps per row: down_split).
-template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
-  if constexpr (J == kJDown) down_block<T, J, CH>(a);
-  else rows_block<T, 1>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
+// layer: gate/up 96 x 8 blocks, down 512 blocks (two warps per row: down_split). P: the
+// Q4_K path (Q4kPath; the host picks it).
+template <DType T, int J, int CH, int P>
+__global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
+  if constexpr (J == kJDown) down_block<T, J, CH, P>(a);
+  else rows_block<T, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
 // Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
@@ -809,6 +821,11 @@ void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
 #undef MOE_MV_CASE
 }
 
+template <DType T, int P> void launch_expert_as(bool down, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a) {
+  if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
+  else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
+}
+
 // Gate/up + SwiGLU (a.mode kModeGateUp; grid: blocks of kRowsOne rows x expert slots) or
 // down + combine (kModeDown; blocks of kMvWarps / down_split rows) in 8-warp blocks of
 // matvec_expert_kernel. Returns false, launching nothing, where the shared memory does not
@@ -826,12 +843,13 @@ bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
   }
   if (smem < 0 || smem > kMvSmemMax) return false;
   if (grid.x == 0 || grid.y == 0) return true;
-  const dim3 block(kMvThreads);
-#define MOE_MV_EXPERT_CASE(TY)                                                                                       \
-  case TY:                                                                                                           \
-    if (down) launch_pdl(matvec_expert_kernel<TY, kJDown, kChDown>, grid, block, static_cast<size_t>(smem), s, a);   \
-    else launch_pdl(matvec_expert_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a);        \
-    break;
+  const size_t sm = static_cast<size_t>(smem);
+  if (t == DType::Q4_K && q4k_direct(a)) {
+    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, grid, sm, s, a);
+    return true;
+  }
+#define MOE_MV_EXPERT_CASE(TY) \
+  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, grid, sm, s, a); break;
   switch (t) {
     MOE_MV_TYPES(MOE_MV_EXPERT_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
