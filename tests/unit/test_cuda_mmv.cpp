@@ -549,7 +549,7 @@ TEST_CASE("cuda fused: expert mat-vecs at Qwen3-30B-A3B shapes (8 experts per to
   // 128 keep the CPU reference fast.
   const std::vector<int32_t> ids8 = {7, 2, 9, 0, 4, 1, 8, 3};
   const std::vector<std::vector<int32_t>> down_sets = {ids8, {5, 9, 5, 1, 0, 6}, {3, 1, 12, 7, 0, 2, 9, 4, 6, 8}, {6, 0, 9, 2}};
-  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q3_K}) {
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {  // Qwen3's types (quantizing 16M weights a case is slow)
     for (int64_t M : {int64_t(768), int64_t(767)}) {
       INFO("type " << dtype_name(t) << " gate/up M=" << M);
       CHECK(gate_up_case(*reg.cpu(), t, 2048, M, 10, ids8, seed++) < 1e-4);
