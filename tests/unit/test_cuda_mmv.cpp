@@ -628,4 +628,28 @@ TEST_CASE("cuda fused: down + moe_combine (+ residual) at one token matches the 
   }
 }
 
+TEST_CASE("cuda fused: expert mat-vecs at Qwen3-30B-A3B shapes (8 experts per token) match the CPU", "[ops][cuda][fusion][moe]") {
+  BackendRegistry reg;
+  if (!gpu_or_skip(reg)) return;
+  uint32_t seed = 650;
+  // 8-warp blocks of matvec_expert_kernel: gate/up K 2048 x M 768 (Q4_K: the repacked order
+  // from aligned rows), M 767 (Q4_K's vec_dot order, staged); down K 768 x M 2048 / 2047 with
+  // 8 slots (two warps per row), 6 and 10 slots (the second warp with fewer passes, a
+  // duplicate and an out-of-range id), and 4 slots (one warp per row). 10 experts instead of
+  // 128 keep the CPU reference fast.
+  const std::vector<int32_t> ids8 = {7, 2, 9, 0, 4, 1, 8, 3};
+  const std::vector<std::vector<int32_t>> down_sets = {ids8, {5, 9, 5, 1, 0, 6}, {3, 1, 12, 7, 0, 2, 9, 4, 6, 8}, {6, 0, 9, 2}};
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {  // Qwen3's types (quantizing 16M weights a case is slow)
+    for (int64_t M : {int64_t(768), int64_t(767)}) {
+      INFO("type " << dtype_name(t) << " gate/up M=" << M);
+      CHECK(gate_up_case(*reg.cpu(), t, 2048, M, 10, ids8, seed++) < 1e-4);
+    }
+    for (int64_t M : {int64_t(2048), int64_t(2047)})
+      for (size_t s = 0; s < (M == 2048 ? down_sets.size() : 1); ++s) {  // (odd M: 8 slots only, quantizing is slow)
+        INFO("type " << dtype_name(t) << " down M=" << M << " n_used=" << down_sets[s].size());
+        CHECK(down_case(*reg.cpu(), t, 768, M, 10, down_sets[s], s == 0 ? 1 : 0, seed++) <= (ref_exact(t) ? 0.0 : 1e-4));
+      }
+  }
+}
+
 #endif  // MOEINFER_WITH_CUDA

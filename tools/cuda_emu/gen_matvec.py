@@ -2,7 +2,8 @@
 # helpers, up to the launchers that read graph nodes) to OUT, plus entry points in
 # namespace moe::emu_TAG for matvec_check.cpp: PDL and <<< >>> launches become emu_launch,
 # dynamic shared memory a static buffer. FLAVOR: "old" (launch(t, down, grid, smem, ...),
-# before the MatVecs group) or "new". Usage: gen_matvec.py MATVEC_CU OUT_CPP TAG FLAVOR
+# before the MatVecs group) or "new" (rows through launch(t, grid, shape, ...), the expert
+# products through launch_expert). Usage: gen_matvec.py MATVEC_CU OUT_CPP TAG FLAVOR
 import re
 import sys
 
@@ -38,10 +39,13 @@ else:
     api = common + '''
 void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const EmuMv &m) {
   const MvArgs a = to_args(m);
-  const int x_n = down ? a.X : 1;
-  const MvShape sh = groups ? MvShape{groups, smem_bytes(t, a.K, x_n, down, groups)}
-                            : block_groups(t, int64_t(gx) * gy, n_sm, smem_bytes(t, a.K, x_n, down), smem_bytes(t, a.K, x_n, down, 2));
-  launch(t, down, dim3(gx, gy), sh, nullptr, a);
+  if (down || a.mode == kModeGateUp) {  // the expert products pick their own grid and blocks (launch_expert)
+    if (!launch_expert(t, down, nullptr, a)) std::printf("launch_expert: shared memory does not fit\\n");
+    return;
+  }
+  const MvShape sh = groups ? MvShape{groups, smem_bytes(t, a.K, 1, false, groups)}
+                            : block_groups(t, int64_t(gx) * gy, n_sm, smem_bytes(t, a.K, 1, false), smem_bytes(t, a.K, 1, false, 2));
+  launch(t, dim3(gx, gy), sh, nullptr, a);
 }
 bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
   MvSeg sg[kMaxFusedMatVecs];
@@ -56,4 +60,4 @@ bool launch_own(DType t, unsigned gx, unsigned gy, const EmuMv &m) {
 '''
 s += '}  // namespace\nnamespace emu_' + tag + ' {\n' + api + '}  // namespace emu_' + tag + '\n}  // namespace moe\n'
 s = s.replace('namespace moe {\n', 'namespace moe {\nusing namespace moe_emu_api;\n', 1)
-open(out, 'w').write('#include "matvec_api.h"\n' + s)
+open(out, 'w').write('#include <cstdio>\n#include "matvec_api.h"\n' + s)

@@ -183,6 +183,34 @@ void check_own_order(DType t, const Buf &w, const Buf &we, EmuMv m, const std::v
   near_cpu(ye, want_id, tag + " own matmul_id");
 }
 
+// Expert slots of the down + combine checks: one pass of four (one warp per row), five
+// (two warps per row, the second with one slot), eight (two full passes) and ten (three
+// passes: the first warp of a row takes two), with out-of-range ids; shared: one activation
+// for every slot (X = 1) instead of one per slot.
+struct DownSet {
+  std::vector<int32_t> ids;
+  bool shared;
+};
+const DownSet kDownSets[] = {{{1, 2, 0, 2, -1}, false}, {{3, -1, 2, 2}, false}, {{1, 2, 0, 2, 4, 3, 1, 0}, false},
+                             {{0, 1, 2, 3, 4, 0, 1, 9, 3, 4}, false}, {{4, 0, 3, 1, 2, 2, 0, 1}, true}};
+constexpr int64_t kMaxSlots = 10;
+
+// The launch arguments of down + combine (+ residual res) for one DownSet: weights we of E
+// experts, activations xs (slot s at xs + s * K), combine weights cw (>= the slots).
+EmuMv down_args(EmuMv m, const DownSet &d, const std::vector<float> &cw, const float *res) {
+  m.ids = d.ids.data();
+  m.n_used = static_cast<int>(d.ids.size());
+  m.X = d.shared ? 1 : m.n_used;
+  m.cw = cw.data();
+  m.add = res;
+  m.mode = kDown;
+  return m;
+}
+
+// Whether the activation slots of a down launch fit the launcher's shared memory (48 KB:
+// about 1.5 bytes per value plus staging); 5 x 4608 did before and still does.
+bool fits(const EmuMv &m) { return static_cast<int64_t>(m.X) * m.K <= 5 * 4608; }
+
 void check_ref_type(DType t) {
   const int64_t bs = type_traits(t).block_size;
   const std::vector<int64_t> Ks = bs == 256 ? std::vector<int64_t>{768, 2304, 4096, 4608}
@@ -195,7 +223,7 @@ void check_ref_type(DType t) {
       auto make = [&](int64_t rows) { return t == DType::F32 ? weights(t, K, rows) : random_blocks(t, K, rows); };
       std::unique_ptr<Buf> w(make(M)), we(make(M * E)), wu(make(M * E));
       const size_t rb = row_size(t, K);
-      auto xs = randn(static_cast<size_t>(K * 5));
+      auto xs = randn(static_cast<size_t>(K * kMaxSlots));
       xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
       for (int64_t i = 0; i < 32 && 64 + i < K; ++i) xs[static_cast<size_t>(64 + i)] = 0.0f;  // a zero Q8_0 block
       EmuMv m = one_token_args(rb, K, M, xs);
@@ -259,26 +287,23 @@ void check_ref_type(DType t) {
         for (int64_t r = 0; r < M; ++r) want.push_back(cpu_swiglu(g[r], u[r], r, M));
       }
       expect(t, false, cdiv(M, 8), 4, m, want, tag + " gate_up");
-      // down + combine + residual: 5 slots (two passes of four), products added in slot order
-      const std::vector<int32_t> ids5 = {1, 2, 0, 2, -1};
-      const auto cw = randn(5);
-      m.ids = ids5.data();
-      m.n_used = 5;
-      m.X = 5;
-      m.cw = cw.data();
-      m.add = res.data();
-      m.mode = kDown;
-      want.assign(static_cast<size_t>(M), 0.0f);
-      for (int j = 0; j < 5; ++j) {
-        if (ids5[j] < 0) continue;
-        const auto y = expert(*we, ids5[j], j);
-        for (int64_t r = 0; r < M; ++r) {
-          const float p = y[r] * cw[j];
-          want[r] = j == 0 ? p : want[r] + p;
+      // down + combine + residual: products added in slot order
+      const auto cw = randn(kMaxSlots);
+      for (const DownSet &d : kDownSets) {
+        const EmuMv md = down_args(m, d, cw, res.data());
+        if (!fits(md)) continue;
+        want.assign(static_cast<size_t>(M), 0.0f);
+        for (int j = 0; j < md.n_used; ++j) {
+          if (d.ids[j] < 0 || d.ids[j] >= E) continue;
+          const auto y = expert(*we, d.ids[j], d.shared ? 0 : j);
+          for (int64_t r = 0; r < M; ++r) {
+            const float p = y[r] * cw[j];
+            want[r] = j == 0 ? p : want[r] + p;
+          }
         }
+        for (int64_t r = 0; r < M; ++r) want[r] += res[r];
+        expect(t, true, cdiv(M, 8), 1, md, want, tag + " down n_used " + std::to_string(md.n_used) + (d.shared ? " shared" : ""));
       }
-      for (int64_t r = 0; r < M; ++r) want[r] += res[r];
-      expect(t, true, cdiv(M, 8), 1, m, want, tag + " down");
     }
 }
 
@@ -293,7 +318,7 @@ void check_type(DType t) {
     const int64_t M = 37, E = 5;
     std::unique_ptr<Buf> w(weights(t, K, M)), we(weights(t, K, M * E)), wu(weights(t, K, M * E));
     const size_t rb = row_size(t, K);
-    auto xs = randn(static_cast<size_t>(K * 5));
+    auto xs = randn(static_cast<size_t>(K * kMaxSlots));
     xs[3] = -xs[200 % K];  // a magnitude tie of opposite signs in one 256-group (Q8_K: first index wins)
     EmuMv m = one_token_args(rb, K, M, xs);
     // MatMul
@@ -365,16 +390,13 @@ void check_type(DType t) {
       m.mode = kGateUp;
       expect(t, false, cdiv(M, 8), 4, m, want, tag + " gate_up");
     }
-    // down + combine + residual: 5 slots (two passes of four)
-    const std::vector<int32_t> ids5 = {1, 2, 0, 2, -1};
-    const auto cw = randn(5);
-    m.ids = ids5.data();
-    m.n_used = 5;
-    m.X = 5;
-    m.cw = cw.data();
-    m.add = res.data();
-    m.mode = kDown;
-    compare(t, true, cdiv(M, 8), 1, m, M, tag + " down");
+    // down + combine + residual
+    const auto cw = randn(kMaxSlots);
+    for (const DownSet &d : kDownSets) {
+      const EmuMv md = down_args(m, d, cw, res.data());
+      if (!fits(md)) continue;
+      compare(t, true, cdiv(M, 8), 1, md, M, tag + " down n_used " + std::to_string(md.n_used) + (d.shared ? " shared" : ""));
+    }
   }
 }
 

@@ -2,8 +2,10 @@
 // token), and the fused one-token groups MatMul + Add, gate/up MatMulId + SwiGLU and down
 // MatMulId + MoeCombine (+ Add). Memory-bound: a token reads every weight byte once.
 //
-// A (logical) block of 8 warps owns a few weight rows; a thread block holds one or two of
-// them (two share the activation rounding: block_groups). Each warp owns J "jobs" (weight
+// A (logical) block of 8 warps owns a few weight rows; a thread block of row pairs holds one
+// or two of them (two share the activation rounding: block_groups); the expert products
+// (gate/up, down) run 8-warp blocks, three per multiprocessor (matvec_expert_kernel; down
+// with two warps per row: down_split). Each warp owns J "jobs" (weight
 // rows: a row pair, a gate row and its up row, or one output row of J experts) and walks K in chunks
 // of CH elements: for every job it first issues all its coalesced 16-byte loads of two
 // chunks' GGUF blocks into registers (aligned down and up to 16 bytes: up to 15 bytes past a
@@ -51,6 +53,7 @@ constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row pe
 // Kernel shapes: J jobs per warp, chunks of CH elements.
 constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
 constexpr int kJDown = 4, kChDown = 1024;  // down + combine: 4 experts at a time
+constexpr int kMvExpertBlocks = 3;  // 8-warp blocks per SM of the expert products (matvec_expert_kernel)
 
 // kModeSplit: F16 / BF16 with few rows: a block takes one row pair and its 8 warps split K,
 // so the rows are spread over more multiprocessors. (F32 rows fold in the reference's
@@ -89,8 +92,9 @@ template <DType T> constexpr bool cpu_order_type = ref_order_type<T> || T == DTy
 constexpr bool cpu_order_dtype(DType t) { return ref_order_dtype(t) || t == DType::F32; }
 
 // Chunks of a job whose loads are issued together: two for row pairs (a 4096-long row in
-// one round trip), one for the down kernel's four experts.
-constexpr int chunks_in_flight(int J) { return J <= 2 ? 2 : 1; }
+// one round trip), one for the down kernel's four experts and for Q6_K (registers for
+// matvec_rows8_kernel). The expert kernel keeps one for every type (its register cap).
+template <DType T> constexpr int chunks_in_flight(int J) { return T == DType::Q6_K || J > 2 ? 1 : 2; }
 
 // 16-byte loads per lane for one job's chunk: the chunk's blocks plus <= 30 bytes of cover.
 template <DType T, int CH> constexpr int loads_per_lane() { return (CH / qk<T>() * BlockInfo<T>::bytes + 30 + 511) / 512; }
@@ -308,12 +312,19 @@ __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&w
   }
 }
 
-// Whether q4k_direct_dots may read a.w (and a.w2) blocks as 16-byte words: block-uniform.
-__device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
+// Whether q4k_direct_dots may read a.w (and a.w2) blocks as 16-byte words: launch-uniform.
+__host__ __device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
   uintptr_t o = reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb) | static_cast<uintptr_t>(a.eb);
   if (a.w2) o |= reinterpret_cast<uintptr_t>(a.w2) | static_cast<uintptr_t>(a.rb2) | static_cast<uintptr_t>(a.eb2);
   return (o & 15) == 0;
 }
+
+// Q4_K rows take q4k_direct_dots when they are in the repacked order and 16-byte aligned
+// (launch-uniform). Kernels compile either path or both (Q4kPath, quant_dots): the expert
+// kernel's register cap holds each path alone without spills, not both in one kernel.
+__host__ __device__ __forceinline__ bool q4k_direct(const MvArgs &a) { return ref_q4k_repacked(a.M) && rows_aligned16(a); }
+enum Q4kPath : int { kQ4kEither, kQ4kDirect, kQ4kStaged };
+template <DType T> constexpr int q4k_staged_or_either() { return T == DType::Q4_K ? kQ4kStaged : kQ4kEither; }
 
 // Lane partial sums of J weight rows (quantized types) against their activation slots.
 // jobs' rows: wr[k] (ok[k] false: skipped, acc[k] stays 0), each walked for K elements (a
@@ -326,19 +337,19 @@ __device__ __forceinline__ bool rows_aligned16(const MvArgs &a) {
 // Reference-order types (matvec_ref_order.cuh) keep the reference's float lanes in acc and
 // the min accumulators in accm (lane partial sums otherwise; accm unused); chain: job 1 is
 // the K half that follows job 0's (kModeHalves with a half of at most one chunk, so job 0's
-// whole half is folded first) and continues job 0's accumulators.
-// OneChunk: one chunk's loads in flight instead of chunks_in_flight(J) (registers for the
-// 3-blocks-per-SM kernels; the chunks are folded in the same order: the same sums).
-template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, bool OneChunk = false>
+// whole half is folded first) and continues job 0's accumulators. Cpu: the reference's float
+// order (false: CUDA's own, for final outputs); C: chunks in flight (1: registers for the
+// 3-blocks-per-SM kernels; the chunks are folded in the same order: the same sums); P: Q4kPath
+// (kQ4kStaged: never q4k_direct_dots).
+template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                            float (&acc)[J], float (&accm)[J], bool chain) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
-  constexpr int C = T == DType::Q6_K || OneChunk ? 1 : chunks_in_flight(J);  // Q6_K: registers for matvec_rows8_kernel
   const int lane = threadIdx.x & 31;
-  if constexpr (T == DType::Q4_K && Cpu) {
-    if (ref_q4k_repacked(a.M) && rows_aligned16(a)) {
-      q4k_direct_dots<J, CH, OneChunk>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
+  if constexpr (T == DType::Q4_K && Cpu && P == kQ4kEither) {  // (kQ4kDirect: row_dots calls q4k_direct_dots itself)
+    if (q4k_direct(a)) {
+      q4k_direct_dots<J, CH, C == 1>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
       return;
     }
   }
@@ -524,7 +535,7 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 
 // kh > 0 (quantized only): job 1 is the second half of job 0's row (kModeHalves): both walk
 // kh elements, job 1 from activation kh on (its row pointer already points there).
-template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, bool OneChunk = false>
+template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
                                          float (&acc)[J], float (&accm)[J], int kh = 0) {
@@ -544,7 +555,9 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
     int xe[J];
 #pragma unroll
     for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
-    quant_dots<T, J, CH, Cpu, OneChunk>(a, kh > 0 ? kh : a.K, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
+    const int kn = kh > 0 ? kh : a.K;
+    if constexpr (T == DType::Q4_K && Cpu && P == kQ4kDirect) q4k_direct_dots<J, CH>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, kh > 0);
+    else quant_dots<T, J, CH, Cpu, C, P>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
   }
 }
 
@@ -565,8 +578,17 @@ __device__ __forceinline__ uint8_t *dyn_smem() {
   return smem;
 }
 
-// kModeDown: one output row per warp; J experts at a time, combined in slot order j = 0, 1, ...
-template <DType T, int J, int CH> __device__ __forceinline__ void down_block(const MvArgs &a) {
+// Warps per output row of the down kernel: two where the expert slots take more than one
+// pass of J (each warp then folds every other pass: twice the warps, half the serial chain
+// per warp), else one. Rows per 8-warp block: kMvWarps / down_split.
+__host__ __device__ constexpr int down_split(int n_used, int J) { return n_used > J ? 2 : 1; }
+
+// kModeDown: a row's expert slots in passes of J, the passes dealt to the row's S =
+// down_split warps in turn (pass q to warp part q % S); each warp writes its products to
+// shared memory (prod: a row of n_used floats per row of the block, after the rounding's
+// layout) and, after a barrier, the row's first warp combines them in slot order j = 0, 1, ...
+// (the products and their order are those of one warp doing every pass: bit-identical).
+template <DType T, int J, int CH, int P> __device__ __forceinline__ void down_block(const MvArgs &a) {
   pdl_enter();  // the expert ids are an earlier kernel's output
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -575,20 +597,25 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
   const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5, act_type(T));
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
+  const int S = down_split(a.n_used, J), R = static_cast<int>(blockDim.x >> 5) / S;  // warps per row, rows per block
+  const int r = warp % R, part = warp / R;
+  const int row = blockIdx.x * R + r;
+  float *prod = reinterpret_cast<float *>(smem + (is_plain(T) ? 0 : L.total)) + r * a.n_used;  // plain types: no rounding layout
   const uint8_t *wr[J];
   bool ok[J];
   int xslot[J];
   float acc[J], accm[J], v[J];
-  const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // kRowsOne per logical block
-  // The experts of the later passes: their rows into L2 while the first pass loads and
-  // computes (the passes' register loads are issued one after another).
+  // The experts of this warp's later passes: their rows into L2 while the first pass loads
+  // and computes (the passes' register loads are issued one after another).
   if (row < a.M)
-    for (int j = J; j < a.n_used; ++j) {
-      const int e = a.ids[j];
-      if (e >= 0 && e < a.E) prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row) * a.rb, a.rb);
-    }
-  float out = 0.0f;
-  for (int j0 = 0; j0 < a.n_used; j0 += J) {
+    for (int j0 = (part + S) * J; j0 < a.n_used; j0 += S * J)
+      for (int j = j0; j < min(j0 + J, a.n_used); ++j) {
+        const int e = a.ids[j];
+        if (e >= 0 && e < a.E) prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row) * a.rb, a.rb);
+      }
+  // Every warp has a first pass (part * J < n_used: down_split), which rounds the activations
+  // with the whole block.
+  for (int j0 = part * J; j0 < a.n_used; j0 += S * J) {
 #pragma unroll
     for (int k = 0; k < J; ++k) {
       const int j = j0 + k;
@@ -599,21 +626,31 @@ template <DType T, int J, int CH> __device__ __forceinline__ void down_block(con
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
-    row_dots<T, J, CH>(a, wr, ok, xslot, j0 == 0, false, 0, x_n, stage, xm, acc, accm);
+    row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, j0 == part * J, false, 0, x_n, stage, xm, acc, accm);
     finish_rows<T, J>(a, acc, accm, v);
-    // The MoeCombine op's order: the first slot's product, then each next one added (a
-    // rounded product, then a rounded sum: no fma).
+    if (lane == 0) {
 #pragma unroll
-    for (int k = 0; k < J; ++k)
-      if (ok[k]) out = j0 + k == 0 ? __fmul_rn(v[k], a.cw[0]) : __fadd_rn(out, __fmul_rn(v[k], a.cw[j0 + k]));
+      for (int k = 0; k < J; ++k)
+        if (ok[k]) prod[j0 + k] = v[k];
+    }
   }
-  if (lane == 0 && row < a.M) a.y[row] = a.add ? out + a.add[row] : out;
+  __syncthreads();
+  if (part != 0 || lane != 0 || row >= a.M) return;
+  // The MoeCombine op's order: the first slot's product, then each next one added (a
+  // rounded product, then a rounded sum: no fma); out-of-range experts are skipped.
+  float out = 0.0f;
+  for (int j = 0; j < a.n_used; ++j) {
+    const int e = a.ids[j];
+    if (e >= 0 && e < a.E) out = j == 0 ? __fmul_rn(prod[j], a.cw[0]) : __fadd_rn(out, __fmul_rn(prod[j], a.cw[j]));
+  }
+  a.y[row] = a.add ? out + a.add[row] : out;
 }
 
 // kModeRows / kModeGateUp / kModeSplit for thread block bx of the row range (blockIdx.y:
 // expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
 // kModeSplit runs one logical block per thread block.
-template <DType T, bool Cpu = cpu_order_type<T>, bool OneChunk = false>
+// Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
+template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither>
 __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
@@ -680,7 +717,7 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     }
   }
   if (!split) {
-    row_dots<T, J, CH, Cpu, OneChunk>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+    row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
     if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
     finish_rows<T, J, Cpu>(a, acc, accm, v);
   }
@@ -700,8 +737,21 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
 }
 
 template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThreads) matvec_kernel(MvArgs a) {
-  if constexpr (J == kJDown) down_block<T, J, CH>(a);
-  else rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
+  static_assert(J == kJPair, "row pairs (the expert products take matvec_expert_kernel)");
+  rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
+}
+
+// The expert products (gate/up + SwiGLU: J = kJPair, down + combine: J = kJDown) in 8-warp
+// thread blocks with a register cap that lets kMvExpertBlocks of them share a
+// multiprocessor (65536 / (256 x 3) -> 80 registers): 24 resident warps instead of the 16 of
+// one 16-warp block at 128 registers. These launches are latency bound (each warp's loads,
+// then its serial fold), so more resident warps is more overlap. Grids of a Qwen3-30B-A3B
+// layer: gate/up 96 x 8 blocks, down 512 blocks (two warps per row: down_split). P: the
+// Q4_K path (Q4kPath; the host picks it).
+template <DType T, int J, int CH, int P>
+__global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
+  if constexpr (J == kJDown) down_block<T, J, CH, P>(a);
+  else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
 // Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
@@ -709,7 +759,7 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
 // one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
 // Cpu = false: a final output of a CPU-order type in CUDA's own order (launch_own_order).
 template <DType T, bool Cpu = cpu_order_type<T>> __global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
-  rows_block<T, Cpu, true>(a, blockIdx.x, stage_bytes<T, kChPair>());
+  rows_block<T, Cpu, 1>(a, blockIdx.x, stage_bytes<T, kChPair>());
 }
 
 int stage_size(DType t, bool down) {
@@ -793,35 +843,66 @@ bool launch_own_order(DType t, dim3 grid, int smem, cudaStream_t s, const MvArgs
   }
 }
 
-// grid.x counts logical blocks.
-void launch(DType t, bool down, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
+
+// The weight types of the mat-vec kernels (X: a macro taking one DType).
+#define MOE_MV_TYPES(X)                                                                                     \
+  X(DType::F32) X(DType::F16) X(DType::BF16) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) \
+  X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+
+// Row pairs / K halves / split K (not the expert products: launch_expert); grid.x counts
+// logical blocks.
+void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
   const int smem = sh.smem;
-  if (t == DType::Q6_K && !down && sh.groups == 1) {
+  if (t == DType::Q6_K && sh.groups == 1) {
     launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a);
     return;
   }
-#define MOE_MV_CASE(TY)                                                                          \
-  case TY:                                                                                       \
-    if (down) launch_pdl(matvec_kernel<TY, kJDown, kChDown>, grid, block, static_cast<size_t>(smem), s, a); \
-    else launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a);     \
-    break;
+#define MOE_MV_CASE(TY) \
+  case TY: launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a); break;
   switch (t) {
-    MOE_MV_CASE(DType::F32)
-    MOE_MV_CASE(DType::F16)
-    MOE_MV_CASE(DType::BF16)
-    MOE_MV_CASE(DType::Q4_0)
-    MOE_MV_CASE(DType::Q8_0)
-    MOE_MV_CASE(DType::MXFP4)
-    MOE_MV_CASE(DType::Q2_K)
-    MOE_MV_CASE(DType::Q3_K)
-    MOE_MV_CASE(DType::Q4_K)
-    MOE_MV_CASE(DType::Q5_K)
-    MOE_MV_CASE(DType::Q6_K)
+    MOE_MV_TYPES(MOE_MV_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MV_CASE
+}
+
+template <DType T, int P> void launch_expert_as(bool down, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a) {
+  if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
+  else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
+}
+
+// Gate/up + SwiGLU (a.mode kModeGateUp; grid: blocks of kRowsOne rows x expert slots) or
+// down + combine (kModeDown; blocks of kMvWarps / down_split rows) in 8-warp blocks of
+// matvec_expert_kernel. Returns false, launching nothing, where the shared memory does not
+// fit (the caller runs the members unfused).
+bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
+  int64_t smem = -1;
+  dim3 grid;
+  if (down) {
+    const int rows = kMvWarps / down_split(a.n_used, kJDown), base = smem_bytes(t, a.K, a.X, true);
+    if (base >= 0) smem = base + static_cast<int64_t>(rows) * a.n_used * 4;  // + the products (down_block)
+    grid = dim3(blocks(a.M, rows));
+  } else {
+    smem = smem_bytes(t, a.K, 1, false);
+    grid = dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used));
+  }
+  if (smem < 0 || smem > kMvSmemMax) return false;
+  if (grid.x == 0 || grid.y == 0) return true;
+  const size_t sm = static_cast<size_t>(smem);
+  if (t == DType::Q4_K && q4k_direct(a)) {
+    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, grid, sm, s, a);
+    return true;
+  }
+#define MOE_MV_EXPERT_CASE(TY) \
+  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, grid, sm, s, a); break;
+  switch (t) {
+    MOE_MV_TYPES(MOE_MV_EXPERT_CASE)
+    default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
+  }
+#undef MOE_MV_EXPERT_CASE
+  return true;
 }
 
 // MatVecs group: one-token MatMuls of one activation, each a range of blocks of the
@@ -867,7 +948,7 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
   switch (t) {
 #define MOE_MV_GROUP_CASE(TY)                                                     \
   case TY:                                                                        \
-    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean>(a, blockIdx.x - b0, g.stage); \
+    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage); \
     else pdl_enter();                                                             \
     break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
@@ -984,14 +1065,14 @@ void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a, bool own = fa
   if (is_plain(t) && (t != DType::F32 || own) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
     a.mode = kModeSplit;
     const dim3 grid(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used));
-    if (!own || !launch_own_order(t, grid, smem, c.stream, a)) launch(t, false, grid, MvShape{1, smem}, c.stream, a);
+    if (!own || !launch_own_order(t, grid, smem, c.stream, a)) launch(t, grid, MvShape{1, smem}, c.stream, a);
     return;
   }
   a.mode = rows_mode(t, a.K, a.M, a.n_used, c.n_sm, own);
   const unsigned rows_lx = blocks(a.M, rows_per_block(a.mode));
   if (own && launch_own_order(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), smem, c.stream, a)) return;
   const MvShape sh = block_groups(t, static_cast<int64_t>(rows_lx) * a.n_used, c.n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
-  launch(t, false, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
+  launch(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
 }
 
 // Unfused fallback of a group: its members in their original order.
@@ -1057,46 +1138,35 @@ void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) 
 
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
   const Node &wg = c.g.node(gate.src[0]), &wu = c.g.node(up.src[0]);
-  const int smem = smem_bytes(wg.type, static_cast<int>(wg.ne[0]), 1, false);
   const bool same = gate.op == up.op && wg.type == wu.type && wg.ne[0] == wu.ne[0] && wg.ne[1] == wu.ne[1] && wg.ne[2] == wu.ne[2] &&
                     gate.src[1] == up.src[1] && (gate.op == Op::MatMul || gate.src[2] == up.src[2]);
-  if (!same || !one_token_ok(c.g, gate) || !one_token_ok(c.g, up) || smem < 0) {
-    run_members(c, {&gate, &up, &swiglu});
-    return;
+  if (same && one_token_ok(c.g, gate) && one_token_ok(c.g, up)) {
+    MvArgs a = args_of(c.g, gate, static_cast<float *>(swiglu.data));
+    a.err = c.ub.err;
+    a.w2 = static_cast<const uint8_t *>(wu.data);
+    a.rb2 = static_cast<int64_t>(wu.nb[1]);
+    a.eb2 = gate.op == Op::MatMulId ? static_cast<int64_t>(wu.nb[2]) : 0;
+    a.mode = kModeGateUp;
+    if (launch_expert(wg.type, false, c.stream, a)) return;
   }
-  MvArgs a = args_of(c.g, gate, static_cast<float *>(swiglu.data));
-  a.err = c.ub.err;
-  a.w2 = static_cast<const uint8_t *>(wu.data);
-  a.rb2 = static_cast<int64_t>(wu.nb[1]);
-  a.eb2 = gate.op == Op::MatMulId ? static_cast<int64_t>(wu.nb[2]) : 0;
-  a.mode = kModeGateUp;
-  if (a.M == 0 || a.n_used == 0) return;
-  const unsigned lx = blocks(a.M, kRowsOne);
-  const MvShape sh = block_groups(wg.type, static_cast<int64_t>(lx) * a.n_used, c.n_sm, smem, smem_bytes(wg.type, a.K, 1, false, 2));
-  launch(wg.type, false, dim3(lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
+  run_members(c, {&gate, &up, &swiglu});
 }
 
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add) {
-  const Node &w = c.g.node(down.src[0]);
   const Node &cw = c.g.node(combine.src[1]);
   const Node *other = nullptr;
   if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
   const bool ok = down.op == Op::MatMulId && one_token_ok(c.g, down) && cw.type == DType::F32 && cw.nb[0] == 4 &&
                   (!other || (other->type == DType::F32 && other->ne[0] == down.ne[0]));
-  const int X = static_cast<int>(c.g.node(down.src[1]).ne[1]);
-  const int smem = ok ? smem_bytes(w.type, static_cast<int>(w.ne[0]), X, true) : -1;
-  if (smem < 0) {
-    run_members(c, {&down, &combine, add});
-    return;
+  if (ok) {
+    MvArgs a = args_of(c.g, down, static_cast<float *>(add ? add->data : combine.data));
+    a.err = c.ub.err;
+    a.cw = f32_data(cw);
+    a.add = other ? f32_data(*other) : nullptr;
+    a.mode = kModeDown;
+    if (launch_expert(c.g.node(down.src[0]).type, true, c.stream, a)) return;
   }
-  MvArgs a = args_of(c.g, down, static_cast<float *>(add ? add->data : combine.data));
-  a.err = c.ub.err;
-  a.cw = f32_data(cw);
-  a.add = other ? f32_data(*other) : nullptr;
-  a.mode = kModeDown;
-  if (a.M == 0) return;
-  const unsigned lx = blocks(a.M, kRowsOne);
-  launch(w.type, true, dim3(lx, 1), block_groups(w.type, lx, c.n_sm, smem, smem_bytes(w.type, a.K, X, true, 2)), c.stream, a);
+  run_members(c, {&down, &combine, add});
 }
 
 }  // namespace moe
