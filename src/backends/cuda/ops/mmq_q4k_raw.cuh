@@ -90,15 +90,17 @@ __device__ __forceinline__ void q4k_issue_copies(uint8_t *st, const uint8_t *We,
   }
 }
 
-// Asks L2 for the 256-block kb of this thread's row (thread -> row tid / 2): bytes 0 and 72
-// (tid even) or 143 (odd), at most 72 apart, so every 128-byte line of the 144 is asked for.
-__device__ __forceinline__ void q4k_prefetch_l2(const uint8_t *We, int64_t row_bytes, int row0, int M, int kb) {
+// Asks L2 for the 256-block kb (B bytes) of this thread's row (thread -> row tid / 2): bytes
+// 0 and B / 2 (tid even) or B - 1 (odd), at most B / 2 <= 128 apart, so every 128-byte line
+// of the block is asked for (Q4_K 144, Q6_K 210).
+template <int B> __device__ __forceinline__ void block_prefetch_l2(const uint8_t *We, int64_t row_bytes, int row0, int M, int kb) {
+  static_assert(B <= 256, "consecutive points less than a line apart");
   const int row = row0 + (threadIdx.x >> 1), odd = threadIdx.x & 1;
-  const int64_t off = static_cast<int64_t>(kb) * 144;
+  const int64_t off = static_cast<int64_t>(kb) * B;
   if (row >= M || off >= row_bytes) return;
   const uint8_t *p = We + static_cast<int64_t>(row) * row_bytes + off;
-  mma_tile::prefetch_l2(p + (odd ? 143 : 0));
-  if (!odd) mma_tile::prefetch_l2(p + 72);
+  mma_tile::prefetch_l2(p + (odd ? B - 1 : 0));
+  if (!odd) mma_tile::prefetch_l2(p + B / 2);
 }
 
 __device__ __forceinline__ uint32_t u32_at(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
@@ -232,8 +234,8 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   // the trigger waits for the end of the K loop.
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
   if (tiles == nullptr) {
-    q4k_prefetch_l2(W, row_bytes, row0, M, kz0 / 256);
-    q4k_prefetch_l2(W, row_bytes, row0, M, kz0 / 256 + 1);
+    block_prefetch_l2<144>(W, row_bytes, row0, M, kz0 / 256);
+    block_prefetch_l2<144>(W, row_bytes, row0, M, kz0 / 256 + 1);
   }
   pdl_wait();
 
@@ -267,7 +269,7 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     cp_async_wait<0>();
     __syncthreads();
     issue(i + 1);
-    q4k_prefetch_l2(We, row_bytes, row0, M, kz0 / 256 + i + 2);
+    block_prefetch_l2<144>(We, row_bytes, row0, M, kz0 / 256 + i + 2);
     if (wt.live) {
       // The 256-block's integer sums, live only within the step (not across the copies'
       // issue), and their first products are plain multiplies.
