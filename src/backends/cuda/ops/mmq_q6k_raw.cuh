@@ -47,10 +47,9 @@ struct Q6kRawSmem {
   static_assert(kBytes <= 112 * 1024, "shared memory for two blocks per SM");
 };
 
-// Where the 256-block kb of a row starts in its stage row: the block's address modulo 16.
-__device__ __forceinline__ int q6k_offset(uintptr_t row_addr, int kb) {
-  return static_cast<int>((row_addr + static_cast<uintptr_t>(kb) * 210u) & 15u);
-}
+// Where the 256-block kb of a row starts in its stage row: the block's address modulo 16
+// (row16: the row's address modulo 16).
+__device__ __forceinline__ int q6k_offset(int row16, int kb) { return (row16 + kb * 210) & 15; }
 
 // Issues the copies of the 256-block at k0 into stage st (this thread's share: chunks tid,
 // tid + 256, ... of the 128 x 14). Only the chunks that hold block bytes are copied (no read
@@ -116,10 +115,11 @@ __device__ __forceinline__ int s8_at(const uint8_t *p) { return static_cast<int8
 
 // The integer sums of one 256-block: I[q] += sc0 S0 + sc1 S1 (the two k16 halves of each
 // sub-block j with their int8 scales), for the warp's rows wm + g, wm + g + 8 (blk[h]: the
-// block's first byte in the stage row). Accumulator slot q: column group q (wide), or
-// column group q % 4 of the sub-blocks of parity q / 4 (Narrow). n_live: the tile's columns.
-template <bool Narrow>
-__device__ __forceinline__ void q6k_block_sums(int (&I)[8][4], const uint8_t *st, const uint8_t *const (&blk)[2], int n_live, int lane) {
+// block's first byte in the stage row). Accumulator slot q = 4 ch + ni: column group q
+// (wide tiles), or in narrow tiles column group ni of the sub-blocks of parity ch (one code
+// path for both: the slots are compile-time, only the columns read and the skips differ).
+__device__ __forceinline__ void q6k_block_sums(int (&I)[8][4], const uint8_t *st, const uint8_t *const (&blk)[2], int n_live, bool narrow,
+                                               int lane) {
   using L = Q6kRawSmem;
   using namespace mma_tile;
   const int t = lane & 3;
@@ -152,19 +152,18 @@ __device__ __forceinline__ void q6k_block_sums(int (&I)[8][4], const uint8_t *st
           for (int k = 0; k < 2; ++k) sc[h][k] = s8_at(blk[h] + 192 + 2 * j + k);
 #pragma unroll
         for (int ch = 0; ch < 2; ++ch) {
-          if (Narrow && ch == 1) break;
-          if (32 * ch >= n_live) break;  // block-uniform
+          const int c0 = narrow ? 0 : 32 * ch;  // the slots' first column
+          if (narrow ? (j & 1) != ch : c0 >= n_live) continue;  // block-uniform
           uint32_t b[4][2];
-          load_b_frags<L::kLdB>(b, sB, 32 * ch, 16 * j, lane);  // bytes 32 j ..: 16-bit column 16 j
+          load_b_frags<L::kLdB>(b, sB, c0, 16 * j, lane);  // bytes 32 j ..: 16-bit column 16 j
 #pragma unroll
           for (int ni = 0; ni < 4; ++ni) {
-            if (32 * ch + 8 * ni >= n_live) continue;  // block-uniform; padding columns only
-            const int q = Narrow ? ni + 4 * (j & 1) : 4 * ch + ni;
+            if (c0 + 8 * ni >= n_live) continue;  // block-uniform; padding columns only
             int s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
             mma_s8_k16(s0, a[0], a[1], b[ni][0]);
             mma_s8_k16(s1, a[2], a[3], b[ni][1]);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) I[q][e] += sc[e >> 1][0] * s0[e] + sc[e >> 1][1] * s1[e];
+            for (int e = 0; e < 4; ++e) I[4 * ch + ni][e] += sc[e >> 1][0] * s0[e] + sc[e >> 1][1] * s1[e];
           }
         }
       }
@@ -172,10 +171,12 @@ __device__ __forceinline__ void q6k_block_sums(int (&I)[8][4], const uint8_t *st
   }
 }
 
+// The first column of accumulator slot q (q6k_block_sums).
+__device__ __forceinline__ int q6k_slot_col(int q, bool narrow) { return 8 * (narrow ? q & 3 : q); }
+
 // After q6k_block_sums: acc[q] += (d c) I[q] (fold_sums<false>'s operations), then I = 0.
-template <bool Narrow>
 __device__ __forceinline__ void q6k_fold(float (&acc)[8][4], int (&I)[8][4], const uint8_t *st, const uint8_t *const (&blk)[2], int n_live,
-                                         int lane) {
+                                         bool narrow, int lane) {
   using L = Q6kRawSmem;
   const int t = lane & 3;
   float d[2];
@@ -183,7 +184,7 @@ __device__ __forceinline__ void q6k_fold(float (&acc)[8][4], int (&I)[8][4], con
   for (int h = 0; h < 2; ++h) d[h] = i8_d_dmin<DType::Q6_K>(u16_at(blk[h] + 208)).x;  // 2-byte aligned
 #pragma unroll
   for (int q = 0; q < 8; ++q) {
-    const int col = 8 * (Narrow ? q & 3 : q);
+    const int col = q6k_slot_col(q, narrow);
     if (col >= n_live) continue;  // block-uniform; padding columns only
     float c[2];  // the Q8_K scale of this thread's columns col + 2 t, +1
 #pragma unroll
@@ -227,11 +228,12 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) * 16, g = lane >> 2, t = lane & 3;
   const bool live = row0 + wm < M;    // warp-uniform
   const bool narrow = cnt <= kBN / 2;  // block-uniform
-  // Stage rows of this lane's rows g, g + 8 and their global addresses (for the offsets; a
-  // row past M is never read from global memory: its stage row is zeros).
-  uintptr_t row_addr[2];
+  // This lane's rows g, g + 8: their addresses modulo 16 (a row past M is never read from
+  // global memory: its stage row is zeros).
+  int row16[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) row_addr[h] = reinterpret_cast<uintptr_t>(We) + static_cast<uintptr_t>((row0 + wm + g + 8 * h) * row_bytes);
+  for (int h = 0; h < 2; ++h)
+    row16[h] = static_cast<int>((reinterpret_cast<uintptr_t>(We) + static_cast<uintptr_t>((row0 + wm + g + 8 * h) * row_bytes)) & 15u);
   float acc[8][4];
 #pragma unroll
   for (int q = 0; q < 8; ++q)
@@ -259,14 +261,9 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
       const int kb = kz0 / 256 + i;
       const uint8_t *blk[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) blk[h] = st + L::kW + (wm + g + 8 * h) * L::kRowW + q6k_offset(row_addr[h], kb);
-      if (narrow) {
-        q6k_block_sums<true>(I, st, blk, cnt, lane);
-        q6k_fold<true>(acc, I, st, blk, cnt, lane);
-      } else {
-        q6k_block_sums<false>(I, st, blk, cnt, lane);
-        q6k_fold<false>(acc, I, st, blk, cnt, lane);
-      }
+      for (int h = 0; h < 2; ++h) blk[h] = st + L::kW + (wm + g + 8 * h) * L::kRowW + q6k_offset(row16[h], kb);
+      q6k_block_sums(I, st, blk, cnt, narrow, lane);
+      q6k_fold(acc, I, st, blk, cnt, narrow, lane);
     }
   }
   cp_async_wait<0>();  // only an empty group is left
