@@ -47,6 +47,24 @@ struct Q4kRawSmem {
 
 __device__ __forceinline__ void zero16(uint8_t *p) { *reinterpret_cast<uint4 *>(p) = make_uint4(0u, 0u, 0u, 0u); }
 
+// Issues the copies of the columns' 256 activation integers of the 256-block at k0 into
+// B[col][RowB] (this thread's share: chunks tid, tid + 256, ...); columns past the tile's
+// count (xrow < 0) are zeroed instead. Shared by the raw-fragment kernels (Q4_K, Q6_K).
+template <int RowB> __device__ __forceinline__ void issue_act_copies(uint8_t *B, const int8_t *Xq, const int *s_xrow, int K, int k0) {
+  using namespace mma_tile;
+  static_assert(kBN * 16 % kThreads == 0 && RowB % 16 == 0, "whole activation chunk rounds, aligned rows");
+#pragma unroll
+  for (int i = 0; i < kBN * 16 / kThreads; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    const int col = c >> 4, q = c & 15, xrow = s_xrow[col];
+    uint8_t *dst = B + col * RowB + 16 * q;
+    if (xrow >= 0)
+      cp_async_16(dst, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * q);  // K % 256 == 0: aligned
+    else
+      zero16(dst);
+  }
+}
+
 // Issues the copies of the 256-block at k0 into stage st (this thread's share: chunks tid,
 // tid + 256, ...). Rows past M and columns past the tile's count (xrow < 0) are zeroed by
 // plain stores instead (the stage is free: after the barrier that ends its last reads).
@@ -68,16 +86,7 @@ __device__ __forceinline__ void q4k_issue_copies(uint8_t *st, const uint8_t *We,
     else
       zero16(dst);
   }
-#pragma unroll
-  for (int i = 0; i < kBN * 16 / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    const int col = c >> 4, q = c & 15, xrow = s_xrow[col];
-    uint8_t *dst = st + L::kB + col * L::kRowB + 16 * q;
-    if (xrow >= 0)
-      cp_async_16(dst, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * q);  // K % 256 == 0: aligned
-    else
-      zero16(dst);
-  }
+  issue_act_copies<L::kRowB>(st + L::kB, Xq, s_xrow, K, k0);
 #pragma unroll
   for (int i = 0; i < kBN * 8 / kThreads; ++i) {
     const int c = tid + i * kThreads;

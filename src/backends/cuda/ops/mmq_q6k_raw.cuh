@@ -59,7 +59,7 @@ __device__ __forceinline__ void q6k_issue_copies(uint8_t *st, const uint8_t *We,
   using L = Q6kRawSmem;
   using namespace mma_tile;
   const int tid = threadIdx.x, kb = k0 / 256;
-  static_assert(kBN * 16 % kThreads == 0 && kBN <= kThreads, "whole activation chunk rounds");
+  static_assert(kBN <= kThreads, "one (c, X) chunk per column");
 #pragma unroll
   for (int i = 0; i < (kBM * L::kChunks + kThreads - 1) / kThreads; ++i) {
     const int c = tid + i * kThreads;
@@ -74,16 +74,7 @@ __device__ __forceinline__ void q6k_issue_copies(uint8_t *st, const uint8_t *We,
       zero16(dst);
     }
   }
-#pragma unroll
-  for (int i = 0; i < kBN * 16 / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    const int col = c >> 4, q = c & 15, xrow = s_xrow[col];
-    uint8_t *dst = st + L::kB + col * L::kRowB + 16 * q;
-    if (xrow >= 0)
-      cp_async_16(dst, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * q);  // K % 256 == 0: aligned
-    else
-      zero16(dst);
-  }
+  issue_act_copies<L::kRowB>(st + L::kB, Xq, s_xrow, K, k0);
   if (tid < kBN) {
     const int xrow = s_xrow[tid];
     uint8_t *dst = st + L::kX + tid * L::kRowX;
