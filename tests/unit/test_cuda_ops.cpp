@@ -277,7 +277,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
       seed += 2;
     }
   }
-  SECTION("Q4_K (the kernel from raw fragments): 512 tokens x 8 of 128 experts, an unused expert, odd M, 1-8 K steps") {
+  SECTION("Q4_K and Q6_K (the kernels from raw fragments): 512 tokens x 8 of 128 experts, an unused expert, odd M, 1-8 K steps") {
     std::vector<int32_t> ids = random_ids(512, 128, 8, 17);
     for (int64_t tok = 0; tok < 512; ++tok) {  // expert 5 gets no token: its slots move to an expert the token lacks
       int32_t *row = ids.data() + tok * 8;
@@ -289,12 +289,15 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
               break;
             }
     }
-    for (auto km : {std::pair<int64_t, int64_t>{256, 77}, std::pair<int64_t, int64_t>{1280, 77}, std::pair<int64_t, int64_t>{2048, 203}}) {
-      INFO("K=" << km.first << " M=" << km.second);
-      CHECK(moe_case(reg, *gpu, DType::Q4_K, km.first, km.second, 128, 8, 512, 1, ids, seed));
-      CHECK(dense_case(reg, *gpu, DType::Q4_K, km.first, km.second, 70, seed + 1));  // a full and a narrow column tile
-      seed += 2;
-    }
+    // Q6_K's 210-byte blocks put the rows (and the experts of odd M) at every 2-byte offset
+    // modulo 16; the dense products split K (few row blocks).
+    for (DType t : {DType::Q4_K, DType::Q6_K})
+      for (auto km : {std::pair<int64_t, int64_t>{256, 77}, std::pair<int64_t, int64_t>{1280, 77}, std::pair<int64_t, int64_t>{2048, 203}}) {
+        INFO("type " << dtype_name(t) << " K=" << km.first << " M=" << km.second);
+        CHECK(moe_case(reg, *gpu, t, km.first, km.second, 128, 8, 512, 1, ids, seed));
+        CHECK(dense_case(reg, *gpu, t, km.first, km.second, 70, seed + 1));  // a full and a narrow column tile
+        seed += 2;
+      }
   }
   SECTION("Qwen3-30B-A3B expert shapes: K=2048 M=768 (gate/up) and K=768 M=2048 (down)") {
     // 16 experts instead of 128 keep the CPU reference fast; 512 tokens x 4 slots.

@@ -55,6 +55,14 @@ raw = raw.replace(u32_body, '{ if (reinterpret_cast<uintptr_t>(p) & 3) std::abor
 assert 'asm' not in raw and 'extern __shared__' not in raw, 'mmq_q4k_raw.cuh: not emulated'
 with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q4k_raw.cuh'), 'w') as f:
     f.write(raw)
+# The Q6_K kernel from raw fragments likewise (its shared loads go through u32_at / u16_at).
+raw6 = open(os.path.join(ops, 'mmq_q6k_raw.cuh')).read()
+raw6_smem = 'extern __shared__ __align__(128) uint8_t mmq_q6k_smem[];'
+assert raw6_smem in raw6, 'mmq_q6k_raw.cuh: dynamic shared memory line changed'
+raw6 = raw6.replace(raw6_smem, 'alignas(128) static uint8_t mmq_q6k_smem[Q6kRawSmem::kBytes];')
+assert 'asm' not in raw6 and 'extern __shared__' not in raw6, 'mmq_q6k_raw.cuh: not emulated'
+with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q6k_raw.cuh'), 'w') as f:
+    f.write(raw6)
 
 
 

@@ -1,13 +1,14 @@
 // Checks the int8 MMQ kernel (matmul_mmq_i8.cu), run through emu.h / emu_int8.h, against a
 // float64 product of dequant32's weights and the int8 activations, dense and with routing
-// tiles, on random blocks; Q4_K also through the kernel from raw fragments (mmq_q4k_raw.cuh),
-// bit for bit against mmq_i8_kernel (random bytes: every scale and min code, Q6_K's -128 included;
+// tiles, on random blocks; Q4_K and Q6_K also through the kernels from raw fragments
+// (mmq_q4k_raw.cuh, mmq_q6k_raw.cuh), bit for bit against mmq_i8_kernel (random bytes: every scale and min code, Q6_K's -128 included;
 // only the f16 block scales are set to sane values). Args: SEED [TYPE]; exit status 1 on failure.
 #include "emu_int8.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
 #include "backends/cuda/ops/mmq_q4k_raw.cuh"
+#include "backends/cuda/ops/mmq_q6k_raw.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 #include <cstdio>
@@ -82,11 +83,14 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
                dense ? static_cast<const int2 *>(nullptr) : static_cast<const int2 *>(entries.data()), k_len, y_split);
   };
   launch(mmq_i8_emu::mmq_i8_kernel<T>, part);
-  int differ = 0;  // outputs not bit-identical with the OLD revision's kernel (or, Q4_K, the raw-fragment kernel's)
-  if constexpr (T == DType::Q4_K) {
-    if ((reinterpret_cast<uintptr_t>(W.data()) & 15) != 0) std::abort();  // the launcher's condition for the raw kernel
+  int differ = 0;  // outputs not bit-identical with the OLD revision's kernel (or, Q4_K / Q6_K, the raw-fragment kernel's)
+  if constexpr (T == DType::Q4_K || T == DType::Q6_K) {
+    if ((reinterpret_cast<uintptr_t>(W.data()) & 15) != 0) std::abort();  // the launchers' condition for the raw kernels
     std::vector<float> part_raw(part.size(), -777.0f);
-    launch(mmq::mmq_q4k_raw_kernel<T>, part_raw);
+    if constexpr (T == DType::Q4_K)
+      launch(mmq::mmq_q4k_raw_kernel<T>, part_raw);
+    else
+      launch(mmq::mmq_q6k_raw_kernel<T>, part_raw);
     int d = 0;
     for (size_t i = 0; i < part.size(); ++i) d += std::memcmp(&part[i], &part_raw[i], 4) != 0;
     if (d) std::printf("  %s: %d outputs of the raw-fragment kernel differ from mmq_i8_kernel's\n", name, d);
@@ -185,6 +189,21 @@ template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
   fixed_routing({1, 0, 20, 45, 100}, 60, seed + 5, tiles, entries);
   std::snprintf(name, sizeof name, "%s routed 1/0/20/45/100 M=70", tn);
   ok &= run_case<T>(name, 70, kq ? 512 : 352, 60, 5, tiles, entries, seed + 6);
+  if (T == DType::Q6_K) {  // the raw-fragment kernel: K of 1..8 blocks (every row alignment modulo 16), odd M, narrow tiles
+    for (int kb : {1, 2, 3, 5, 8}) {
+      std::snprintf(name, sizeof name, "%s dense K=%d M=77 N=70", tn, 256 * kb);
+      ok &= run_case<T>(name, 77, 256 * kb, 70, 1, {}, {}, seed + 20 + kb);
+    }
+    tiles.clear();
+    entries.clear();
+    fixed_routing({0, 64, 33, 32, 7, 1, 100, 0}, 90, seed + 12, tiles, entries);
+    std::snprintf(name, sizeof name, "%s routed 0/64/33/32/7/1/100/0 K=768", tn);
+    ok &= run_case<T>(name, 203, 768, 90, 8, tiles, entries, seed + 13);
+    std::snprintf(name, sizeof name, "%s dense K=1792 split 3 ways", tn);
+    ok &= run_case<T>(name, 129, 1792, 33, 1, {}, {}, seed + 14, 768);
+    std::snprintf(name, sizeof name, "%s dense K=512 M=1 N=5", tn);
+    ok &= run_case<T>(name, 1, 512, 5, 1, {}, {}, seed + 15);
+  }
   if (T == DType::Q4_K) {  // the raw-fragment kernel's 2-stage pipeline: odd and even step counts, 8 steps
     std::snprintf(name, sizeof name, "%s dense K=1280 M=77 N=70", tn);
     ok &= run_case<T>(name, 77, 1280, 70, 1, {}, {}, seed + 8);

@@ -31,6 +31,7 @@
 #include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
 #include "backends/cuda/ops/mmq_q4k_raw.cuh"
+#include "backends/cuda/ops/mmq_q6k_raw.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
@@ -440,7 +441,8 @@ namespace {
 // The kernel needs more than the 48 KB of shared memory a launch gets by default: raised on
 // every launch (cheap, and allowed while a CUDA graph is captured).
 // Q4_K takes the kernel from raw fragments (mmq_q4k_raw.cuh; its copies need 16-byte
-// aligned weights, true of every device tensor: otherwise mmq_i8_kernel, same results).
+// aligned weights, true of every device tensor: otherwise mmq_i8_kernel, same results), and
+// Q6_K its own (mmq_q6k_raw.cuh; 2-byte aligned weights).
 template <DType T>
 void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
                const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
@@ -450,6 +452,8 @@ void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, i
   };
   if constexpr (T == DType::Q4_K)
     if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0) return go(mmq_q4k_raw_kernel<T>, Q4kRawSmem::kBytes);
+  if constexpr (T == DType::Q6_K)
+    if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes);
   go(mmq_i8_kernel<T>, I8Smem<T>::kBytes);
 }
 

@@ -47,6 +47,24 @@ struct Q4kRawSmem {
 
 __device__ __forceinline__ void zero16(uint8_t *p) { *reinterpret_cast<uint4 *>(p) = make_uint4(0u, 0u, 0u, 0u); }
 
+// Issues the copies of the columns' 256 activation integers of the 256-block at k0 into
+// B[col][RowB] (this thread's share: chunks tid, tid + 256, ...); columns past the tile's
+// count (xrow < 0) are zeroed instead. Shared by the raw-fragment kernels (Q4_K, Q6_K).
+template <int RowB> __device__ __forceinline__ void issue_act_copies(uint8_t *B, const int8_t *Xq, const int *s_xrow, int K, int k0) {
+  using namespace mma_tile;
+  static_assert(kBN * 16 % kThreads == 0 && RowB % 16 == 0, "whole activation chunk rounds, aligned rows");
+#pragma unroll
+  for (int i = 0; i < kBN * 16 / kThreads; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    const int col = c >> 4, q = c & 15, xrow = s_xrow[col];
+    uint8_t *dst = B + col * RowB + 16 * q;
+    if (xrow >= 0)
+      cp_async_16(dst, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * q);  // K % 256 == 0: aligned
+    else
+      zero16(dst);
+  }
+}
+
 // Issues the copies of the 256-block at k0 into stage st (this thread's share: chunks tid,
 // tid + 256, ...). Rows past M and columns past the tile's count (xrow < 0) are zeroed by
 // plain stores instead (the stage is free: after the barrier that ends its last reads).
@@ -68,16 +86,7 @@ __device__ __forceinline__ void q4k_issue_copies(uint8_t *st, const uint8_t *We,
     else
       zero16(dst);
   }
-#pragma unroll
-  for (int i = 0; i < kBN * 16 / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    const int col = c >> 4, q = c & 15, xrow = s_xrow[col];
-    uint8_t *dst = st + L::kB + col * L::kRowB + 16 * q;
-    if (xrow >= 0)
-      cp_async_16(dst, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * q);  // K % 256 == 0: aligned
-    else
-      zero16(dst);
-  }
+  issue_act_copies<L::kRowB>(st + L::kB, Xq, s_xrow, K, k0);
 #pragma unroll
   for (int i = 0; i < kBN * 8 / kThreads; ++i) {
     const int c = tid + i * kThreads;
@@ -90,15 +99,17 @@ __device__ __forceinline__ void q4k_issue_copies(uint8_t *st, const uint8_t *We,
   }
 }
 
-// Asks L2 for the 256-block kb of this thread's row (thread -> row tid / 2): bytes 0 and 72
-// (tid even) or 143 (odd), at most 72 apart, so every 128-byte line of the 144 is asked for.
-__device__ __forceinline__ void q4k_prefetch_l2(const uint8_t *We, int64_t row_bytes, int row0, int M, int kb) {
+// Asks L2 for the 256-block kb (B bytes) of this thread's row (thread -> row tid / 2): bytes
+// 0 and B / 2 (tid even) or B - 1 (odd), at most B / 2 <= 128 apart, so every 128-byte line
+// of the block is asked for (Q4_K 144, Q6_K 210).
+template <int B> __device__ __forceinline__ void block_prefetch_l2(const uint8_t *We, int64_t row_bytes, int row0, int M, int kb) {
+  static_assert(B <= 256, "consecutive points less than a line apart");
   const int row = row0 + (threadIdx.x >> 1), odd = threadIdx.x & 1;
-  const int64_t off = static_cast<int64_t>(kb) * 144;
+  const int64_t off = static_cast<int64_t>(kb) * B;
   if (row >= M || off >= row_bytes) return;
   const uint8_t *p = We + static_cast<int64_t>(row) * row_bytes + off;
-  mma_tile::prefetch_l2(p + (odd ? 143 : 0));
-  if (!odd) mma_tile::prefetch_l2(p + 72);
+  mma_tile::prefetch_l2(p + (odd ? B - 1 : 0));
+  if (!odd) mma_tile::prefetch_l2(p + B / 2);
 }
 
 __device__ __forceinline__ uint32_t u32_at(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
@@ -232,8 +243,8 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   // the trigger waits for the end of the K loop.
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
   if (tiles == nullptr) {
-    q4k_prefetch_l2(W, row_bytes, row0, M, kz0 / 256);
-    q4k_prefetch_l2(W, row_bytes, row0, M, kz0 / 256 + 1);
+    block_prefetch_l2<144>(W, row_bytes, row0, M, kz0 / 256);
+    block_prefetch_l2<144>(W, row_bytes, row0, M, kz0 / 256 + 1);
   }
   pdl_wait();
 
@@ -267,7 +278,7 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     cp_async_wait<0>();
     __syncthreads();
     issue(i + 1);
-    q4k_prefetch_l2(We, row_bytes, row0, M, kz0 / 256 + i + 2);
+    block_prefetch_l2<144>(We, row_bytes, row0, M, kz0 / 256 + i + 2);
     if (wt.live) {
       // The 256-block's integer sums, live only within the step (not across the copies'
       // issue), and their first products are plain multiplies.
