@@ -112,6 +112,43 @@ template <int B> __device__ __forceinline__ void block_prefetch_l2(const uint8_t
   if (!odd) mma_tile::prefetch_l2(p + B / 2);
 }
 
+// The raw kernels' start, as mmq_i8_kernel's: before pdl_wait only a dense product's first
+// two 256-blocks of weights (B bytes each) are asked of L2; then the block's column tile.
+template <int B>
+__device__ __forceinline__ mma_tile::ColTile raw_begin(const uint8_t *W, int64_t row_bytes, int row0, int M, int kb0, int ncols,
+                                                       const int4 *tiles, const int2 *entries, int *s_xrow, int *s_yrow) {
+  if (tiles == nullptr) {
+    block_prefetch_l2<B>(W, row_bytes, row0, M, kb0);
+    block_prefetch_l2<B>(W, row_bytes, row0, M, kb0 + 1);
+  }
+  pdl_wait();
+  return mma_tile::begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+}
+
+// The raw kernels' K loop over n_steps 256-blocks from kb0: step i lands in stage i % 2 (of
+// stage_bytes each). Per step: wait for this thread's copies of step i, barrier (everyone's
+// have landed; everyone is done with step i - 1, whose stage the next copies overwrite),
+// issue step i + 1 (copies(stage, i)), ask L2 for step i + 2's weights, multiply step i
+// (step(stage, i)). Ends with every copy landed (only an empty group is left).
+template <int B, class Copies, class Step>
+__device__ __forceinline__ void raw_k_loop(uint8_t *smem, int stage_bytes, int n_steps, const uint8_t *We, int64_t row_bytes, int row0,
+                                           int M, int kb0, Copies copies, Step step) {
+  auto issue = [&](int i) {
+    if (i < n_steps) copies(smem + (i & 1) * stage_bytes, i);
+    mma_tile::cp_async_commit();
+  };
+  issue(0);
+  for (int i = 0; i < n_steps; ++i) {
+    const uint8_t *st = smem + (i & 1) * stage_bytes;
+    mma_tile::cp_async_wait<0>();
+    __syncthreads();
+    issue(i + 1);
+    block_prefetch_l2<B>(We, row_bytes, row0, M, kb0 + i + 2);
+    step(st, i);
+  }
+  mma_tile::cp_async_wait<0>();
+}
+
 __device__ __forceinline__ uint32_t u32_at(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 
 // The 6-bit scales (kMins = false) or mins (true) of sub-blocks 4 half .. 4 half + 3, one
@@ -239,16 +276,9 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   __shared__ int s_xrow[kBN], s_yrow[kBN];
   uint8_t *smem = mmq_q4k_smem;
 
-  // As mmq_i8_kernel: before pdl_wait only a dense product's first weights are asked of L2;
-  // the trigger waits for the end of the K loop.
+  // (The trigger waits for the end of the K loop.)
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
-  if (tiles == nullptr) {
-    block_prefetch_l2<144>(W, row_bytes, row0, M, kz0 / 256);
-    block_prefetch_l2<144>(W, row_bytes, row0, M, kz0 / 256 + 1);
-  }
-  pdl_wait();
-
-  const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+  const ColTile ct = raw_begin<144>(W, row_bytes, row0, M, kz0 / 256, ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt;
   if (cnt <= 0) return;
   const uint8_t *We = W + ct.expert * expert_bytes;
@@ -264,30 +294,18 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   float acc[2][4][4];
   zero_tile(acc);
 
-  // Step i (256-block kz0 / 256 + i) lands in stage i % 2. Per step: wait for this thread's
-  // copies of step i, barrier (everyone's have landed; everyone is done with step i - 1,
-  // whose stage the next copies overwrite), issue step i + 1, multiply step i.
   const int n_steps = (kz1 - kz0) / 256;  // K and k_len: multiples of 256
-  auto issue = [&](int i) {
-    if (i < n_steps) q4k_issue_copies(smem + (i & 1) * L::kStage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i);
-    cp_async_commit();
-  };
-  issue(0);
-  for (int i = 0; i < n_steps; ++i) {
-    const uint8_t *st = smem + (i & 1) * L::kStage;
-    cp_async_wait<0>();
-    __syncthreads();
-    issue(i + 1);
-    block_prefetch_l2<144>(We, row_bytes, row0, M, kz0 / 256 + i + 2);
-    if (wt.live) {
-      // The 256-block's integer sums, live only within the step (not across the copies'
-      // issue), and their first products are plain multiplies.
-      int I[2][4][4] = {};
-      q4k_block_sums(I, st, wt, narrow, grp);
-      q4k_fold(acc, I, st, wt, !narrow || grp == 0);
-    }
-  }
-  cp_async_wait<0>();  // only an empty group is left
+  raw_k_loop<144>(
+      smem, L::kStage, n_steps, We, row_bytes, row0, M, kz0 / 256,
+      [&](uint8_t *stage, int i) { q4k_issue_copies(stage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i); },
+      [&](const uint8_t *st, int) {
+        if (!wt.live) return;
+        // The 256-block's integer sums, live only within the step (not across the copies'
+        // issue), and their first products are plain multiplies.
+        int I[2][4][4] = {};
+        q4k_block_sums(I, st, wt, narrow, grp);
+        q4k_fold(acc, I, st, wt, !narrow || grp == 0);
+      });
   pdl_trigger();
 
   if (narrow) {

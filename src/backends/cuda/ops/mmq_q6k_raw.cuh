@@ -202,16 +202,9 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   __shared__ int s_xrow[kBN], s_yrow[kBN];
   uint8_t *smem = mmq_q6k_smem;
 
-  // As mmq_i8_kernel: before pdl_wait only a dense product's first weights are asked of L2;
-  // the trigger waits for the end of the K loop.
+  // (The trigger waits for the end of the K loop.)
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
-  if (tiles == nullptr) {
-    block_prefetch_l2<210>(W, row_bytes, row0, M, kz0 / 256);
-    block_prefetch_l2<210>(W, row_bytes, row0, M, kz0 / 256 + 1);
-  }
-  pdl_wait();
-
-  const ColTile ct = begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
+  const ColTile ct = raw_begin<210>(W, row_bytes, row0, M, kz0 / 256, ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt;
   if (cnt <= 0) return;
   const uint8_t *We = W + ct.expert * expert_bytes;
@@ -231,33 +224,21 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[q][e] = 0.0f;
 
-  // Step i (256-block kz0 / 256 + i) lands in stage i % 2. Per step: wait for this thread's
-  // copies of step i, barrier (everyone's have landed; everyone is done with step i - 1,
-  // whose stage the next copies overwrite), issue step i + 1, multiply step i.
   const int n_steps = (kz1 - kz0) / 256;  // K and k_len: multiples of 256
-  auto issue = [&](int i) {
-    if (i < n_steps) q6k_issue_copies(smem + (i & 1) * L::kStage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i);
-    cp_async_commit();
-  };
-  issue(0);
-  for (int i = 0; i < n_steps; ++i) {
-    const uint8_t *st = smem + (i & 1) * L::kStage;
-    cp_async_wait<0>();
-    __syncthreads();
-    issue(i + 1);
-    block_prefetch_l2<210>(We, row_bytes, row0, M, kz0 / 256 + i + 2);
-    if (live) {
-      // The 256-block's integer sums, live only within the step (as mmq_q4k_raw_kernel's).
-      int I[8][4] = {};
-      const int kb = kz0 / 256 + i;
-      const uint8_t *blk[2];
+  raw_k_loop<210>(
+      smem, L::kStage, n_steps, We, row_bytes, row0, M, kz0 / 256,
+      [&](uint8_t *stage, int i) { q6k_issue_copies(stage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i); },
+      [&](const uint8_t *st, int i) {
+        if (!live) return;
+        // The 256-block's integer sums, live only within the step (as mmq_q4k_raw_kernel's).
+        int I[8][4] = {};
+        const int kb = kz0 / 256 + i;
+        const uint8_t *blk[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) blk[h] = st + L::kW + (wm + g + 8 * h) * L::kRowW + q6k_offset(row16[h], kb);
-      q6k_block_sums(I, st, blk, cnt, narrow, lane);
-      q6k_fold(acc, I, st, blk, cnt, narrow, lane);
-    }
-  }
-  cp_async_wait<0>();  // only an empty group is left
+        for (int h = 0; h < 2; ++h) blk[h] = st + L::kW + (wm + g + 8 * h) * L::kRowW + q6k_offset(row16[h], kb);
+        q6k_block_sums(I, st, blk, cnt, narrow, lane);
+        q6k_fold(acc, I, st, blk, cnt, narrow, lane);
+      });
   pdl_trigger();
   if (!live) return;
 
