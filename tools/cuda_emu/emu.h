@@ -131,21 +131,8 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   W.bar->arrive_and_wait();
   return m;
 }
-// Shuffles of other 4- or 8-byte types (double and int sums, top-k ids) through a per-warp buffer.
-template <class V> V emu_shfl_xor(V v, int m) {
-  static_assert(sizeof(V) <= 8, "shuffle of a wider type");
-  static uint64_t buf[32][32];  // [warp][lane]
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  EmuWarp &W = g_warps[w];
-  std::memcpy(&buf[w][lane], &v, sizeof(V));
-  W.bar->arrive_and_wait();
-  V r;
-  std::memcpy(&r, &buf[w][lane ^ m], sizeof(V));
-  W.bar->arrive_and_wait();
-  return r;
-}
-inline double __shfl_xor_sync(unsigned, double v, int m) { return emu_shfl_xor(v, m); }
-// Lane src's value (src < 32), through the same kind of buffer.
+// Shuffles of other 4- or 8-byte types (double and int sums, top-k ids) through a per-warp
+// buffer: lane src's value (src < 32).
 template <class V> V emu_shfl_from(V v, int src) {
   static_assert(sizeof(V) <= 8, "shuffle of a wider type");
   static uint64_t buf[32][32];  // [warp][lane]
@@ -158,6 +145,8 @@ template <class V> V emu_shfl_from(V v, int src) {
   W.bar->arrive_and_wait();
   return r;
 }
+template <class V> V emu_shfl_xor(V v, int m) { return emu_shfl_from(v, (threadIdx.x & 31) ^ m); }
+inline double __shfl_xor_sync(unsigned, double v, int m) { return emu_shfl_xor(v, m); }
 inline double __shfl_sync(unsigned, double v, int src) { return emu_shfl_from(v, src); }
 inline int __shfl_xor_sync(unsigned, int v, int m) { return emu_shfl_xor(v, m); }
 inline void __syncwarp() { g_warps[threadIdx.x >> 5].bar->arrive_and_wait(); }
