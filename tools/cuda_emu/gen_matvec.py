@@ -18,11 +18,12 @@ s = s.replace('MOE_CUDA_LAUNCH_CHECK("matvec_kernel");', '')
 assert '<<<' not in s, 'a launch the generator does not know'
 
 common = '''
-// EmuMv mirrors MvArgs up to `mode`; later fields (err) stay zero.
-static_assert(sizeof(MvArgs) >= sizeof(EmuMv), "EmuMv mirrors the start of MvArgs");
+// EmuMv's fields by name (the old and new MvArgs order them differently); others (err) stay zero.
 MvArgs to_args(const EmuMv &m) {
   MvArgs a{};
-  std::memcpy(&a, &m, sizeof m);
+  a.w = m.w; a.w2 = m.w2; a.rb = m.rb; a.eb = m.eb; a.rb2 = m.rb2; a.eb2 = m.eb2; a.K = m.K; a.M = m.M;
+  a.x = m.x; a.x_nb1 = m.x_nb1; a.X = m.X; a.ids = m.ids; a.E = m.E; a.n_used = m.n_used; a.cw = m.cw;
+  a.add = m.add; a.y = m.y; a.mode = m.mode;
   return a;
 }
 '''

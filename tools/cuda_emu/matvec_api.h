@@ -7,7 +7,7 @@
 
 namespace moe_emu_api {
 using moe::DType;
-struct EmuMv {  // the fields of matvec.cu's MvArgs, in order
+struct EmuMv {  // matvec.cu's MvArgs fields (copied by name: gen_matvec.py's to_args)
   const uint8_t *w, *w2;
   int64_t rb, eb, rb2, eb2;
   int K, M;

@@ -69,15 +69,19 @@ struct MvArgs {
   const uint8_t *x;        // activations, slot s at x + s * x_nb1
   int64_t x_nb1;
   int X;                   // activation slots: 1 (shared) or one per expert slot
+  int mode;                // (here, not last: it fills X's padding, see the size check below)
   const int32_t *ids;      // expert ids [n_used] or null (plain MatMul)
   int E, n_used;
   const float *cw;         // combine weights [n_used] (down)
   const float *add;        // residual row [M] or null
   float *y;
-  int mode;
-  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported (the last
-                           // field: tools/cuda_emu's EmuMv mirrors the ones before it)
+  unsigned *err;           // DevUbatch::err: expert ids outside [0, E) are reported
 };
+// Above 128 bytes of kernel parameters nvcc stops loading MvArgs into registers at entry and
+// reads it through the parameter's address everywhere (ld.param [reg + offset]: 20 -> 51 in the
+// row-pair kernel's PTX at 136 bytes); that coincided with the o-proj going 6.8 -> 8.5 us on
+// the H200 (docs/perf/cuda.md, session 5).
+static_assert(sizeof(MvArgs) <= 128, "MvArgs: keep the kernel parameters within 128 bytes");
 
 constexpr DType act_type(DType t) {
   return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4 ? DType::Q8_0 : DType::Q8_K;
