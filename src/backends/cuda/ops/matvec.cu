@@ -592,7 +592,8 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // shared memory (prod: a row of n_used floats per row of the block, after the rounding's
 // layout) and, after a barrier, the row's first warp combines them in slot order j = 0, 1, ...
 // (the products and their order are those of one warp doing every pass: bit-identical).
-template <DType T, int J, int CH, int P> __device__ __forceinline__ void down_block(const MvArgs &a) {
+// OneWarp: one warp per row whatever the slots (the 16-warp matvec_down_kernel).
+template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forceinline__ void down_block(const MvArgs &a) {
   pdl_enter();  // the expert ids are an earlier kernel's output
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -601,7 +602,7 @@ template <DType T, int J, int CH, int P> __device__ __forceinline__ void down_bl
   const MvSmem L = mv_smem(stage_sz, a.K, x_n, blockDim.x >> 5, act_type(T));
   const XSmem xm{reinterpret_cast<int8_t *>(smem + L.xq), reinterpret_cast<float *>(smem + L.xd), reinterpret_cast<int *>(smem + L.xs)};
   uint8_t *stage = smem + warp * stage_sz;
-  const int S = down_split(a.n_used, J), R = static_cast<int>(blockDim.x >> 5) / S;  // warps per row, rows per block
+  const int S = OneWarp ? 1 : down_split(a.n_used, J), R = static_cast<int>(blockDim.x >> 5) / S;  // warps per row, rows per block
   const int r = warp % R, part = warp / R;
   const int row = blockIdx.x * R + r;
   float *prod = reinterpret_cast<float *>(smem + (is_plain(T) ? 0 : L.total)) + r * a.n_used;  // plain types: no rounding layout
@@ -758,6 +759,13 @@ __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_ker
   else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
+// Down + combine in 16-warp blocks at up to 128 registers, one warp per row: session 4's
+// geometry, which the H200 ran faster for Qwen3-30B-A3B's 8 slots (ncu, 8-layer model: Q6_K
+// 14.3 us, Q4_K 11.6) than the 8-warp expert kernel with two warps per row (17.1 / 15.9).
+template <DType T, int J, int CH, int P> __global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a) {
+  down_block<T, J, CH, P, true>(a);
+}
+
 // Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
 // registers, so three blocks share a multiprocessor (24 warps, was 16 at 128 registers) and
 // one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
@@ -872,8 +880,10 @@ void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
 #undef MOE_MV_CASE
 }
 
-template <DType T, int P> void launch_expert_as(bool down, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a) {
-  if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
+// wide: down in matvec_down_kernel's 16-warp blocks.
+template <DType T, int P> void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a) {
+  if (down && wide) launch_pdl(matvec_down_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvMaxThreads), smem, s, a);
+  else if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
   else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
 }
 
@@ -884,8 +894,13 @@ template <DType T, int P> void launch_expert_as(bool down, dim3 grid, size_t sme
 bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
   int64_t smem = -1;
   dim3 grid;
+  bool wide = false;
   if (down) {
-    const int rows = kMvWarps / down_split(a.n_used, kJDown), base = smem_bytes(t, a.K, a.X, true);
+    // 16 rows per 16-warp block where their staging fits, else the 8-warp expert kernel.
+    const int base16 = smem_bytes(t, a.K, a.X, true, kMvMaxGroups);
+    wide = base16 >= 0 && base16 + static_cast<int64_t>(kMvMaxGroups * kMvWarps) * a.n_used * 4 <= kMvSmemMax;
+    const int rows = wide ? kMvMaxGroups * kMvWarps : kMvWarps / down_split(a.n_used, kJDown);
+    const int base = wide ? base16 : smem_bytes(t, a.K, a.X, true);
     if (base >= 0) smem = base + static_cast<int64_t>(rows) * a.n_used * 4;  // + the products (down_block)
     grid = dim3(blocks(a.M, rows));
   } else {
@@ -896,11 +911,11 @@ bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
   if (grid.x == 0 || grid.y == 0) return true;
   const size_t sm = static_cast<size_t>(smem);
   if (t == DType::Q4_K && q4k_direct(a)) {
-    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, grid, sm, s, a);
+    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, wide, grid, sm, s, a);
     return true;
   }
 #define MOE_MV_EXPERT_CASE(TY) \
-  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, grid, sm, s, a); break;
+  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, wide, grid, sm, s, a); break;
   switch (t) {
     MOE_MV_TYPES(MOE_MV_EXPERT_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
