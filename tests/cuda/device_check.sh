@@ -8,7 +8,7 @@
 set -u
 # Only summary.txt and logs.tgz come back (the device tool returns at most 8 files).
 FINAL_OUT=${OUT:-/tmp/moe-cuda-out}
-OUT=/tmp/moe-logs
+OUT=${LOGS:-/tmp/moe-logs}  # (LOGS: a second instance running beside the first needs its own)
 rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL_OUT"
 trap 'cp "$OUT/summary.txt" "$FINAL_OUT/" 2>/dev/null; tar -C "$OUT" -czf "$FINAL_OUT/logs.tgz" . 2>/dev/null' EXIT
 PHASES=${*:-build tests sanitize conformance bench kernels profile}
@@ -112,7 +112,7 @@ if has sanall; then
     echo "rc=$? case: $3" >> "$OUT/san/$1.$2.log"
   }
   export -f san_one; export CS TESTS OUT SAN_S
-  for tool in memcheck racecheck; do nl -ba "$OUT/san/cases.txt" | sed "s/^/$tool/"; done |
+  for tool in ${SAN_TOOLS:-memcheck racecheck}; do nl -ba "$OUT/san/cases.txt" | sed "s/^/$tool/"; done |
     awk '{tool=$1; i=$2; $1=""; $2=""; sub(/^  /, ""); printf "%s\t%s\t%s\n", tool, i, $0}' |
     xargs -P "${SAN_P:-10}" -d '\n' -n 1 bash -c 'IFS=$(printf "\t") read -r t i p <<< "$0"; san_one "$t" "$i" "$p"'
   for f in "$OUT"/san/*.log; do

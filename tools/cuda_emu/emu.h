@@ -158,6 +158,7 @@ inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p
 inline unsigned atomicOr(unsigned *p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 inline float __ldcg(const float *p) { return *p; }
 inline float2 __ldcg(const float2 *p) { return *p; }
+inline int __ldcg(const int *p) { return *p; }
 
 // Programmatic dependent launch (ops/pdl.cuh): blocks run in order here, so the waits are no-ops.
 inline void pdl_wait() {}

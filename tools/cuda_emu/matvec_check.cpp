@@ -30,7 +30,7 @@ uint8_t *moe_emu_api::emu_dyn_smem() {
 
 namespace {
 
-enum { kRows, kGateUp, kDown, kSplit, kHalves };  // MvMode
+enum { kRows, kGateUp, kDown, kSplit, kHalves, kDownSettled };  // MvMode
 
 int failures = 0, checks = 0;
 void same(const float *a, const float *b, size_t n, const std::string &what) {
@@ -302,7 +302,11 @@ void check_ref_type(DType t) {
           }
         }
         for (int64_t r = 0; r < M; ++r) want[r] += res[r];
-        expect(t, true, cdiv(M, 8), 1, md, want, tag + " down n_used " + std::to_string(md.n_used) + (d.shared ? " shared" : ""));
+        for (int mode : {kDown, kDownSettled}) {  // settled ids: read before the wait, the same bits
+          EmuMv mm = md;
+          mm.mode = mode;
+          expect(t, true, cdiv(M, 8), 1, mm, want, tag + " down n_used " + std::to_string(md.n_used) + (d.shared ? " shared" : "") + (mode == kDownSettled ? " settled" : ""));
+        }
       }
     }
 }

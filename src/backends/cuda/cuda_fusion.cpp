@@ -49,6 +49,7 @@ public:
       grp.label = "fused:";
       for (size_t k = 0; k < grp.members.size(); ++k)
         grp.label += std::string(k ? "+" : "") + op_name(g_.node(grp.members[k]).op);
+      if (grp.kind == FusedKind::DownCombine && !p.groups.empty()) grp.ids_settled = ids_read_just_before(p.groups.back(), grp);
       for (int k = grp.first; k <= grp.last; ++k) p.group_of[static_cast<size_t>(k)] = static_cast<int>(p.groups.size());
       i = grp.last;
       p.groups.push_back(std::move(grp));
@@ -63,6 +64,12 @@ private:
     for (int k = i + 1; k < n_; ++k)
       if (is_compute(nd(k))) return k;
     return -1;
+  }
+  // A gate/up group that runs right before `down` and reads its expert ids (FusedGroup::ids_settled).
+  bool ids_read_just_before(const FusedGroup &prev, const FusedGroup &down) const {
+    if (prev.kind != FusedKind::GateUpSwiGLU || next(prev.last) != down.first) return false;
+    const Node &gate = nd(prev.members[0]), &d = nd(down.members[0]);
+    return gate.op == Op::MatMulId && d.op == Op::MatMulId && gate.src[2] == d.src[2] && same_place(prev.members[0], down.members[0]);
   }
   // Read only by its one consumer inside the group and not a graph output.
   bool private_to_group(int i) const { return uses_[static_cast<size_t>(i)] == 1 && !output_[static_cast<size_t>(i)]; }
@@ -461,7 +468,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     }
     case FusedKind::DownCombine:
       return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]),
-                                     grp.members.size() > 2 ? &c.g.node(grp.members[2]) : nullptr);
+                                     grp.members.size() > 2 ? &c.g.node(grp.members[2]) : nullptr, grp.ids_settled);
     case FusedKind::MatVecs: return cuda_fused_matvecs(c, grp.members);
 #endif
     default: break;

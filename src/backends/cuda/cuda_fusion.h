@@ -37,6 +37,10 @@ struct FusedGroup {
   std::vector<int> members;    // the compute nodes in it, in order
   std::vector<int> written;    // member outputs the fused kernel writes
   std::string label;           // "fused:rms_norm+mul" (per-op profiler)
+  // DownCombine: the launch right before this group (the gate/up group) reads the same expert
+  // ids, so their writer ran at least two launches earlier and, under the PDL contract
+  // (pdl.cuh), has completed when this kernel starts: it may read them before pdl_wait.
+  bool ids_settled = false;
   int last_member() const { return members.back(); }
 };
 

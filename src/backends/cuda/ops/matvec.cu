@@ -49,6 +49,12 @@ constexpr int kMvMaxThreads = kMvMaxGroups * kMvThreads;
 constexpr int kMvSmemMax = 48 * 1024;  // no opt-in to larger dynamic shared memory
 constexpr int kRowsPlain = kMvWarps * 2;  // a row pair per warp
 constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row per warp
+// Gate/up rows per warp, one after the other: a Qwen3-30B-A3B layer's 6,144 gate/up rows
+// at one per warp were two waves of 8-warp blocks (3 per SM); two per warp are one wave,
+// the activation rounding is done by half as many blocks, and the second row is asked of
+// L2 while the first is folded.
+// (MXFP4 keeps one: its gate/up kernel spilled more with the loop.)
+constexpr int gate_up_reps(DType t) { return t == DType::MXFP4 ? 1 : 2; }
 
 // Kernel shapes: J jobs per warp, chunks of CH elements.
 constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
@@ -60,7 +66,10 @@ constexpr int kMvExpertBlocks = 3;  // 8-warp blocks per SM of the expert produc
 // order over the whole K, ref_dot_f32_row: never split.)
 // kModeHalves: quantized MatMuls with few rows (an o-proj, 2048 rows of K 4096): a warp's
 // two jobs are the two K halves of one row, twice the warps of kModeRows for the same rows.
-enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit, kModeHalves };
+// kModeDownSettled: kModeDown whose expert ids were written at least two launches earlier
+// (FusedGroup::ids_settled): the blocks read them through L2 and issue their first weight
+// loads before pdl_wait, overlapping the gate/up kernel's tail.
+enum MvMode : int { kModeRows, kModeGateUp, kModeDown, kModeSplit, kModeHalves, kModeDownSettled };
 
 struct MvArgs {
   const uint8_t *w, *w2;   // weights; w2: up of gate/up
@@ -594,7 +603,12 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // (the products and their order are those of one warp doing every pass: bit-identical).
 // OneWarp: one warp per row whatever the slots (the 16-warp matvec_down_kernel).
 template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forceinline__ void down_block(const MvArgs &a) {
-  pdl_enter();  // the expert ids are an earlier kernel's output
+  // Settled ids (kModeDownSettled, quantized, K > 0 and n_used > 0: the host checks) are read
+  // before the wait, through L2 (__ldcg: this SM's L1 may hold an older layer's ids), and the
+  // first pass waits after issuing its weight loads (row_dots' wait_late); otherwise wait first.
+  const bool settled = !is_plain(T) && a.mode == kModeDownSettled;
+  if (!settled) pdl_enter();
+  auto id_at = [&](int j) { return settled ? __ldcg(a.ids + j) : a.ids[j]; };
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int stage_sz = stage_bytes<T, CH>();
@@ -615,7 +629,7 @@ template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forc
   if (row < a.M)
     for (int j0 = (part + S) * J; j0 < a.n_used; j0 += S * J)
       for (int j = j0; j < min(j0 + J, a.n_used); ++j) {
-        const int e = a.ids[j];
+        const int e = id_at(j);
         if (e >= 0 && e < a.E) prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row) * a.rb, a.rb);
       }
   // Every warp has a first pass (part * J < n_used: down_split), which rounds the activations
@@ -624,14 +638,16 @@ template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forc
 #pragma unroll
     for (int k = 0; k < J; ++k) {
       const int j = j0 + k;
-      const int e = j < a.n_used ? a.ids[j] : -1;
+      const int e = j < a.n_used ? id_at(j) : -1;
       ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
-      if (j < a.n_used && (e < 0 || e >= a.E) && blockIdx.x == 0 && threadIdx.x == 0)
-        report_bad_index(a.err, kKernelErrExpertId, e, a.E);
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
     }
-    row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, j0 == part * J, false, 0, x_n, stage, xm, acc, accm);
+    const bool first = j0 == part * J;
+    row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc, accm);
+    if (blockIdx.x == 0 && threadIdx.x == 0)  // (after the wait: no global write before it)
+      for (int j = j0; j < min(j0 + J, a.n_used); ++j)
+        if (const int e = a.ids[j]; e < 0 || e >= a.E) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
     finish_rows<T, J>(a, acc, accm, v);
     if (lane == 0) {
 #pragma unroll
@@ -655,7 +671,9 @@ template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forc
 // expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
 // kModeSplit runs one logical block per thread block.
 // Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
-template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither>
+// Reps: gate/up rows per warp (gate_up_reps in the expert kernel; a template parameter so the
+// other kernels keep their straight-line code and registers).
+template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, int Reps = 1>
 __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
@@ -681,62 +699,72 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     if (!e_ok && blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
   }
   const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit, halves = a.mode == kModeHalves;
-  const bool one_row = gu || halves;  // a warp computes one output row
+  const bool one_row = gu || halves;  // a warp computes one output row (gate/up: Reps of them in turn)
   const int lb = static_cast<int>(bx) * (nw / kMvWarps) + warp / kMvWarps, wl = warp % kMvWarps;  // logical block, its warp
-  const int row0 = one_row ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
-  int kh = 0;  // kModeHalves: the first half's length (the host checks K % (2 * block size) == 0)
-  int64_t half_bytes = 0;
-  if constexpr (!is_plain(T)) {
-    if (halves) {
-      kh = a.K / 2;
-      half_bytes = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
+  const int reps = gu ? Reps : 1;
+  for (int rep = 0; rep < reps; ++rep) {
+    const int row0 = gu ? (lb * reps + rep) * kRowsOne + wl : halves ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
+    if (rep > 0 && row0 >= a.M) break;  // (warp-uniform; only the first rep has a barrier, the rounding's)
+    if (gu && rep + 1 < reps && e_ok && row0 + kRowsOne < a.M) {  // the next row's gate and up into L2 (weights only)
+      prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row0 + kRowsOne) * a.rb, a.rb);
+      prefetch_l2(a.w2 + e * a.eb2 + static_cast<int64_t>(row0 + kRowsOne) * a.rb2, a.rb2);
     }
-  }
-#pragma unroll
-  for (int k = 0; k < J; ++k) {
-    const int row = one_row ? row0 : row0 + k;
-    ok[k] = e_ok && row < a.M;
-    const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
-                                       : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb + (k == 1 ? half_bytes : 0);
-    wr[k] = ok[k] ? base : a.w;
-    xslot[k] = xs0;
-  }
-  if constexpr (is_plain(T)) {
-    if (!a.ids) {
-      int kb = 0, kn = a.K;
-      if (split) split_share(a.K, kb, kn);
-#pragma unroll
-      for (int k = 0; k < J; ++k)
-        if (ok[k]) prefetch_l2(wr[k] + static_cast<int64_t>(kb) * plain_bytes<T>(), static_cast<int64_t>(kn) * plain_bytes<T>());
-      pdl_enter();
+    int kh = 0;  // kModeHalves: the first half's length (the host checks K % (2 * block size) == 0)
+    int64_t half_bytes = 0;
+    if constexpr (!is_plain(T)) {
+      if (halves) {
+        kh = a.K / 2;
+        half_bytes = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
+      }
     }
-  } else if (!a.ids && !wait_late) {
-    pdl_enter();  // K == 0: nothing to load first
-  }
-  float v[J];
-  bool writer = lane == 0;
-  if constexpr (is_plain(T)) {
-    if (split) {
-      split_dots<T, J>(a, wr, ok, xs0, v);
-      writer = threadIdx.x == 0;
-    }
-  }
-  if (!split) {
-    row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
-    if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
-    finish_rows<T, J, Cpu>(a, acc, accm, v);
-  }
-  if (!writer) return;
-  float *yj = a.y + static_cast<int64_t>(j) * a.M;
-  if (gu) {
-    if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
-  } else if (halves) {
-    if (row0 < a.M) yj[row0] = !e_ok ? 0.0f : a.add ? v[0] + a.add[row0] : v[0];
-  } else {
 #pragma unroll
     for (int k = 0; k < J; ++k) {
-      const int row = row0 + k;
-      if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
+      const int row = one_row ? row0 : row0 + k;
+      ok[k] = e_ok && row < a.M;
+      const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
+                                         : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb + (k == 1 ? half_bytes : 0);
+      wr[k] = ok[k] ? base : a.w;
+      xslot[k] = xs0;
+    }
+    if constexpr (is_plain(T)) {
+      if (!a.ids) {
+        int kb = 0, kn = a.K;
+        if (split) split_share(a.K, kb, kn);
+#pragma unroll
+        for (int k = 0; k < J; ++k)
+          if (ok[k]) prefetch_l2(wr[k] + static_cast<int64_t>(kb) * plain_bytes<T>(), static_cast<int64_t>(kn) * plain_bytes<T>());
+        if (rep == 0) pdl_enter();
+      }
+    } else if (!a.ids && !wait_late && rep == 0) {
+      pdl_enter();  // K == 0: nothing to load first
+    }
+    float v[J];
+    bool writer = lane == 0;
+    if constexpr (is_plain(T)) {
+      if (split) {
+        split_dots<T, J>(a, wr, ok, xs0, v);
+        writer = threadIdx.x == 0;
+      }
+    }
+    if (!split) {
+      // Every rep's call rounds the activations only in the first (the later ones reuse them;
+      // a barrier ends the rounding, so every thread makes the first call).
+      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, rep == 0, wait_late && rep == 0, xs0, 1, stage, xm, acc, accm, kh);
+      if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+      finish_rows<T, J, Cpu>(a, acc, accm, v);
+    }
+    if (!writer) continue;
+    float *yj = a.y + static_cast<int64_t>(j) * a.M;
+    if (gu) {
+      if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
+    } else if (halves) {
+      if (row0 < a.M) yj[row0] = !e_ok ? 0.0f : a.add ? v[0] + a.add[row0] : v[0];
+    } else {
+#pragma unroll
+      for (int k = 0; k < J; ++k) {
+        const int row = row0 + k;
+        if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
+      }
     }
   }
 }
@@ -751,12 +779,13 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
 // multiprocessor (65536 / (256 x 3) -> 80 registers): 24 resident warps instead of the 16 of
 // one 16-warp block at 128 registers. These launches are latency bound (each warp's loads,
 // then its serial fold), so more resident warps is more overlap. Grids of a Qwen3-30B-A3B
-// layer: gate/up 96 x 8 blocks, down 512 blocks (two warps per row: down_split). P: the
+// layer: gate/up 48 x 8 blocks (gate_up_reps rows per warp), down 512 blocks (two warps per row:
+// down_split; the 16-warp matvec_down_kernel takes Qwen3's). P: the
 // Q4_K path (Q4kPath; the host picks it).
 template <DType T, int J, int CH, int P>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
   if constexpr (J == kJDown) down_block<T, J, CH, P>(a);
-  else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
+  else rows_block<T, cpu_order_type<T>, 1, P, gate_up_reps(T)>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
 // Down + combine in 16-warp blocks at up to 128 registers, one warp per row: session 4's
@@ -905,7 +934,7 @@ bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
     grid = dim3(blocks(a.M, rows));
   } else {
     smem = smem_bytes(t, a.K, 1, false);
-    grid = dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used));
+    grid = dim3(blocks(a.M, kRowsOne * gate_up_reps(t)), static_cast<unsigned>(a.n_used));
   }
   if (smem < 0 || smem > kMvSmemMax) return false;
   if (grid.x == 0 || grid.y == 0) return true;
@@ -1171,7 +1200,7 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
   run_members(c, {&gate, &up, &swiglu});
 }
 
-void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add) {
+void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, bool ids_settled) {
   const Node &cw = c.g.node(combine.src[1]);
   const Node *other = nullptr;
   if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
@@ -1182,8 +1211,9 @@ void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &c
     a.err = c.ub.err;
     a.cw = f32_data(cw);
     a.add = other ? f32_data(*other) : nullptr;
-    a.mode = kModeDown;
-    if (launch_expert(c.g.node(down.src[0]).type, true, c.stream, a)) return;
+    const DType wt = c.g.node(down.src[0]).type;
+    a.mode = ids_settled && !is_plain(wt) && a.K > 0 && a.n_used > 0 ? kModeDownSettled : kModeDown;
+    if (launch_expert(wt, true, c.stream, a)) return;
   }
   run_members(c, {&down, &combine, add});
 }
