@@ -122,6 +122,11 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   const FusionPlan fp = plan_fusion(cg);
   std::map<int, std::vector<std::string>> by_layer;
   for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
+  // qwen3moe's down + combine follows the gate/up launch that reads the same ids: settled ids
+  // (read before the kernel's wait).
+  if (name == "tiny" && n_tokens == 1)
+    for (const FusedGroup &grp : fp.groups)
+      if (grp.kind == FusedKind::DownCombine) CHECK(grp.ids_settled);
   for (const auto &l : by_layer) {
     std::string line;
     for (const auto &lab : l.second) line += " " + lab;
