@@ -102,6 +102,10 @@ void set_gpu_dependent_launch(bool on);
 // order, and the lean 8-warp kernel for one-token mat-vec groups of 2..3 blocks per SM.
 void set_gpu_own_order_head(bool on);
 void set_gpu_lean_groups(bool on);
+// Session 6: a one-token mat-vec group's last block runs the RmsNorm -> Mul of its output row
+// (cuda_fusion.h: norm tails). kinds: 1 down + combine + residual (the next attention norm,
+// the output norm), 2 out-proj + residual (the ffn norm), 3 both (default), 0 none (as before).
+void set_gpu_norm_tails(unsigned kinds);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

@@ -3,6 +3,7 @@
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
+#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/matvec.h"
 #endif
 
@@ -38,6 +39,14 @@ void set_gpu_lean_groups(bool on) {
   cuda_matvec_lean_groups(on);
 #else
   (void)on;
+#endif
+}
+
+void set_gpu_norm_tails(unsigned kinds) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_fusion_set_norm_tails(kinds);
+#else
+  (void)kinds;
 #endif
 }
 

@@ -108,7 +108,10 @@ std::string write_tiny(const std::string &preset, const std::string &mix) {
 
 // The fusion groups' labels per segment (layer + 1) of m's graph for n_tokens, compiled on
 // the host with the CUDA backend's scratch sizes; printed as "[fusion] NAME T=.. segment ..".
-std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name) {
+// A group is listed in the segment where it launches (run_at: a norm tail may reach into the
+// next segment). n_tails: the number of groups with a norm tail.
+std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name,
+                                                      int *n_tails = nullptr) {
   GraphBuildParams gp;
   gp.n_tokens = n_tokens;
   gp.n_cells = 64;
@@ -121,7 +124,11 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
   const FusionPlan fp = plan_fusion(cg);
   std::map<int, std::vector<std::string>> by_layer;
-  for (const FusedGroup &grp : fp.groups) by_layer[cg.node(grp.last).segment].push_back(grp.label);
+  if (n_tails) *n_tails = 0;
+  for (const FusedGroup &grp : fp.groups) {
+    by_layer[cg.node(grp.run_at).segment].push_back(grp.label);
+    if (n_tails && grp.norm_tail) ++*n_tails;
+  }
   // qwen3moe's down + combine follows the gate/up launch that reads the same ids: settled ids
   // (read before the kernel's wait).
   if (name == "tiny" && n_tokens == 1)
@@ -157,12 +164,37 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         // One token: the router also takes its mat-vec and the ffn norm in front of it.
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                          "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum"};
-        if (cuda_fused_matvec_available())
-          want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
-                  "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
-                  "fused:matmul_id+moe_combine+add"};
+        std::vector<std::string> want_out = {"fused:rms_norm+mul"};  // output norm
+        if (cuda_fused_matvec_available()) {
+          // Norm tails (session 6): out-proj + residual takes the ffn norm (the router then
+          // starts at its mat-vec), down + combine + residual the next layer's attention norm
+          // (layer 0's follows the embedding: a row chain) or, in the last layer, the output norm.
+          want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
+                  "fused:matmul+add+rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
+                  "fused:matmul_id+moe_combine+add+rms_norm+mul"};
+          want_out.clear();
+          cuda_fusion_set_norm_tails(0);
+          int off_tails = -1;
+          auto off = plan_by_layer(reg, m, 1, std::string(preset) + " (no norm tails)", &off_tails);
+          cuda_fusion_set_norm_tails(kNormTailsAll);
+          CHECK(off_tails == 0);
+          CHECK(off[1] == std::vector<std::string>{"fused:rms_norm+mul", "fused:matmul+matmul+matmul",
+                                                   "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
+                                                   "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum",
+                                                   "fused:matmul_id+matmul_id+swiglu", "fused:matmul_id+moe_combine+add"});
+          // Every layer's down group takes a norm: the next layer's attention norm or the
+          // output norm (the [cuda][engine] launch count relies on it).
+          int tails = -1;
+          plan_by_layer(reg, m, 1, std::string(preset) + " (counted)", &tails);
+          CHECK(tails >= static_cast<int>(m.hp.n_layer));
+          for (int l = 1; l <= static_cast<int>(m.hp.n_layer); ++l) {
+            INFO("segment " << l);
+            const auto &v = by_layer[l];
+            CHECK(std::find(v.begin(), v.end(), std::string("fused:matmul_id+moe_combine+add+rms_norm+mul")) != v.end());
+          }
+        }
         CHECK(by_layer[1] == want);
-        CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == std::vector<std::string>{"fused:rms_norm+mul"});  // output norm
+        CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == want_out);
       }
       if (std::string(preset) == "tiny-deepseek2") {
         // The MLA glue as three Sequence launches in every layer (dense layer 0 = segment 1,
@@ -689,6 +721,100 @@ TEST_CASE("cuda fusion: sigmoid router with its F32 mat-vec and norm in one laun
 #endif
 }
 
+// Norm tails (cuda_fusion.h): out-proj + residual and down + combine + residual at one token
+// with the RmsNorm -> Mul of their output row in the same launch (its last block). Both
+// outputs (the residual row, the normalised row) must equal, bit for bit, the same groups
+// without the tail (the norm as a row chain launch) and the unfused ops; rows of odd length,
+// one block's worth (64) and Qwen3's 2048, weight types of every path (reference order, the
+// Q4_K direct path, plain rows, F32 rows), 1, 3 and 8 expert slots.
+TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) equal no tail, unfused and the CPU", "[ops][cuda][fusion][moe]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Case {
+    DType t;
+    int64_t K, M;
+    int n_used;  // 0: out-proj (MatMul + Add); else down with this many expert slots
+  };
+  const Case cases[] = {{DType::Q8_0, 256, 2048, 0}, {DType::Q4_K, 512, 2048, 0}, {DType::Q6_K, 256, 301, 0}, {DType::F32, 64, 2048, 0},
+                        {DType::BF16, 96, 77, 0},    {DType::Q4_0, 64, 64, 0},    {DType::Q5_K, 256, 4096, 0},
+                        {DType::Q6_K, 256, 2048, 8}, {DType::Q4_K, 256, 2048, 8}, {DType::Q8_0, 64, 301, 3}, {DType::Q4_K, 256, 129, 1},
+                        {DType::F32, 32, 2048, 8},   {DType::Q2_K, 256, 8192, 3}, {DType::Q8_0, 2560, 301, 8}};
+  uint32_t seed = 1700;
+  for (const Case &cs : cases)
+    for (bool residual_first : {false, true}) {
+      const int64_t K = cs.K, M = cs.M, E = 10, k = cs.n_used;
+      const bool down = k > 0;
+      const bool ref_order = cs.t == DType::Q4_K || cs.t == DType::Q5_K || cs.t == DType::Q6_K || cs.t == DType::Q8_0 || cs.t == DType::F32;
+      WeightStore ws;
+      const GgufTensorInfo *wi = down ? ws.add("down", cs.t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f))
+                                      : ws.add("o", cs.t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.3f));
+      auto nv = randn(static_cast<size_t>(M), seed + 1, 0.1f);
+      for (float &v : nv) v += 1.0f;
+      const GgufTensorInfo *ni = ws.add("norm", DType::F32, {M}, nv);
+      const std::vector<int32_t> ids_all = {7, 2, 9, 0, 4, 1, 8, 3};
+      const std::vector<int32_t> idv(ids_all.begin(), ids_all.begin() + k);
+      const auto xv = randn(static_cast<size_t>(K * (down ? k : 1)), seed + 2), rv = randn(static_cast<size_t>(M), seed + 3);
+      const auto cwv = randn(static_cast<size_t>(k), seed + 4, 0.5f);
+      int xi, ri, ii = -1, ci = -1, y, xn;
+      auto build = [&]() {
+        Graph g;
+        xi = g.input("x", DType::F32, {K, down ? k : 1});
+        ri = g.input("r", DType::F32, {M, 1});
+        int p;
+        if (down) {
+          ii = g.input("ids", DType::I32, {k, 1});
+          ci = g.input("cw", DType::F32, {k, 1});
+          p = g.moe_combine(g.matmul_id(g.weight(wi), xi, ii), ci);
+        } else {
+          p = g.matmul(g.weight(wi), xi);
+        }
+        y = residual_first ? g.add(ri, p) : g.add(p, ri);
+        xn = g.mul(g.rms_norm(y, 1e-6f), g.weight(ni));
+        g.mark_output(y, "y");
+        g.mark_output(xn, "xn");
+        return g;
+      };
+      INFO(dtype_name(cs.t) << " K " << K << " M " << M << " slots " << k << " residual first " << residual_first);
+      const FusionPlan fp = plan_on(*gpu, build());
+      REQUIRE(fp.groups.size() == 1);
+      CHECK(fp.groups[0].kind == (down ? FusedKind::DownCombine : FusedKind::MatMulAdd));
+      CHECK(fp.groups[0].norm_tail);
+      CHECK(fp.groups[0].label == std::string(down ? "fused:matmul_id+moe_combine+add" : "fused:matmul+add") + "+rms_norm+mul");
+      std::vector<Input> ins = {in(xi, xv), in(ri, rv)};
+      if (down) {
+        ins.push_back(in(ii, idv));
+        ins.push_back(in(ci, cwv));
+      }
+      const std::vector<int> outs = {y, xn};
+      auto rc = run_on(*reg.cpu(), build(), ins, outs);
+      const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      cuda_fusion_set_norm_tails(0);
+      const FusedRun nt = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      cuda_fusion_set_norm_tails(kNormTailsAll);
+      const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        INFO("output " << o);
+        CHECK(f.out[o] == nt.out[o]);  // the tail: the row chain's bits (the same producer kernel)
+        // Unfused: the reference-order types fold like the fused groups; the others' down
+        // products may sum in another order (4 experts per warp vs row pairs).
+        if (ref_order || !down) CHECK(f.out[o] == u.out[o]);
+        else CHECK(rel_err(f.out[o], u.out[o]) < 1e-5);
+        CHECK(rel_err(f.out[o], rc[o]) < 1e-4);
+      }
+      // The norm's row-chain launch; K 2560 x 8 slots of Q8_0 do not fit the 16-warp down kernel,
+      // whose launch alone takes a tail: the 8-warp kernel runs and the row chain after it.
+      const bool tail_in_launch = !(down && cs.t == DType::Q8_0 && K == 2560);
+      CHECK(f.launches + (tail_in_launch ? 1 : 0) == nt.launches);
+      // Again: the last-block counter was left at zero.
+      const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
+      seed += 10;
+    }
+#endif
+}
+
 TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU", "[cuda][fusion][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -754,23 +880,29 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  // Per layer (one-token mat-vecs round their activations inside: 1 launch each): attn norm 1,
-  // q/k/v 1, head chains 1, attention 1 (its last blocks merge the cell ranges), out-proj +
-  // residual 1, ffn norm + router mat-vec + router 1, gate/up + SwiGLU 1, down + combine +
-  // residual 1 = 8; without the fused mat-vec groups: q 1 + k 1 + v 1, out-proj 1 + add 1,
-  // gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 15.
-  const int64_t per_layer = cuda_fused_matvec_available() ? 8 : 15;
-  // Embedding 1, output norm 1, LM head 1; the last layer selects its output rows (2) between
-  // out-proj and the residual add, so there those two stay apart (+1).
+  // Per layer (one-token mat-vecs round their activations inside: 1 launch each): q/k/v 1,
+  // head chains 1, attention 1 (its last blocks merge the cell ranges), out-proj + residual +
+  // ffn norm 1 (norm tail), router mat-vec + router 1, gate/up + SwiGLU 1, down + combine +
+  // residual + the next layer's attention norm (the last layer's: the output norm) 1 = 7;
+  // without the fused mat-vec groups: attn norm 1, q 1 + k 1 + v 1, out-proj 1 + add 1,
+  // gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 15 (+ the output norm once).
+  const int64_t per_layer = cuda_fused_matvec_available() ? 7 : 15;
+  // Embedding 1, layer 0's attention norm 1 (fused: nothing before it takes it), LM head 1; the
+  // last layer selects its output rows (2) between out-proj and the residual add, so there
+  // those two stay apart and the ffn norm joins the router (+1).
   const int64_t fixed = 8;
   std::map<std::string, uint64_t> counts;
+  int64_t tiny_layers = 0;
   for (const char *preset : {"tiny", "tiny-e16", "tiny-deepseek2"}) {
     const std::string path = write_tiny(preset, "q8_0");
     {
       auto model = Model::load(path, ModelLoadParams{});
       const int64_t n_layer = static_cast<int64_t>(model->impl().hp.n_layer);
-      for (bool fused : {true, false}) {
+      if (std::string(preset) == "tiny") tiny_layers = n_layer;
+      for (int mode = 0; mode < 3; ++mode) {  // fused, unfused, fused without norm tails
+        const bool fused = mode != 1;
         cuda_fusion_enable(fused);
+        cuda_fusion_set_norm_tails(mode != 2 ? kNormTailsAll : 0);
         ContextParams cp;
         cp.n_ctx = 64;
         cp.device = "cuda";
@@ -786,12 +918,14 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
           ctx->decode(&t, 1);
           per_step = cuda_launch_count() - before;
         }
-        std::printf("[cuda][engine] %s %s: %llu kernel launches per decode step (%lld layers)\n", preset, fused ? "fused" : "unfused",
+        const char *name = mode == 0 ? "fused" : mode == 1 ? "unfused" : "no-tails";
+        std::printf("[cuda][engine] %s %s: %llu kernel launches per decode step (%lld layers)\n", preset, name,
                     static_cast<unsigned long long>(per_step), static_cast<long long>(n_layer));
-        counts[std::string(preset) + (fused ? "/fused" : "/unfused")] = per_step;
-        if (fused && std::string(preset) != "tiny-deepseek2") CHECK(static_cast<int64_t>(per_step) <= per_layer * n_layer + fixed);
+        counts[std::string(preset) + "/" + name] = per_step;
+        if (mode == 0 && std::string(preset) != "tiny-deepseek2") CHECK(static_cast<int64_t>(per_step) <= per_layer * n_layer + fixed);
       }
       cuda_fusion_enable(true);
+      cuda_fusion_set_norm_tails(kNormTailsAll);
     }
     std::remove(path.c_str());
   }
@@ -800,6 +934,10 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   // layer (-1; its grouped top-k ends the sequence); the other groups save more.
   CHECK(counts["tiny-deepseek2/fused"] + 3 * 8 + 2 <= counts["tiny-deepseek2/unfused"]);
   CHECK(counts["tiny/fused"] == counts["tiny-e16/fused"]);
+  // Norm tails: each layer's down group takes the next attention norm (the last layer's: the
+  // output norm), one row-chain launch less per layer; the ffn norms were already in the
+  // router's launch ([fusion] plan test: every layer's down has its tail).
+  if (cuda_fused_matvec_available()) CHECK(counts["tiny/fused"] + static_cast<uint64_t>(tiny_layers) == counts["tiny/no-tails"]);
   CHECK(counts["tiny/unfused"] == counts["tiny-e16/unfused"]);
   CHECK(counts["tiny/fused"] < counts["tiny/unfused"]);
 #endif

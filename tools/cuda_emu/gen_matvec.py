@@ -35,6 +35,7 @@ void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int, int, const Emu
 }
 bool launch_grp(const EmuMv &, const EmuSeg *, int, int) { return false; }
 bool launch_own(DType, unsigned, unsigned, const EmuMv &) { return false; }
+bool launch_tail(DType, bool, int, const EmuMv &, const EmuTail &) { return false; }
 '''
 else:
     api = common + '''
@@ -57,6 +58,20 @@ bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
 bool launch_own(DType t, unsigned gx, unsigned gy, const EmuMv &m) {
   const MvArgs a = to_args(m);
   return launch_own_order(t, dim3(gx, gy), smem_bytes(t, a.K, 1, false), nullptr, a);
+}
+// Out-proj + residual (launch_rows' choice of mode and blocks for n_sm) or down + combine
+// [+ residual] with a norm tail; false: the launch did not fit.
+bool launch_tail(DType t, bool down, int n_sm, const EmuMv &m, const EmuTail &et) {
+  MvArgs a = to_args(m);
+  const RowTail tail{et.sync, et.w, et.out, et.eps, row_threads(a.M)};
+  if (down) {  // (only the 16-warp down kernel takes a tail)
+    bool done = false;
+    return launch_expert(t, true, nullptr, a, tail, &done) && (done || !et.sync);
+  }
+  const int smem = smem_bytes(t, a.K, 1, false);
+  if (smem < 0) return false;
+  launch_rows(nullptr, n_sm, t, smem, a, false, tail);
+  return true;
 }
 '''
 s += '}  // namespace\nnamespace emu_' + tag + ' {\n' + api + '}  // namespace emu_' + tag + '\n}  // namespace moe\n'

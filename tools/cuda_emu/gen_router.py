@@ -8,9 +8,6 @@ src = open(os.path.join(sys.argv[1], 'src/backends/cuda/ops/fused.cu')).read()
 out = sys.argv[2]
 row_in0 = src.index('__device__ __forceinline__ const float *row_in(')
 row_in1 = src.index('\n}\n', row_in0) + 3
-regs = src[src.index('constexpr int kWeightRegs'):].split('\n', 1)[0] + '\n'
-st0 = src.index('template <int kBatch> __device__ __forceinline__ void stage_row(')
-regs += src[st0:src.index('\n}\n', st0) + 3]  # (the router stages its activation row with it)
 k0 = src.index('struct RouterArgs {')
 k1 = src.index('\n}\n', src.index('__global__ void __launch_bounds__(kRmThreads) router_mv_kernel')) + 3
 launcher = '''
@@ -67,8 +64,10 @@ void emu_router_sigmoid(const float *w, int64_t w_rs, const float *x, const floa
   launch_router_mv(a, w, w_rs, x, nw, normed, logits, sync, K, E);
 }
 '''
+# (row_ops.cuh: kWeightRegs, stage_row, rms_mul_staged; last_block.cuh: the last-block counter)
 text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/ew_value.cuh"\n#include "backends/cuda/ops/row_ops.cuh"\n'
+        '#include "backends/cuda/ops/last_block.cuh"\n'
         '#include "backends/cuda/ops/top_k.cuh"\n'
-        'namespace moe {\nnamespace {\n' + src[row_in0:row_in1] + regs + src[k0:k1] + '}  // namespace\n' + launcher + '}  // namespace moe\n')
+        'namespace moe {\nnamespace {\n' + src[row_in0:row_in1] + src[k0:k1] + '}  // namespace\n' + launcher + '}  // namespace moe\n')
 with open(os.path.join(out, 'router_emu.cpp'), 'w') as f:
     f.write(text)

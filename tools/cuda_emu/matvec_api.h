@@ -29,6 +29,13 @@ struct EmuSeg {
   DType type;
   int mode;
 };
+// A norm tail (matvec.cu's RowTail): RmsNorm -> Mul(w) of the output row into out.
+struct EmuTail {
+  unsigned *sync;
+  const float *w;
+  float *out;
+  float eps;
+};
 uint8_t *emu_dyn_smem();
 }  // namespace moe_emu_api
 
@@ -38,6 +45,7 @@ namespace moe {
   void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const moe_emu_api::EmuMv &m); \
   bool launch_grp(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm);              \
   bool launch_own(DType t, unsigned gx, unsigned gy, const moe_emu_api::EmuMv &m);                                 \
+  bool launch_tail(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuTail &tail);    \
   }
 MOE_EMU_API(old)
 MOE_EMU_API(new)

@@ -457,17 +457,89 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
   }
 }
 
+// Norm tails (matvec.cu: RowTail): out-proj + residual and down + combine + residual with the
+// RmsNorm -> Mul of the output row in the launch's last block. The output row must equal the
+// launch without a tail bit for bit; the normalised row the float64 RmsNorm within float
+// rounding; the counter must be back at zero. Rows of 37..2100 (past the 8 weights a thread
+// holds in registers), every launch shape (rows, K halves, two logical blocks per thread block,
+// split-K, the 16- and 8-warp down kernels).
+void check_tails() {
+  struct Case {
+    DType t;
+    int64_t K, M;
+    int down_set;  // -1: out-proj; else kDownSets[down_set]
+    int n_sm;
+  };
+  const Case cases[] = {{DType::Q4_K, 768, 37, -1, 132},  {DType::Q4_K, 1024, 301, -1, 132}, {DType::Q6_K, 768, 600, -1, 132},
+                        {DType::Q8_0, 64, 2100, -1, 132}, {DType::Q8_0, 96, 64, -1, 4},     {DType::BF16, 96, 77, -1, 132},
+                        {DType::F32, 100, 40, -1, 132},   {DType::Q6_K, 768, 301, 2, 132},  {DType::Q4_K, 768, 129, 1, 132},
+                        {DType::Q8_0, 96, 37, 0, 132},    {DType::BF16, 96, 40, 2, 132},    {DType::Q4_0, 64, 2100, 4, 132}};
+  for (const Case &cs : cases) {
+    const bool down = cs.down_set >= 0;
+    const int64_t K = cs.K, M = cs.M, E = 5;
+    const std::string tag = std::string("tail ") + dtype_name(cs.t) + " K " + std::to_string(K) + " M " + std::to_string(M) +
+                            (down ? " down set " + std::to_string(cs.down_set) : " out-proj");
+    std::unique_ptr<Buf> w(weights(cs.t, K, down ? M * E : M));
+    const size_t rb = row_size(cs.t, K);
+    const auto xs = randn(static_cast<size_t>(K * kMaxSlots)), res = randn(static_cast<size_t>(M)), cw = randn(kMaxSlots);
+    auto nw = randn(static_cast<size_t>(M), 0.1f);
+    for (float &v : nw) v += 1.0f;
+    EmuMv m = one_token_args(rb, K, M, xs);
+    m.w = w->p;
+    m.add = res.data();
+    if (down) {
+      m.eb = static_cast<int64_t>(rb * M);
+      m.E = static_cast<int>(E);
+      m = down_args(m, kDownSets[cs.down_set], cw, res.data());
+    }
+    std::vector<float> y0(static_cast<size_t>(M), NAN), y(static_cast<size_t>(M), NAN), out(static_cast<size_t>(M), NAN);
+    unsigned counter = 0;
+    m.y = y0.data();
+    if (!emu_new::launch_tail(cs.t, down, cs.n_sm, m, EmuTail{nullptr, nw.data(), out.data(), 1e-6f})) {
+      std::printf("FAIL %s: did not launch\n", tag.c_str());
+      ++failures;
+      continue;
+    }
+    m.y = y.data();
+    emu_new::launch_tail(cs.t, down, cs.n_sm, m, EmuTail{&counter, nw.data(), out.data(), 1e-6f});
+    same(y0.data(), y.data(), y.size(), tag + " output row");
+    ++checks;
+    if (counter != 0) {
+      ++failures;
+      std::printf("FAIL %s: counter left at %u\n", tag.c_str(), counter);
+    }
+    double ss = 0;
+    for (float v : y) ss += double(v) * v;
+    const double scale = 1.0 / std::sqrt(ss / double(M) + 1e-6);
+    double dmax = 0, vmax = 0;
+    for (int64_t i = 0; i < M; ++i) {
+      const double want = double(y[i]) * scale * nw[i];
+      vmax = std::max(vmax, std::fabs(want));
+      dmax = std::max(dmax, std::isfinite(out[i]) ? std::fabs(out[i] - want) : 1e30);
+    }
+    ++checks;
+    if (!(dmax <= 1e-6 * vmax)) {
+      ++failures;
+      std::printf("FAIL %s: normalised row off by %.3g of max %.3g\n", tag.c_str(), dmax, vmax);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   for (DType t : kTypes) {
-    if (!only.empty() && only != dtype_name(t) && only != "group") continue;
-    if (only != "group") {
+    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "tail") continue;
+    if (only != "group" && only != "tail") {
       if (ref_type(t)) check_ref_type(t);
       else check_type(t);
       std::printf("%s: %d checks, %d failures so far\n", dtype_name(t), checks, failures);
     }
+  }
+  if (only.empty() || only == "tail") {
+    check_tails();
+    std::printf("tail: %d checks, %d failures\n", checks, failures);
   }
   if (only.empty() || only == "group") {
     check_group({DType::Q4_K, DType::Q4_K, DType::Q6_K}, {37, 5, 20}, 768);

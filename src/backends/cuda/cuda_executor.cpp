@@ -76,6 +76,7 @@ uint64_t fusion_signature(const Graph &g) {
     mix(static_cast<uint64_t>(n.ne[0]) ^ (static_cast<uint64_t>(n.ne[1]) << 32));
   }
   for (int o : g.outputs()) mix(static_cast<uint64_t>(o));
+  mix(cuda_fusion_norm_tails());  // the plan depends on the switch
   return h;
 }
 
@@ -118,6 +119,7 @@ public:
         // The pass diverged from the recording: run what was skipped, then go on eagerly.
         mode_ = Mode::Eager;
         st_->eligible = false;
+        carried_ = -1;
         for (const Seg &s : segs_) launch(g, s.begin, s.end);
         return;
       }
@@ -153,6 +155,7 @@ public:
         MOE_CUDA_CHECK(cudaGraphLaunch(st_->exec, s));
         ++replays_;
       } else {
+        carried_ = -1;
         for (const Seg &sg : segs_) launch(*pass_g_, sg.begin, sg.end);
         st_->eligible = false;
       }
@@ -172,6 +175,7 @@ private:
     (void)begin;
     fusion_on_ = cuda_fusion_enabled();
     fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
+    carried_ = -1;
     pass_open_ = true;
     pass_g_ = &g;
     segs_.clear();
@@ -223,6 +227,7 @@ private:
     mix(reinterpret_cast<uintptr_t>(sync_dev_));
     mix(reinterpret_cast<uintptr_t>(kv_));
     mix(fusion_on_);  // a captured graph holds one choice of fused / unfused kernels
+    mix(cuda_fusion_norm_tails());
     for (const Seg &s : segs)
       for (int i = s.begin; i < s.end; ++i) {
         const Node &n = g.node(i);
@@ -244,26 +249,34 @@ private:
   }
 
   // A group cut by the range (only when a caller splits a segment): the whole range runs
-  // unfused, so no fused group ever meets a member that already ran on its own.
-  static bool cuts_a_group(const FusionPlan &p, int begin, int end) {
+  // unfused, so no fused group ever meets a member that already ran on its own. Not cut: a
+  // group that launches in the range (run_at) and whose norm tail starts the next range
+  // (cuda_fusion.h), and at the range's start the tail of such a group the previous range
+  // launched (carried); a tail run again unfused recomputes the same values.
+  static bool cuts_a_group(const FusionPlan &p, int begin, int end, int carried) {
     if (begin >= end) return false;
     const int a = p.group_of[static_cast<size_t>(begin)], b = p.group_of[static_cast<size_t>(end - 1)];
-    return (a >= 0 && p.groups[static_cast<size_t>(a)].first < begin) || (b >= 0 && p.groups[static_cast<size_t>(b)].last >= end);
+    const FusedGroup *ga = a >= 0 ? &p.groups[static_cast<size_t>(a)] : nullptr, *gb = b >= 0 ? &p.groups[static_cast<size_t>(b)] : nullptr;
+    const bool cut_front = ga && ga->first < begin && !(a == carried && ga->run_at < begin && ga->last < end);
+    const bool cut_back = gb && gb->last >= end && !(gb->first >= begin && gb->run_at < end);
+    return cut_front || cut_back;
   }
 
   void launch(const Graph &g, int begin, int end) {
     const bool prof = g_profile.load() && mode_ == Mode::Eager;
     if (fusion_on_ && !fusion_) fusion_ = &fusion_plan(g);
-    const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end) ? fusion_ : nullptr;
+    const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end, carried_) ? fusion_ : nullptr;
+    carried_ = -1;
     for (int i = begin; i < end; ++i) {
       const Node &n = g.node(i);
       const int gi = fp ? fp->group_of[static_cast<size_t>(i)] : -1;
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
-        if (i != grp.last) continue;  // members run in the group's launch at its last node
+        if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
         CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
+        if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
@@ -395,6 +408,7 @@ private:
   KvCache *kv_ = nullptr;
   void *ub_dev_ = nullptr;
   unsigned *sync_dev_ = nullptr;
+  int carried_ = -1;  // the group whose norm tail starts the next range (launched by the previous launch() of the pass), or -1
   size_t ub_cap_ = 0;
   std::vector<uint8_t> host_;
   CudaRopeTables rope_;  // host index of the ubatch's RoPE tables (DevUbatch::rope)

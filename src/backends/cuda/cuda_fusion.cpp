@@ -9,6 +9,7 @@ namespace moe {
 namespace {
 
 std::atomic<bool> g_fusion{true};
+std::atomic<unsigned> g_norm_tails{kNormTailsAll};
 
 // The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
 // those kinds are planned (0: never, e.g. to measure without them).
@@ -43,9 +44,12 @@ public:
       if (!match_at(i, grp) || !safe(grp)) {
         grp = FusedGroup{};  // a norm that cannot join its router may still form a row chain
         if (nd(i).op != Op::RmsNorm || !match_row_chains(i, grp) || !safe(grp)) continue;
+      } else {
+        add_norm_tail(grp);
       }
       grp.first = grp.members.front();
       grp.last = grp.members.back();
+      grp.run_at = grp.norm_tail ? grp.members[grp.members.size() - 3] : grp.last;
       grp.label = "fused:";
       for (size_t k = 0; k < grp.members.size(); ++k)
         grp.label += std::string(k ? "+" : "") + op_name(g_.node(grp.members[k]).op);
@@ -270,6 +274,33 @@ private:
     return true;
   }
 
+  // A MatMulAdd / DownCombine group producing one complete row y takes the RmsNorm(y) -> Mul(row
+  // weight) that follows it as a norm tail (cuda_fusion.h), where that is safe (the Mul output
+  // overlaps nothing the launch reads). The RmsNorm may be in the next segment (the next
+  // layer's attention norm, the output norm), not on another device.
+  void add_norm_tail(FusedGroup &grp) const {
+    const unsigned kind = grp.kind == FusedKind::DownCombine ? kNormTailDown : grp.kind == FusedKind::MatMulAdd ? kNormTailMatMul : 0;
+    if (!MOE_CUDA_FUSED_MATVEC || (g_norm_tails.load() & kind) == 0) return;
+    const int y = grp.last_member(), r = next(y);
+    if (r < 0 || nd(r).op != Op::RmsNorm || nd(r).src[0] != y || nd(r).device != nd(y).device || !private_to_group(r)) return;
+    const int m = next(r);
+    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != r || !same_place(r, m) || !row_node_ok(r) || !row_node_ok(m)) return;
+    const Node &yn = nd(y);
+    if (!f32_rows(yn) || yn.ne[1] * yn.ne[2] * yn.ne[3] != 1 || !same_shape(yn, nd(r)) || !same_shape(yn, nd(m))) return;
+    // The last block writes the Mul output after every block has counted itself, i.e. after
+    // every read of the producer's inputs: it may overlap those (the planner puts it over
+    // the residual or the activations, dead after the Add), and y too (the last residual
+    // before the output norm: the block stages all of y before it writes), not the Mul
+    // weight. safe() leaves it out for that reason.
+    Range rm, rw;
+    if (range_of(m, rm) && range_of(nd(m).src[1], rw) && rw.device == rm.device && rw.lo < rm.hi && rm.lo < rw.hi) return;
+    FusedGroup ext = grp;
+    ext.members.insert(ext.members.end(), {r, m});
+    ext.written.push_back(m);
+    ext.norm_tail = true;
+    if (safe(ext)) grp = std::move(ext);
+  }
+
   // Can node j extend a chain whose tail is p (p -> j)?
   bool chain_step_ok(int p, int j) const {
     const Op a = nd(p).op, b = nd(j).op;
@@ -402,7 +433,7 @@ private:
     std::vector<Access> wr, rd;
     Range r;
     for (int w : grp.written)
-      if (range_of(w, r)) wr.push_back({r, w});
+      if (!(grp.norm_tail && w == grp.last_member()) && range_of(w, r)) wr.push_back({r, w});  // (a norm tail's output: add_norm_tail)
     for (int m : grp.members) {
       const Node &n = nd(m);
       if (n.work_size) wr.push_back({{n.device, n.work_offset, n.work_offset + n.work_size}, -1});
@@ -412,10 +443,11 @@ private:
     std::vector<std::pair<int, int>> own;  // (written node, input it may overwrite)
     if (grp.kind == FusedKind::RowChains)
       for (const auto &ch : row_chains(g_, grp.members)) own.push_back({ch.back(), nd(ch.front()).src[0]});
-    const Node &last = nd(grp.last_member());
+    const size_t n_prod = grp.members.size() - (grp.norm_tail ? 2 : 0);  // the producer's members (before a norm tail)
+    const Node &last = nd(grp.members[n_prod - 1]);
     if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
-      const int prev = grp.members[grp.members.size() - 2];
-      own.push_back({grp.last_member(), other_src(last, prev)});
+      const int prev = grp.members[n_prod - 2];
+      own.push_back({grp.members[n_prod - 1], other_src(last, prev)});
     }
     for (const Access &a : wr)
       for (const Access &b : rd) {
@@ -436,6 +468,8 @@ private:
 
 void cuda_fusion_enable(bool on) { g_fusion.store(on); }
 bool cuda_fusion_enabled() { return g_fusion.load(); }
+void cuda_fusion_set_norm_tails(unsigned kinds) { g_norm_tails.store(kinds & kNormTailsAll); }
+unsigned cuda_fusion_norm_tails() { return g_norm_tails.load(); }
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
 FusionPlan plan_fusion(const Graph &g) { return Matcher(g).run(); }
@@ -451,6 +485,13 @@ std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> 
   return chains;
 }
 
+namespace {
+// A norm tail's node: k = 2 its RmsNorm, 1 its Mul (null without a norm tail).
+const Node *tail_node(const CudaOpCtx &c, const FusedGroup &grp, size_t k) {
+  return grp.norm_tail ? &c.g.node(grp.members[grp.members.size() - k]) : nullptr;
+}
+}  // namespace
+
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
   switch (grp.kind) {
     case FusedKind::RowChains:
@@ -461,14 +502,17 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       if (cuda_fused_sequence_fit(c, grp)) return cuda_fused_sequence(c, grp);
       break;
 #if MOE_CUDA_FUSED_MATVEC
-    case FusedKind::MatMulAdd: return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]));
+    case FusedKind::MatMulAdd:
+      return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));
     case FusedKind::GateUpSwiGLU: {
       const Node &sw = c.g.node(grp.members[2]);
       return cuda_fused_gate_up_swiglu(c, c.g.node(sw.src[1]), c.g.node(sw.src[0]), sw);
     }
-    case FusedKind::DownCombine:
-      return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]),
-                                     grp.members.size() > 2 ? &c.g.node(grp.members[2]) : nullptr, grp.ids_settled);
+    case FusedKind::DownCombine: {
+      const size_t n_prod = grp.members.size() - (grp.norm_tail ? 2 : 0);  // down, combine [, add]
+      return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), n_prod > 2 ? &c.g.node(grp.members[2]) : nullptr,
+                                     tail_node(c, grp, 2), tail_node(c, grp, 1), grp.ids_settled);
+    }
     case FusedKind::MatVecs: return cuda_fused_matvecs(c, grp.members);
 #endif
     default: break;

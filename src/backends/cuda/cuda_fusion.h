@@ -24,16 +24,26 @@ enum class FusedKind : uint8_t {
   RowChains,     // per-row chains RmsNorm -> Mul(row weight) -> Rope -> KvStore (any suffix/prefix; up to 4 chains)
   Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
                  // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
-  MatMulAdd,     // MatMul + Add (T = 1)
+  MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
-  DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1)
+  DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
   Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
 };
 
+// Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
+// the RmsNorm -> Mul that follows it (the next layer's attention norm, the ffn norm, the
+// output norm) as its last two members: the launch's last block normalises the finished row
+// (the row chains' device code) and writes the Mul output, one launch and one DRAM round
+// trip fewer. The RmsNorm may start the next segment (layer): such a group launches at
+// run_at, its producer's last node, and the executor skips its tail members when it runs the
+// next segment (cuda_executor.cpp); the tail reads nothing but the producer's output and a
+// weight, so computing it before that segment starts changes nothing.
 struct FusedGroup {
   FusedKind kind = FusedKind::RowChains;
   int first = 0, last = 0;     // node index range [first, last]
+  int run_at = 0;              // the node at whose turn the group launches: last, or the producer's last node (norm tail)
+  bool norm_tail = false;      // members end with RmsNorm -> Mul of the producer's output row
   std::vector<int> members;    // the compute nodes in it, in order
   std::vector<int> written;    // member outputs the fused kernel writes
   std::string label;           // "fused:rms_norm+mul" (per-op profiler)
@@ -53,6 +63,14 @@ struct FusionPlan {
 // reads it once per pass.
 void cuda_fusion_enable(bool on);
 bool cuda_fusion_enabled();
+// Process-wide switch for norm tails (FusedGroup::norm_tail), a mask of the producer kinds that
+// take them (default: both); a kind left out plans those norms as before (a row chain, or
+// inside the router). Part of the executor's plan cache key.
+constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm
+constexpr unsigned kNormTailMatMul = 2;  // MatMulAdd: the ffn norm after out-proj + residual
+constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
+void cuda_fusion_set_norm_tails(unsigned kinds);
+unsigned cuda_fusion_norm_tails();
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
@@ -78,7 +96,7 @@ constexpr int kMaxFusedSequence = 8;
 constexpr int64_t kMaxSequenceValues = 16384;
 constexpr int64_t kMaxSequenceRows = 4;
 
-// Runs a group; c.n is the group's last node. Falls back to the members' own launchers
+// Runs a group; c.n is the node at grp.run_at. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
 

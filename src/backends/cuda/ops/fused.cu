@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/ew_value.cuh"
 #include "backends/cuda/ops/kv_store.cuh"
+#include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/rope.cuh"
 #include "backends/cuda/ops/row_ops.cuh"
@@ -52,22 +53,6 @@ __device__ __forceinline__ const float *row_in(const TView &v, int64_t i1, int64
   return reinterpret_cast<const float *>(static_cast<const uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
 }
 
-constexpr int kWeightRegs = 8;  // Mul weights a thread holds in registers (rows up to 8 x 256)
-
-// dst[i] = src[i] for i < n (global -> shared), thread tid of nthr taking i = tid + k nthr,
-// kBatch loads in flight before their stores: a shared store after each load would keep one
-// load at a time in flight (the compiler cannot prove the generic src is not shared memory).
-template <int kBatch> __device__ __forceinline__ void stage_row(float *dst, const float *src, int64_t n, int tid, int nthr) {
-  for (int64_t i0 = tid; i0 < n; i0 += static_cast<int64_t>(kBatch) * nthr) {
-    float v[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) v[j] = i0 + j * nthr < n ? src[i0 + j * nthr] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (i0 + j * nthr < n) dst[i0 + j * nthr] = v[j];
-  }
-}
-
 // __grid_constant__: the chain is picked by a run-time index into the parameters, which
 // must not make each thread copy them to local memory.
 __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
@@ -96,23 +81,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   const float *src = row_in(d.in, i1, i2, i3);
   stage_row<kWeightRegs>(s_row, src, n, threadIdx.x, blockDim.x);
   __syncthreads();
-  if (d.rms) {
-    const float scale = rms_row_scale(s_row, n, d.eps, d.rms_threads, s_red);
-#pragma unroll
-    for (int j = 0; j < kWeightRegs; ++j) {
-      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-      if (i >= n) continue;
-      float v = s_row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
-      if (d.w) v = v * wr[j];
-      s_row[i] = v;
-    }
-    for (int64_t i = threadIdx.x + static_cast<int64_t>(kWeightRegs) * blockDim.x; i < n; i += blockDim.x) {
-      float v = s_row[i] * scale;
-      if (d.w) v = v * d.w[i];
-      s_row[i] = v;
-    }
-    __syncthreads();
-  }
+  if (d.rms) rms_mul_staged(s_row, n, d.eps, d.rms_threads, d.w, wr, s_red);
   if (d.pos) {  // rows are [head_dim, n_head, T]: i2 is the token
     if (!table_early) rope_angle_table(d.pos, i2, d.ra, s_theta, s_cs);
     for (int k = threadIdx.x; k < d.ra.n_rot / 2; k += blockDim.x) rope_rotate_pair(s_row, s_row, k, d.ra, s_cs);
@@ -355,7 +324,6 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
   __shared__ __align__(16) float s_x[kRmMaxK];  // the activation row [K]
   __shared__ double s_red[32];
   __shared__ float s_l[kCudaMaxExperts];
-  __shared__ bool s_last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = static_cast<int>(a.logits.ne[0]);
   const int row = blockIdx.x * kRmRows + warp;  // this warp's logit
@@ -376,14 +344,7 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
   stage_row<kWeightRegs>(s_x, m.x, m.K, threadIdx.x, kRmThreads);
   __syncthreads();
   if (m.nw) {  // RmsNorm -> Mul as the row chains compute them
-    const float scale = rms_row_scale(s_x, m.K, m.eps, m.rms_nthr, s_red);  // its barriers end every read of s_x
-#pragma unroll
-    for (int j = 0; j < kWeightRegs; ++j) {
-      const int i = threadIdx.x + j * kRmThreads;
-      if (i < m.K) s_x[i] = s_x[i] * scale * nwr[j];
-    }
-    for (int i = threadIdx.x + kWeightRegs * kRmThreads; i < m.K; i += kRmThreads) s_x[i] = s_x[i] * scale * m.nw[i];
-    __syncthreads();
+    rms_mul_staged(s_x, m.K, m.eps, m.rms_nthr, m.nw, nwr, s_red);
     if (blockIdx.x == 0 && m.normed)
       for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
   }
@@ -394,15 +355,7 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
       __threadfence();  // visible device-wide before the block is counted
     }
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // the logits are visible device-wide before this block is counted
-    s_last = atomicAdd(m.sync, 1u) == gridDim.x - 1;
-    if (s_last) *m.sync = 0;  // every block has counted: ready for the next launch / replay
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!last_block_arrives(m.sync, gridDim.x)) return;
   for (int i = threadIdx.x; i < E; i += blockDim.x) s_l[i] = __ldcg(m.logits + i);
   __syncthreads();
   if (a.sigmoid) route_row_sigmoid(s_l, a, 0);

@@ -28,13 +28,16 @@
 #include <algorithm>
 #include <atomic>
 
+#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/kernel_error.cuh"
+#include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/ref_math.cuh"
+#include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
@@ -591,6 +594,41 @@ __device__ __forceinline__ uint8_t *dyn_smem() {
   return smem;
 }
 
+// Norm tail of a fused mat-vec group (cuda_fusion.h: FusedGroup::norm_tail): the RmsNorm ->
+// Mul of the launch's finished output row y [M], run once by the block that finishes last,
+// on the row still in L2, instead of a row-chain launch after it. A separate kernel
+// parameter: MvArgs stays within 128 bytes (see there).
+struct RowTail {
+  unsigned *sync;    // last-block counter (DevUbatch::sync); null: no tail
+  const float *w;    // the Mul's row weight [M]
+  float *out;        // the Mul's output [M]
+  float eps;         // the RmsNorm's
+  int rms_threads;   // the unfused RmsNorm kernel's block size (its reduction order)
+};
+constexpr int kTailRed = 32 * 8;  // bytes of dynamic shared memory before the staged row: 32 doubles
+int tail_smem(const RowTail &t, int M) { return t.sync ? kTailRed + M * 4 : 0; }
+
+// Block-wide, after the block's writes of y (each writer fenced after them): the last block
+// stages y through L2 and runs the row chains' RmsNorm -> Mul (rms_mul_staged: the bits of the
+// unfused ops) into t.out. Dynamic shared memory: at least tail_smem bytes; every warp is
+// done with it (last_block_arrives' barrier). Inlined (ptxas: as a call, the 80-register
+// kernels spilled more); the 8-warp expert kernel has no tail (it spilled either way).
+__device__ __forceinline__ void row_norm_tail(const RowTail &t, const float *y, int M) {
+  if (!last_block_arrives(t.sync, gridDim.x * gridDim.y)) return;
+  double *s_red = reinterpret_cast<double *>(dyn_smem());
+  float *s_row = reinterpret_cast<float *>(dyn_smem() + kTailRed);
+  float wr[kWeightRegs];
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {  // in flight with the row's loads
+    const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
+    wr[j] = i < M ? __ldg(t.w + i) : 0.0f;
+  }
+  stage_row<kWeightRegs, true>(s_row, y, M, threadIdx.x, blockDim.x);
+  __syncthreads();
+  rms_mul_staged(s_row, M, t.eps, t.rms_threads, t.w, wr, s_red);
+  for (int i = threadIdx.x; i < M; i += blockDim.x) t.out[i] = s_row[i];
+}
+
 // Warps per output row of the down kernel: two where the expert slots take more than one
 // pass of J (each warp then folds every other pass: twice the warps, half the serial chain
 // per warp), else one. Rows per 8-warp block: kMvWarps / down_split.
@@ -602,7 +640,8 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // layout) and, after a barrier, the row's first warp combines them in slot order j = 0, 1, ...
 // (the products and their order are those of one warp doing every pass: bit-identical).
 // OneWarp: one warp per row whatever the slots (the 16-warp matvec_down_kernel).
-template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forceinline__ void down_block(const MvArgs &a) {
+template <DType T, int J, int CH, int P, bool OneWarp = false>
+__device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail) {
   // Settled ids (kModeDownSettled, quantized, K > 0 and n_used > 0: the host checks) are read
   // before the wait, through L2 (__ldcg: this SM's L1 may hold an older layer's ids), and the
   // first pass waits after issuing its weight loads (row_dots' wait_late); otherwise wait first.
@@ -656,15 +695,18 @@ template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forc
     }
   }
   __syncthreads();
-  if (part != 0 || lane != 0 || row >= a.M) return;
-  // The MoeCombine op's order: the first slot's product, then each next one added (a
-  // rounded product, then a rounded sum: no fma); out-of-range experts are skipped.
-  float out = 0.0f;
-  for (int j = 0; j < a.n_used; ++j) {
-    const int e = a.ids[j];
-    if (e >= 0 && e < a.E) out = j == 0 ? __fmul_rn(prod[j], a.cw[0]) : __fadd_rn(out, __fmul_rn(prod[j], a.cw[j]));
+  if (part == 0 && lane == 0 && row < a.M) {
+    // The MoeCombine op's order: the first slot's product, then each next one added (a
+    // rounded product, then a rounded sum: no fma); out-of-range experts are skipped.
+    float out = 0.0f;
+    for (int j = 0; j < a.n_used; ++j) {
+      const int e = a.ids[j];
+      if (e >= 0 && e < a.E) out = j == 0 ? __fmul_rn(prod[j], a.cw[0]) : __fadd_rn(out, __fmul_rn(prod[j], a.cw[j]));
+    }
+    a.y[row] = a.add ? out + a.add[row] : out;
+    if (tail.sync) __threadfence();  // before the block is counted (row_norm_tail)
   }
-  a.y[row] = a.add ? out + a.add[row] : out;
+  if (tail.sync) row_norm_tail(tail, a.y, a.M);  // (launch-uniform)
 }
 
 // kModeRows / kModeGateUp / kModeSplit for thread block bx of the row range (blockIdx.y:
@@ -673,8 +715,9 @@ template <DType T, int J, int CH, int P, bool OneWarp = false> __device__ __forc
 // Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
 // Reps: gate/up rows per warp (gate_up_reps in the expert kernel; a template parameter so the
 // other kernels keep their straight-line code and registers).
+// tail: a norm tail (tail->sync set) where the launch has one; null where it never does.
 template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, int Reps = 1>
-__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz) {
+__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -702,6 +745,7 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
   const bool one_row = gu || halves;  // a warp computes one output row (gate/up: Reps of them in turn)
   const int lb = static_cast<int>(bx) * (nw / kMvWarps) + warp / kMvWarps, wl = warp % kMvWarps;  // logical block, its warp
   const int reps = gu ? Reps : 1;
+  const bool with_tail = tail && tail->sync;  // launch-uniform (gate/up never has a tail)
   for (int rep = 0; rep < reps; ++rep) {
     const int row0 = gu ? (lb * reps + rep) * kRowsOne + wl : halves ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
     if (rep > 0 && row0 >= a.M) break;  // (warp-uniform; only the first rep has a barrier, the rounding's)
@@ -766,12 +810,14 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
         if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
       }
     }
+    if (with_tail) __threadfence();  // before the block is counted (row_norm_tail)
   }
+  if (with_tail) row_norm_tail(*tail, a.y, a.M);  // (one output row: MatMul, not MatMulId)
 }
 
-template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThreads) matvec_kernel(MvArgs a) {
+template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThreads) matvec_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
   static_assert(J == kJPair, "row pairs (the expert products take matvec_expert_kernel)");
-  rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
+  rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>(), &tail);
 }
 
 // The expert products (gate/up + SwiGLU: J = kJPair, down + combine: J = kJDown) in 8-warp
@@ -784,23 +830,25 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
 // Q4_K path (Q4kPath; the host picks it).
 template <DType T, int J, int CH, int P>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
-  if constexpr (J == kJDown) down_block<T, J, CH, P>(a);
+  if constexpr (J == kJDown) down_block<T, J, CH, P>(a, RowTail{});
   else rows_block<T, cpu_order_type<T>, 1, P, gate_up_reps(T)>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
 // Down + combine in 16-warp blocks at up to 128 registers, one warp per row: session 4's
 // geometry, which the H200 ran faster for Qwen3-30B-A3B's 8 slots (ncu, 8-layer model: Q6_K
 // 14.3 us, Q4_K 11.6) than the 8-warp expert kernel with two warps per row (17.1 / 15.9).
-template <DType T, int J, int CH, int P> __global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a) {
-  down_block<T, J, CH, P, true>(a);
+template <DType T, int J, int CH, int P>
+__global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
+  down_block<T, J, CH, P, true>(a, tail);
 }
 
 // Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
 // registers, so three blocks share a multiprocessor (24 warps, was 16 at 128 registers) and
 // one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
 // Cpu = false: a final output of a CPU-order type in CUDA's own order (launch_own_order).
-template <DType T, bool Cpu = cpu_order_type<T>> __global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
-  rows_block<T, Cpu, 1>(a, blockIdx.x, stage_bytes<T, kChPair>());
+template <DType T, bool Cpu = cpu_order_type<T>>
+__global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
+  rows_block<T, Cpu, 1>(a, blockIdx.x, stage_bytes<T, kChPair>(), Cpu ? &tail : nullptr);  // (own order: final outputs, never a tail)
 }
 
 int stage_size(DType t, bool down) {
@@ -873,7 +921,7 @@ bool launch_own_order(DType t, dim3 grid, int smem, cudaStream_t s, const MvArgs
   const dim3 block(kMvThreads);
   switch (t) {
 #define MOE_MV_OWN_CASE(TY) \
-  case TY: launch_pdl(matvec_rows8_kernel<TY, false>, grid, block, static_cast<size_t>(smem), s, a); return true;
+  case TY: launch_pdl(matvec_rows8_kernel<TY, false>, grid, block, static_cast<size_t>(smem), s, a, RowTail{}); return true;
     MOE_MV_OWN_CASE(DType::F32)
     MOE_MV_OWN_CASE(DType::Q8_0)
     MOE_MV_OWN_CASE(DType::Q4_K)
@@ -891,17 +939,17 @@ bool launch_own_order(DType t, dim3 grid, int smem, cudaStream_t s, const MvArgs
   X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
 
 // Row pairs / K halves / split K (not the expert products: launch_expert); grid.x counts
-// logical blocks.
-void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
+// logical blocks. tail: a norm tail (sync set) or none.
+void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a, const RowTail &tail = RowTail{}) {
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
-  const int smem = sh.smem;
+  const int smem = std::max(sh.smem, tail_smem(tail, a.M));
   if (t == DType::Q6_K && sh.groups == 1) {
-    launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a);
+    launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a, tail);
     return;
   }
 #define MOE_MV_CASE(TY) \
-  case TY: launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a); break;
+  case TY: launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a, tail); break;
   switch (t) {
     MOE_MV_TYPES(MOE_MV_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
@@ -910,8 +958,10 @@ void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a) {
 }
 
 // wide: down in matvec_down_kernel's 16-warp blocks.
-template <DType T, int P> void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a) {
-  if (down && wide) launch_pdl(matvec_down_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvMaxThreads), smem, s, a);
+// tail: the 16-warp down kernel's norm tail (or none).
+template <DType T, int P>
+void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a, const RowTail &tail) {
+  if (down && wide) launch_pdl(matvec_down_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvMaxThreads), smem, s, a, tail);
   else if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
   else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
 }
@@ -919,8 +969,9 @@ template <DType T, int P> void launch_expert_as(bool down, bool wide, dim3 grid,
 // Gate/up + SwiGLU (a.mode kModeGateUp; grid: blocks of kRowsOne rows x expert slots) or
 // down + combine (kModeDown; blocks of kMvWarps / down_split rows) in 8-warp blocks of
 // matvec_expert_kernel. Returns false, launching nothing, where the shared memory does not
-// fit (the caller runs the members unfused).
-bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
+// fit (the caller runs the members unfused). tail: down's norm tail (sync set) or none; only
+// the 16-warp down kernel takes it (*tail_done: whether the launch computes it).
+bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a, const RowTail &tail_in = RowTail{}, bool *tail_done = nullptr) {
   int64_t smem = -1;
   dim3 grid;
   bool wide = false;
@@ -936,15 +987,18 @@ bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a) {
     smem = smem_bytes(t, a.K, 1, false);
     grid = dim3(blocks(a.M, kRowsOne * gate_up_reps(t)), static_cast<unsigned>(a.n_used));
   }
+  const RowTail tail = down && wide ? tail_in : RowTail{};
+  if (smem >= 0) smem = std::max<int64_t>(smem, tail_smem(tail, a.M));
   if (smem < 0 || smem > kMvSmemMax) return false;
   if (grid.x == 0 || grid.y == 0) return true;
+  if (tail_done) *tail_done = tail.sync != nullptr;
   const size_t sm = static_cast<size_t>(smem);
   if (t == DType::Q4_K && q4k_direct(a)) {
-    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, wide, grid, sm, s, a);
+    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, wide, grid, sm, s, a, tail);
     return true;
   }
 #define MOE_MV_EXPERT_CASE(TY) \
-  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, wide, grid, sm, s, a); break;
+  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, wide, grid, sm, s, a, tail); break;
   switch (t) {
     MOE_MV_TYPES(MOE_MV_EXPERT_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
@@ -1055,6 +1109,28 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
   return true;
 }
 
+// MatMul / MatMulId (+ Add): row pairs per warp, or, where row pairs per warp would leave
+// multiprocessors idle, per block with K split over the warps (plain types) or one row per
+// warp in two K halves (quantized types whose K is an even number of blocks).
+// own: a final output (cuda_own_order_product), CUDA's own order for every type.
+// tail: a norm tail (never with own).
+void launch_rows(cudaStream_t stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, const RowTail &tail = RowTail{}) {
+  const unsigned lx = blocks(a.M, kRowsPlain);
+  own = own && cpu_order_dtype(t);  // (the other types have one order)
+  // (F32 rows in the reference's order fold over the whole K: never split.)
+  if (is_plain(t) && (t != DType::F32 || own) && static_cast<int64_t>(lx) * a.n_used < n_sm) {
+    a.mode = kModeSplit;
+    const dim3 grid(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used));
+    if (!own || !launch_own_order(t, grid, smem, stream, a)) launch(t, grid, MvShape{1, smem}, stream, a, tail);
+    return;
+  }
+  a.mode = rows_mode(t, a.K, a.M, a.n_used, n_sm, own);
+  const unsigned rows_lx = blocks(a.M, rows_per_block(a.mode));
+  if (own && launch_own_order(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), smem, stream, a)) return;
+  const MvShape sh = block_groups(t, static_cast<int64_t>(rows_lx) * a.n_used, n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
+  launch(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, stream, a, tail);
+}
+
 // Fields common to every mode, from a MatMul / MatMulId node with one token.
 MvArgs args_of(const Graph &g, const Node &mm, float *y) {
   const Node &w = g.node(mm.src[0]), &x = g.node(mm.src[1]);
@@ -1102,27 +1178,6 @@ bool one_token_ok(const Graph &g, const Node &mm) {
   return ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && (x.ne[1] == 1 || x.ne[1] == ids.ne[0]) && ids.ne[0] <= 65535;
 }
 
-// MatMul / MatMulId (+ Add): row pairs per warp, or, where row pairs per warp would leave
-// multiprocessors idle, per block with K split over the warps (plain types) or one row per
-// warp in two K halves (quantized types whose K is an even number of blocks).
-// own: a final output (cuda_own_order_product), CUDA's own order for every type.
-void launch_rows(const CudaOpCtx &c, DType t, int smem, MvArgs &a, bool own = false) {
-  const unsigned lx = blocks(a.M, kRowsPlain);
-  own = own && cpu_order_dtype(t);  // (the other types have one order)
-  // (F32 rows in the reference's order fold over the whole K: never split.)
-  if (is_plain(t) && (t != DType::F32 || own) && static_cast<int64_t>(lx) * a.n_used < c.n_sm) {
-    a.mode = kModeSplit;
-    const dim3 grid(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used));
-    if (!own || !launch_own_order(t, grid, smem, c.stream, a)) launch(t, grid, MvShape{1, smem}, c.stream, a);
-    return;
-  }
-  a.mode = rows_mode(t, a.K, a.M, a.n_used, c.n_sm, own);
-  const unsigned rows_lx = blocks(a.M, rows_per_block(a.mode));
-  if (own && launch_own_order(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), smem, c.stream, a)) return;
-  const MvShape sh = block_groups(t, static_cast<int64_t>(rows_lx) * a.n_used, c.n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
-  launch(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, c.stream, a);
-}
-
 // Unfused fallback of a group: its members in their original order.
 void run_members(const CudaOpCtx &c, std::initializer_list<const Node *> members) {
   for (const Node *m : members)
@@ -1130,6 +1185,40 @@ void run_members(const CudaOpCtx &c, std::initializer_list<const Node *> members
 }
 
 const float *f32_data(const Node &n) { return static_cast<const float *>(n.data); }
+int node_id(const Graph &g, const Node &n) { return static_cast<int>(&n - &g.node(0)); }
+
+// The norm tail RmsNorm (norm) -> Mul (mul) of a group's output row y (M values), or none
+// (sync null) where the launch cannot run it (no counters, a row the tail does not take):
+// then run_tail_apart runs the two nodes after the launch.
+RowTail tail_of(const CudaOpCtx &c, const Node *norm, const Node *mul, const Node &y) {
+  RowTail t{};
+  if (!norm || !mul || !c.ub.sync) return t;
+  const Node &w = c.g.node(mul->src[1]);
+  const int64_t M = y.ne[0];
+  const bool ok = y.type == DType::F32 && y.nb[0] == 4 && y.ne[1] * y.ne[2] * y.ne[3] == 1 && M >= 1 && M <= kMaxFusedRow &&
+                  &c.g.node(norm->src[0]) == &y && &c.g.node(mul->src[0]) == norm && norm->ne[0] == M && mul->ne[0] == M &&
+                  mul->type == DType::F32 && mul->nb[0] == 4 && w.type == DType::F32 && w.nb[0] == 4 && w.ne[0] == M;
+  if (!ok) return t;
+  t.sync = c.ub.sync;
+  t.w = f32_data(w);
+  t.out = static_cast<float *>(mul->data);
+  t.eps = norm->fp[0];
+  t.rms_threads = row_threads(M);
+  return t;
+}
+
+// The tail's nodes after the producer, where its launch did not compute them: the row-chain
+// launch the plan without norm tails has.
+void run_tail_apart(const CudaOpCtx &c, const Node *norm, const Node *mul) {
+  if (!norm || !mul) return;
+  FusedGroup rc;
+  rc.kind = FusedKind::RowChains;
+  rc.members = {node_id(c.g, *norm), node_id(c.g, *mul)};
+  rc.written = {rc.members[1]};
+  rc.first = rc.run_at = rc.members[0];
+  rc.last = rc.members[1];
+  cuda_fused_row_chains(c, rc);
+}
 
 }  // namespace
 
@@ -1141,7 +1230,7 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
   if (a.M == 0 || a.n_used == 0) return true;
-  launch_rows(c, t, smem, a, cuda_own_order_product(c.n));
+  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n));
   return true;
 }
 
@@ -1170,18 +1259,19 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
     for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
 }
 
-void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
+void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, const Node *norm, const Node *mul) {
   const Node &w = c.g.node(mm.src[0]);
   const Node &other = &c.g.node(add.src[0]) == &mm ? c.g.node(add.src[1]) : c.g.node(add.src[0]);
   const int smem = smem_bytes(w.type, static_cast<int>(w.ne[0]), 1, false);
   if (mm.op != Op::MatMul || !one_token_ok(c.g, mm) || smem < 0 || other.type != DType::F32 || other.ne[0] != mm.ne[0]) {
-    run_members(c, {&mm, &add});
+    run_members(c, {&mm, &add, norm, mul});
     return;
   }
   MvArgs a = args_of(c.g, mm, static_cast<float *>(add.data));
   a.add = f32_data(other);
-  if (a.M == 0) return;
-  launch_rows(c, w.type, smem, a);
+  const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add) : RowTail{};
+  if (a.M > 0) launch_rows(c.stream, c.n_sm, w.type, smem, a, false, tail);
+  if (!tail.sync) run_tail_apart(c, norm, mul);
 }
 
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
@@ -1200,7 +1290,8 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
   run_members(c, {&gate, &up, &swiglu});
 }
 
-void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, bool ids_settled) {
+void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, const Node *norm, const Node *mul,
+                             bool ids_settled) {
   const Node &cw = c.g.node(combine.src[1]);
   const Node *other = nullptr;
   if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
@@ -1213,9 +1304,14 @@ void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &c
     a.add = other ? f32_data(*other) : nullptr;
     const DType wt = c.g.node(down.src[0]).type;
     a.mode = ids_settled && !is_plain(wt) && a.K > 0 && a.n_used > 0 ? kModeDownSettled : kModeDown;
-    if (launch_expert(wt, true, c.stream, a)) return;
+    const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add ? *add : combine) : RowTail{};
+    bool tail_done = false;
+    if (launch_expert(wt, true, c.stream, a, tail, &tail_done)) {
+      if (!tail_done) run_tail_apart(c, norm, mul);
+      return;
+    }
   }
-  run_members(c, {&down, &combine, add});
+  run_members(c, {&down, &combine, add, norm, mul});
 }
 
 }  // namespace moe

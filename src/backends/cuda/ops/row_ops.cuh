@@ -12,7 +12,7 @@
 namespace moe {
 
 // Threads per block of the row kernels for rows of n values.
-inline int row_threads(int64_t n) { return n >= 256 ? 256 : n > 64 ? 128 : 64; }
+__host__ __device__ inline int row_threads(int64_t n) { return n >= 256 ? 256 : n > 64 ? 128 : 64; }
 
 // 1 / rms of a row as the RmsNorm kernel computes it: threads [0, nthr) sum x*x (float
 // product, double sum) with stride nthr; threads past nthr add zeros (same bits as a block
@@ -49,6 +49,52 @@ __device__ __forceinline__ float rms_row_scale_warp(const float *src, int64_t n,
   for (int v = 0; v < kMaxWarps; ++v)
     if (v < nw) t += s[v];
   return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(n)) + eps);
+}
+
+constexpr int kWeightRegs = 8;  // Mul weights a thread holds in registers (rows up to 8 x the block size)
+
+// dst[i] = src[i] for i < n (global -> shared), thread tid of nthr taking i = tid + k nthr,
+// kBatch loads in flight before their stores: a shared store after each load would keep one
+// load at a time in flight (the compiler cannot prove the generic src is not shared memory).
+// L2: load through L2 only (__ldcg): a row other blocks of the same launch wrote (their
+// stores are not in this multiprocessor's L1; a line of it may be there, stale).
+template <int kBatch, bool L2 = false> __device__ __forceinline__ void stage_row(float *dst, const float *src, int64_t n, int tid, int nthr) {
+  for (int64_t i0 = tid; i0 < n; i0 += static_cast<int64_t>(kBatch) * nthr) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = i0 + j * nthr;
+      if constexpr (L2) v[j] = i < n ? __ldcg(src + i) : 0.0f;
+      else v[j] = i < n ? src[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (i0 + j * nthr < n) dst[i0 + j * nthr] = v[j];
+  }
+}
+
+// RmsNorm [-> Mul(w)] of a row staged in shared memory, in place: the row chains' arithmetic
+// (fused.cu), also run by the mat-vec epilogues (matvec.cu) so both give the same bits.
+// rms_threads: the unfused RmsNorm kernel's block size (its reduction order); wr: thread t's
+// weights w[t + j blockDim.x], j < kWeightRegs (loaded early by the caller), the rest read
+// from w (null: no Mul). Block-wide: every thread calls it; ends with a barrier.
+__device__ __forceinline__ void rms_mul_staged(float *s_row, int64_t n, float eps, int rms_threads, const float *w,
+                                               const float (&wr)[kWeightRegs], double *s_red) {
+  const float scale = rms_row_scale(s_row, n, eps, rms_threads, s_red);  // its barriers end every read of s_row
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i >= n) continue;
+    float v = s_row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
+    if (w) v = v * wr[j];
+    s_row[i] = v;
+  }
+  for (int64_t i = threadIdx.x + static_cast<int64_t>(kWeightRegs) * blockDim.x; i < n; i += blockDim.x) {
+    float v = s_row[i] * scale;
+    if (w) v = v * w[i];
+    s_row[i] = v;
+  }
+  __syncthreads();
 }
 
 // Softmax of one row over threads [0, nthr) of the block (stride nthr; threads past nthr
