@@ -451,7 +451,7 @@ void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, i
     launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split);
   };
   if constexpr (T == DType::Q4_K)
-    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0) return go(mmq_q4k_raw_kernel<T>, Q4kRawSmem::kBytes);
+    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0) return go(mmq_q4k_raw_kernel<T, kQ4kRawStages>, Q4kRawSmem<kQ4kRawStages>::kBytes);
   if constexpr (T == DType::Q6_K)
     if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes);
   go(mmq_i8_kernel<T>, I8Smem<T>::kBytes);
