@@ -30,12 +30,36 @@ inline float __fdividef(float a, float b) { return a / b; }
 // EMU_LAG_WARP=w makes warp w of every block lag (a sleep before each of its ldmatrix and
 // int8 mma), so the other warps run ahead up to the next barrier: shared tiles rewritten
 // too early show.
-inline void emu_lag() {
+inline int emu_lag_warp() {
   static const int w = [] {
     const char *e = std::getenv("EMU_LAG_WARP");
     return e ? std::atoi(e) : -1;
   }();
-  if (static_cast<int>(threadIdx.x >> 5) == w) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  return w;
+}
+inline void emu_lag() {
+  if (static_cast<int>(threadIdx.x >> 5) == emu_lag_warp()) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+}
+// Block barriers counted per thread (gen_mmq.py puts emu_counted_syncthreads in the raw
+// kernels' place of __syncthreads; every thread of a block runs the same ones, so the counts
+// agree at each block's start), so that the lagging warp can stop at a point until every
+// other thread has arrived at a barrier it has not (emu_lag_past_barrier): a read by another
+// warp of what the lagging warp writes there, without that barrier between, then sees stale
+// bytes, however long the emulated work in between takes. A mutated kernel whose other
+// threads exit instead would wait forever: 5 s at most.
+inline std::atomic<int> g_emu_bars[1024];
+inline void emu_counted_syncthreads() {
+  ++g_emu_bars[threadIdx.x];
+  __syncthreads();
+}
+inline void emu_lag_past_barrier() {
+  const unsigned w = threadIdx.x >> 5;
+  if (static_cast<int>(w) != emu_lag_warp()) return;
+  const int mine = g_emu_bars[threadIdx.x].load();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned t = 0; t < blockDim.x; ++t)
+    while ((t >> 5) != w && g_emu_bars[t].load() <= mine && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K) {

@@ -53,6 +53,12 @@ raw = raw.replace(raw_smem, 'alignas(128) static uint8_t mmq_q4k_smem[Q4kRawSmem
 u32_body = '{ return *reinterpret_cast<const uint32_t *>(p); }'
 assert u32_body in raw, 'mmq_q4k_raw.cuh: u32_at changed'
 raw = raw.replace(u32_body, '{ if (reinterpret_cast<uintptr_t>(p) & 3) std::abort(); return *reinterpret_cast<const uint32_t *>(p); }')
+# Its X sums are written between the wait and the barrier: the lagging warp computes them
+# only once every other thread has reached its next barrier, so a read of them not ordered
+# by that barrier shows (emu_lag_past_barrier; barriers counted).
+sums_head = 'template <int S> __device__ __forceinline__ void q4k_group_sums(uint8_t *st) {'
+assert sums_head in raw and '__syncthreads();' in raw, 'mmq_q4k_raw.cuh: q4k_group_sums or the barriers changed'
+raw = raw.replace(sums_head, sums_head + ' emu_lag_past_barrier();').replace('__syncthreads();', 'emu_counted_syncthreads();')
 assert 'asm' not in raw and 'extern __shared__' not in raw, 'mmq_q4k_raw.cuh: not emulated'
 with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q4k_raw.cuh'), 'w') as f:
     f.write(raw)
