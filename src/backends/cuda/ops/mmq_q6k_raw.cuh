@@ -31,9 +31,9 @@ namespace mmq {
 //     (<= 14 + 210 = 224 bytes; 15 chunks a row: an odd count spreads the lanes' rows over
 //     the banks);
 //   B[col][256 + 16]: the columns' activation integers (as Q4kRawSmem);
-// Two stages (3 would need 144 KB: one block per SM).
 //   X[col][16]: (c, X) of the 256-block's k16 groups 0 and 1 (c: the Q8_K scale, the same
 //     in all its groups).
+// Two stages (three would take 144 KB: one block per SM).
 struct Q6kRawSmem {
   static constexpr int kChunks = 14, kRowW = 15 * 16, kRowB = 256 + 16, kRowX = 16;
   static constexpr int kLdB = kRowB / 2;  // in 16-bit units (load_b_frags)
