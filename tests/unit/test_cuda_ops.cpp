@@ -331,7 +331,8 @@ TEST_CASE("cuda op: int8 MMQ pipeline edge cases (K steps vs stages, odd M, 0/1/
   uint32_t seed = 800;
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const bool kq = type_traits(t).block_size == 256;
-    for (int64_t K : kq ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 2048})
+    // K-quants: 1, 2 and 3 256-blocks (the Q4_K raw kernel's 3-stage pipeline: fewer steps than stages, as many)
+    for (int64_t K : kq ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{32, 96, 2048})
       for (int64_t M : {int64_t(77), int64_t(200)}) {
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
         CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 2, ids, seed));

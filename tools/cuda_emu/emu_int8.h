@@ -18,6 +18,10 @@ inline uint32_t __float_as_uint(float x) {
   return u;
 }
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
+inline int __dp4a(int a, int b, int c) {  // signed bytes
+  for (int i = 0; i < 4; ++i) c += static_cast<int8_t>(a >> (8 * i)) * static_cast<int8_t>(b >> (8 * i));
+  return c;
+}
 inline float __fdividef(float a, float b) { return a / b; }
 
 // D = A B + C with int8 A (16 x K, row-major) and B (K x 8, column-major), s32 C / D, K = 32
@@ -26,12 +30,36 @@ inline float __fdividef(float a, float b) { return a / b; }
 // EMU_LAG_WARP=w makes warp w of every block lag (a sleep before each of its ldmatrix and
 // int8 mma), so the other warps run ahead up to the next barrier: shared tiles rewritten
 // too early show.
-inline void emu_lag() {
+inline int emu_lag_warp() {
   static const int w = [] {
     const char *e = std::getenv("EMU_LAG_WARP");
     return e ? std::atoi(e) : -1;
   }();
-  if (static_cast<int>(threadIdx.x >> 5) == w) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  return w;
+}
+inline void emu_lag() {
+  if (static_cast<int>(threadIdx.x >> 5) == emu_lag_warp()) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+}
+// Block barriers counted per thread (gen_mmq.py puts emu_counted_syncthreads in the raw
+// kernels' place of __syncthreads; every thread of a block runs the same ones, so the counts
+// agree at each block's start), so that the lagging warp can stop at a point until every
+// other thread has arrived at a barrier it has not (emu_lag_past_barrier): a read by another
+// warp of what the lagging warp writes there, without that barrier between, then sees stale
+// bytes, however long the emulated work in between takes. A mutated kernel whose other
+// threads exit instead would wait forever: 5 s at most.
+inline std::atomic<int> g_emu_bars[1024];
+inline void emu_counted_syncthreads() {
+  ++g_emu_bars[threadIdx.x];
+  __syncthreads();
+}
+inline void emu_lag_past_barrier() {
+  const unsigned w = threadIdx.x >> 5;
+  if (static_cast<int>(w) != emu_lag_warp()) return;
+  const int mine = g_emu_bars[threadIdx.x].load();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (unsigned t = 0; t < blockDim.x; ++t)
+    while ((t >> 5) != w && g_emu_bars[t].load() <= mine && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K) {
@@ -60,13 +88,13 @@ inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K)
 // cp.async as the PTX ISA describes it for one thread: a copy lands only when a
 // cp.async.wait_group lets its group complete (here: then, in issue order), so a read of the
 // destination before the wait, or by another thread before a barrier that follows the
-// wait, sees stale bytes. Both addresses must be 16-byte aligned. A thread that ends with
-// copies pending aborts.
+// wait, sees stale bytes. Both addresses must be aligned to the copy's size (16 or 4). A
+// thread that ends with copies pending aborts.
 struct EmuCpAsync {
   struct Copy {
     void *dst;
     const void *src;
-    int group;
+    int group, size;
   };
   std::vector<Copy> pending;
   int committed = 0;
@@ -75,9 +103,9 @@ struct EmuCpAsync {
   }
 };
 inline thread_local EmuCpAsync t_cp_async;
-inline void emu_cp_async(void *dst, const void *src) {
-  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) std::abort();
-  t_cp_async.pending.push_back({dst, src, t_cp_async.committed});
+inline void emu_cp_async(void *dst, const void *src, int size = 16) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & static_cast<uintptr_t>(size - 1)) std::abort();
+  t_cp_async.pending.push_back({dst, src, t_cp_async.committed, size});
 }
 inline void emu_cp_commit() { ++t_cp_async.committed; }
 inline void emu_cp_wait(int n) {
@@ -85,7 +113,7 @@ inline void emu_cp_wait(int n) {
   size_t kept = 0;
   for (const auto &c : q) {
     if (c.group < t_cp_async.committed - n)
-      std::memcpy(c.dst, c.src, 16);
+      std::memcpy(c.dst, c.src, static_cast<size_t>(c.size));
     else
       q[kept++] = c;
   }

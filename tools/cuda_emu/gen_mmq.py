@@ -28,6 +28,7 @@ for name, body in [
     ('ldmatrix_x4', '{ emu_lag(); if (reinterpret_cast<uintptr_t>(p) & 15) std::abort(); emu_ldsm(r, p, false); }'),
     ('ldmatrix_x4_trans', '{ emu_lag(); if (reinterpret_cast<uintptr_t>(p) & 15) std::abort(); emu_ldsm(r, p, true); }'),
     ('cp_async_16', '{ emu_cp_async(smem, gmem); }'),
+    ('cp_async_4', '{ emu_cp_async(smem, gmem, 4); }'),
     ('cp_async_commit_wait_all', '{ emu_cp_commit(); emu_cp_wait(0); }'),
     ('cp_async_commit', '{ emu_cp_commit(); }'),
     ('cp_async_wait', '{ emu_cp_wait(N); }'),
@@ -47,11 +48,17 @@ with open(os.path.join(out, 'inc/backends/cuda/ops/mma_common.cuh'), 'w') as f:
 raw = open(os.path.join(ops, 'mmq_q4k_raw.cuh')).read()
 raw_smem = 'extern __shared__ __align__(128) uint8_t mmq_q4k_smem[];'
 assert raw_smem in raw, 'mmq_q4k_raw.cuh: dynamic shared memory line changed'
-raw = raw.replace(raw_smem, 'alignas(128) static uint8_t mmq_q4k_smem[Q4kRawSmem::kBytes];')
+raw = raw.replace(raw_smem, 'alignas(128) static uint8_t mmq_q4k_smem[Q4kRawSmem<S>::kBytes];')
 # Its 32-bit shared loads must be 4-byte aligned on the GPU: checked here.
 u32_body = '{ return *reinterpret_cast<const uint32_t *>(p); }'
 assert u32_body in raw, 'mmq_q4k_raw.cuh: u32_at changed'
 raw = raw.replace(u32_body, '{ if (reinterpret_cast<uintptr_t>(p) & 3) std::abort(); return *reinterpret_cast<const uint32_t *>(p); }')
+# Its X sums are written between the wait and the barrier: the lagging warp computes them
+# only once every other thread has reached its next barrier, so a read of them not ordered
+# by that barrier shows (emu_lag_past_barrier; barriers counted).
+sums_head = 'template <int S> __device__ __forceinline__ void q4k_group_sums(uint8_t *st) {'
+assert sums_head in raw and '__syncthreads();' in raw, 'mmq_q4k_raw.cuh: q4k_group_sums or the barriers changed'
+raw = raw.replace(sums_head, sums_head + ' emu_lag_past_barrier();').replace('__syncthreads();', 'emu_counted_syncthreads();')
 assert 'asm' not in raw and 'extern __shared__' not in raw, 'mmq_q4k_raw.cuh: not emulated'
 with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q4k_raw.cuh'), 'w') as f:
     f.write(raw)

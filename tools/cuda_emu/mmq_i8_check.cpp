@@ -86,15 +86,21 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
   int differ = 0;  // outputs not bit-identical with the OLD revision's kernel (or, Q4_K / Q6_K, the raw-fragment kernel's)
   if constexpr (T == DType::Q4_K || T == DType::Q6_K) {
     if ((reinterpret_cast<uintptr_t>(W.data()) & 15) != 0) std::abort();  // the launchers' condition for the raw kernels
-    std::vector<float> part_raw(part.size(), -777.0f);
-    if constexpr (T == DType::Q4_K)
-      launch(mmq::mmq_q4k_raw_kernel<T>, part_raw);
-    else
-      launch(mmq::mmq_q6k_raw_kernel<T>, part_raw);
-    int d = 0;
-    for (size_t i = 0; i < part.size(); ++i) d += std::memcmp(&part[i], &part_raw[i], 4) != 0;
-    if (d) std::printf("  %s: %d outputs of the raw-fragment kernel differ from mmq_i8_kernel's\n", name, d);
-    differ += d;
+    auto check_raw = [&](auto kernel, const char *what) {
+      std::vector<float> part_raw(part.size(), -777.0f);
+      launch(kernel, part_raw);
+      int d = 0;
+      for (size_t i = 0; i < part.size(); ++i) d += std::memcmp(&part[i], &part_raw[i], 4) != 0;
+      if (d) std::printf("  %s: %d outputs of the raw-fragment kernel (%s) differ from mmq_i8_kernel's\n", name, d, what);
+      differ += d;
+    };
+    if constexpr (T == DType::Q4_K) {  // the launcher's stage count, and 2 stages (the loop's other case)
+      static_assert(mmq::kQ4kRawStages != 2, "check another stage count too");
+      check_raw(mmq::mmq_q4k_raw_kernel<T, mmq::kQ4kRawStages>, "launcher's stages");
+      check_raw(mmq::mmq_q4k_raw_kernel<T, 2>, "2 stages");
+    } else {
+      check_raw(mmq::mmq_q6k_raw_kernel<T>, "2 stages");
+    }
   }
 #ifdef MMQ_I8_OLD
   if constexpr (T != DType::MXFP4) {  // new on this kernel (before: the f16 MMQ, matmul_mmq.cu)
@@ -204,9 +210,11 @@ template <DType T> static bool type_cases(const char *tn, uint32_t seed) {
     std::snprintf(name, sizeof name, "%s dense K=512 M=1 N=5", tn);
     ok &= run_case<T>(name, 1, 512, 5, 1, {}, {}, seed + 15);
   }
-  if (T == DType::Q4_K) {  // the raw-fragment kernel's 2-stage pipeline: odd and even step counts, 8 steps
-    std::snprintf(name, sizeof name, "%s dense K=1280 M=77 N=70", tn);
-    ok &= run_case<T>(name, 77, 1280, 70, 1, {}, {}, seed + 8);
+  if (T == DType::Q4_K) {  // the raw-fragment kernel's pipeline: 1..5 and 8 steps (fewer than, as many as, more than the stages)
+    for (int kb : {3, 4, 5}) {
+      std::snprintf(name, sizeof name, "%s dense K=%d M=77 N=70", tn, 256 * kb);
+      ok &= run_case<T>(name, 77, 256 * kb, 70, 1, {}, {}, seed + 8 + 100 * kb);
+    }
     tiles.clear();
     entries.clear();
     fixed_routing({0, 64, 33, 32, 7}, 90, seed + 9, tiles, entries);

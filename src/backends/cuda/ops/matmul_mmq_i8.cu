@@ -442,19 +442,25 @@ namespace {
 // every launch (cheap, and allowed while a CUDA graph is captured).
 // Q4_K takes the kernel from raw fragments (mmq_q4k_raw.cuh; its copies need 16-byte
 // aligned weights, true of every device tensor: otherwise mmq_i8_kernel, same results), and
-// Q6_K its own (mmq_q6k_raw.cuh; 2-byte aligned weights).
+// Q6_K its own (mmq_q6k_raw.cuh; 2-byte aligned weights). Two blocks of the Q4_K raw kernel
+// (114,432 B each + 1.5 KB static and reserved) fit an sm_90 SM only in its largest
+// shared-memory carveout (228 KB; the next, 196 KB, holds one; Q6_K's 2 x 99,840 B fit it):
+// asked for explicitly (a hint the driver may also reach by itself).
 template <DType T>
 void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
                const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
-  auto go = [&](auto kernel, int bytes) {
+  auto go = [&](auto kernel, int bytes, bool max_shared) {
     MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (max_shared)
+      MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split);
   };
   if constexpr (T == DType::Q4_K)
-    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0) return go(mmq_q4k_raw_kernel<T>, Q4kRawSmem::kBytes);
+    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0)
+      return go(mmq_q4k_raw_kernel<T, kQ4kRawStages>, Q4kRawSmem<kQ4kRawStages>::kBytes, true);
   if constexpr (T == DType::Q6_K)
-    if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes);
-  go(mmq_i8_kernel<T>, I8Smem<T>::kBytes);
+    if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes, false);
+  go(mmq_i8_kernel<T>, I8Smem<T>::kBytes, false);
 }
 
 }  // namespace

@@ -64,6 +64,11 @@ __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
 }
+// 4 bytes likewise (cp.async.ca: 4-byte copies take no .cg), both addresses 4-byte aligned.
+__device__ __forceinline__ void cp_async_4(void *smem, const void *gmem) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
 // The pipelined form (matmul_mmq_i8.cu): close this thread's copies issued since the last
 // commit into a group; wait until at most N of its groups are pending (then a barrier).

@@ -4,8 +4,11 @@
 // integers and the same f32 folds (mmq_i8_fold.cuh) as mmq_i8_kernel: outputs bit-identical
 // (tools/cuda_emu/run_mmq.sh). What differs is the K step and the weight path:
 // - a K step is a whole 256-block: per row its 144 bytes as 9 aligned 16-byte cp.async
-//   chunks (each byte copied once), in a 2-stage pipeline with the activations' 256
-//   integers and 16 (c, X) per column (43 KB a stage, 86 KB: 2 blocks per SM);
+//   chunks (each byte copied once), in a 3-stage pipeline with the activations' 256
+//   integers and their Q8_K scale c per column (37.25 KB a stage, 111.75 KB: 2 blocks per
+//   SM on sm_90, 1 on sm_87). The 16 sums X per column (the min terms' operand) are not
+//   copied: the thread that copied a 16-integer group adds it up once its copy has landed
+//   (exactly act_round_kernel's X, an integer), into the stage as f16 (exact);
 // - no decoded tile: sub-block j of a row is the low (j even) or high (j odd) nibbles of
 //   qs bytes [32 (j / 2), +32) (unpack32<Q4_K>), so the m16n8k32 A fragment word of lane l
 //   (k = 4 (l % 4) + 0..3 of row l / 4; +8 rows, +16 k) is one 32-bit shared load at qs
@@ -25,38 +28,53 @@
 namespace moe {
 namespace mmq {
 
+// Stages of the Q4_K pipeline (the launcher's; the host emulation also checks 2). Three
+// keep two 256-blocks in flight while one is multiplied: a copy has two steps to land.
+constexpr int kQ4kRawStages = 3;
+
 // One pipeline stage in dynamic shared memory (each part a multiple of 16 bytes):
 //   W[row][144]: the rows' 256-block (9 chunks: an odd count puts the 8 rows of the lanes'
 //     fragment loads 36 words apart, every lane on its own bank);
 //   B[col][256 + 16]: the columns' activation integers (16 bytes of padding put the 8 rows
 //     of an ldmatrix phase on distinct bank quads);
-//   X[col][16]: their (c, X) per k16 group.
-struct Q4kRawSmem {
-  static constexpr int kRowW = 144, kRowB = 256 + 16, kRowX = 16 * 8;
+//   C[col]: their Q8_K scale c (f32, copied);
+//   Xh[col][16]: X = the sum of the 16 integers of each k16 group (f16, computed in place).
+// S stages of 38,144 bytes: S = 3 is 114,432 (2 blocks per SM on sm_90: 2 x (114,432 + 512
+// static + 1 KB reserved) <= 228 KB); the old (c, X) f32 pairs (8 KB a stage) did not fit 3.
+template <int S> struct Q4kRawSmem {
+  static constexpr int kRowW = 144, kRowB = 256 + 16, kRowXh = 16 * 2;
   static constexpr int kLdB = kRowB / 2;  // in 16-bit units (load_b_frags)
   static constexpr int kW = 0;
   static constexpr int kB = kW + mma_tile::kBM * kRowW;
-  static constexpr int kX = kB + mma_tile::kBN * kRowB;
-  static constexpr int kStage = kX + mma_tile::kBN * kRowX;
-  static constexpr int kStages = 2;
+  static constexpr int kC = kB + mma_tile::kBN * kRowB;
+  static constexpr int kXh = kC + mma_tile::kBN * 4;
+  static constexpr int kStage = kXh + mma_tile::kBN * kRowXh;
+  static constexpr int kStages = S;
   static constexpr int kBytes = kStages * kStage;
-  static_assert(kB % 16 == 0 && kX % 16 == 0 && kStage % 16 == 0, "16-byte aligned parts (cp.async, ldmatrix rows)");
+  static_assert(kB % 16 == 0 && kC % 16 == 0 && kXh % 16 == 0 && kStage % 16 == 0, "16-byte aligned parts (cp.async, ldmatrix rows)");
   static_assert(kBytes <= 112 * 1024, "shared memory for two blocks per SM");
   static_assert(kBytes >= 16 * mma_tile::kThreads / 2 * 4, "add_group_sums: 16 floats per thread of group 1");
 };
 
 __device__ __forceinline__ void zero16(uint8_t *p) { *reinterpret_cast<uint4 *>(p) = make_uint4(0u, 0u, 0u, 0u); }
 
+// This thread's i-th activation chunk of a 256-block (i < kActChunks): (column, k16 group).
+// Chunks tid, tid + 256, ...: a warp's copies cover two whole column rows.
+constexpr int kActChunks = mma_tile::kBN * 16 / mma_tile::kThreads;
+__device__ __forceinline__ int2 act_chunk(int i) {
+  const int c = threadIdx.x + i * mma_tile::kThreads;
+  return make_int2(c >> 4, c & 15);
+}
+
 // Issues the copies of the columns' 256 activation integers of the 256-block at k0 into
-// B[col][RowB] (this thread's share: chunks tid, tid + 256, ...); columns past the tile's
-// count (xrow < 0) are zeroed instead. Shared by the raw-fragment kernels (Q4_K, Q6_K).
+// B[col][RowB] (this thread's share: act_chunk(0 .. kActChunks - 1)); columns past the
+// tile's count (xrow < 0) are zeroed instead. Shared by the raw-fragment kernels (Q4_K, Q6_K).
 template <int RowB> __device__ __forceinline__ void issue_act_copies(uint8_t *B, const int8_t *Xq, const int *s_xrow, int K, int k0) {
   using namespace mma_tile;
   static_assert(kBN * 16 % kThreads == 0 && RowB % 16 == 0, "whole activation chunk rounds, aligned rows");
 #pragma unroll
-  for (int i = 0; i < kBN * 16 / kThreads; ++i) {
-    const int c = threadIdx.x + i * kThreads;
-    const int col = c >> 4, q = c & 15, xrow = s_xrow[col];
+  for (int i = 0; i < kActChunks; ++i) {
+    const int col = act_chunk(i).x, q = act_chunk(i).y, xrow = s_xrow[col];
     uint8_t *dst = B + col * RowB + 16 * q;
     if (xrow >= 0)
       cp_async_16(dst, Xq + static_cast<int64_t>(xrow) * K + k0 + 16 * q);  // K % 256 == 0: aligned
@@ -68,13 +86,14 @@ template <int RowB> __device__ __forceinline__ void issue_act_copies(uint8_t *B,
 // Issues the copies of the 256-block at k0 into stage st (this thread's share: chunks tid,
 // tid + 256, ...). Rows past M and columns past the tile's count (xrow < 0) are zeroed by
 // plain stores instead (the stage is free: after the barrier that ends its last reads).
+template <int S>
 __device__ __forceinline__ void q4k_issue_copies(uint8_t *st, const uint8_t *We, int64_t row_bytes, int row0, int M, const int8_t *Xq,
                                                  const float2 *Xs, const int *s_xrow, int K, int k0) {
-  using L = Q4kRawSmem;
+  using L = Q4kRawSmem<S>;
   using namespace mma_tile;
   const int tid = threadIdx.x;
   const int64_t blk = static_cast<int64_t>(k0 / 256) * 144;
-  static_assert(kBN * 16 % kThreads == 0 && kBN * 8 % kThreads == 0, "whole activation chunk rounds");
+  static_assert(kBN <= kThreads, "one scale copy per column");
 #pragma unroll
   for (int i = 0; i < (kBM * 9 + kThreads - 1) / kThreads; ++i) {
     const int c = tid + i * kThreads;
@@ -87,15 +106,31 @@ __device__ __forceinline__ void q4k_issue_copies(uint8_t *st, const uint8_t *We,
       zero16(dst);
   }
   issue_act_copies<L::kRowB>(st + L::kB, Xq, s_xrow, K, k0);
-#pragma unroll
-  for (int i = 0; i < kBN * 8 / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    const int col = c >> 3, q = c & 7, xrow = s_xrow[col];
-    uint8_t *dst = st + L::kX + col * L::kRowX + 16 * q;
+  if (tid < kBN) {  // c of the 256-block (the same in its 16 groups): the first group's
+    const int xrow = s_xrow[tid];
+    float *dst = reinterpret_cast<float *>(st + L::kC) + tid;
     if (xrow >= 0)
-      cp_async_16(dst, Xs + static_cast<int64_t>(xrow) * (K / 16) + k0 / 16 + 2 * q);
+      cp_async_4(dst, &Xs[static_cast<int64_t>(xrow) * (K / 16) + k0 / 16].x);
     else
-      zero16(dst);
+      *dst = 0.0f;
+  }
+}
+
+// Once this thread's copies of stage st have landed (before the barrier that shows them to
+// the block): X of the groups it copied (act_chunk), the integer sum of their 16 int8, as
+// f16 into Xh (exact: |X| <= 16 * 127 < 2048). act_round_kernel's X is the same sum (of the
+// same integers, in f32: exact), so the min terms are mmq_i8_kernel's bit for bit. Zeroed
+// columns (plain stores of this thread) give 0, as their zeroed (c, X) did.
+template <int S> __device__ __forceinline__ void q4k_group_sums(uint8_t *st) {
+  using L = Q4kRawSmem<S>;
+#pragma unroll
+  for (int i = 0; i < kActChunks; ++i) {
+    const int col = act_chunk(i).x, q = act_chunk(i).y;
+    const uint4 v = *reinterpret_cast<const uint4 *>(st + L::kB + col * L::kRowB + 16 * q);
+    constexpr int kOnes = 0x01010101;
+    const int x = __dp4a(static_cast<int>(v.x), kOnes, 0) + __dp4a(static_cast<int>(v.y), kOnes, 0) +
+                  __dp4a(static_cast<int>(v.z), kOnes, 0) + __dp4a(static_cast<int>(v.w), kOnes, 0);
+    reinterpret_cast<__half *>(st + L::kXh + col * L::kRowXh)[q] = __float2half_rn(static_cast<float>(x));
   }
 }
 
@@ -113,37 +148,43 @@ template <int B> __device__ __forceinline__ void block_prefetch_l2(const uint8_t
 }
 
 // The raw kernels' start, as mmq_i8_kernel's: before pdl_wait only a dense product's first
-// two 256-blocks of weights (B bytes each) are asked of L2; then the block's column tile.
-template <int B>
+// S 256-blocks of weights (B bytes each; S: the pipeline's stages) are asked of L2; then the
+// block's column tile.
+template <int B, int S>
 __device__ __forceinline__ mma_tile::ColTile raw_begin(const uint8_t *W, int64_t row_bytes, int row0, int M, int kb0, int ncols,
                                                        const int4 *tiles, const int2 *entries, int *s_xrow, int *s_yrow) {
-  if (tiles == nullptr) {
-    block_prefetch_l2<B>(W, row_bytes, row0, M, kb0);
-    block_prefetch_l2<B>(W, row_bytes, row0, M, kb0 + 1);
-  }
+  if (tiles == nullptr)
+#pragma unroll
+    for (int j = 0; j < S; ++j) block_prefetch_l2<B>(W, row_bytes, row0, M, kb0 + j);
   pdl_wait();
   return mma_tile::begin_col_tile(ncols, tiles, entries, s_xrow, s_yrow);
 }
 
-// The raw kernels' K loop over n_steps 256-blocks from kb0: step i lands in stage i % 2 (of
-// stage_bytes each). Per step: wait for this thread's copies of step i, barrier (everyone's
-// have landed; everyone is done with step i - 1, whose stage the next copies overwrite),
-// issue step i + 1 (copies(stage, i)), ask L2 for step i + 2's weights, multiply step i
-// (step(stage, i)). Ends with every copy landed (only an empty group is left).
-template <int B, class Copies, class Step>
+// The raw kernels' K loop over n_steps 256-blocks from kb0, an S-stage pipeline: step i
+// lands in stage i % S (of stage_bytes each), issued S - 1 steps ahead (one commit group per
+// step, empty past the end). Per step: wait for this thread's copies of step i (at most
+// S - 2 younger groups pending), landed(stage, i) (this thread's own copies are visible to
+// it), barrier (everyone's have landed and their landed() writes show; everyone is done
+// with step i - 1, whose stage the next copies overwrite), issue step i + S - 1
+// (copies(stage, i)), ask L2 for step i + S's weights, multiply step i (step(stage, i)).
+// Ends with every copy landed (only empty groups are left).
+template <int S, int B, class Copies, class Landed, class Step>
 __device__ __forceinline__ void raw_k_loop(uint8_t *smem, int stage_bytes, int n_steps, const uint8_t *We, int64_t row_bytes, int row0,
-                                           int M, int kb0, Copies copies, Step step) {
+                                           int M, int kb0, Copies copies, Landed landed, Step step) {
+  static_assert(S >= 2, "a pipeline");
   auto issue = [&](int i) {
-    if (i < n_steps) copies(smem + (i & 1) * stage_bytes, i);
+    if (i < n_steps) copies(smem + (i % S) * stage_bytes, i);
     mma_tile::cp_async_commit();
   };
-  issue(0);
+#pragma unroll
+  for (int i = 0; i < S - 1; ++i) issue(i);
   for (int i = 0; i < n_steps; ++i) {
-    const uint8_t *st = smem + (i & 1) * stage_bytes;
-    mma_tile::cp_async_wait<0>();
+    uint8_t *st = smem + (i % S) * stage_bytes;
+    mma_tile::cp_async_wait<S - 2>();
+    landed(st, i);
     __syncthreads();
-    issue(i + 1);
-    block_prefetch_l2<B>(We, row_bytes, row0, M, kb0 + i + 2);
+    issue(i + S - 1);
+    block_prefetch_l2<B>(We, row_bytes, row0, M, kb0 + i + S);
     step(st, i);
   }
   mma_tile::cp_async_wait<0>();
@@ -168,8 +209,9 @@ __device__ __forceinline__ int byte_of(uint32_t v, int i) { return static_cast<i
 // The integer sums of one 256-block of stage st: I[mi][ni] += sc_j S_j over the warp's
 // sub-blocks j (all 8, or in narrow tiles those with j % 2 == grp: mmq_i8_kernel's split,
 // which gives group 0 the first sub-block of every 64-wide step).
+template <int S>
 __device__ __forceinline__ void q4k_block_sums(int (&I)[2][4][4], const uint8_t *st, const mma_tile::WarpTile &wt, bool narrow, int grp) {
-  using L = Q4kRawSmem;
+  using L = Q4kRawSmem<S>;
   using namespace mma_tile;
   const int lane = wt.lane, g = lane >> 2, t = lane & 3;
   const uint16_t(*sB)[L::kLdB] = reinterpret_cast<const uint16_t(*)[L::kLdB]>(st + L::kB);
@@ -224,13 +266,15 @@ __device__ __forceinline__ void q4k_block_sums(int (&I)[2][4][4], const uint8_t 
 // After q4k_block_sums: fold_sums with operands from stage st. The min mma's A fragment
 // (k = k16 group 2s, 2s + 1 of sub-block s; m16n8k16 f16: a0 rows g k 2t, 2t + 1, a1 rows
 // g + 8, a2 / a3 k + 8) is m_t, m_t (a0, a1) and m_{t+4} (a2, a3); its B fragment is X of
-// groups 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of column g, f16 (exact: |X| <= 2032).
+// groups 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of column g, f16 (exact: |X| <= 2032):
+// two consecutive halves of Xh each, low half the lower group.
+template <int S>
 __device__ __forceinline__ void q4k_fold(float (&acc)[2][4][4], int (&I)[2][4][4], const uint8_t *st, const mma_tile::WarpTile &wt,
                                          bool mins) {
-  using L = Q4kRawSmem;
+  using L = Q4kRawSmem<S>;
   using namespace mma_tile;
   const int lane = wt.lane, g = lane >> 2, t = lane & 3;
-  const float2(*sX)[16] = reinterpret_cast<const float2(*)[16]>(st + L::kX);
+  const float *sC = reinterpret_cast<const float *>(st + L::kC);
   float2 dd[2][2];
   uint32_t am[2][4] = {};
 #pragma unroll
@@ -251,26 +295,27 @@ __device__ __forceinline__ void q4k_fold(float (&acc)[2][4][4], int (&I)[2][4][4
     if (ni * 8 >= wt.n_live) continue;  // warp-uniform; padding columns only
     float c[2];  // the Q8_K scale of this thread's columns 2t, 2t + 1 (the same in all 16 groups)
 #pragma unroll
-    for (int cc = 0; cc < 2; ++cc) c[cc] = sX[wt.wn + ni * 8 + 2 * t + cc][0].x;
+    for (int cc = 0; cc < 2; ++cc) c[cc] = sC[wt.wn + ni * 8 + 2 * t + cc];
     uint32_t bm[2] = {0u, 0u};
     if (mins) {
-      const float2 *x = sX[wt.wn + ni * 8 + g];
-      bm[0] = pack2<false>(x[2 * t].y, x[2 * t + 1].y);
-      bm[1] = pack2<false>(x[2 * t + 8].y, x[2 * t + 9].y);
+      const uint8_t *xh = st + L::kXh + (wt.wn + ni * 8 + g) * L::kRowXh;
+      bm[0] = u32_at(xh + 4 * t);
+      bm[1] = u32_at(xh + 16 + 4 * t);
     }
     fold_sums<true>(acc, I, ni, dd, am, bm, c, mins);
   }
 }
 
-// grid: (ceil(M / 128), column tiles, K splits), kThreads threads, Q4kRawSmem::kBytes of
+// grid: (ceil(M / 128), column tiles, K splits), kThreads threads, Q4kRawSmem<S>::kBytes of
 // dynamic shared memory; the arguments and results of mmq_i8_kernel<Q4_K> (W 16-byte
-// aligned: the launcher checks). Split z sums the 256-blocks of [z k_len, (z + 1) k_len).
-template <DType T>
+// aligned: the launcher checks; Xs's X the sums of Xq's groups, as act_round_kernel
+// writes them: only its c is read). Split z sums the 256-blocks of [z k_len, (z + 1) k_len).
+template <DType T, int S>
 __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     mmq_q4k_raw_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq, const float2 *Xs, float *Y,
                        int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
   static_assert(T == DType::Q4_K, "Q4_K only");
-  using L = Q4kRawSmem;
+  using L = Q4kRawSmem<S>;
   using namespace mma_tile;
   extern __shared__ __align__(128) uint8_t mmq_q4k_smem[];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
@@ -278,7 +323,7 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
 
   // (The trigger waits for the end of the K loop.)
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
-  const ColTile ct = raw_begin<144>(W, row_bytes, row0, M, kz0 / 256, ncols, tiles, entries, s_xrow, s_yrow);
+  const ColTile ct = raw_begin<144, S>(W, row_bytes, row0, M, kz0 / 256, ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt;
   if (cnt <= 0) return;
   const uint8_t *We = W + ct.expert * expert_bytes;
@@ -295,16 +340,17 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   zero_tile(acc);
 
   const int n_steps = (kz1 - kz0) / 256;  // K and k_len: multiples of 256
-  raw_k_loop<144>(
+  raw_k_loop<S, 144>(
       smem, L::kStage, n_steps, We, row_bytes, row0, M, kz0 / 256,
-      [&](uint8_t *stage, int i) { q4k_issue_copies(stage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i); },
+      [&](uint8_t *stage, int i) { q4k_issue_copies<S>(stage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i); },
+      [&](uint8_t *stage, int) { q4k_group_sums<S>(stage); },
       [&](const uint8_t *st, int) {
         if (!wt.live) return;
         // The 256-block's integer sums, live only within the step (not across the copies'
         // issue), and their first products are plain multiplies.
         int I[2][4][4] = {};
-        q4k_block_sums(I, st, wt, narrow, grp);
-        q4k_fold(acc, I, st, wt, !narrow || grp == 0);
+        q4k_block_sums<S>(I, st, wt, narrow, grp);
+        q4k_fold<S>(acc, I, st, wt, !narrow || grp == 0);
       });
   pdl_trigger();
 

@@ -33,6 +33,7 @@ namespace mmq {
 //   B[col][256 + 16]: the columns' activation integers (as Q4kRawSmem);
 //   X[col][16]: (c, X) of the 256-block's k16 groups 0 and 1 (c: the Q8_K scale, the same
 //     in all its groups).
+// Two stages (three would take 144 KB: one block per SM).
 struct Q6kRawSmem {
   static constexpr int kChunks = 14, kRowW = 15 * 16, kRowB = 256 + 16, kRowX = 16;
   static constexpr int kLdB = kRowB / 2;  // in 16-bit units (load_b_frags)
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
 
   // (The trigger waits for the end of the K loop.)
   const int row0 = blockIdx.x * kBM, kz0 = blockIdx.z * k_len, kz1 = min(K, kz0 + k_len);
-  const ColTile ct = raw_begin<210>(W, row_bytes, row0, M, kz0 / 256, ncols, tiles, entries, s_xrow, s_yrow);
+  const ColTile ct = raw_begin<210, Q6kRawSmem::kStages>(W, row_bytes, row0, M, kz0 / 256, ncols, tiles, entries, s_xrow, s_yrow);
   const int cnt = ct.cnt;
   if (cnt <= 0) return;
   const uint8_t *We = W + ct.expert * expert_bytes;
@@ -225,9 +226,10 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     for (int e = 0; e < 4; ++e) acc[q][e] = 0.0f;
 
   const int n_steps = (kz1 - kz0) / 256;  // K and k_len: multiples of 256
-  raw_k_loop<210>(
+  raw_k_loop<L::kStages, 210>(
       smem, L::kStage, n_steps, We, row_bytes, row0, M, kz0 / 256,
       [&](uint8_t *stage, int i) { q6k_issue_copies(stage, We, row_bytes, row0, M, Xq, Xs, s_xrow, K, kz0 + 256 * i); },
+      [](uint8_t *, int) {},
       [&](const uint8_t *st, int i) {
         if (!live) return;
         // The 256-block's integer sums, live only within the step (as mmq_q4k_raw_kernel's).
