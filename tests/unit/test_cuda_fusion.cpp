@@ -150,6 +150,8 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
 TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion]") {
 #ifdef MOEINFER_WITH_CUDA
   BackendRegistry reg;
+  const unsigned saved_tails = cuda_fusion_norm_tails();  // (off by default: the plans below are with them)
+  cuda_fusion_set_norm_tails(kNormTailsAll);
   for (const char *preset : {"tiny", "tiny-deepseek2", "tiny-gpt-oss"}) {
     const std::string path = write_tiny(preset, "q8_0");
     {
@@ -216,6 +218,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
     }
     std::remove(path.c_str());
   }
+  cuda_fusion_set_norm_tails(saved_tails);
 #endif
 }
 
@@ -732,6 +735,8 @@ TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) 
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
+  const unsigned saved_tails = cuda_fusion_norm_tails();  // (off by default: on for this test)
+  cuda_fusion_set_norm_tails(kNormTailsAll);
   struct Case {
     DType t;
     int64_t K, M;
@@ -812,6 +817,7 @@ TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) 
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
       seed += 10;
     }
+  cuda_fusion_set_norm_tails(saved_tails);
 #endif
 }
 
@@ -880,6 +886,7 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
+  const unsigned saved_tails = cuda_fusion_norm_tails();  // ("fused" below: with norm tails, off by default)
   // Per layer (one-token mat-vecs round their activations inside: 1 launch each): q/k/v 1,
   // head chains 1, attention 1 (its last blocks merge the cell ranges), out-proj + residual +
   // ffn norm 1 (norm tail), router mat-vec + router 1, gate/up + SwiGLU 1, down + combine +
@@ -925,7 +932,7 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
         if (mode == 0 && std::string(preset) != "tiny-deepseek2") CHECK(static_cast<int64_t>(per_step) <= per_layer * n_layer + fixed);
       }
       cuda_fusion_enable(true);
-      cuda_fusion_set_norm_tails(kNormTailsAll);
+      cuda_fusion_set_norm_tails(saved_tails);
     }
     std::remove(path.c_str());
   }

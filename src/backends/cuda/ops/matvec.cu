@@ -52,12 +52,6 @@ constexpr int kMvMaxThreads = kMvMaxGroups * kMvThreads;
 constexpr int kMvSmemMax = 48 * 1024;  // no opt-in to larger dynamic shared memory
 constexpr int kRowsPlain = kMvWarps * 2;  // a row pair per warp
 constexpr int kRowsOne = kMvWarps;        // gate/up and down: one output row per warp
-// Gate/up rows per warp, one after the other: a Qwen3-30B-A3B layer's 6,144 gate/up rows
-// at one per warp were two waves of 8-warp blocks (3 per SM); two per warp are one wave,
-// the activation rounding is done by half as many blocks, and the second row is asked of
-// L2 while the first is folded.
-// (MXFP4 keeps one: its gate/up kernel spilled more with the loop.)
-constexpr int gate_up_reps(DType t) { return t == DType::MXFP4 ? 1 : 2; }
 
 // Kernel shapes: J jobs per warp, chunks of CH elements.
 constexpr int kJPair = 2, kChPair = 2048;  // MatMul, MatMulId, + Add, gate/up
@@ -713,10 +707,8 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail)
 // expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
 // kModeSplit runs one logical block per thread block.
 // Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
-// Reps: gate/up rows per warp (gate_up_reps in the expert kernel; a template parameter so the
-// other kernels keep their straight-line code and registers).
 // tail: a norm tail (tail->sync set) where the launch has one; null where it never does.
-template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, int Reps = 1>
+template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither>
 __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
@@ -742,62 +734,53 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     if (!e_ok && blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
   }
   const bool gu = a.mode == kModeGateUp, split = a.mode == kModeSplit, halves = a.mode == kModeHalves;
-  const bool one_row = gu || halves;  // a warp computes one output row (gate/up: Reps of them in turn)
+  const bool one_row = gu || halves;  // a warp computes one output row
   const int lb = static_cast<int>(bx) * (nw / kMvWarps) + warp / kMvWarps, wl = warp % kMvWarps;  // logical block, its warp
-  const int reps = gu ? Reps : 1;
-  const bool with_tail = tail && tail->sync;  // launch-uniform (gate/up never has a tail)
-  for (int rep = 0; rep < reps; ++rep) {
-    const int row0 = gu ? (lb * reps + rep) * kRowsOne + wl : halves ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
-    if (rep > 0 && row0 >= a.M) break;  // (warp-uniform; only the first rep has a barrier, the rounding's)
-    if (gu && rep + 1 < reps && e_ok && row0 + kRowsOne < a.M) {  // the next row's gate and up into L2 (weights only)
-      prefetch_l2(a.w + e * a.eb + static_cast<int64_t>(row0 + kRowsOne) * a.rb, a.rb);
-      prefetch_l2(a.w2 + e * a.eb2 + static_cast<int64_t>(row0 + kRowsOne) * a.rb2, a.rb2);
+  const int row0 = one_row ? lb * kRowsOne + wl : split ? lb * J : lb * kRowsPlain + 2 * wl;
+  int kh = 0;  // kModeHalves: the first half's length (the host checks K % (2 * block size) == 0)
+  int64_t half_bytes = 0;
+  if constexpr (!is_plain(T)) {
+    if (halves) {
+      kh = a.K / 2;
+      half_bytes = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
     }
-    int kh = 0;  // kModeHalves: the first half's length (the host checks K % (2 * block size) == 0)
-    int64_t half_bytes = 0;
-    if constexpr (!is_plain(T)) {
-      if (halves) {
-        kh = a.K / 2;
-        half_bytes = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
-      }
-    }
+  }
 #pragma unroll
-    for (int k = 0; k < J; ++k) {
-      const int row = one_row ? row0 : row0 + k;
-      ok[k] = e_ok && row < a.M;
-      const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
-                                         : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb + (k == 1 ? half_bytes : 0);
-      wr[k] = ok[k] ? base : a.w;
-      xslot[k] = xs0;
-    }
-    if constexpr (is_plain(T)) {
-      if (!a.ids) {
-        int kb = 0, kn = a.K;
-        if (split) split_share(a.K, kb, kn);
+  for (int k = 0; k < J; ++k) {
+    const int row = one_row ? row0 : row0 + k;
+    ok[k] = e_ok && row < a.M;
+    const uint8_t *base = gu && k == 1 ? a.w2 + e * a.eb2 + static_cast<int64_t>(row) * a.rb2
+                                       : a.w + e * a.eb + static_cast<int64_t>(row) * a.rb + (k == 1 ? half_bytes : 0);
+    wr[k] = ok[k] ? base : a.w;
+    xslot[k] = xs0;
+  }
+  if constexpr (is_plain(T)) {
+    if (!a.ids) {
+      int kb = 0, kn = a.K;
+      if (split) split_share(a.K, kb, kn);
 #pragma unroll
-        for (int k = 0; k < J; ++k)
-          if (ok[k]) prefetch_l2(wr[k] + static_cast<int64_t>(kb) * plain_bytes<T>(), static_cast<int64_t>(kn) * plain_bytes<T>());
-        if (rep == 0) pdl_enter();
-      }
-    } else if (!a.ids && !wait_late && rep == 0) {
-      pdl_enter();  // K == 0: nothing to load first
+      for (int k = 0; k < J; ++k)
+        if (ok[k]) prefetch_l2(wr[k] + static_cast<int64_t>(kb) * plain_bytes<T>(), static_cast<int64_t>(kn) * plain_bytes<T>());
+      pdl_enter();
     }
-    float v[J];
-    bool writer = lane == 0;
-    if constexpr (is_plain(T)) {
-      if (split) {
-        split_dots<T, J>(a, wr, ok, xs0, v);
-        writer = threadIdx.x == 0;
-      }
+  } else if (!a.ids && !wait_late) {
+    pdl_enter();  // K == 0: nothing to load first
+  }
+  float v[J];
+  bool writer = lane == 0;
+  if constexpr (is_plain(T)) {
+    if (split) {
+      split_dots<T, J>(a, wr, ok, xs0, v);
+      writer = threadIdx.x == 0;
     }
-    if (!split) {
-      // Every rep's call rounds the activations only in the first (the later ones reuse them;
-      // a barrier ends the rounding, so every thread makes the first call).
-      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, rep == 0, wait_late && rep == 0, xs0, 1, stage, xm, acc, accm, kh);
-      if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
-      finish_rows<T, J, Cpu>(a, acc, accm, v);
-    }
-    if (!writer) continue;
+  }
+  if (!split) {
+    row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+    if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    finish_rows<T, J, Cpu>(a, acc, accm, v);
+  }
+  const bool with_tail = tail && tail->sync;  // launch-uniform
+  if (writer) {
     float *yj = a.y + static_cast<int64_t>(j) * a.M;
     if (gu) {
       if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
@@ -825,13 +808,13 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
 // multiprocessor (65536 / (256 x 3) -> 80 registers): 24 resident warps instead of the 16 of
 // one 16-warp block at 128 registers. These launches are latency bound (each warp's loads,
 // then its serial fold), so more resident warps is more overlap. Grids of a Qwen3-30B-A3B
-// layer: gate/up 48 x 8 blocks (gate_up_reps rows per warp), down 512 blocks (two warps per row:
-// down_split; the 16-warp matvec_down_kernel takes Qwen3's). P: the
+// layer: gate/up 96 x 8 blocks, down 512 blocks (two warps per row: down_split; the 16-warp
+// matvec_down_kernel takes Qwen3's). P: the
 // Q4_K path (Q4kPath; the host picks it).
 template <DType T, int J, int CH, int P>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
   if constexpr (J == kJDown) down_block<T, J, CH, P>(a, RowTail{});
-  else rows_block<T, cpu_order_type<T>, 1, P, gate_up_reps(T)>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
+  else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
 // Down + combine in 16-warp blocks at up to 128 registers, one warp per row: session 4's
@@ -985,7 +968,7 @@ bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a, const Ro
     grid = dim3(blocks(a.M, rows));
   } else {
     smem = smem_bytes(t, a.K, 1, false);
-    grid = dim3(blocks(a.M, kRowsOne * gate_up_reps(t)), static_cast<unsigned>(a.n_used));
+    grid = dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used));
   }
   const RowTail tail = down && wide ? tail_in : RowTail{};
   if (smem >= 0) smem = std::max<int64_t>(smem, tail_smem(tail, a.M));
