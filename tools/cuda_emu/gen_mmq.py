@@ -43,34 +43,34 @@ assert 'asm' not in common, 'an inline-asm helper has no emulation'
 os.makedirs(os.path.join(out, 'inc/backends/cuda/ops'), exist_ok=True)
 with open(os.path.join(out, 'inc/backends/cuda/ops/mma_common.cuh'), 'w') as f:
     f.write(common)
-# The Q4_K kernel from raw fragments (a header of matmul_mmq_i8.cu), its dynamic shared
-# memory a static array, shadowing the real header too.
-raw = open(os.path.join(ops, 'mmq_q4k_raw.cuh')).read()
-raw_smem = 'extern __shared__ __align__(128) uint8_t mmq_q4k_smem[];'
-assert raw_smem in raw, 'mmq_q4k_raw.cuh: dynamic shared memory line changed'
-raw = raw.replace(raw_smem, 'alignas(128) static uint8_t mmq_q4k_smem[Q4kRawSmem<S>::kBytes];')
-# Its 32-bit shared loads must be 4-byte aligned on the GPU: checked here.
-u32_body = '{ return *reinterpret_cast<const uint32_t *>(p); }'
-assert u32_body in raw, 'mmq_q4k_raw.cuh: u32_at changed'
-raw = raw.replace(u32_body, '{ if (reinterpret_cast<uintptr_t>(p) & 3) std::abort(); return *reinterpret_cast<const uint32_t *>(p); }')
-# Its X sums are written between the wait and the barrier: the lagging warp computes them
-# only once every other thread has reached its next barrier, so a read of them not ordered
-# by that barrier shows (emu_lag_past_barrier; barriers counted).
-sums_head = 'template <int S> __device__ __forceinline__ void q4k_group_sums(uint8_t *st) {'
-assert sums_head in raw and '__syncthreads();' in raw, 'mmq_q4k_raw.cuh: q4k_group_sums or the barriers changed'
-raw = raw.replace(sums_head, sums_head + ' emu_lag_past_barrier();').replace('__syncthreads();', 'emu_counted_syncthreads();')
-assert 'asm' not in raw and 'extern __shared__' not in raw, 'mmq_q4k_raw.cuh: not emulated'
-with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q4k_raw.cuh'), 'w') as f:
-    f.write(raw)
-# The Q6_K kernel from raw fragments likewise (its shared loads go through u32_at / u16_at).
-raw6 = open(os.path.join(ops, 'mmq_q6k_raw.cuh')).read()
-raw6_smem = 'extern __shared__ __align__(128) uint8_t mmq_q6k_smem[];'
-assert raw6_smem in raw6, 'mmq_q6k_raw.cuh: dynamic shared memory line changed'
-raw6 = raw6.replace(raw6_smem, 'alignas(128) static uint8_t mmq_q6k_smem[Q6kRawSmem::kBytes];')
-assert 'asm' not in raw6 and 'extern __shared__' not in raw6, 'mmq_q6k_raw.cuh: not emulated'
-with open(os.path.join(out, 'inc/backends/cuda/ops/mmq_q6k_raw.cuh'), 'w') as f:
-    f.write(raw6)
+def shadow_raw(header, smem_name, size, edit=lambda text: text):
+    """Writes a host copy of a raw-fragment MMQ kernel header (a header of matmul_mmq_i8.cu)
+    to OUT/inc (first on the include path, so it shadows the real one): its dynamic shared
+    memory `smem_name` a static array of `size` bytes, then `edit` applied."""
+    text = open(os.path.join(ops, header)).read()
+    smem = 'extern __shared__ __align__(128) uint8_t %s[];' % smem_name
+    assert smem in text, header + ': dynamic shared memory line changed'
+    text = edit(text.replace(smem, 'alignas(128) static uint8_t %s[%s];' % (smem_name, size)))
+    assert 'asm' not in text and 'extern __shared__' not in text, header + ': not emulated'
+    with open(os.path.join(out, 'inc/backends/cuda/ops', header), 'w') as f:
+        f.write(text)
 
+
+def q4k_checks(raw):
+    """The Q4_K kernel's emulation hooks. Its 32-bit shared loads must be 4-byte aligned on
+    the GPU: checked here. Its X sums are written between the wait and the barrier: the
+    lagging warp computes them only once every other thread has reached its next barrier, so
+    a read of them not ordered by that barrier shows (emu_lag_past_barrier; barriers counted)."""
+    u32_body = '{ return *reinterpret_cast<const uint32_t *>(p); }'
+    assert u32_body in raw, 'mmq_q4k_raw.cuh: u32_at changed'
+    raw = raw.replace(u32_body, '{ if (reinterpret_cast<uintptr_t>(p) & 3) std::abort(); return *reinterpret_cast<const uint32_t *>(p); }')
+    sums_head = 'template <int S> __device__ __forceinline__ void q4k_group_sums(uint8_t *st) {'
+    assert sums_head in raw and '__syncthreads();' in raw, 'mmq_q4k_raw.cuh: q4k_group_sums or the barriers changed'
+    return raw.replace(sums_head, sums_head + ' emu_lag_past_barrier();').replace('__syncthreads();', 'emu_counted_syncthreads();')
+
+
+shadow_raw('mmq_q4k_raw.cuh', 'mmq_q4k_smem', 'Q4kRawSmem<S>::kBytes', q4k_checks)
+shadow_raw('mmq_q6k_raw.cuh', 'mmq_q6k_smem', 'Q6kRawSmem::kBytes')  # (its shared loads go through u32_at / u16_at)
 
 
 def kernel_inc(src, ns):
