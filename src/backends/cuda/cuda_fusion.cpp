@@ -54,7 +54,7 @@ public:
       }
       grp.first = grp.members.front();
       grp.last = grp.members.back();
-      grp.run_at = grp.norm_tail ? grp.members[grp.members.size() - 3] : grp.last;
+      grp.run_at = grp.members[grp.n_producer() - 1];  // (the last member without a norm tail)
       grp.label = "fused:";
       for (size_t k = 0; k < grp.members.size(); ++k)
         grp.label += std::string(k ? "+" : "") + op_name(g_.node(grp.members[k]).op);
@@ -448,7 +448,7 @@ private:
     std::vector<std::pair<int, int>> own;  // (written node, input it may overwrite)
     if (grp.kind == FusedKind::RowChains)
       for (const auto &ch : row_chains(g_, grp.members)) own.push_back({ch.back(), nd(ch.front()).src[0]});
-    const size_t n_prod = grp.members.size() - (grp.norm_tail ? 2 : 0);  // the producer's members (before a norm tail)
+    const size_t n_prod = grp.n_producer();
     const Node &last = nd(grp.members[n_prod - 1]);
     if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
       const int prev = grp.members[n_prod - 2];
@@ -514,7 +514,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       return cuda_fused_gate_up_swiglu(c, c.g.node(sw.src[1]), c.g.node(sw.src[0]), sw);
     }
     case FusedKind::DownCombine: {
-      const size_t n_prod = grp.members.size() - (grp.norm_tail ? 2 : 0);  // down, combine [, add]
+      const size_t n_prod = grp.n_producer();  // down, combine [, add]
       return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), n_prod > 2 ? &c.g.node(grp.members[2]) : nullptr,
                                      tail_node(c, grp, 2), tail_node(c, grp, 1), grp.ids_settled);
     }

@@ -52,6 +52,8 @@ struct FusedGroup {
   // (pdl.cuh), has completed when this kernel starts: it may read them before pdl_wait.
   bool ids_settled = false;
   int last_member() const { return members.back(); }
+  // The producer's members (all of them but a norm tail's RmsNorm -> Mul).
+  size_t n_producer() const { return members.size() - (norm_tail ? 2 : 0); }
 };
 
 struct FusionPlan {
@@ -64,8 +66,9 @@ struct FusionPlan {
 void cuda_fusion_enable(bool on);
 bool cuda_fusion_enabled();
 // Process-wide switch for norm tails (FusedGroup::norm_tail), a mask of the producer kinds that
-// take them (default: both); a kind left out plans those norms as before (a row chain, or
-// inside the router). Part of the executor's plan cache key.
+// take them (default: none, measured slower in session 6: cuda_fusion.cpp); a kind left out
+// plans those norms as before (a row chain, or inside the router). Part of the executor's plan
+// cache key.
 constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm
 constexpr unsigned kNormTailMatMul = 2;  // MatMulAdd: the ffn norm after out-proj + residual
 constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
