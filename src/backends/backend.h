@@ -104,8 +104,12 @@ void set_gpu_own_order_head(bool on);
 void set_gpu_lean_groups(bool on);
 // Session 6: a one-token mat-vec group's last block runs the RmsNorm -> Mul of its output row
 // (cuda_fusion.h: norm tails). kinds: 1 down + combine + residual (the next attention norm,
-// the output norm), 2 out-proj + residual (the ffn norm), 3 both (default), 0 none (as before).
+// the output norm), 2 out-proj + residual (the ffn norm), 3 both, 0 none (default: measured
+// slower in session 6).
 void set_gpu_norm_tails(unsigned kinds);
+// Session 7: a one-token decode attention runs the q / k / v head chains before it in its own
+// launch (cuda_fusion.h: ChainsAttention; default on).
+void set_gpu_chains_attention(bool on);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

@@ -15,7 +15,9 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/ops/attention_decode.cuh"
+#include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
@@ -129,19 +131,21 @@ struct DecodeJob {
 // The block's cells: per warp an online softmax over its share (see the file comment), then
 // the warps merged in shared memory into the output (direct) or range z's partials.
 template <int HD>
-__device__ __forceinline__ void attn_decode_range(const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, float *part,
-                                                  int n_head, const DecodeJob &j, bool direct, unsigned first_ballot,
+__device__ __forceinline__ void attn_decode_range(const TView &q, const float *q_sh, const TView &out, const AttnArgs &a, const DevUbatch &ub,
+                                                  float *part, int n_head, const DecodeJob &j, bool direct, unsigned first_ballot,
                                                   float (&s_acc)[kWarps][kHeads][HD], float (&s_m)[kWarps][kHeads],
                                                   float (&s_s)[kWarps][kHeads]) {
   constexpr int DPL = HD / 32, kB = decode_batch<HD>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // q is loaded now and rounded at the first batch, after that batch's K/V loads are issued,
-  // so its memory round trip overlaps theirs.
+  // so its memory round trip overlaps theirs. q_sh: the block prepared its heads in shared
+  // memory (row g = head h0 + g; attn_decode_chains_kernel).
   float qv[kHeads][DPL];
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
-    const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (j.h0 + min(g, j.ng - 1)) * q.nb[1] + j.t * q.nb[2]);
+    const float *qrow = q_sh ? q_sh + min(g, j.ng - 1) * HD
+                             : reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (j.h0 + min(g, j.ng - 1)) * q.nb[1] + j.t * q.nb[2]);
 #pragma unroll
     for (int i = 0; i < DPL; ++i) qv[g][i] = g < j.ng ? qrow[lane * DPL + i] : 0.0f;
   }
@@ -339,15 +343,73 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   }
 }
 
-// PDL: the ranges and the first mask ballot come from the ubatch (uploaded before the pass);
-// q, the cache and the partials are touched after pdl_wait. merge = 0: every range writes
-// partials (the unused ones an empty header) and attn_combine_launch folds them.
+// One head chain's row staged at row (shared, HD floats) by one warp: [RmsNorm -> Mul ->]
+// [Rope] with the row chains' arithmetic (rms_row_scale_warp: rms_row_scale's bits; fused.cu).
+template <int HD> __device__ __forceinline__ void prep_head(float *row, const float *src, const AttnHeadChain &c, const float *cs) {
+  const int lane = threadIdx.x & 31;
+  __syncwarp();  // the row's previous readers in this warp are done
+  stage_row<HD / 32>(row, src, HD, lane, 32);
+  __syncwarp();
+  if (c.rms) {
+    const float scale = rms_row_scale_warp(row, HD, c.eps, c.rms_threads);
+    for (int i = lane; i < HD; i += 32) {
+      float v = row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
+      if (c.w) v = v * __ldg(c.w + i);
+      row[i] = v;
+    }
+    __syncwarp();
+  }
+  if (c.rope) {
+    for (int k = lane; k < c.ra.n_rot / 2; k += 32) rope_rotate_pair(row, row, k, c.ra, cs);
+    __syncwarp();
+  }
+}
+
+// A block of a one-token decode attention whose head chains it runs (Chains; T = 1, one block
+// per KV head): before the ranges, every warp prepares query heads warp, warp + 4 into s_q, and
+// the block owning the token's cell prepares and stores its K / V head (warps 0 / 1), then a
+// barrier makes the stores visible to the block's own cache reads (no other block reads that
+// head of that cell: one block per KV head and range).
+struct DecodeChainsSmem {
+  float *q;      // [kHeads][HD]
+  float *k;      // [HD]
+  float *cs_q, *cs_k;  // angle tables [HD]
+};
 template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
-                                                               int head_blocks, int merge) {
+__device__ __forceinline__ void chains_prep(const AttnChains &ch, const AttnArgs &a, const DecodeJob &j, const DecodeRanges &r, int n_kv,
+                                            const DecodeChainsSmem &sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int g = warp; g < j.ng; g += kWarps) prep_head<HD>(sm.q + g * HD, ch.q.src + (j.h0 + g) * ch.q.rs, ch.q, sm.cs_q);
+  const int32_t cell = ch.cells[0];
+  const bool in_cache = kv_cell_in_cache(cell, ch.n_cells, ch.err, blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0);
+  // The range whose block stores the token's row: the one holding its cell (range 0 when the
+  // cell is past n_kv: stored, never read, as the unfused KvStore does).
+  const int owner = cell < n_kv ? cell / r.chunk : 0;
+  if (in_cache && j.z == owner) {
+    const int e0 = j.hk * HD;  // head hk of the cell's row
+    if (warp == 0) {
+      prep_head<HD>(sm.k, ch.k.src + j.hk * ch.k.rs, ch.k, sm.cs_k);
+      kv_store_values(sm.k, HD, ch.kc + static_cast<size_t>(cell) * a.krb, e0, a.kt, lane, 32);
+    } else if (warp == 1) {
+      kv_store_values(ch.v.src + j.hk * ch.v.rs, HD, ch.vc + static_cast<size_t>(cell) * a.vrb, e0, a.kt, lane, 32);
+    }
+  }
+  __syncthreads();
+}
+
+// PDL: the ranges and the first mask ballot come from the ubatch (uploaded before the pass);
+// q, the cache and the partials are touched after pdl_wait (so are the chains' inputs; their
+// weights and a graph input's angle table before it). merge = 0: every range writes partials
+// (the unused ones an empty header) and attn_combine_launch folds them.
+template <int HD, bool Chains>
+__device__ __forceinline__ void decode_block(const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, float *part, int n_head,
+                                             int head_blocks, int merge, const AttnChains *ch) {
   __shared__ float s_acc[kWarps][kHeads][HD];
   __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
   __shared__ bool s_last;
+  // (Chains) the query rows, the token's K row, the angle tables, scratch.
+  __shared__ float s_q[Chains ? kHeads : 1][Chains ? HD : 1], s_k[Chains ? HD : 1];
+  __shared__ float s_csq[Chains ? HD : 1], s_csk[Chains ? HD : 1], s_theta[Chains ? HD / 2 : 1];
   DecodeJob j;
   j.hk = blockIdx.x / head_blocks;
   j.h0 = j.hk * a.group + (blockIdx.x % head_blocks) * kHeads;
@@ -366,9 +428,19 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
     const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
     first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane);
   }
+  if constexpr (Chains) {  // block-wide (barriers): every thread, before any exit
+    if (ch->q.rope && ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
+    if (ch->k.rope && ch->k.pos_early) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
+  }
   pdl_wait();
   pdl_trigger();
-  if (j.z >= j.n_used) {  // past the last range: nothing to do (merge = 0: an empty header per head)
+  if constexpr (Chains) {
+    if (ch->q.rope && !ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
+    if (ch->k.rope && !ch->k.pos_early) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
+  }
+  // Past the last range: nothing to do (merge = 0: an empty header per head). (Chains: block
+  // (0, 0, 0), which checks the token's cell, is never past it.)
+  if (j.z >= j.n_used) {
     if (!merge && threadIdx.x < j.ng) {
       float *dst = attn_partial(part, j.t, j.h0 + threadIdx.x, j.z, n_head, kSplit, HD);
       dst[0] = -INFINITY;
@@ -376,8 +448,13 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
     }
     return;
   }
+  const float *q_sh = nullptr;
+  if constexpr (Chains) {
+    chains_prep<HD>(*ch, a, j, r, n_kv, DecodeChainsSmem{&s_q[0][0], s_k, s_csq, s_csk});
+    q_sh = &s_q[0][0];
+  }
   const bool direct = merge && j.n_used == 1;
-  attn_decode_range<HD>(q, out, a, ub, part, n_head, j, direct, first_ballot, s_acc, s_m, s_s);
+  attn_decode_range<HD>(q, q_sh, out, a, ub, part, n_head, j, direct, first_ballot, s_acc, s_m, s_s);
   if (!merge || direct) return;
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
@@ -390,6 +467,19 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
   if (!s_last) return;
   __threadfence();
   decode_merge<HD>(out, a, part, j, n_head);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
+                                                               int head_blocks, int merge) {
+  decode_block<HD, false>(q, out, a, ub, part, n_head, head_blocks, merge, nullptr);
+}
+
+// __grid_constant__: the chains are read in place (no per-thread copy of the parameters).
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_decode_chains_kernel(TView out, AttnArgs a, DevUbatch ub, float *part, int n_head, int merge,
+                                                                      const __grid_constant__ AttnChains ch) {
+  decode_block<HD, true>(TView{}, out, a, ub, part, n_head, 1, merge, &ch);
 }
 }  // namespace
 
@@ -415,6 +505,19 @@ void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, c
     default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
   }
   if (!merge) attn_combine_launch(out, a, work, T, n_head, kSplit, s);
+}
+
+void attn_decode_chains_launch(cudaStream_t s, TView out, int n_head, const AttnArgs &a, const DevUbatch &ub, float *work, const AttnChains &ch) {
+  const int n_head_kv = n_head / a.group;
+  const dim3 grid(static_cast<unsigned>(n_head_kv), 1, kSplit);
+  const int merge = ub.sync && n_head_kv <= kCudaSyncSlots ? 1 : 0;
+  switch (a.hd_k) {
+    case 64: launch_pdl(attn_decode_chains_kernel<64>, grid, dim3(kThreads), 0, s, out, a, ub, work, n_head, merge, ch); break;
+    case 128: launch_pdl(attn_decode_chains_kernel<128>, grid, dim3(kThreads), 0, s, out, a, ub, work, n_head, merge, ch); break;
+    case 256: launch_pdl(attn_decode_chains_kernel<256>, grid, dim3(kThreads), 0, s, out, a, ub, work, n_head, merge, ch); break;
+    default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
+  }
+  if (!merge) attn_combine_launch(out, a, work, 1, n_head, kSplit, s);
 }
 
 }  // namespace moe

@@ -60,17 +60,20 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   __shared__ double s_red[32];
   __shared__ float s_theta[kMaxRopeDims / 2];
   __shared__ float s_cs[kMaxRopeDims];
-  int64_t r = blockIdx.x;
+  // 32-bit index math (the launcher checks the sizes): this one-block-per-row kernel is a
+  // single latency chain, and 64-bit divisions and loop counters were half its instructions.
+  int r = static_cast<int>(blockIdx.x);
   int c = 0;
-  while (c + 1 < a.n && r >= a.ch[c].rows) { r -= a.ch[c].rows; ++c; }
+  while (c + 1 < a.n && r >= static_cast<int>(a.ch[c].rows)) { r -= static_cast<int>(a.ch[c].rows); ++c; }
   const ChainDesc &d = a.ch[c];
-  const int64_t n = d.in.ne[0], ne1 = d.in.ne[1], ne2 = d.in.ne[2];
-  const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+  const int n = static_cast<int>(d.in.ne[0]), ne1 = static_cast<int>(d.in.ne[1]), ne2 = static_cast<int>(d.in.ne[2]);
+  const int r2 = r / ne1, i1 = r - r2 * ne1;
+  const int i2 = ne2 == 1 ? 0 : r2 % ne2, i3 = ne2 == 1 ? r2 : r2 / ne2;
   // The Mul weight (a weight, so before pdl_wait): its load overlaps the previous kernel.
   float wr[kWeightRegs];
 #pragma unroll
   for (int j = 0; j < kWeightRegs; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    const int i = threadIdx.x + j * blockDim.x;
     wr[j] = d.w && i < n ? __ldg(d.w + i) : 0.0f;
   }
   // The angle table too when no kernel writes the positions (block-uniform condition).
@@ -89,7 +92,7 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   }
   if (d.out.data) {
     float *dst = const_cast<float *>(row_in(d.out, i1, i2, i3));
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = s_row[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = s_row[i];
   }
   if (d.kv) {  // head i1 of token i2 is elements [i1 * n, (i1 + 1) * n) of the token's cache row
     const int32_t cell = a.cells[i2];
@@ -160,7 +163,7 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
         for (int64_t i = lane; i < n; i += 32) dst[i] = row[i];
       }
       if (d.kv && kv_cell_in_cache(a.cells[i2], a.n_cells, a.err, lane == 0))
-        kv_store_values(row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type, lane, 32);
+        kv_store_values(row, static_cast<int>(n), d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, static_cast<int>(i1 * n), d.kv_type, lane, 32);
     }
     item -= r1 - r0;
   }
@@ -364,12 +367,6 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
 
-// A graph input (or a view of one): uploaded by the host before the pass, written by no kernel.
-bool is_graph_input(const Graph &g, int id) {
-  const Node *p = &g.node(id);
-  while (p->op == Op::View) p = &g.node(p->src[0]);
-  return p->op == Op::Leaf && p->leaf == LeafKind::Input;
-}
 
 bool kv_type_fusable(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::Q8_0; }
 
@@ -407,7 +404,7 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
         case Op::Rope:
           d.ra = make_rope_args(n.rope, c.ub, n.ne[2]);
           d.pos = static_cast<const int32_t *>(c.g.node(n.src[1]).data);
-          d.pos_early = is_graph_input(c.g, n.src[1]) ? 1 : 0;
+          d.pos_early = cuda_graph_input(c.g, n.src[1]) ? 1 : 0;
           break;
         case Op::KvStore:
           d.kv = static_cast<uint8_t *>(n.kv_which == 0 ? c.kv->k_data(n.kv_layer) : c.kv->v_data(n.kv_layer));

@@ -170,7 +170,7 @@ __device__ void run_kv_store(const SeqStep &s, const SeqArgs &a) {
     const int32_t cell = a.cells[t];
     if (!kv_cell_in_cache(cell, a.n_cells, a.err, threadIdx.x == 0)) continue;  // the same cell in every thread
     const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(s.a.data) + t * s.a.nb[2]);
-    kv_store_values(src, s.kv_row, s.kv + static_cast<size_t>(cell) * s.kv_rb, 0, s.kv_type);
+    kv_store_values(src, static_cast<int>(s.kv_row), s.kv + static_cast<size_t>(cell) * s.kv_rb, 0, s.kv_type);
   }
 }
 

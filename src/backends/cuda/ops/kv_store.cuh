@@ -35,15 +35,15 @@ __device__ __forceinline__ bool kv_cell_in_cache(int32_t cell, int n_cells, unsi
 // Values [0, n) of a cache row starting at element e0 of the row (e0 a multiple of 32 for
 // Q8_0, n too), by threads tid = 0 .. nthr-1 (whole warps: tid % 32 is the lane): the whole
 // block by default, or one warp (tid = lane, nthr = 32). Every one of them calls it.
-__device__ __forceinline__ void kv_store_values(const float *src, int64_t n, uint8_t *row, int64_t e0, int kt, int tid = threadIdx.x,
+__device__ __forceinline__ void kv_store_values(const float *src, int n, uint8_t *row, int e0, int kt, int tid = threadIdx.x,
                                                 int nthr = blockDim.x) {
   if (kt == static_cast<int>(DType::F32)) {
-    for (int64_t i = tid; i < n; i += nthr) reinterpret_cast<float *>(row)[e0 + i] = src[i];
+    for (int i = tid; i < n; i += nthr) reinterpret_cast<float *>(row)[e0 + i] = src[i];
   } else if (kt == static_cast<int>(DType::F16)) {
-    for (int64_t i = tid; i < n; i += nthr) reinterpret_cast<__half *>(row)[e0 + i] = __float2half_rn(src[i]);
+    for (int i = tid; i < n; i += nthr) reinterpret_cast<__half *>(row)[e0 + i] = __float2half_rn(src[i]);
   } else {
     const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
-    for (int64_t b = warp; b < n / 32; b += nw) kv_store_q8_0_block(src[b * 32 + lane], row + (e0 / 32 + b) * 34);
+    for (int b = warp; b < n / 32; b += nw) kv_store_q8_0_block(src[b * 32 + lane], row + (e0 / 32 + b) * 34);
   }
 }
 

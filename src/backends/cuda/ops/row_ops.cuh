@@ -17,10 +17,10 @@ __host__ __device__ inline int row_threads(int64_t n) { return n >= 256 ? 256 : 
 // 1 / rms of a row as the RmsNorm kernel computes it: threads [0, nthr) sum x*x (float
 // product, double sum) with stride nthr; threads past nthr add zeros (same bits as a block
 // of nthr). Block-wide: every thread calls it; sh holds 32 doubles.
-__device__ __forceinline__ float rms_row_scale(const float *src, int64_t n, float eps, int nthr, double *sh) {
+__device__ __forceinline__ float rms_row_scale(const float *src, int n, float eps, int nthr, double *sh) {
   double s = 0.0;
   if (static_cast<int>(threadIdx.x) < nthr)
-    for (int64_t i = threadIdx.x; i < n; i += nthr) s += static_cast<double>(src[i] * src[i]);
+    for (int i = threadIdx.x; i < n; i += nthr) s += static_cast<double>(src[i] * src[i]);
   s = blk_sum(s, sh);
   return 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(n)) + eps);
 }
@@ -29,7 +29,7 @@ __device__ __forceinline__ float rms_row_scale(const float *src, int64_t n, floa
 // value): lane l plays thread 32 v + l of each of the nthr / 32 warps v of a block of nthr
 // (nthr = row_threads(n) <= 256), with the same strided double sums, the same xor butterfly
 // per warp and the warp sums added in warp order, as blk_sum does.
-__device__ __forceinline__ float rms_row_scale_warp(const float *src, int64_t n, float eps, int nthr) {
+__device__ __forceinline__ float rms_row_scale_warp(const float *src, int n, float eps, int nthr) {
   constexpr int kMaxWarps = 8;
   const int lane = threadIdx.x & 31, nw = nthr >> 5;
   double s[kMaxWarps];
@@ -37,7 +37,7 @@ __device__ __forceinline__ float rms_row_scale_warp(const float *src, int64_t n,
   for (int v = 0; v < kMaxWarps; ++v) {
     s[v] = 0.0;
     if (v < nw)
-      for (int64_t i = 32 * v + lane; i < n; i += nthr) s[v] += static_cast<double>(src[i] * src[i]);
+      for (int i = 32 * v + lane; i < n; i += nthr) s[v] += static_cast<double>(src[i] * src[i]);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)
@@ -58,12 +58,12 @@ constexpr int kWeightRegs = 8;  // Mul weights a thread holds in registers (rows
 // load at a time in flight (the compiler cannot prove the generic src is not shared memory).
 // L2: load through L2 only (__ldcg): a row other blocks of the same launch wrote (their
 // stores are not in this multiprocessor's L1; a line of it may be there, stale).
-template <int kBatch, bool L2 = false> __device__ __forceinline__ void stage_row(float *dst, const float *src, int64_t n, int tid, int nthr) {
-  for (int64_t i0 = tid; i0 < n; i0 += static_cast<int64_t>(kBatch) * nthr) {
+template <int kBatch, bool L2 = false> __device__ __forceinline__ void stage_row(float *dst, const float *src, int n, int tid, int nthr) {
+  for (int i0 = tid; i0 < n; i0 += kBatch * nthr) {
     float v[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = i0 + j * nthr;
+      const int i = i0 + j * nthr;
       if constexpr (L2) v[j] = i < n ? __ldcg(src + i) : 0.0f;
       else v[j] = i < n ? src[i] : 0.0f;
     }
@@ -78,18 +78,18 @@ template <int kBatch, bool L2 = false> __device__ __forceinline__ void stage_row
 // rms_threads: the unfused RmsNorm kernel's block size (its reduction order); wr: thread t's
 // weights w[t + j blockDim.x], j < kWeightRegs (loaded early by the caller), the rest read
 // from w (null: no Mul). Block-wide: every thread calls it; ends with a barrier.
-__device__ __forceinline__ void rms_mul_staged(float *s_row, int64_t n, float eps, int rms_threads, const float *w,
+__device__ __forceinline__ void rms_mul_staged(float *s_row, int n, float eps, int rms_threads, const float *w,
                                                const float (&wr)[kWeightRegs], double *s_red) {
   const float scale = rms_row_scale(s_row, n, eps, rms_threads, s_red);  // its barriers end every read of s_row
 #pragma unroll
   for (int j = 0; j < kWeightRegs; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    const int i = threadIdx.x + j * blockDim.x;
     if (i >= n) continue;
     float v = s_row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
     if (w) v = v * wr[j];
     s_row[i] = v;
   }
-  for (int64_t i = threadIdx.x + static_cast<int64_t>(kWeightRegs) * blockDim.x; i < n; i += blockDim.x) {
+  for (int i = threadIdx.x + kWeightRegs * blockDim.x; i < n; i += blockDim.x) {
     float v = s_row[i] * scale;
     if (w) v = v * w[i];
     s_row[i] = v;
@@ -104,31 +104,31 @@ __device__ __forceinline__ void rms_mul_staged(float *s_row, int64_t n, float ep
 // counts: a few hundred values; warp 0's lanes build the chunks' trees side by side and every
 // lane adds them in chunk order); one float reciprocal. dst may be shared memory. Block-wide
 // (at least one warp): every thread calls it. Each thread rescales only the values it wrote.
-__device__ __forceinline__ void softmax_row(const float *src, float *dst, int64_t n, float *shf, double *shd, int nthr) {
-  const int64_t i0 = static_cast<int>(threadIdx.x) < nthr ? threadIdx.x : n;
+__device__ __forceinline__ void softmax_row(const float *src, float *dst, int n, float *shf, double *shd, int nthr) {
+  const int i0 = static_cast<int>(threadIdx.x) < nthr ? threadIdx.x : n;
   float mx = -INFINITY;
-  for (int64_t i = i0; i < n; i += nthr) mx = fmaxf(mx, src[i]);
+  for (int i = i0; i < n; i += nthr) mx = fmaxf(mx, src[i]);
   mx = blk_max(mx, shf);
-  const int64_t n16 = n & ~int64_t{15};
-  for (int64_t i = i0; i < n; i += nthr) dst[i] = i < n16 ? ref_expf_v(src[i] - mx) : expf(src[i] - mx);
+  const int n16 = n & ~15;
+  for (int i = i0; i < n; i += nthr) dst[i] = i < n16 ? ref_expf_v(src[i] - mx) : expf(src[i] - mx);
   __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
-    const int64_t nc = n16 / 16;
+    const int nc = n16 / 16;
     double s = 0.0;
-    for (int64_t c0 = 0; c0 < nc; c0 += 32) {
+    for (int c0 = 0; c0 < nc; c0 += 32) {
       const double h = c0 + lane < nc ? static_cast<double>(ref_hsum16(dst + 16 * (c0 + lane))) : 0.0;
-      const int m = nc - c0 < 32 ? static_cast<int>(nc - c0) : 32;
+      const int m = nc - c0 < 32 ? nc - c0 : 32;
       for (int j = 0; j < m; ++j) s += __shfl_sync(0xffffffffu, h, j);  // chunk c0 + j
     }
     if (lane == 0) {
-      for (int64_t i = n16; i < n; ++i) s += static_cast<double>(dst[i]);
+      for (int i = n16; i < n; ++i) s += static_cast<double>(dst[i]);
       shd[0] = s;
     }
   }
   __syncthreads();
   const float inv = static_cast<float>(1.0 / shd[0]);
-  for (int64_t i = i0; i < n; i += nthr) dst[i] *= inv;
+  for (int i = i0; i < n; i += nthr) dst[i] *= inv;
 }
 
 }  // namespace moe
