@@ -121,7 +121,8 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   co.devices = {reg.cpu()};
   auto plan = compile_graph(std::move(g), co);
   const Graph &cg = plan->graph;
-  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
+  plan_memory(
+      plan->graph, [&](int id) { return cuda_work_size(cg, id); }, [&](std::vector<int> &last_use) { cuda_fusion_extend_lifetimes(cg, 0, last_use); });
   const FusionPlan fp = plan_fusion(cg);
   std::map<int, std::vector<std::string>> by_layer;
   if (n_tails) *n_tails = 0;

@@ -365,7 +365,10 @@ private:
     if (!prep_only(*q, q->size()) || nd(k->back()).op != Op::KvStore || nd(k->back()).kv_which != 0 || !prep_only(*k, k->size() - 1)) return;
     if (v->size() != 1 || nd(v->back()).op != Op::KvStore || nd(v->back()).kv_which != 1) return;
     const int64_t n_head = nd(att.src[0]).ne[1], n_head_kv = nd(k->front()).ne[1];
-    if (n_head_kv <= 0 || n_head % n_head_kv != 0 || n_head / n_head_kv > 8 || nd(k->front()).ne[0] != hd || nd(v->front()).ne[0] != hd) return;
+    const Node &v_rows = nd(nd(v->front()).src[0]);  // (a KvStore's own output is a token, not rows)
+    if (n_head_kv <= 0 || n_head % n_head_kv != 0 || n_head / n_head_kv > 8 || nd(k->front()).ne[0] != hd || v_rows.ne[0] != hd ||
+        v_rows.ne[1] != n_head_kv)
+      return;
     FusedGroup ext = grp;
     ext.kind = FusedKind::ChainsAttention;
     ext.members.push_back(at);
@@ -518,6 +521,22 @@ bool cuda_fusion_chains_attention() { return g_chains_attention.load(); }
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
 FusionPlan plan_fusion(const Graph &g) { return Matcher(g).run(); }
+
+void cuda_fusion_extend_lifetimes(const Graph &g, int device, std::vector<int> &last_use) {
+  const auto &nodes = g.nodes();
+  for (size_t a = 0; a < nodes.size(); ++a) {
+    const Node &att = nodes[a];
+    if (att.op != Op::Attention || att.device != device || att.ne[2] != 1 || (att.ip[2] & 1) != 0) continue;
+    for (int k = 0; k < 3; ++k) {  // q, then the K and V stores' rows, back through their chains
+      int x = att.src[k];
+      if (x >= 0 && nodes[static_cast<size_t>(x)].op == Op::KvStore) x = nodes[static_cast<size_t>(x)].src[0];
+      while (x >= 0 && (nodes[static_cast<size_t>(x)].op == Op::Rope || nodes[static_cast<size_t>(x)].op == Op::Mul ||
+                        nodes[static_cast<size_t>(x)].op == Op::RmsNorm))
+        x = nodes[static_cast<size_t>(x)].src[0];
+      if (x >= 0) last_use[static_cast<size_t>(x)] = std::max(last_use[static_cast<size_t>(x)], static_cast<int>(a));
+    }
+  }
+}
 
 bool cuda_graph_input(const Graph &g, int id) {
   const Node *p = &g.node(id);

@@ -85,6 +85,10 @@ void cuda_fusion_set_chains_attention(bool on);
 bool cuda_fusion_chains_attention();
 
 FusionPlan plan_fusion(const Graph &g);
+// For the memory planner (Backend::extend_lifetimes): the raw q / k / v rows of a one-token
+// Attention's head chains stay live until the Attention, which a ChainsAttention launch reads
+// them in (otherwise the planner may lay the attention's output or scratch over part of them).
+void cuda_fusion_extend_lifetimes(const Graph &g, int device, std::vector<int> &last_use);
 
 // The chains of a RowChains group: each chain lists member ids; a chain's first node reads
 // its input (src0) from outside the group, every later node reads the previous one.
