@@ -111,7 +111,7 @@ void set_gpu_lean_groups(bool on);
 // slower in session 6).
 void set_gpu_norm_tails(unsigned kinds);
 // Session 7: a one-token decode attention runs the q / k / v head chains before it in its own
-// launch (cuda_fusion.h: ChainsAttention; default on).
+// launch (cuda_fusion.h: ChainsAttention; default off).
 void set_gpu_chains_attention(bool on);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).

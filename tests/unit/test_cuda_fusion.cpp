@@ -346,6 +346,11 @@ TEST_CASE("cuda fusion: decode attention with the head chains in its launch equa
     int64_t nh, nkv, prefix;
     bool norm;  // RmsNorm -> Mul before the ropes (qwen3moe); without: ropes only (gpt-oss-like)
   };
+  struct ChainsOn {  // (off by default: cuda_fusion.cpp); restored however the case ends
+    bool saved = cuda_fusion_chains_attention();
+    ChainsOn() { cuda_fusion_set_chains_attention(true); }
+    ~ChainsOn() { cuda_fusion_set_chains_attention(saved); }
+  } chains_on;
   const Variant variants[] = {{128, 128, true, false, KvType::F16, 32, 4, 0, true},  {128, 128, true, false, KvType::Q8_0, 32, 4, 100, true},
                               {64, 64, true, false, KvType::F16, 8, 1, 70, true},    {64, 32, false, true, KvType::Q8_0, 4, 2, 5, true},
                               {256, 128, true, false, KvType::F16, 16, 2, 130, true}, {128, 128, true, false, KvType::F32, 8, 2, 10, true},

@@ -15,7 +15,9 @@ std::atomic<bool> g_fusion{true};
 // the row-chain launch it removes costs inside a PDL graph. Kept as a switch (bench
 // --norm-tails) for the next attempt at a cheaper tail.
 std::atomic<unsigned> g_norm_tails{0};
-std::atomic<bool> g_chains_attention{true};
+// ChainsAttention groups: off by default until measured faster (session 7: the first version's
+// kernel took 21.1 us against 7.2 + 4.7 for the attention and the chains' launch).
+std::atomic<bool> g_chains_attention{false};
 
 // The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
 // those kinds are planned (0: never, e.g. to measure without them).

@@ -79,8 +79,8 @@ unsigned cuda_fusion_norm_tails();
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
-// Process-wide switch for ChainsAttention groups (on by default; off: the head chains stay a
-// RowChains launch before the attention's). Part of the executor's plan cache key.
+// Process-wide switch for ChainsAttention groups (off by default, see cuda_fusion.cpp; off: the
+// head chains stay a RowChains launch before the attention's). Part of the executor's plan cache key.
 void cuda_fusion_set_chains_attention(bool on);
 bool cuda_fusion_chains_attention();
 

@@ -397,6 +397,13 @@ bool cuda_fused_chains_attention(const CudaOpCtx &c, const FusedGroup &grp) {
     AttnHeadChain &h = tail == att.src[0] ? ch.q : tail == att.src[1] ? ch.k : ch.v;
     h = head_chain(c, chain);
   }
+  const RopeArgs &rq = ch.q.ra, &rk = ch.k.ra;
+  ch.k_table_of_q = ch.q.rope && ch.k.rope && ch.q.pos == ch.k.pos && rq.n_rot == rk.n_rot && rq.freq_scale == rk.freq_scale &&
+                            rq.ext_factor == rk.ext_factor && rq.attn_factor == rk.attn_factor && rq.theta_scale == rk.theta_scale &&
+                            rq.corr0 == rk.corr0 && rq.corr1 == rk.corr1 && rq.table == rk.table && rq.table_pos == rk.table_pos &&
+                            rq.table_stride == rk.table_stride
+                        ? 1
+                        : 0;  // (neox only picks the pairs, not the angles)
   ch.kc = static_cast<uint8_t *>(c.kv->k_data(att.kv_layer));
   ch.vc = static_cast<uint8_t *>(c.kv->v_data(att.kv_layer));
   ch.cells = c.ub.cells;

@@ -343,57 +343,83 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   }
 }
 
-// One head chain's row staged at row (shared, HD floats) by one warp: [RmsNorm -> Mul ->]
-// [Rope] with the row chains' arithmetic (rms_row_scale_warp: rms_row_scale's bits; fused.cu).
-template <int HD> __device__ __forceinline__ void prep_head(float *row, const float *src, const AttnHeadChain &c, const float *cs) {
-  const int lane = threadIdx.x & 31;
-  __syncwarp();  // the row's previous readers in this warp are done
-  stage_row<HD / 32>(row, src, HD, lane, 32);
-  __syncwarp();
-  if (c.rms) {
-    const float scale = rms_row_scale_warp(row, HD, c.eps, c.rms_threads);
-    for (int i = lane; i < HD; i += 32) {
-      float v = row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
-      if (c.w) v = v * __ldg(c.w + i);
-      row[i] = v;
-    }
-    __syncwarp();
-  }
-  if (c.rope) {
-    for (int k = lane; k < c.ra.n_rot / 2; k += 32) rope_rotate_pair(row, row, k, c.ra, cs);
-    __syncwarp();
-  }
-}
-
 // A block of a one-token decode attention whose head chains it runs (Chains; T = 1, one block
-// per KV head): before the ranges, every warp prepares query heads warp, warp + 4 into s_q, and
-// the block owning the token's cell prepares and stores its K / V head (warps 0 / 1), then a
-// barrier makes the stores visible to the block's own cache reads (no other block reads that
-// head of that cell: one block per KV head and range).
+// per KV head): before its cell ranges, warp w prepares query heads w and w + 4 into s_q (and,
+// in the block that owns the token's cell, warp 2 the token's K head, warp 3 stores its V head):
+// [RmsNorm -> Mul ->] [Rope] with the row chains' arithmetic (rms_row_scale_warp gives
+// rms_row_scale's bits; fused.cu). A warp's rows go side by side (their loads issued together,
+// their reductions independent chains); absent rows are dummies written to scratch. Then a
+// barrier makes the K / V stores visible to the block's own cache reads (no other block reads
+// that head of that cell: one block per KV head and range).
 struct DecodeChainsSmem {
-  float *q;      // [kHeads][HD]
-  float *k;      // [HD]
-  float *cs_q, *cs_k;  // angle tables [HD]
+  float *q;            // [kHeads][HD]
+  float *k;            // [HD]
+  float *scratch;      // [kWarps][HD] (dummy rows; the block's s_acc, unused until its cell loop ends)
+  const float *w_q, *w_k;    // the Mul weights [HD] (staged before pdl_wait), or null
+  const float *cs_q, *cs_k;  // angle tables
 };
+constexpr int kPrepRows = 3;  // per warp: two query heads and the K head
 template <int HD>
 __device__ __forceinline__ void chains_prep(const AttnChains &ch, const AttnArgs &a, const DecodeJob &j, const DecodeRanges &r, int n_kv,
                                             const DecodeChainsSmem &sm) {
+  constexpr int P = HD / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int g = warp; g < j.ng; g += kWarps) prep_head<HD>(sm.q + g * HD, ch.q.src + (j.h0 + g) * ch.q.rs, ch.q, sm.cs_q);
   const int32_t cell = ch.cells[0];
   const bool in_cache = kv_cell_in_cache(cell, ch.n_cells, ch.err, blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0);
   // The range whose block stores the token's row: the one holding its cell (range 0 when the
   // cell is past n_kv: stored, never read, as the unfused KvStore does).
-  const int owner = cell < n_kv ? cell / r.chunk : 0;
-  if (in_cache && j.z == owner) {
-    const int e0 = j.hk * HD;  // head hk of the cell's row
-    if (warp == 0) {
-      prep_head<HD>(sm.k, ch.k.src + j.hk * ch.k.rs, ch.k, sm.cs_k);
-      kv_store_values(sm.k, HD, ch.kc + static_cast<size_t>(cell) * a.krb, e0, a.kt, lane, 32);
-    } else if (warp == 1) {
-      kv_store_values(ch.v.src + j.hk * ch.v.rs, HD, ch.vc + static_cast<size_t>(cell) * a.vrb, e0, a.kt, lane, 32);
+  const bool owner = in_cache && j.z == (cell < n_kv ? cell / r.chunk : 0);
+  const int e0 = j.hk * HD;  // head hk of the cell's row
+  if (owner && warp == 3) kv_store_values(ch.v.src + j.hk * ch.v.rs, HD, ch.vc + static_cast<size_t>(cell) * a.vrb, e0, a.kt, lane, 32);
+  // This warp's rows (warp-uniform): dst, src, chain (q or k).
+  float *dst[kPrepRows];
+  const float *src[kPrepRows];
+  bool is_k[kPrepRows];
+#pragma unroll
+  for (int i = 0; i < kPrepRows; ++i) {
+    const int g = warp + kWarps * i;  // query heads g < ng; row 2: the K head (warp 2 of the owner)
+    const bool q_row = i < 2 && g < j.ng, k_row = i == 2 && owner && warp == 2;
+    is_k[i] = k_row;
+    dst[i] = q_row ? sm.q + g * HD : k_row ? sm.k : sm.scratch + warp * HD;
+    src[i] = k_row ? ch.k.src + j.hk * ch.k.rs : ch.q.src + (j.h0 + (q_row ? g : 0)) * ch.q.rs;
+  }
+  float v[kPrepRows][P];
+#pragma unroll
+  for (int i = 0; i < kPrepRows; ++i)
+#pragma unroll
+    for (int e = 0; e < P; ++e) v[i][e] = src[i][lane + 32 * e];
+#pragma unroll
+  for (int i = 0; i < kPrepRows; ++i)
+#pragma unroll
+    for (int e = 0; e < P; ++e) dst[i][lane + 32 * e] = v[i][e];
+  __syncwarp();
+  float scale[kPrepRows];
+#pragma unroll
+  for (int i = 0; i < kPrepRows; ++i) {
+    const AttnHeadChain &c = is_k[i] ? ch.k : ch.q;
+    scale[i] = rms_row_scale_warp(dst[i], HD, c.eps, c.rms_threads);
+  }
+#pragma unroll
+  for (int i = 0; i < kPrepRows; ++i) {
+    const AttnHeadChain &c = is_k[i] ? ch.k : ch.q;
+    const float *w = is_k[i] ? sm.w_k : sm.w_q;
+    if (!c.rms) continue;  // warp-uniform
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      float x = v[i][e] * scale[i];  // the RmsNorm output, rounded to float as it would be stored
+      if (w) x = x * w[lane + 32 * e];
+      dst[i][lane + 32 * e] = x;
     }
   }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kPrepRows; ++i) {
+    const AttnHeadChain &c = is_k[i] ? ch.k : ch.q;
+    if (!c.rope) continue;  // warp-uniform
+    for (int k = lane; k < c.ra.n_rot / 2; k += 32) rope_rotate_pair(dst[i], dst[i], k, c.ra, is_k[i] ? sm.cs_k : sm.cs_q);
+  }
+  __syncwarp();
+  if (owner && warp == 2) kv_store_values(sm.k, HD, ch.kc + static_cast<size_t>(cell) * a.krb, e0, a.kt, lane, 32);
   __syncthreads();
 }
 
@@ -407,8 +433,9 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
   __shared__ float s_acc[kWarps][kHeads][HD];
   __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
   __shared__ bool s_last;
-  // (Chains) the query rows, the token's K row, the angle tables, scratch.
+  // (Chains) the query rows, the token's K row, the Mul weights, the angle tables, scratch.
   __shared__ float s_q[Chains ? kHeads : 1][Chains ? HD : 1], s_k[Chains ? HD : 1];
+  __shared__ float s_wq[Chains ? HD : 1], s_wk[Chains ? HD : 1];
   __shared__ float s_csq[Chains ? HD : 1], s_csk[Chains ? HD : 1], s_theta[Chains ? HD / 2 : 1];
   DecodeJob j;
   j.hk = blockIdx.x / head_blocks;
@@ -428,15 +455,27 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
     const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
     first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane);
   }
-  if constexpr (Chains) {  // block-wide (barriers): every thread, before any exit
-    if (ch->q.rope && ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
-    if (ch->k.rope && ch->k.pos_early) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
+  // (Chains) weights and the angle tables of graph-input positions before pdl_wait, in blocks
+  // with a range only (block-uniform; rope_angle_table ends with a barrier).
+  const bool used = j.z < j.n_used;
+  if constexpr (Chains) {
+    if (used) {
+      for (int i = threadIdx.x; i < HD; i += kThreads) {
+        if (ch->q.w) s_wq[i] = __ldg(ch->q.w + i);
+        if (ch->k.w) s_wk[i] = __ldg(ch->k.w + i);
+      }
+      if (ch->q.rope && ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
+      if (ch->k.rope && ch->k.pos_early && !ch->k_table_of_q) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
+    }
   }
   pdl_wait();
   pdl_trigger();
   if constexpr (Chains) {
-    if (ch->q.rope && !ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
-    if (ch->k.rope && !ch->k.pos_early) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
+    if (used) {
+      if (ch->q.rope && !ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
+      if (ch->k.rope && !ch->k.pos_early && !ch->k_table_of_q) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
+      __syncthreads();  // s_wq / s_wk (the tables end with their own barriers)
+    }
   }
   // Past the last range: nothing to do (merge = 0: an empty header per head). (Chains: block
   // (0, 0, 0), which checks the token's cell, is never past it.)
@@ -450,7 +489,9 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
   }
   const float *q_sh = nullptr;
   if constexpr (Chains) {
-    chains_prep<HD>(*ch, a, j, r, n_kv, DecodeChainsSmem{&s_q[0][0], s_k, s_csq, s_csk});
+    const float *cs_k = ch->k_table_of_q ? s_csq : s_csk;
+    chains_prep<HD>(*ch, a, j, r, n_kv,
+                    DecodeChainsSmem{&s_q[0][0], s_k, &s_acc[0][0][0], ch->q.w ? s_wq : nullptr, ch->k.w ? s_wk : nullptr, s_csq, cs_k});
     q_sh = &s_q[0][0];
   }
   const bool direct = merge && j.n_used == 1;

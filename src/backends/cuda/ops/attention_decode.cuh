@@ -33,6 +33,7 @@ struct AttnHeadChain {
 };
 struct AttnChains {
   AttnHeadChain q, k, v;  // v: src and rs only
+  int k_table_of_q;       // k's Rope has q's arguments and positions: one angle table
   uint8_t *kc, *vc;       // the layer's K and V cache
   const int32_t *cells;   // DevUbatch::cells: the token's cell
   int n_cells;
