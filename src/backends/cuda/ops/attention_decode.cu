@@ -358,36 +358,37 @@ struct DecodeChainsSmem {
   const float *w_q, *w_k;    // the Mul weights [HD] (staged before pdl_wait), or null
   const float *cs_q, *cs_k;  // angle tables
 };
-constexpr int kPrepRows = 3;  // per warp: two query heads and the K head
+constexpr int kPrepRows = 3;  // per warp: two query heads and (warp 2) the K head
+// cell: the token's cell (ubatch data, read before pdl_wait by the caller).
 template <int HD>
 __device__ __forceinline__ void chains_prep(const AttnChains &ch, const AttnArgs &a, const DecodeJob &j, const DecodeRanges &r, int n_kv,
-                                            const DecodeChainsSmem &sm) {
+                                            int32_t cell, const DecodeChainsSmem &sm) {
   constexpr int P = HD / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int32_t cell = ch.cells[0];
-  const bool in_cache = kv_cell_in_cache(cell, ch.n_cells, ch.err, blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0);
-  // The range whose block stores the token's row: the one holding its cell (range 0 when the
-  // cell is past n_kv: stored, never read, as the unfused KvStore does).
-  const bool owner = in_cache && j.z == (cell < n_kv ? cell / r.chunk : 0);
-  const int e0 = j.hk * HD;  // head hk of the cell's row
-  if (owner && warp == 3) kv_store_values(ch.v.src + j.hk * ch.v.rs, HD, ch.vc + static_cast<size_t>(cell) * a.vrb, e0, a.kt, lane, 32);
-  // This warp's rows (warp-uniform): dst, src, chain (q or k).
+  // This warp's rows (warp-uniform; row 2 of warp 2 is the K head, prepared in every block,
+  // stored by the owner only), all loads issued before any use.
   float *dst[kPrepRows];
   const float *src[kPrepRows];
   bool is_k[kPrepRows];
 #pragma unroll
   for (int i = 0; i < kPrepRows; ++i) {
-    const int g = warp + kWarps * i;  // query heads g < ng; row 2: the K head (warp 2 of the owner)
-    const bool q_row = i < 2 && g < j.ng, k_row = i == 2 && owner && warp == 2;
-    is_k[i] = k_row;
-    dst[i] = q_row ? sm.q + g * HD : k_row ? sm.k : sm.scratch + warp * HD;
-    src[i] = k_row ? ch.k.src + j.hk * ch.k.rs : ch.q.src + (j.h0 + (q_row ? g : 0)) * ch.q.rs;
+    const int g = warp + kWarps * i;
+    const bool q_row = i < 2 && g < j.ng;
+    is_k[i] = i == 2 && warp == 2;
+    dst[i] = q_row ? sm.q + g * HD : is_k[i] ? sm.k : sm.scratch + warp * HD;
+    src[i] = is_k[i] ? ch.k.src + j.hk * ch.k.rs : ch.q.src + (j.h0 + (q_row ? g : 0)) * ch.q.rs;
   }
   float v[kPrepRows][P];
 #pragma unroll
   for (int i = 0; i < kPrepRows; ++i)
 #pragma unroll
     for (int e = 0; e < P; ++e) v[i][e] = src[i][lane + 32 * e];
+  const bool in_cache = kv_cell_in_cache(cell, ch.n_cells, ch.err, blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0);
+  // The range whose block stores the token's row: the one holding its cell (range 0 when the
+  // cell is past n_kv: stored, never read, as the unfused KvStore does).
+  const bool owner = in_cache && j.z == (cell < n_kv ? cell / r.chunk : 0);
+  const int e0 = j.hk * HD;  // head hk of the cell's row
+  if (owner && warp == 3) kv_store_values(ch.v.src + j.hk * ch.v.rs, HD, ch.vc + static_cast<size_t>(cell) * a.vrb, e0, a.kt, lane, 32);
 #pragma unroll
   for (int i = 0; i < kPrepRows; ++i)
 #pragma unroll
@@ -458,7 +459,9 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
   // (Chains) weights and the angle tables of graph-input positions before pdl_wait, in blocks
   // with a range only (block-uniform; rope_angle_table ends with a barrier).
   const bool used = j.z < j.n_used;
+  int32_t cell = 0;  // (Chains) the token's cell: ubatch data
   if constexpr (Chains) {
+    cell = ch->cells[0];
     if (used) {
       for (int i = threadIdx.x; i < HD; i += kThreads) {
         if (ch->q.w) s_wq[i] = __ldg(ch->q.w + i);
@@ -490,7 +493,7 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
   const float *q_sh = nullptr;
   if constexpr (Chains) {
     const float *cs_k = ch->k_table_of_q ? s_csq : s_csk;
-    chains_prep<HD>(*ch, a, j, r, n_kv,
+    chains_prep<HD>(*ch, a, j, r, n_kv, cell,
                     DecodeChainsSmem{&s_q[0][0], s_k, &s_acc[0][0][0], ch->q.w ? s_wq : nullptr, ch->k.w ? s_wk : nullptr, s_csq, cs_k});
     q_sh = &s_q[0][0];
   }
