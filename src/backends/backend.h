@@ -73,9 +73,6 @@ public:
   virtual std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) = 0;
   // Scratch bytes a node's kernel needs (quantized activations, routing tables).
   virtual size_t work_size(const Graph &g, int node, int n_threads) const = 0;
-  // Raises last_use[i] of values its kernels read later than the graph says (fused launches;
-  // memory/planner.h), for the nodes placed on device index `device`. Default: none.
-  virtual void extend_lifetimes(const Graph &, int /*device*/, std::vector<int> & /*last_use*/) const {}
   virtual std::unique_ptr<Executor> make_executor(int n_threads) = 0;
   // Bytes per second this device streams out of its own memory, measured on the first call
   // (a read of a buffer far larger than any cache; ~0.1-0.5 s) and kept; 0 when unknown.
@@ -110,9 +107,6 @@ void set_gpu_lean_groups(bool on);
 // the output norm), 2 out-proj + residual (the ffn norm), 3 both, 0 none (default: measured
 // slower in session 6).
 void set_gpu_norm_tails(unsigned kinds);
-// Session 7: a one-token decode attention runs the q / k / v head chains before it in its own
-// launch (cuda_fusion.h: ChainsAttention; default off).
-void set_gpu_chains_attention(bool on);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

@@ -50,14 +50,6 @@ void set_gpu_norm_tails(unsigned kinds) {
 #endif
 }
 
-void set_gpu_chains_attention(bool on) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_fusion_set_chains_attention(on);
-#else
-  (void)on;
-#endif
-}
-
 Backend *BackendRegistry::find(const std::string &name) const {
   for (auto &b : backends_)
     if (b->info().name == name) return b.get();

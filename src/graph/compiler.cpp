@@ -51,15 +51,10 @@ std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   p->graph = std::move(g);
   place(*p, o);
   mark_final_outputs(p->graph);
-  PlanStats st = plan_memory(
-      p->graph,
-      [&](int id) {
-        const Node &n = p->graph.node(id);
-        return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads);
-      },
-      [&](std::vector<int> &last_use) {
-        for (size_t d = 0; d < o.devices.size(); ++d) o.devices[d]->extend_lifetimes(p->graph, static_cast<int>(d), last_use);
-      });
+  PlanStats st = plan_memory(p->graph, [&](int id) {
+    const Node &n = p->graph.node(id);
+    return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads);
+  });
   for (int d = 0; d < kMaxDevices; ++d) p->arena_bytes[d] = st.arena_bytes[d];
   p->n_inplace = st.n_inplace;
   schedule(*p);

@@ -79,7 +79,7 @@ bool needs_arena(const Node &n) {
 
 }  // namespace
 
-PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size, const LifetimeFn &extend) {
+PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size) {
   auto &nodes = g.nodes();
   const int n = static_cast<int>(nodes.size());
   PlanStats st;
@@ -91,7 +91,6 @@ PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size, const LifetimeFn &e
     for (int s : nodes[static_cast<size_t>(i)].src)
       if (s >= 0) last_use[static_cast<size_t>(s)] = std::max(last_use[static_cast<size_t>(s)], i);
   }
-  if (extend) extend(last_use);
   std::vector<bool> pinned(static_cast<size_t>(n), false);  // inputs and outputs: live for the whole run
   for (int id : g.outputs()) pinned[static_cast<size_t>(id)] = true;
   for (int i = 0; i < n; ++i)

@@ -27,14 +27,10 @@ struct PlanStats {
 
 // work_size(node_index) -> scratch bytes the node's kernel needs on its device.
 using WorkSizeFn = std::function<size_t(int)>;
-// Optional: raises last_use[i] (the last node index that reads value i) where a backend's
-// kernels read a value later than the graph says (a fused launch reading a group's input at
-// its last member's turn).
-using LifetimeFn = std::function<void(std::vector<int> &last_use)>;
 
 // Ops whose kernels are written to tolerate dst == src0 (elementwise, row-local).
 bool op_can_run_in_place(Op op);
 
-PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size, const LifetimeFn &extend = {});
+PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size);
 
 }  // namespace moe

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstring>
 
-#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_ops.h"
 #include "core/log.h"
 
@@ -202,9 +201,6 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes, const char *purpo
 }
 
 size_t CudaBackend::work_size(const Graph &g, int node, int) const { return cuda_work_size(g, node); }
-void CudaBackend::extend_lifetimes(const Graph &g, int device, std::vector<int> &last_use) const {
-  cuda_fusion_extend_lifetimes(g, device, last_use);
-}
 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be);
 std::unique_ptr<Executor> CudaBackend::make_executor(int) { return make_cuda_executor(*this); }

@@ -18,7 +18,6 @@ public:
   bool host_memory() const override { return false; }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override;
   size_t work_size(const Graph &g, int node, int n_threads) const override;
-  void extend_lifetimes(const Graph &g, int device, std::vector<int> &last_use) const override;
   std::unique_ptr<Executor> make_executor(int n_threads) override;
   double read_bandwidth() override;  // ops/read_bandwidth.cu
 

@@ -76,8 +76,7 @@ uint64_t fusion_signature(const Graph &g) {
     mix(static_cast<uint64_t>(n.ne[0]) ^ (static_cast<uint64_t>(n.ne[1]) << 32));
   }
   for (int o : g.outputs()) mix(static_cast<uint64_t>(o));
-  mix(cuda_fusion_norm_tails());  // the plan depends on the switches
-  mix(cuda_fusion_chains_attention() ? 1 : 0);
+  mix(cuda_fusion_norm_tails());  // the plan depends on the switch
   return h;
 }
 
@@ -229,7 +228,6 @@ private:
     mix(reinterpret_cast<uintptr_t>(kv_));
     mix(fusion_on_);  // a captured graph holds one choice of fused / unfused kernels
     mix(cuda_fusion_norm_tails());
-    mix(cuda_fusion_chains_attention() ? 1 : 0);
     for (const Seg &s : segs)
       for (int i = s.begin; i < s.end; ++i) {
         const Node &n = g.node(i);

@@ -15,9 +15,6 @@ std::atomic<bool> g_fusion{true};
 // the row-chain launch it removes costs inside a PDL graph. Kept as a switch (bench
 // --norm-tails) for the next attempt at a cheaper tail.
 std::atomic<unsigned> g_norm_tails{0};
-// ChainsAttention groups: off by default until measured faster (session 7: the first version's
-// kernel took 21.1 us against 7.2 + 4.7 for the attention and the chains' launch).
-std::atomic<bool> g_chains_attention{false};
 
 // The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
 // those kinds are planned (0: never, e.g. to measure without them).
@@ -54,7 +51,6 @@ public:
         if (nd(i).op != Op::RmsNorm || !match_row_chains(i, grp) || !safe(grp)) continue;
       } else {
         add_norm_tail(grp);
-        attach_attention(grp);
       }
       grp.first = grp.members.front();
       grp.last = grp.members.back();
@@ -339,45 +335,6 @@ private:
     }
   }
 
-  // A RowChains group of exactly one token's q, k and v head chains -- q: [RmsNorm -> Mul ->]
-  // Rope, read only by the Attention right after the group; k: [RmsNorm -> Mul ->] [Rope ->]
-  // KvStore (K); v: a KvStore (V) alone -- takes that Attention (FusedKind::ChainsAttention) when
-  // the decode-attention kernel can run it: T = 1, separate K / V heads of 64, 128 or 256, at most
-  // 8 query heads per KV head (one block holds them all). The cache type is checked at run time.
-  void attach_attention(FusedGroup &grp) const {
-    if (grp.kind != FusedKind::RowChains || !g_chains_attention.load()) return;
-    const auto chains = row_chains(g_, grp.members);
-    const int at = next(grp.members.back());
-    if (chains.size() != 3 || at < 0 || nd(at).op != Op::Attention || !same_place(grp.members[0], at)) return;
-    const Node &att = nd(at);
-    const int64_t hd = att.ne[0];
-    if (att.ne[2] != 1 || (att.ip[2] & 1) != 0 || nd(att.src[0]).ne[0] != hd || (hd != 64 && hd != 128 && hd != 256)) return;
-    auto chain_ending = [&](int tail) -> const std::vector<int> * {
-      for (const auto &ch : chains)
-        if (ch.back() == tail) return &ch;
-      return nullptr;
-    };
-    const auto *q = chain_ending(att.src[0]), *k = chain_ending(att.src[1]), *v = chain_ending(att.src[2]);
-    if (!q || !k || !v || !private_to_group(att.src[0]) || nd(q->back()).op != Op::Rope) return;
-    auto prep_only = [&](const std::vector<int> &ch, size_t n) {  // the first n ops are RmsNorm / Mul / Rope
-      for (size_t i = 0; i < n; ++i)
-        if (nd(ch[i]).op == Op::KvStore) return false;
-      return true;
-    };
-    if (!prep_only(*q, q->size()) || nd(k->back()).op != Op::KvStore || nd(k->back()).kv_which != 0 || !prep_only(*k, k->size() - 1)) return;
-    if (v->size() != 1 || nd(v->back()).op != Op::KvStore || nd(v->back()).kv_which != 1) return;
-    const int64_t n_head = nd(att.src[0]).ne[1], n_head_kv = nd(k->front()).ne[1];
-    const Node &v_rows = nd(nd(v->front()).src[0]);  // (a KvStore's own output is a token, not rows)
-    if (n_head_kv <= 0 || n_head % n_head_kv != 0 || n_head / n_head_kv > 8 || nd(k->front()).ne[0] != hd || v_rows.ne[0] != hd ||
-        v_rows.ne[1] != n_head_kv)
-      return;
-    FusedGroup ext = grp;
-    ext.kind = FusedKind::ChainsAttention;
-    ext.members.push_back(at);
-    ext.written = {at};
-    if (safe(ext)) grp = std::move(ext);
-  }
-
   bool match_row_chains(int i, FusedGroup &grp) const {
     std::vector<int> tails;  // per chain: its current last node
     std::vector<int> members;
@@ -518,33 +475,9 @@ void cuda_fusion_enable(bool on) { g_fusion.store(on); }
 bool cuda_fusion_enabled() { return g_fusion.load(); }
 void cuda_fusion_set_norm_tails(unsigned kinds) { g_norm_tails.store(kinds & kNormTailsAll); }
 unsigned cuda_fusion_norm_tails() { return g_norm_tails.load(); }
-void cuda_fusion_set_chains_attention(bool on) { g_chains_attention.store(on); }
-bool cuda_fusion_chains_attention() { return g_chains_attention.load(); }
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
 FusionPlan plan_fusion(const Graph &g) { return Matcher(g).run(); }
-
-void cuda_fusion_extend_lifetimes(const Graph &g, int device, std::vector<int> &last_use) {
-  const auto &nodes = g.nodes();
-  for (size_t a = 0; a < nodes.size(); ++a) {
-    const Node &att = nodes[a];
-    if (att.op != Op::Attention || att.device != device || att.ne[2] != 1 || (att.ip[2] & 1) != 0) continue;
-    for (int k = 0; k < 3; ++k) {  // q, then the K and V stores' rows, back through their chains
-      int x = att.src[k];
-      if (x >= 0 && nodes[static_cast<size_t>(x)].op == Op::KvStore) x = nodes[static_cast<size_t>(x)].src[0];
-      while (x >= 0 && (nodes[static_cast<size_t>(x)].op == Op::Rope || nodes[static_cast<size_t>(x)].op == Op::Mul ||
-                        nodes[static_cast<size_t>(x)].op == Op::RmsNorm))
-        x = nodes[static_cast<size_t>(x)].src[0];
-      if (x >= 0) last_use[static_cast<size_t>(x)] = std::max(last_use[static_cast<size_t>(x)], static_cast<int>(a));
-    }
-  }
-}
-
-bool cuda_graph_input(const Graph &g, int id) {
-  const Node *p = &g.node(id);
-  while (p->op == Op::View) p = &g.node(p->src[0]);
-  return p->op == Op::Leaf && p->leaf == LeafKind::Input;
-}
 
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members) {
   std::vector<std::vector<int>> chains;
@@ -569,17 +502,6 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::RowChains:
       if (cuda_fused_row_chains_fit(c, grp)) return cuda_fused_row_chains(c, grp);
       break;
-    case FusedKind::ChainsAttention: {
-      if (cuda_fused_chains_attention(c, grp)) return;
-      // The kernel does not take this call (e.g. an F32 cache): the chains' launch, then the attention's.
-      FusedGroup chains = grp;
-      chains.kind = FusedKind::RowChains;
-      chains.members.pop_back();
-      chains.last = chains.run_at = chains.members.back();
-      chains.written = {c.g.node(grp.members.back()).src[0]};  // q's Rope output (k and v end in stores): as planned before
-      cuda_run_group(chains, CudaOpCtx{c.stream, c.g, c.g.node(chains.run_at), c.ub, c.kv, c.n_sm});
-      return cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(grp.members.back()), c.ub, c.kv, c.n_sm});
-    }
     case FusedKind::Router: return cuda_fused_router(c, grp);
     case FusedKind::Sequence:
       if (cuda_fused_sequence_fit(c, grp)) return cuda_fused_sequence(c, grp);

@@ -29,8 +29,6 @@ enum class FusedKind : uint8_t {
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
   Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
-  ChainsAttention,  // the q / k / v head chains of one token (RowChains) + the Attention reading them: the decode
-                    // attention kernel normalises and ropes the heads and stores the token's K / V row itself
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -79,25 +77,14 @@ unsigned cuda_fusion_norm_tails();
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
-// Process-wide switch for ChainsAttention groups (off by default, see cuda_fusion.cpp; off: the
-// head chains stay a RowChains launch before the attention's). Part of the executor's plan cache key.
-void cuda_fusion_set_chains_attention(bool on);
-bool cuda_fusion_chains_attention();
 
 FusionPlan plan_fusion(const Graph &g);
-// For the memory planner (Backend::extend_lifetimes): the raw q / k / v rows of a one-token
-// Attention's head chains stay live until the Attention, which a ChainsAttention launch reads
-// them in (otherwise the planner may lay the attention's output or scratch over part of them).
-void cuda_fusion_extend_lifetimes(const Graph &g, int device, std::vector<int> &last_use);
 
 // The chains of a RowChains group: each chain lists member ids; a chain's first node reads
 // its input (src0) from outside the group, every later node reads the previous one.
 constexpr int kMaxFusedChains = 4;
 constexpr int64_t kMaxFusedRow = 8192;  // values per row (the row is staged in shared memory)
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members);
-// A graph input (or a view of one): uploaded by the host before the pass, written by no kernel
-// (fused kernels read such rope positions before pdl_wait).
-bool cuda_graph_input(const Graph &g, int id);
 
 // A Sequence group starts at a Slice, Concat or Sigmoid (the glue of deepseek2's MLA and its
 // sigmoid router; other architectures keep their plans) and takes the consecutive ops of
@@ -118,9 +105,6 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
 
 // Fused kernels (ops/fused.cu).
 void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp);
-// ops/attention.cu: a ChainsAttention group in one decode-attention launch; false (nothing
-// launched) where that kernel does not take the call (an F32 cache, no scratch).
-bool cuda_fused_chains_attention(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp);
 bool cuda_fused_row_chains_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run-time checks (KV type)
 // ops/fused_sequence.cu.

@@ -19,7 +19,6 @@
 
 #include <cuda_fp16.h>
 
-#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/attention.cuh"
 #include "backends/cuda/ops/attention_decode.cuh"
 #include "backends/cuda/ops/attention_mla.cuh"
@@ -27,8 +26,6 @@
 #include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/reduce.cuh"
-#include "backends/cuda/ops/rope.cuh"
-#include "backends/cuda/ops/row_ops.cuh"
 #include "kv/kv_cache.h"
 
 namespace moe {
@@ -329,13 +326,12 @@ void cuda_op_kv_store(const CudaOpCtx &c) {
              static_cast<int>(kv.dtype()), c.ub.cells, static_cast<int>(kv.n_cells()), c.ub.err);
 }
 
-namespace {
-// The launch arguments of an Attention node c.n (q = its src 0).
-AttnArgs attn_args(const CudaOpCtx &c) {
+void cuda_op_attention(const CudaOpCtx &c) {
   const Node &q = c.src(0);
   KvCache &kv = *c.kv;
   const int layer = c.n.kv_layer;
-  const int64_t hd_k = q.ne[0], n_head = q.ne[1], hd_v = c.n.ne[0];
+  const int64_t hd_k = q.ne[0], n_head = q.ne[1], T = q.ne[2], hd_v = c.n.ne[0];
+  if (T == 0 || n_head == 0) return;
   const int64_t n_head_kv = kv.dims(layer).k_row / hd_k;
   const DType kt = kv.dtype();
   AttnArgs a;
@@ -354,72 +350,6 @@ AttnArgs attn_args(const CudaOpCtx &c) {
   a.group = static_cast<int>(n_head / n_head_kv);
   a.kt = static_cast<int>(kt);
   a.scale = c.n.fp[0];
-  return a;
-}
-
-// One head chain of a ChainsAttention group (RmsNorm, Mul, Rope; a KvStore ends k's and is v's).
-AttnHeadChain head_chain(const CudaOpCtx &c, const std::vector<int> &chain) {
-  AttnHeadChain h{};
-  const Node &x = c.g.node(c.g.node(chain.front()).src[0]);  // the raw heads [hd, n_head, 1]
-  h.src = static_cast<const float *>(x.data);
-  h.rs = static_cast<int64_t>(x.nb[1] / 4);
-  h.rms_threads = row_threads(x.ne[0]);
-  for (int m : chain) {
-    const Node &n = c.g.node(m);
-    switch (n.op) {
-      case Op::RmsNorm: h.rms = 1; h.eps = n.fp[0]; break;
-      case Op::Mul: h.w = static_cast<const float *>(c.g.node(n.src[1]).data); break;
-      case Op::Rope:
-        h.rope = 1;
-        h.ra = make_rope_args(n.rope, c.ub, n.ne[2]);
-        h.pos = static_cast<const int32_t *>(c.g.node(n.src[1]).data);
-        h.pos_early = cuda_graph_input(c.g, n.src[1]) ? 1 : 0;
-        break;
-      default: break;
-    }
-  }
-  return h;
-}
-}  // namespace
-
-bool cuda_fused_chains_attention(const CudaOpCtx &c, const FusedGroup &grp) {
-  const Node &att = c.g.node(grp.members.back());
-  const CudaOpCtx ca{c.stream, c.g, att, c.ub, c.kv, c.n_sm};
-  const DType kt = c.kv ? c.kv->dtype() : DType::F32;
-  if (!att.work || (kt != DType::F16 && kt != DType::Q8_0)) return false;  // F32: the reference-order kernel
-  const AttnArgs a = attn_args(ca);
-  const Node &q = ca.src(0);
-  if (q.ne[2] != 1 || a.group > 8 || !attn_decode_applies(1, a.hd_k, a.hd_v, false)) return false;
-  std::vector<int> members(grp.members.begin(), grp.members.end() - 1);
-  AttnChains ch{};
-  for (const auto &chain : row_chains(c.g, members)) {
-    const int tail = chain.back();
-    AttnHeadChain &h = tail == att.src[0] ? ch.q : tail == att.src[1] ? ch.k : ch.v;
-    h = head_chain(c, chain);
-  }
-  const RopeArgs &rq = ch.q.ra, &rk = ch.k.ra;
-  ch.k_table_of_q = ch.q.rope && ch.k.rope && ch.q.pos == ch.k.pos && rq.n_rot == rk.n_rot && rq.freq_scale == rk.freq_scale &&
-                            rq.ext_factor == rk.ext_factor && rq.attn_factor == rk.attn_factor && rq.theta_scale == rk.theta_scale &&
-                            rq.corr0 == rk.corr0 && rq.corr1 == rk.corr1 && rq.table == rk.table && rq.table_pos == rk.table_pos &&
-                            rq.table_stride == rk.table_stride
-                        ? 1
-                        : 0;  // (neox only picks the pairs, not the angles)
-  ch.kc = static_cast<uint8_t *>(c.kv->k_data(att.kv_layer));
-  ch.vc = static_cast<uint8_t *>(c.kv->v_data(att.kv_layer));
-  ch.cells = c.ub.cells;
-  ch.n_cells = static_cast<int>(c.kv->n_cells());
-  ch.err = c.ub.err;
-  attn_decode_chains_launch(c.stream, tview(att), static_cast<int>(q.ne[1]), a, c.ub, static_cast<float *>(att.work), ch);
-  return true;
-}
-
-void cuda_op_attention(const CudaOpCtx &c) {
-  const Node &q = c.src(0);
-  const int64_t hd_k = q.ne[0], n_head = q.ne[1], T = q.ne[2], hd_v = c.n.ne[0];
-  if (T == 0 || n_head == 0) return;
-  const int64_t n_head_kv = c.kv->dims(c.n.kv_layer).k_row / hd_k;
-  const bool v_from_k = (c.n.ip[2] & 1) != 0;
-  const AttnArgs a = attn_args(c);
   // An F32 cache in the CPU's reference order (bit-exact with the CPU backend).
   if (attn_ref_order_launch(c.stream, c.g, c.n, tview(q), tview(c.n), a, c.ub, c.n.work, c.n.work_size)) return;
   if (attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,

@@ -15,9 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "backends/cuda/ops/attention_decode.cuh"
-#include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
-#include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
@@ -131,21 +129,19 @@ struct DecodeJob {
 // The block's cells: per warp an online softmax over its share (see the file comment), then
 // the warps merged in shared memory into the output (direct) or range z's partials.
 template <int HD>
-__device__ __forceinline__ void attn_decode_range(const TView &q, const float *q_sh, const TView &out, const AttnArgs &a, const DevUbatch &ub,
-                                                  float *part, int n_head, const DecodeJob &j, bool direct, unsigned first_ballot,
+__device__ __forceinline__ void attn_decode_range(const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, float *part,
+                                                  int n_head, const DecodeJob &j, bool direct, unsigned first_ballot,
                                                   float (&s_acc)[kWarps][kHeads][HD], float (&s_m)[kWarps][kHeads],
                                                   float (&s_s)[kWarps][kHeads]) {
   constexpr int DPL = HD / 32, kB = decode_batch<HD>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   // q is loaded now and rounded at the first batch, after that batch's K/V loads are issued,
-  // so its memory round trip overlaps theirs. q_sh: the block prepared its heads in shared
-  // memory (row g = head h0 + g; attn_decode_chains_kernel).
+  // so its memory round trip overlaps theirs.
   float qv[kHeads][DPL];
 #pragma unroll
   for (int g = 0; g < kHeads; ++g) {
-    const float *qrow = q_sh ? q_sh + min(g, j.ng - 1) * HD
-                             : reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (j.h0 + min(g, j.ng - 1)) * q.nb[1] + j.t * q.nb[2]);
+    const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + (j.h0 + min(g, j.ng - 1)) * q.nb[1] + j.t * q.nb[2]);
 #pragma unroll
     for (int i = 0; i < DPL; ++i) qv[g][i] = g < j.ng ? qrow[lane * DPL + i] : 0.0f;
   }
@@ -343,101 +339,15 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   }
 }
 
-// A block of a one-token decode attention whose head chains it runs (Chains; T = 1, one block
-// per KV head): before its cell ranges, warp w prepares query heads w and w + 4 into s_q (and,
-// in the block that owns the token's cell, warp 2 the token's K head, warp 3 stores its V head):
-// [RmsNorm -> Mul ->] [Rope] with the row chains' arithmetic (rms_row_scale_warp gives
-// rms_row_scale's bits; fused.cu). A warp's rows go side by side (their loads issued together,
-// their reductions independent chains); absent rows are dummies written to scratch. Then a
-// barrier makes the K / V stores visible to the block's own cache reads (no other block reads
-// that head of that cell: one block per KV head and range).
-struct DecodeChainsSmem {
-  float *q;            // [kHeads][HD]
-  float *k;            // [HD]
-  float *scratch;      // [kWarps][HD] (dummy rows; the block's s_acc, unused until its cell loop ends)
-  const float *w_q, *w_k;    // the Mul weights [HD] (staged before pdl_wait), or null
-  const float *cs_q, *cs_k;  // angle tables
-};
-constexpr int kPrepRows = 3;  // per warp: two query heads and (warp 2) the K head
-// cell: the token's cell (ubatch data, read before pdl_wait by the caller).
-template <int HD>
-__device__ __forceinline__ void chains_prep(const AttnChains &ch, const AttnArgs &a, const DecodeJob &j, const DecodeRanges &r, int n_kv,
-                                            int32_t cell, const DecodeChainsSmem &sm) {
-  constexpr int P = HD / 32;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // This warp's rows (warp-uniform; row 2 of warp 2 is the K head, prepared in every block,
-  // stored by the owner only), all loads issued before any use.
-  float *dst[kPrepRows];
-  const float *src[kPrepRows];
-  bool is_k[kPrepRows];
-#pragma unroll
-  for (int i = 0; i < kPrepRows; ++i) {
-    const int g = warp + kWarps * i;
-    const bool q_row = i < 2 && g < j.ng;
-    is_k[i] = i == 2 && warp == 2;
-    dst[i] = q_row ? sm.q + g * HD : is_k[i] ? sm.k : sm.scratch + warp * HD;
-    src[i] = is_k[i] ? ch.k.src + j.hk * ch.k.rs : ch.q.src + (j.h0 + (q_row ? g : 0)) * ch.q.rs;
-  }
-  float v[kPrepRows][P];
-#pragma unroll
-  for (int i = 0; i < kPrepRows; ++i)
-#pragma unroll
-    for (int e = 0; e < P; ++e) v[i][e] = src[i][lane + 32 * e];
-  const bool in_cache = kv_cell_in_cache(cell, ch.n_cells, ch.err, blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0);
-  // The range whose block stores the token's row: the one holding its cell (range 0 when the
-  // cell is past n_kv: stored, never read, as the unfused KvStore does).
-  const bool owner = in_cache && j.z == (cell < n_kv ? cell / r.chunk : 0);
-  const int e0 = j.hk * HD;  // head hk of the cell's row
-  if (owner && warp == 3) kv_store_values(ch.v.src + j.hk * ch.v.rs, HD, ch.vc + static_cast<size_t>(cell) * a.vrb, e0, a.kt, lane, 32);
-#pragma unroll
-  for (int i = 0; i < kPrepRows; ++i)
-#pragma unroll
-    for (int e = 0; e < P; ++e) dst[i][lane + 32 * e] = v[i][e];
-  __syncwarp();
-  float scale[kPrepRows];
-#pragma unroll
-  for (int i = 0; i < kPrepRows; ++i) {
-    const AttnHeadChain &c = is_k[i] ? ch.k : ch.q;
-    scale[i] = rms_row_scale_warp(dst[i], HD, c.eps, c.rms_threads);
-  }
-#pragma unroll
-  for (int i = 0; i < kPrepRows; ++i) {
-    const AttnHeadChain &c = is_k[i] ? ch.k : ch.q;
-    const float *w = is_k[i] ? sm.w_k : sm.w_q;
-    if (!c.rms) continue;  // warp-uniform
-#pragma unroll
-    for (int e = 0; e < P; ++e) {
-      float x = v[i][e] * scale[i];  // the RmsNorm output, rounded to float as it would be stored
-      if (w) x = x * w[lane + 32 * e];
-      dst[i][lane + 32 * e] = x;
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < kPrepRows; ++i) {
-    const AttnHeadChain &c = is_k[i] ? ch.k : ch.q;
-    if (!c.rope) continue;  // warp-uniform
-    for (int k = lane; k < c.ra.n_rot / 2; k += 32) rope_rotate_pair(dst[i], dst[i], k, c.ra, is_k[i] ? sm.cs_k : sm.cs_q);
-  }
-  __syncwarp();
-  if (owner && warp == 2) kv_store_values(sm.k, HD, ch.kc + static_cast<size_t>(cell) * a.krb, e0, a.kt, lane, 32);
-  __syncthreads();
-}
-
 // PDL: the ranges and the first mask ballot come from the ubatch (uploaded before the pass);
-// q, the cache and the partials are touched after pdl_wait (so are the chains' inputs; their
-// weights and a graph input's angle table before it). merge = 0: every range writes partials
-// (the unused ones an empty header) and attn_combine_launch folds them.
-template <int HD, bool Chains>
-__device__ __forceinline__ void decode_block(const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, float *part, int n_head,
-                                             int head_blocks, int merge, const AttnChains *ch) {
+// q, the cache and the partials are touched after pdl_wait. merge = 0: every range writes
+// partials (the unused ones an empty header) and attn_combine_launch folds them.
+template <int HD>
+__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
+                                                               int head_blocks, int merge) {
   __shared__ float s_acc[kWarps][kHeads][HD];
   __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
   __shared__ bool s_last;
-  // (Chains) the query rows, the token's K row, the Mul weights, the angle tables, scratch.
-  __shared__ float s_q[Chains ? kHeads : 1][Chains ? HD : 1], s_k[Chains ? HD : 1];
-  __shared__ float s_wq[Chains ? HD : 1], s_wk[Chains ? HD : 1];
-  __shared__ float s_csq[Chains ? HD : 1], s_csk[Chains ? HD : 1], s_theta[Chains ? HD / 2 : 1];
   DecodeJob j;
   j.hk = blockIdx.x / head_blocks;
   j.h0 = j.hk * a.group + (blockIdx.x % head_blocks) * kHeads;
@@ -456,33 +366,9 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
     const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
     first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane);
   }
-  // (Chains) weights and the angle tables of graph-input positions before pdl_wait, in blocks
-  // with a range only (block-uniform; rope_angle_table ends with a barrier).
-  const bool used = j.z < j.n_used;
-  int32_t cell = 0;  // (Chains) the token's cell: ubatch data
-  if constexpr (Chains) {
-    cell = ch->cells[0];
-    if (used) {
-      for (int i = threadIdx.x; i < HD; i += kThreads) {
-        if (ch->q.w) s_wq[i] = __ldg(ch->q.w + i);
-        if (ch->k.w) s_wk[i] = __ldg(ch->k.w + i);
-      }
-      if (ch->q.rope && ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
-      if (ch->k.rope && ch->k.pos_early && !ch->k_table_of_q) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
-    }
-  }
   pdl_wait();
   pdl_trigger();
-  if constexpr (Chains) {
-    if (used) {
-      if (ch->q.rope && !ch->q.pos_early) rope_angle_table(ch->q.pos, 0, ch->q.ra, s_theta, s_csq);
-      if (ch->k.rope && !ch->k.pos_early && !ch->k_table_of_q) rope_angle_table(ch->k.pos, 0, ch->k.ra, s_theta, s_csk);
-      __syncthreads();  // s_wq / s_wk (the tables end with their own barriers)
-    }
-  }
-  // Past the last range: nothing to do (merge = 0: an empty header per head). (Chains: block
-  // (0, 0, 0), which checks the token's cell, is never past it.)
-  if (j.z >= j.n_used) {
+  if (j.z >= j.n_used) {  // past the last range: nothing to do (merge = 0: an empty header per head)
     if (!merge && threadIdx.x < j.ng) {
       float *dst = attn_partial(part, j.t, j.h0 + threadIdx.x, j.z, n_head, kSplit, HD);
       dst[0] = -INFINITY;
@@ -490,15 +376,8 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
     }
     return;
   }
-  const float *q_sh = nullptr;
-  if constexpr (Chains) {
-    const float *cs_k = ch->k_table_of_q ? s_csq : s_csk;
-    chains_prep<HD>(*ch, a, j, r, n_kv, cell,
-                    DecodeChainsSmem{&s_q[0][0], s_k, &s_acc[0][0][0], ch->q.w ? s_wq : nullptr, ch->k.w ? s_wk : nullptr, s_csq, cs_k});
-    q_sh = &s_q[0][0];
-  }
   const bool direct = merge && j.n_used == 1;
-  attn_decode_range<HD>(q, q_sh, out, a, ub, part, n_head, j, direct, first_ballot, s_acc, s_m, s_s);
+  attn_decode_range<HD>(q, out, a, ub, part, n_head, j, direct, first_ballot, s_acc, s_m, s_s);
   if (!merge || direct) return;
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
@@ -511,19 +390,6 @@ __device__ __forceinline__ void decode_block(const TView &q, const TView &out, c
   if (!s_last) return;
   __threadfence();
   decode_merge<HD>(out, a, part, j, n_head);
-}
-
-template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
-                                                               int head_blocks, int merge) {
-  decode_block<HD, false>(q, out, a, ub, part, n_head, head_blocks, merge, nullptr);
-}
-
-// __grid_constant__: the chains are read in place (no per-thread copy of the parameters).
-template <int HD>
-__global__ void __launch_bounds__(kThreads) attn_decode_chains_kernel(TView out, AttnArgs a, DevUbatch ub, float *part, int n_head, int merge,
-                                                                      const __grid_constant__ AttnChains ch) {
-  decode_block<HD, true>(TView{}, out, a, ub, part, n_head, 1, merge, &ch);
 }
 }  // namespace
 
@@ -549,19 +415,6 @@ void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, c
     default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
   }
   if (!merge) attn_combine_launch(out, a, work, T, n_head, kSplit, s);
-}
-
-void attn_decode_chains_launch(cudaStream_t s, TView out, int n_head, const AttnArgs &a, const DevUbatch &ub, float *work, const AttnChains &ch) {
-  const int n_head_kv = n_head / a.group;
-  const dim3 grid(static_cast<unsigned>(n_head_kv), 1, kSplit);
-  const int merge = ub.sync && n_head_kv <= kCudaSyncSlots ? 1 : 0;
-  switch (a.hd_k) {
-    case 64: launch_pdl(attn_decode_chains_kernel<64>, grid, dim3(kThreads), 0, s, out, a, ub, work, n_head, merge, ch); break;
-    case 128: launch_pdl(attn_decode_chains_kernel<128>, grid, dim3(kThreads), 0, s, out, a, ub, work, n_head, merge, ch); break;
-    case 256: launch_pdl(attn_decode_chains_kernel<256>, grid, dim3(kThreads), 0, s, out, a, ub, work, n_head, merge, ch); break;
-    default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
-  }
-  if (!merge) attn_combine_launch(out, a, work, 1, n_head, kSplit, s);
 }
 
 }  // namespace moe

@@ -367,6 +367,12 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
 
+// A graph input (or a view of one): uploaded by the host before the pass, written by no kernel.
+bool is_graph_input(const Graph &g, int id) {
+  const Node *p = &g.node(id);
+  while (p->op == Op::View) p = &g.node(p->src[0]);
+  return p->op == Op::Leaf && p->leaf == LeafKind::Input;
+}
 
 bool kv_type_fusable(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::Q8_0; }
 
@@ -404,7 +410,7 @@ void cuda_fused_row_chains(const CudaOpCtx &c, const FusedGroup &grp) {
         case Op::Rope:
           d.ra = make_rope_args(n.rope, c.ub, n.ne[2]);
           d.pos = static_cast<const int32_t *>(c.g.node(n.src[1]).data);
-          d.pos_early = cuda_graph_input(c.g, n.src[1]) ? 1 : 0;
+          d.pos_early = is_graph_input(c.g, n.src[1]) ? 1 : 0;
           break;
         case Op::KvStore:
           d.kv = static_cast<uint8_t *>(n.kv_which == 0 ? c.kv->k_data(n.kv_layer) : c.kv->v_data(n.kv_layer));
