@@ -191,11 +191,18 @@ fi
 if has ncudeep; then
   # Full Nsight Compute sections (speed of light, occupancy, warp stall reasons, memory) for a
   # few decode launches of the kernels named by NCU_KERNELS, to see why a small kernel is slow
-# (NCU_BENCH_ARGS="-p 512 -n 0" with NCU_KERNELS=mmq looks at the prefill GEMM instead).
+  # (NCU_BENCH_ARGS="-p 512 -n 0" with NCU_KERNELS=mmq_q4k looks at the prefill GEMM instead),
+  # plus the per-SASS-instruction counts and stall samples (ncu_source.csv; summarise one launch
+  # with tests/cuda/ncu_source_summary.py). NCU_SKIP counts matching launches only: keep it below
+  # their number in the run (session 6's 300 skipped past every expert launch of 8 layers x 8 steps).
   [ -n "$MK_PID" ] && wait $MK_PID
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  timeout 200 "$NCU" --set full --clock-control none -k "regex:${NCU_KERNELS:-attn_decode|matvec}" --launch-skip ${NCU_SKIP:-3000} \
-    --launch-count ${NCU_DEEP_COUNT:-8} "$CLI" bench -m ${NCU_MODEL:-/tmp/q3.gguf} --device cuda ${NCU_BENCH_ARGS:--p 0 -n 8} -r 1 --no-gpu-graphs > "$OUT/ncu_deep.txt" 2>&1
-  note "ncu deep rc=$? $(el): $(grep -cE '^ +[a-z_]+.*\(' "$OUT/ncu_deep.txt") kernel sections in ncu_deep.txt"
+  timeout 200 "$NCU" --set full --import-source yes --clock-control none -k "regex:${NCU_KERNELS:-attn_decode|matvec}" --launch-skip ${NCU_SKIP:-40} \
+    --launch-count ${NCU_DEEP_COUNT:-8} -o "$OUT/ncu_deep" "$CLI" bench -m ${NCU_MODEL:-/tmp/q3.gguf} --device cuda ${NCU_BENCH_ARGS:--p 0 -n 8} -r 1 \
+    --no-gpu-graphs > "$OUT/ncu_deep.log" 2>&1
+  note "ncu deep rc=$? $(el)"
+  "$NCU" -i "$OUT/ncu_deep.ncu-rep" --page details > "$OUT/ncu_deep.txt" 2>&1
+  "$NCU" -i "$OUT/ncu_deep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_source.csv" 2>> "$OUT/ncu_deep.log"
+  python3 tests/cuda/ncu_source_summary.py "$OUT/ncu_source.csv" 2>&1 | tee -a "$SUM"
 fi
 echo "==== summary"; cat "$SUM"
