@@ -27,6 +27,7 @@
 #include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 // In this scope batches from 16 tokens reach the tensor-core and tiled kernels (by default
 // batches up to kRefOrderMaxTokens keep the CPU's order on the warp-per-row kernels).
@@ -238,6 +239,36 @@ TEST_CASE("cuda op: MoE routing edge cases match the CPU", "[ops][cuda][moe][rou
     CHECK(moe_case(reg, *gpu, DType::Q8_0, 64, 16, 128, 8, 512, 1, ids, 9));
     CHECK(moe_case(reg, *gpu, DType::Q4_K, 256, 8, 128, 8, 512, 8, ids, 10));
   }
+}
+
+// Opt-in (cuda_set_mma_q4k): Q4_K on the f16 tensor-core GEMM, weights dequantized per tile,
+// activations rounded to f16 instead of Q8_K, so it differs from the CPU by the CPU's Q8_K
+// rounding (~0.7% of a product for normal data; a wrong nibble or scale is off by ~100%).
+// tools/cuda_emu/run_heads.sh checks the kernel against float64 on f16-rounded operands (1e-7).
+TEST_CASE("cuda op: Q4_K on the f16 tensor-core GEMM (opt-in) stays close to the CPU", "[ops][cuda][mma]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct MmaQ4k {  // restored however the case ends
+    bool saved = cuda_mma_q4k();
+    MmaQ4k() { cuda_set_mma_q4k(true); }
+    ~MmaQ4k() { cuda_set_mma_q4k(saved); }
+  } on;
+  const TensorCoreBatches tc_batches;
+  uint32_t seed = 900;
+  for (auto km : {std::pair<int64_t, int64_t>{2048, 768}, std::pair<int64_t, int64_t>{768, 2048}, std::pair<int64_t, int64_t>{512, 203}})
+    for (int64_t N : {16, 77, 512}) {
+      INFO("dense K=" << km.first << " M=" << km.second << " N=" << N);
+      CHECK(dense_case(reg, *gpu, DType::Q4_K, km.first, km.second, N, seed, 2e-2));
+      seed += 2;
+    }
+  for (int64_t X : {int64_t(1), int64_t(8)}) {
+    INFO("matmul_id 512 tokens x 8 of 128 experts, X=" << X);
+    CHECK(moe_case(reg, *gpu, DType::Q4_K, 2048, 200, 128, 8, 512, X, random_ids(512, 128, 8, seed), seed, 2e-2));
+    seed += 2;
+  }
+#endif
 }
 
 TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight type, skew, real shapes", "[ops][cuda][moe][mma]") {

@@ -73,6 +73,7 @@ for head, body in [
     ('template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])',
      '{ emu_mma(d, a, b[0], b[1]); }'),
     ('__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem)', '{ std::memcpy(smem, gmem, 16); }'),
+    ('__device__ __forceinline__ void cp_async_4(void *smem, const void *gmem)', '{ std::memcpy(smem, gmem, 4); }'),
     ('__device__ __forceinline__ void cp_async_commit_wait_all()', '{}'),
 ]:
     c = swap_function(c, head, body)

@@ -26,7 +26,7 @@ void emu_heads(DType t, const uint8_t *W, int64_t rb, int64_t hb, int K, int M, 
   }
 }
 '''
-text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/quant.cuh"\n#include <cuda_bf16.h>\n'
+text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/kernel_error.cuh"\n#include "backends/cuda/ops/quant.cuh"\n#include <cuda_bf16.h>\n'
         'namespace moe {\nnamespace {\n' + warps + src[ws0:ws1] + src[k0:k1] + '}  // namespace\n' + entry + '}  // namespace moe\n')
 with open(os.path.join(out, 'heads_emu.cpp'), 'w') as f:
     f.write(text)

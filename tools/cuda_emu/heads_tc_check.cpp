@@ -8,8 +8,10 @@
 #include <cstring>
 #include <random>
 #include <vector>
+#include <algorithm>
 
 #include "backends/cuda/ops/matmul_mma.h"
+#include "quant/dtype.h"
 
 namespace moe {  // heads_tables_emu.cpp
 void emu_heads_tables(int H, int T, int tph, int2 *entries, int4 *tiles);
@@ -17,6 +19,80 @@ void emu_heads_tables(int H, int T, int tph, int2 *entries, int4 *tiles);
 using namespace moe;
 
 static float f16_round(float v) { return __half2float(__float2half_rn(v)); }
+
+// Q4_K on the same kernel (cuda_set_mma_q4k): weights quantized by the CPU's reference
+// quantizer, dequantized by each block to f16; activations f16-rounded. Reference: the CPU's
+// dequantization, each weight rounded to f16, float64 products. Dense (partial row and column
+// tiles) and MatMulId (two experts, one with two tiles, a skipped one), 16-byte aligned and
+// 2-byte aligned weights (the byte-load path).
+static int q4k_cases() {
+  struct Case { int K, M, N; bool moe, misalign; };
+  const Case cases[] = {{512, 130, 70, false, false}, {256, 37, 16, false, true}, {768, 200, 75, true, false}, {512, 64, 9, true, true}};
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0, 1);
+  int fails = 0;
+  for (const Case &c : cases) {
+    const int K = c.K, M = c.M, N = c.N, E = c.moe ? 3 : 1;
+    const int64_t rb = int64_t(K) / 256 * 144, eb = rb * M;
+    std::vector<uint8_t> wbuf(static_cast<size_t>(eb * E) + 16);
+    uint8_t *W = wbuf.data() + (c.misalign ? 2 : 0);
+    std::vector<float> wref(static_cast<size_t>(K) * M * E), row(static_cast<size_t>(K));
+    for (int r = 0; r < M * E; ++r) {
+      for (float &v : row) v = nd(rng) * 0.3f;
+      quantize_row(DType::Q4_K, row.data(), W + r * rb, K);
+      dequantize_row(DType::Q4_K, W + r * rb, wref.data() + static_cast<size_t>(r) * K, K);
+    }
+    for (float &v : wref) v = f16_round(v);
+    std::vector<float> X(static_cast<size_t>(K) * N);
+    for (float &v : X) v = f16_round(nd(rng));
+    std::vector<float> Y(static_cast<size_t>(M) * N, NAN);
+    std::vector<int> expert_of(static_cast<size_t>(N), 0), out_row(static_cast<size_t>(N));
+    for (int n = 0; n < N; ++n) out_row[static_cast<size_t>(n)] = n;
+    if (!c.moe) {
+      launch_mma_matmul(DType::Q4_K, nullptr, W, rb, 0, K, M, X.data(), Y.data(), N, nullptr, nullptr, (N + kMmaCols - 1) / kMmaCols);
+    } else {
+      // Entries in expert order: columns 0 .. N-6 to expert 0 (two tiles when > 64), the last 5
+      // to expert 2 (expert 1: none), output rows reversed.
+      std::vector<int2> entries;
+      std::vector<int4> tiles;
+      for (int e : {0, 2}) {
+        const int first = static_cast<int>(entries.size());
+        for (int n = 0; n < N; ++n)
+          if ((n >= N - 5) == (e == 2)) {
+            expert_of[static_cast<size_t>(n)] = e;
+            out_row[static_cast<size_t>(n)] = N - 1 - n;
+            entries.push_back(make_int2(n, N - 1 - n));
+          }
+        for (int t0 = first; t0 < static_cast<int>(entries.size()); t0 += kMmaCols)
+          tiles.push_back(make_int4(e, t0, std::min(kMmaCols, static_cast<int>(entries.size()) - t0), 0));
+      }
+      tiles.push_back(make_int4(1, 0, 0, 0));  // an empty tile exits
+      launch_mma_matmul(DType::Q4_K, nullptr, W, rb, eb, K, M, X.data(), Y.data(), 0, tiles.data(), entries.data(),
+                        static_cast<int>(tiles.size()));
+    }
+    double num = 0, den = 0;
+    int missing = 0;
+    for (int n = 0; n < N; ++n)
+      for (int m = 0; m < M; ++m) {
+        double s = 0;
+        const float *w = wref.data() + (static_cast<size_t>(expert_of[static_cast<size_t>(n)]) * M + m) * K;
+        for (int k = 0; k < K; ++k) s += double(w[k]) * X[static_cast<size_t>(n) * K + k];
+        const float got = Y[static_cast<size_t>(out_row[static_cast<size_t>(n)]) * M + m];
+        if (std::isnan(got)) ++missing;
+        else {
+          num += (got - s) * (got - s);
+          den += s * s;
+        }
+      }
+    const double rel = std::sqrt(num / den);
+    const bool ok = missing == 0 && rel < 1e-4;
+    std::printf("Q4_K K=%-3d M=%-3d N=%-3d %s%s  rel %.2e  unwritten %d  %s\n", K, M, N, c.moe ? "matmul_id" : "dense", c.misalign ? " (byte loads)" : "",
+                rel, missing, ok ? "ok" : "FAIL");
+    fails += ok ? 0 : 1;
+  }
+  std::printf("Q4_K: %d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
+  return fails;
+}
 
 int main() {
   struct Case { int K, M, H, T; };
@@ -60,5 +136,6 @@ int main() {
     fails += ok ? 0 : 1;
   }
   std::printf("%d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
+  fails += q4k_cases();
   return fails ? 1 : 0;
 }

@@ -467,7 +467,8 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
-  s.mmq = s.mma && cuda_mmq_type_supported(w.type);
+  // (Q4_K on the f16 tensor-core GEMM when opted in: cuda_set_mma_q4k.)
+  s.mmq = s.mma && cuda_mmq_type_supported(w.type) && !(w.type == DType::Q4_K && cuda_mma_q4k());
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
@@ -575,7 +576,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
-  const int vdt = static_cast<int>(type_traits(w.type).vec_dot_type);
+  // The activations in the products' type: Q8 integers (MMQ, reference order), the weight
+  // type for F16 / BF16, f16 for quantized weights on the f16 tensor-core GEMM.
+  const bool dequant_mma = s.mma && !s.mmq && type_traits(w.type).is_quantized;
+  const int vdt = static_cast<int>(dequant_mma ? DType::F16 : type_traits(w.type).vec_dot_type);
   void *xq = s.mmq || s.ref ? work : nullptr;
   float2 *xs = s.mmq || s.ref ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
   launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), dim3(256), 0, c.stream,
