@@ -48,8 +48,9 @@ void usage(FILE *out) {
                "  --no-lean-groups     GPU: one-token mat-vec groups in 16-warp blocks (as before session 5)\n"
                "  --norm-tails N       GPU: norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
-               "  --mma-q4k 0|1        GPU: Q4_K prefill products on the f16 tensor-core GEMM (weights dequantized per\n"
-               "                       tile) instead of the int8 MMQ (default 0; session 7, not yet measured)\n"
+               "  --mma-dequant M      GPU: prefill products of these K-quants on the f16 tensor-core GEMM, weights\n"
+               "                       dequantized per tile, instead of the int8 MMQ: 1 Q4_K, 2 Q6_K, 3 both (default 0;\n"
+               "                       session 7, not yet measured)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
@@ -204,7 +205,10 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
     else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);
     else if (a == "--norm-tails") moe::set_gpu_norm_tails(unsigned(cli::to_int(cli::value(argc, argv, i), "--norm-tails")));
-    else if (a == "--mma-q4k") moe::set_gpu_mma_q4k(cli::to_int(cli::value(argc, argv, i), "--mma-q4k") != 0);
+    else if (a == "--mma-dequant") {
+      const long m = cli::to_int(cli::value(argc, argv, i), "--mma-dequant");
+      moe::set_gpu_mma_dequant((m & 1) != 0, (m & 2) != 0);
+    }
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));

@@ -51,11 +51,13 @@ void set_gpu_norm_tails(unsigned kinds) {
 #endif
 }
 
-void set_gpu_mma_q4k(bool on) {
+void set_gpu_mma_dequant(bool q4k, bool q6k) {
 #ifdef MOEINFER_WITH_CUDA
-  cuda_set_mma_q4k(on);
+  cuda_set_mma_q4k(q4k);
+  cuda_set_mma_q6k(q6k);
 #else
-  (void)on;
+  (void)q4k;
+  (void)q6k;
 #endif
 }
 

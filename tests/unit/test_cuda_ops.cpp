@@ -241,32 +241,35 @@ TEST_CASE("cuda op: MoE routing edge cases match the CPU", "[ops][cuda][moe][rou
   }
 }
 
-// Opt-in (cuda_set_mma_q4k): Q4_K on the f16 tensor-core GEMM, weights dequantized per tile,
-// activations rounded to f16 instead of Q8_K, so it differs from the CPU by the CPU's Q8_K
-// rounding (~0.7% of a product for normal data; a wrong nibble or scale is off by ~100%).
-// tools/cuda_emu/run_heads.sh checks the kernel against float64 on f16-rounded operands (1e-7).
-TEST_CASE("cuda op: Q4_K on the f16 tensor-core GEMM (opt-in) stays close to the CPU", "[ops][cuda][mma]") {
+// Opt-in (cuda_set_mma_q4k / _q6k): Q4_K and Q6_K on the f16 tensor-core GEMM, weights
+// dequantized per tile, activations rounded to f16 instead of Q8_K, so it differs from the CPU
+// by the CPU's Q8_K rounding (~0.7% of a product for normal data; a wrong nibble or scale is
+// off by ~100%). tools/cuda_emu/run_heads.sh checks the kernel against float64 on f16-rounded
+// operands (1e-7).
+TEST_CASE("cuda op: Q4_K / Q6_K on the f16 tensor-core GEMM (opt-in) stay close to the CPU", "[ops][cuda][mma]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  struct MmaQ4k {  // restored however the case ends
-    bool saved = cuda_mma_q4k();
-    MmaQ4k() { cuda_set_mma_q4k(true); }
-    ~MmaQ4k() { cuda_set_mma_q4k(saved); }
+  struct MmaDequant {  // restored however the case ends
+    bool q4k = cuda_mma_q4k(), q6k = cuda_mma_q6k();
+    MmaDequant() { cuda_set_mma_q4k(true); cuda_set_mma_q6k(true); }
+    ~MmaDequant() { cuda_set_mma_q4k(q4k); cuda_set_mma_q6k(q6k); }
   } on;
   const TensorCoreBatches tc_batches;
   uint32_t seed = 900;
-  for (auto km : {std::pair<int64_t, int64_t>{2048, 768}, std::pair<int64_t, int64_t>{768, 2048}, std::pair<int64_t, int64_t>{512, 203}})
-    for (int64_t N : {16, 77, 512}) {
-      INFO("dense K=" << km.first << " M=" << km.second << " N=" << N);
-      CHECK(dense_case(reg, *gpu, DType::Q4_K, km.first, km.second, N, seed, 2e-2));
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    for (auto km : {std::pair<int64_t, int64_t>{2048, 768}, std::pair<int64_t, int64_t>{768, 2048}, std::pair<int64_t, int64_t>{512, 203}})
+      for (int64_t N : {16, 77, 512}) {
+        INFO(dtype_name(t) << " dense K=" << km.first << " M=" << km.second << " N=" << N);
+        CHECK(dense_case(reg, *gpu, t, km.first, km.second, N, seed, 2e-2));
+        seed += 2;
+      }
+    for (int64_t X : {int64_t(1), int64_t(8)}) {
+      INFO(dtype_name(t) << " matmul_id 512 tokens x 8 of 128 experts, X=" << X);
+      CHECK(moe_case(reg, *gpu, t, t == DType::Q4_K ? 2048 : 768, 200, 128, 8, 512, X, random_ids(512, 128, 8, seed), seed, 2e-2));
       seed += 2;
     }
-  for (int64_t X : {int64_t(1), int64_t(8)}) {
-    INFO("matmul_id 512 tokens x 8 of 128 experts, X=" << X);
-    CHECK(moe_case(reg, *gpu, DType::Q4_K, 2048, 200, 128, 8, 512, X, random_ids(512, 128, 8, seed), seed, 2e-2));
-    seed += 2;
   }
 #endif
 }

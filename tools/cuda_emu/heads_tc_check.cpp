@@ -20,27 +20,31 @@ using namespace moe;
 
 static float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
-// Q4_K on the same kernel (cuda_set_mma_q4k): weights quantized by the CPU's reference
-// quantizer, dequantized by each block to f16; activations f16-rounded. Reference: the CPU's
-// dequantization, each weight rounded to f16, float64 products. Dense (partial row and column
-// tiles) and MatMulId (two experts, one with two tiles, a skipped one), 16-byte aligned and
-// 2-byte aligned weights (the byte-load path).
-static int q4k_cases() {
-  struct Case { int K, M, N; bool moe, misalign; };
-  const Case cases[] = {{512, 130, 70, false, false}, {256, 37, 16, false, true}, {768, 200, 75, true, false}, {512, 64, 9, true, true}};
+// Q4_K and Q6_K on the same kernel (cuda_set_mma_q4k / _q6k): weights quantized by the CPU's
+// reference quantizer, dequantized by each block to f16; activations f16-rounded. Reference:
+// the CPU's dequantization, each weight rounded to f16, float64 products. Dense (partial row and
+// column tiles) and MatMulId (two experts, one with two tiles, a skipped one); Q4_K 16-byte and
+// 2-byte aligned (its byte-load path), Q6_K's 210-byte rows (odd rows 2 mod 4) and a 2-byte
+// shifted base.
+static int dequant_cases() {
+  struct Case { DType t; int K, M, N; bool moe, misalign; };
+  const Case cases[] = {{DType::Q4_K, 512, 130, 70, false, false}, {DType::Q4_K, 256, 37, 16, false, true},
+                        {DType::Q4_K, 768, 200, 75, true, false},  {DType::Q4_K, 512, 64, 9, true, true},
+                        {DType::Q6_K, 512, 130, 70, false, false}, {DType::Q6_K, 256, 37, 16, false, true},
+                        {DType::Q6_K, 768, 200, 75, true, false},  {DType::Q6_K, 256, 65, 9, true, true}};
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0, 1);
   int fails = 0;
   for (const Case &c : cases) {
     const int K = c.K, M = c.M, N = c.N, E = c.moe ? 3 : 1;
-    const int64_t rb = int64_t(K) / 256 * 144, eb = rb * M;
+    const int64_t rb = int64_t(K) / 256 * (c.t == DType::Q4_K ? 144 : 210), eb = rb * M;
     std::vector<uint8_t> wbuf(static_cast<size_t>(eb * E) + 16);
     uint8_t *W = wbuf.data() + (c.misalign ? 2 : 0);
     std::vector<float> wref(static_cast<size_t>(K) * M * E), row(static_cast<size_t>(K));
     for (int r = 0; r < M * E; ++r) {
       for (float &v : row) v = nd(rng) * 0.3f;
-      quantize_row(DType::Q4_K, row.data(), W + r * rb, K);
-      dequantize_row(DType::Q4_K, W + r * rb, wref.data() + static_cast<size_t>(r) * K, K);
+      quantize_row(c.t, row.data(), W + r * rb, K);
+      dequantize_row(c.t, W + r * rb, wref.data() + static_cast<size_t>(r) * K, K);
     }
     for (float &v : wref) v = f16_round(v);
     std::vector<float> X(static_cast<size_t>(K) * N);
@@ -49,7 +53,7 @@ static int q4k_cases() {
     std::vector<int> expert_of(static_cast<size_t>(N), 0), out_row(static_cast<size_t>(N));
     for (int n = 0; n < N; ++n) out_row[static_cast<size_t>(n)] = n;
     if (!c.moe) {
-      launch_mma_matmul(DType::Q4_K, nullptr, W, rb, 0, K, M, X.data(), Y.data(), N, nullptr, nullptr, (N + kMmaCols - 1) / kMmaCols);
+      launch_mma_matmul(c.t, nullptr, W, rb, 0, K, M, X.data(), Y.data(), N, nullptr, nullptr, (N + kMmaCols - 1) / kMmaCols);
     } else {
       // Entries in expert order: columns 0 .. N-6 to expert 0 (two tiles when > 64), the last 5
       // to expert 2 (expert 1: none), output rows reversed.
@@ -67,7 +71,7 @@ static int q4k_cases() {
           tiles.push_back(make_int4(e, t0, std::min(kMmaCols, static_cast<int>(entries.size()) - t0), 0));
       }
       tiles.push_back(make_int4(1, 0, 0, 0));  // an empty tile exits
-      launch_mma_matmul(DType::Q4_K, nullptr, W, rb, eb, K, M, X.data(), Y.data(), 0, tiles.data(), entries.data(),
+      launch_mma_matmul(c.t, nullptr, W, rb, eb, K, M, X.data(), Y.data(), 0, tiles.data(), entries.data(),
                         static_cast<int>(tiles.size()));
     }
     double num = 0, den = 0;
@@ -86,11 +90,12 @@ static int q4k_cases() {
       }
     const double rel = std::sqrt(num / den);
     const bool ok = missing == 0 && rel < 1e-4;
-    std::printf("Q4_K K=%-3d M=%-3d N=%-3d %s%s  rel %.2e  unwritten %d  %s\n", K, M, N, c.moe ? "matmul_id" : "dense", c.misalign ? " (byte loads)" : "",
+    std::printf("%s K=%-3d M=%-3d N=%-3d %s%s  rel %.2e  unwritten %d  %s\n", dtype_name(c.t), K, M, N, c.moe ? "matmul_id" : "dense",
+                c.misalign ? " (2-byte aligned base)" : "",
                 rel, missing, ok ? "ok" : "FAIL");
     fails += ok ? 0 : 1;
   }
-  std::printf("Q4_K: %d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
+  std::printf("Q4_K / Q6_K: %d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
   return fails;
 }
 
@@ -136,6 +141,6 @@ int main() {
     fails += ok ? 0 : 1;
   }
   std::printf("%d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
-  fails += q4k_cases();
+  fails += dequant_cases();
   return fails ? 1 : 0;
 }

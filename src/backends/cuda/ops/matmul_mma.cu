@@ -28,6 +28,21 @@ struct Stage {
   uint32_t x[8];
 };
 
+// N little-endian words from a 2-byte aligned address: N aligned words and, where the address
+// is 2 mod 4, one more, funnel-shifted (every word read holds a byte of the span).
+template <int N> __device__ __forceinline__ void load_words2(const uint8_t *p, uint32_t (&w)[N]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *b = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+  const uint32_t sh = static_cast<uint32_t>(a & 2) * 8;
+  uint32_t lo = __ldg(b);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const uint32_t hi = i + 1 < N || sh ? __ldg(b + i + 1) : lo;
+    w[i] = __funnelshift_r(lo, hi, sh);
+    lo = hi;
+  }
+}
+
 // Thread -> (row tid / 2, elements k0 + 32 * (tid % 2) .. +31) of the weight tile. Rows past
 // M and elements past K are zero.
 template <DType T>
@@ -72,6 +87,28 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
       const uint32_t word = q[i >> 1] >> (16 * (i & 1) + shift);
       const float lo = d1 * static_cast<float>(word & 0xF) - m1, hi = d1 * static_cast<float>((word >> 8) & 0xF) - m1;
       p[i] = pack2<false>(lo, hi);
+    }
+  } else if constexpr (T == DType::Q6_K) {
+    // K % 256 == 0: the thread's 32 elements are quarter qd of half h of block kb / 256 (the
+    // CPU's dequantization order): low bits ql[64 h + 32 (qd % 2) + l] (high nibble for qd >= 2),
+    // high bits qh[32 h + l] >> 2 qd, scale sc[8 h + 2 qd + l / 16]; w = d sc (q - 32), rounded to
+    // f16. 210-byte blocks are 2-byte aligned: 4-byte words funnel-shifted where the block is not.
+    const uint8_t *blk = wrow + (kb >> 8) * 210;
+    const int j = (kb & 255) >> 5, h = j >> 2, qd = j & 3;
+    uint32_t lw[8], hw[8];
+    load_words2<8>(blk + 64 * h + 32 * (qd & 1), lw);
+    load_words2<8>(blk + 128 + 32 * h, hw);
+    const float d = h2f(blk + 208);
+    const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192 + 8 * h + 2 * qd);
+    const float d0 = d * static_cast<float>(sc[0]), d1 = d * static_cast<float>(sc[1]);
+    const int lshift = qd >= 2 ? 4 : 0, hshift = 2 * qd;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {  // elements l = 2i, 2i + 1
+      const uint32_t lo4 = lw[i >> 1] >> (16 * (i & 1) + lshift), hi2 = hw[i >> 1] >> (16 * (i & 1) + hshift);
+      const int q0 = static_cast<int>((lo4 & 0xF) | ((hi2 & 3) << 4)) - 32;
+      const int q1 = static_cast<int>(((lo4 >> 8) & 0xF) | (((hi2 >> 8) & 3) << 4)) - 32;
+      const float s = i < 8 ? d0 : d1;  // l / 16
+      p[i] = pack2<false>(s * static_cast<float>(q0), s * static_cast<float>(q1));
     }
   } else {
     static_assert(T == DType::F16 || T == DType::BF16, "F32 weights stay on the exact f32 kernel, other quantized ones go to MMQ");
@@ -176,13 +213,15 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-std::atomic<bool> g_mma_q4k{false};
+std::atomic<bool> g_mma_q4k{false}, g_mma_q6k{false};
 
 }  // namespace
 
 bool cuda_mma_type_supported(DType t) { return t == DType::F16 || t == DType::BF16; }
 void cuda_set_mma_q4k(bool on) { g_mma_q4k.store(on); }
 bool cuda_mma_q4k() { return g_mma_q4k.load(); }
+void cuda_set_mma_q6k(bool on) { g_mma_q6k.store(on); }
+bool cuda_mma_q6k() { return g_mma_q6k.load(); }
 
 void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles) {
@@ -194,6 +233,7 @@ void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
     MOE_MMA_CASE(DType::F16)
     MOE_MMA_CASE(DType::BF16)
     MOE_MMA_CASE(DType::Q4_K)
+    MOE_MMA_CASE(DType::Q6_K)
     default: fail(Status::Internal, "CUDA tensor-core matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMA_CASE

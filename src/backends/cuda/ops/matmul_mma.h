@@ -25,6 +25,9 @@ bool cuda_mma_type_supported(DType t);
 // Not the CPU's order (neither is the MMQ); batches up to kRefOrderMaxTokens keep it anyway.
 void cuda_set_mma_q4k(bool on);
 bool cuda_mma_q4k();
+// The same for Q6_K (a thread's 32 elements: one quarter of a half block, two int8 scales).
+void cuda_set_mma_q6k(bool on);
+bool cuda_mma_q6k();
 // Q4_0, Q8_0, MXFP4, Q2_K .. Q6_K (launch_mmq_matmul).
 bool cuda_mmq_type_supported(DType t);
 
