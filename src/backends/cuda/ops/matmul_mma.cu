@@ -12,6 +12,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
@@ -27,21 +28,6 @@ struct Stage {
   uint32_t w[16];
   uint32_t x[8];
 };
-
-// N little-endian words from a 2-byte aligned address: N aligned words and, where the address
-// is 2 mod 4, one more, funnel-shifted (every word read holds a byte of the span).
-template <int N> __device__ __forceinline__ void load_words2(const uint8_t *p, uint32_t (&w)[N]) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t *b = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
-  const uint32_t sh = static_cast<uint32_t>(a & 2) * 8;
-  uint32_t lo = __ldg(b);
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const uint32_t hi = i + 1 < N || sh ? __ldg(b + i + 1) : lo;
-    w[i] = __funnelshift_r(lo, hi, sh);
-    lo = hi;
-  }
-}
 
 // Thread -> (row tid / 2, elements k0 + 32 * (tid % 2) .. +31) of the weight tile. Rows past
 // M and elements past K are zero.
@@ -62,15 +48,8 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
     // an even j, high for an odd one) are 16-byte aligned when the row is (144-byte blocks).
     const uint8_t *blk = wrow + (kb >> 8) * 144;
     const int j = (kb & 255) >> 5;
-    const uint8_t *sc = blk + 4;
     int s, m;
-    if (j < 4) {
-      s = sc[j] & 63;
-      m = sc[j + 4] & 63;
-    } else {
-      s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-      m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
+    scale_min_k4(j, blk + 4, s, m);
     const float d1 = h2f(blk) * static_cast<float>(s), m1 = h2f(blk + 2) * static_cast<float>(m);
     const uint8_t *qs = blk + 16 + 32 * (j >> 1);
     const int shift = 4 * (j & 1);
@@ -92,12 +71,12 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
     // K % 256 == 0: the thread's 32 elements are quarter qd of half h of block kb / 256 (the
     // CPU's dequantization order): low bits ql[64 h + 32 (qd % 2) + l] (high nibble for qd >= 2),
     // high bits qh[32 h + l] >> 2 qd, scale sc[8 h + 2 qd + l / 16]; w = d sc (q - 32), rounded to
-    // f16. 210-byte blocks are 2-byte aligned: 4-byte words funnel-shifted where the block is not.
+    // f16. 210-byte blocks are 2-byte aligned: ld_words2 funnel-shifts 4-byte words where the block is not.
     const uint8_t *blk = wrow + (kb >> 8) * 210;
     const int j = (kb & 255) >> 5, h = j >> 2, qd = j & 3;
     uint32_t lw[8], hw[8];
-    load_words2<8>(blk + 64 * h + 32 * (qd & 1), lw);
-    load_words2<8>(blk + 128 + 32 * h, hw);
+    ld_words2<8>(blk + 64 * h + 32 * (qd & 1), lw);
+    ld_words2<8>(blk + 128 + 32 * h, hw);
     const float d = h2f(blk + 208);
     const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192 + 8 * h + 2 * qd);
     const float d0 = d * static_cast<float>(sc[0]), d1 = d * static_cast<float>(sc[1]);
