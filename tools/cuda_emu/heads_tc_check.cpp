@@ -20,6 +20,20 @@ using namespace moe;
 
 static float f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
+// RMS relative error of the written outputs against their float64 references; NaN = unwritten.
+struct ErrSum {
+  double num = 0, den = 0;
+  int missing = 0;
+  void add(float got, double ref) {
+    if (std::isnan(got)) ++missing;
+    else {
+      num += (got - ref) * (got - ref);
+      den += ref * ref;
+    }
+  }
+  double rel() const { return std::sqrt(num / den); }
+};
+
 // Q4_K and Q6_K on the same kernel (cuda_set_mma_q4k / _q6k): weights quantized by the CPU's
 // reference quantizer, dequantized by each block to f16; activations f16-rounded. Reference:
 // the CPU's dequantization, each weight rounded to f16, float64 products. Dense (partial row and
@@ -74,25 +88,17 @@ static int dequant_cases() {
       launch_mma_matmul(c.t, nullptr, W, rb, eb, K, M, X.data(), Y.data(), 0, tiles.data(), entries.data(),
                         static_cast<int>(tiles.size()));
     }
-    double num = 0, den = 0;
-    int missing = 0;
+    ErrSum err;
     for (int n = 0; n < N; ++n)
       for (int m = 0; m < M; ++m) {
         double s = 0;
         const float *w = wref.data() + (static_cast<size_t>(expert_of[static_cast<size_t>(n)]) * M + m) * K;
         for (int k = 0; k < K; ++k) s += double(w[k]) * X[static_cast<size_t>(n) * K + k];
-        const float got = Y[static_cast<size_t>(out_row[static_cast<size_t>(n)]) * M + m];
-        if (std::isnan(got)) ++missing;
-        else {
-          num += (got - s) * (got - s);
-          den += s * s;
-        }
+        err.add(Y[static_cast<size_t>(out_row[static_cast<size_t>(n)]) * M + m], s);
       }
-    const double rel = std::sqrt(num / den);
-    const bool ok = missing == 0 && rel < 1e-4;
+    const bool ok = err.missing == 0 && err.rel() < 1e-4;
     std::printf("%s K=%-3d M=%-3d N=%-3d %s%s  rel %.2e  unwritten %d  %s\n", dtype_name(c.t), K, M, N, c.moe ? "matmul_id" : "dense",
-                c.misalign ? " (2-byte aligned base)" : "",
-                rel, missing, ok ? "ok" : "FAIL");
+                c.misalign ? " (2-byte aligned base)" : "", err.rel(), err.missing, ok ? "ok" : "FAIL");
     fails += ok ? 0 : 1;
   }
   std::printf("Q4_K / Q6_K: %d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
@@ -120,24 +126,17 @@ int main() {
     std::vector<float> Y(static_cast<size_t>(M) * H * T, NAN);
     launch_mma_matmul(DType::F16, nullptr, reinterpret_cast<const uint8_t *>(W.data()), int64_t(K) * 2, int64_t(K) * M * 2, K, M, X.data(),
                       Y.data(), 0, tiles.data(), entries.data(), H * tph);
-    double num = 0, den = 0;
-    int missing = 0;
+    ErrSum err;
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < H; ++h)
         for (int m = 0; m < M; ++m) {
           double s = 0;
           for (int k = 0; k < K; ++k)
             s += double(__half2float(W[(static_cast<size_t>(h) * M + m) * K + k])) * X[(static_cast<size_t>(t) * H + h) * K + k];
-          const float got = Y[(static_cast<size_t>(t) * H + h) * M + m];  // out[:, h, t]
-          if (std::isnan(got)) ++missing;
-          else {
-            num += (got - s) * (got - s);
-            den += s * s;
-          }
+          err.add(Y[(static_cast<size_t>(t) * H + h) * M + m], s);  // out[:, h, t]
         }
-    const double rel = std::sqrt(num / den);
-    const bool ok = missing == 0 && rel < 1e-5;
-    std::printf("K=%-3d M=%-3d H=%d T=%-3d  rel %.2e  unwritten %d  %s\n", K, M, H, T, rel, missing, ok ? "ok" : "FAIL");
+    const bool ok = err.missing == 0 && err.rel() < 1e-5;
+    std::printf("K=%-3d M=%-3d H=%d T=%-3d  rel %.2e  unwritten %d  %s\n", K, M, H, T, err.rel(), err.missing, ok ? "ok" : "FAIL");
     fails += ok ? 0 : 1;
   }
   std::printf("%d of %zu cases failed\n", fails, sizeof(cases) / sizeof(cases[0]));
