@@ -1,6 +1,6 @@
 // Tensor-core GEMM for MatMul / MatMulId with many columns (prefill), F16 / BF16 weights
-// (quantized ones take the exact-product variant in matmul_mmq.cu; Q4_K may come here
-// instead, dequantized to f16 per K step: cuda_set_mma_q4k). A block of 8 warps
+// (quantized ones take the exact-product variant in matmul_mmq.cu; Q4_K / Q6_K may come here
+// instead, dequantized to f16 per K step: cuda_set_mma_q4k / _q6k). A block of 8 warps
 // computes a 128 (weight rows) x 64 (columns) output tile: per 64-wide K step it copies
 // the weight tile into shared memory, converts the pre-rounded f32 activations of its
 // columns to the weight type beside it, and runs mma.sync m16n8k16 with f32 accumulators
@@ -147,7 +147,7 @@ __device__ __forceinline__ void store_stage(const Stage &st, uint16_t (*sA)[kLd]
 }
 
 // grid: (ceil(M / 128), column tiles). See launch_mma_matmul for the column tiles.
-// T: the weight type (Q4_K: dequantized to f16, f16 mma).
+// T: the weight type (Q4_K, Q6_K: dequantized to f16, f16 mma).
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                                   const float *X, float *Y, int ncols, const int4 *tiles,
