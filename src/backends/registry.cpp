@@ -53,8 +53,7 @@ void set_gpu_norm_tails(unsigned kinds) {
 
 void set_gpu_mma_dequant(bool q4k, bool q6k) {
 #ifdef MOEINFER_WITH_CUDA
-  cuda_set_mma_q4k(q4k);
-  cuda_set_mma_q6k(q6k);
+  cuda_set_mma_dequant(q4k, q6k);
 #else
   (void)q4k;
   (void)q6k;

@@ -241,7 +241,7 @@ TEST_CASE("cuda op: MoE routing edge cases match the CPU", "[ops][cuda][moe][rou
   }
 }
 
-// Opt-in (cuda_set_mma_q4k / _q6k): Q4_K and Q6_K on the f16 tensor-core GEMM, weights
+// Opt-in (cuda_set_mma_dequant): Q4_K and Q6_K on the f16 tensor-core GEMM, weights
 // dequantized per tile, activations rounded to f16 instead of Q8_K, so it differs from the CPU
 // by the CPU's Q8_K rounding (~0.7% of a product for normal data; a wrong nibble or scale is
 // off by ~100%). tools/cuda_emu/run_heads.sh checks the kernel against float64 on f16-rounded
@@ -252,9 +252,9 @@ TEST_CASE("cuda op: Q4_K / Q6_K on the f16 tensor-core GEMM (opt-in) stay close 
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
   struct MmaDequant {  // restored however the case ends
-    bool q4k = cuda_mma_q4k(), q6k = cuda_mma_q6k();
-    MmaDequant() { cuda_set_mma_q4k(true); cuda_set_mma_q6k(true); }
-    ~MmaDequant() { cuda_set_mma_q4k(q4k); cuda_set_mma_q6k(q6k); }
+    bool q4k = cuda_mma_dequant(DType::Q4_K), q6k = cuda_mma_dequant(DType::Q6_K);
+    MmaDequant() { cuda_set_mma_dequant(true, true); }
+    ~MmaDequant() { cuda_set_mma_dequant(q4k, q6k); }
   } on;
   const TensorCoreBatches tc_batches;
   uint32_t seed = 900;

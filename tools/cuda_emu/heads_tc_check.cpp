@@ -34,7 +34,7 @@ struct ErrSum {
   double rel() const { return std::sqrt(num / den); }
 };
 
-// Q4_K and Q6_K on the same kernel (cuda_set_mma_q4k / _q6k): weights quantized by the CPU's
+// Q4_K and Q6_K on the same kernel (cuda_set_mma_dequant): weights quantized by the CPU's
 // reference quantizer, dequantized by each block to f16; activations f16-rounded. Reference:
 // the CPU's dequantization, each weight rounded to f16, float64 products. Dense (partial row and
 // column tiles) and MatMulId (two experts, one with two tiles, a skipped one); Q4_K 16-byte and

@@ -60,8 +60,8 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   __shared__ double s_red[32];
   __shared__ float s_theta[kMaxRopeDims / 2];
   __shared__ float s_cs[kMaxRopeDims];
-  // 32-bit index math (the launcher checks the sizes): this one-block-per-row kernel is a
-  // single latency chain, and 64-bit divisions and loop counters were half its instructions.
+  // 32-bit index math (rows are a grid index, a row fits shared memory): this one-block-per-row
+  // kernel is a single latency chain, and 64-bit divisions and loop counters were half its instructions.
   int r = static_cast<int>(blockIdx.x);
   int c = 0;
   while (c + 1 < a.n && r >= static_cast<int>(a.ch[c].rows)) { r -= static_cast<int>(a.ch[c].rows); ++c; }

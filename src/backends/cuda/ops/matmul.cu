@@ -467,8 +467,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
-  // (Q4_K / Q6_K on the f16 tensor-core GEMM when opted in: cuda_set_mma_q4k / _q6k.)
-  s.mmq = s.mma && cuda_mmq_type_supported(w.type) && !(w.type == DType::Q4_K && cuda_mma_q4k()) && !(w.type == DType::Q6_K && cuda_mma_q6k());
+  s.mmq = s.mma && cuda_mmq_type_supported(w.type) && !cuda_mma_dequant(w.type);  // (else dequantized onto f16 mma)
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;

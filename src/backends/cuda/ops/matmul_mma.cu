@@ -1,6 +1,6 @@
 // Tensor-core GEMM for MatMul / MatMulId with many columns (prefill), F16 / BF16 weights
 // (quantized ones take the exact-product variant in matmul_mmq.cu; Q4_K / Q6_K may come here
-// instead, dequantized to f16 per K step: cuda_set_mma_q4k / _q6k). A block of 8 warps
+// instead, dequantized to f16 per K step: cuda_set_mma_dequant). A block of 8 warps
 // computes a 128 (weight rows) x 64 (columns) output tile: per 64-wide K step it copies
 // the weight tile into shared memory, converts the pre-rounded f32 activations of its
 // columns to the weight type beside it, and runs mma.sync m16n8k16 with f32 accumulators
@@ -192,15 +192,16 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-std::atomic<bool> g_mma_q4k{false}, g_mma_q6k{false};
+std::atomic<bool> g_mma_q4k{false}, g_mma_q6k{false};  // cuda_set_mma_dequant
 
 }  // namespace
 
 bool cuda_mma_type_supported(DType t) { return t == DType::F16 || t == DType::BF16; }
-void cuda_set_mma_q4k(bool on) { g_mma_q4k.store(on); }
-bool cuda_mma_q4k() { return g_mma_q4k.load(); }
-void cuda_set_mma_q6k(bool on) { g_mma_q6k.store(on); }
-bool cuda_mma_q6k() { return g_mma_q6k.load(); }
+void cuda_set_mma_dequant(bool q4k, bool q6k) {
+  g_mma_q4k.store(q4k);
+  g_mma_q6k.store(q6k);
+}
+bool cuda_mma_dequant(DType t) { return t == DType::Q4_K ? g_mma_q4k.load() : t == DType::Q6_K && g_mma_q6k.load(); }
 
 void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles) {
