@@ -1,4 +1,5 @@
 // C ABI: context, batch, synchronous and asynchronous decode, logits, KV cache.
+#include <cstddef>
 #include <string>
 
 #include "c_api_internal.h"
@@ -7,7 +8,8 @@ using namespace moe_c;
 
 namespace {
 
-constexpr size_t kContextParamsV1 = sizeof(moe_context_params);
+// The first published layout ended before cpu_float_order: callers built against it pass this size.
+constexpr size_t kContextParamsV1 = offsetof(moe_context_params, cpu_float_order);
 constexpr size_t kMaxBatchCapacity = size_t{1} << 24;
 
 moe_context_params default_context_params() {
@@ -80,6 +82,7 @@ MOE_API moe_status moe_context_create(moe_model *model, const moe_context_params
     cp.n_threads = p.n_threads;
     if (p.device) cp.device = p.device;
     cp.flash_attn = p.flash_attn != 0;
+    cp.cpu_float_order = p.cpu_float_order != 0;
     auto h = std::make_unique<moe_context>();
     h->model = model->model;
     h->ctx = moe::Context::create(*model->model, cp);

@@ -43,14 +43,12 @@ void usage(FILE *out) {
                "  -fa 0|1              flash attention (default 1)\n"
                "  --no-mmap            read weights into memory instead of mapping the file\n"
                "  --no-gpu-graphs      run GPU steps eagerly instead of replaying a captured CUDA graph\n"
+               "  --cpu-order          GPU: batches of 2..128 tokens in the CPU's float order (slower prompts)\n"
                "  --no-pdl             GPU kernels wait for the previous one to finish before they start\n"
                "  --cpu-order-head     GPU: the LM head in the CPU's float order (as before session 5)\n"
                "  --no-lean-groups     GPU: one-token mat-vec groups in 16-warp blocks (as before session 5)\n"
                "  --norm-tails N       GPU: norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
-               "  --mma-dequant M      GPU: prefill products of these K-quants on the f16 tensor-core GEMM, weights\n"
-               "                       dequantized per tile, instead of the int8 MMQ: 1 Q4_K, 2 Q6_K, 3 both (default 0;\n"
-               "                       session 7, not yet measured)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
@@ -184,7 +182,7 @@ int cmd_bench(int argc, char **argv) {
   std::vector<int> ps = {512}, ns = {128}, ds = {0};
   int n_batch = 2048, n_ubatch = 512, reps = 5, threads = 0;
   unsigned seed = 1;
-  bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true;
+  bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -201,14 +199,11 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(cli::value(argc, argv, i), "-fa") != 0;
     else if (a == "--no-mmap") mmap = false;
     else if (a == "--no-gpu-graphs") gpu_graphs = false;
+    else if (a == "--cpu-order") cpu_order = true;
     else if (a == "--no-pdl") moe::set_gpu_dependent_launch(false);
     else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
     else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);
     else if (a == "--norm-tails") moe::set_gpu_norm_tails(unsigned(cli::to_int(cli::value(argc, argv, i), "--norm-tails")));
-    else if (a == "--mma-dequant") {
-      const long m = cli::to_int(cli::value(argc, argv, i), "--mma-dequant");
-      moe::set_gpu_mma_dequant((m & 1) != 0, (m & 2) != 0);
-    }
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));
@@ -251,6 +246,7 @@ int cmd_bench(int argc, char **argv) {
     cp.kv_type = kv;
     cp.flash_attn = fa;
     cp.gpu_graphs = gpu_graphs;
+    cp.cpu_float_order = cpu_order;
     t0 = std::chrono::steady_clock::now();
     auto ctx = Context::create(*model, cp);
     const double ctx_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

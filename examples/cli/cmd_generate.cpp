@@ -36,6 +36,8 @@ static void usage() {
       "  --ctx N             context size in tokens (default 4096 or the model's)\n"
       "  --kv-type TYPE      f32 | f16 | q8_0 (default f16)\n"
       "  --device DEV        cpu | cuda | cuda0 | auto (default auto)\n"
+      "  --cpu-order         GPU: batches of 2..128 tokens in the CPU's float order (bit-reproducible\n"
+      "                      against --device cpu; slower prompts)\n"
       "  --override-kv K=T:V metadata override (repeatable)\n"
       "  --no-mmap           read weights into memory instead of mapping the file\n"
       "  --no-weight-copy    CPU: read the mapped file pages in place (default: one copy in huge pages)\n");
@@ -47,7 +49,7 @@ int cmd_generate(int argc, char **argv) {
   long ctx = 0;
   double temp = 0.0;
   unsigned seed = 1;
-  bool json = false, mmap = true, weight_copy = true;
+  bool json = false, mmap = true, weight_copy = true, cpu_order = false;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   for (int i = 1; i < argc; ++i) {
@@ -67,6 +69,7 @@ int cmd_generate(int argc, char **argv) {
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--no-mmap") mmap = false;
     else if (a == "--no-weight-copy") weight_copy = false;
+    else if (a == "--cpu-order") cpu_order = true;
     else if (a == "--kv-type") {
       const char *v = cli::value(argc, argv, i);
       if (!kv_type_from_name(v, &kv)) { std::fprintf(stderr, "--kv-type: '%s' is not f32, f16 or q8_0\n", v); return 2; }
@@ -111,6 +114,7 @@ int cmd_generate(int argc, char **argv) {
     cp.device = device;
     cp.n_batch = std::max<uint32_t>(512, static_cast<uint32_t>(ids.size()));
     cp.n_ubatch = 512;
+    cp.cpu_float_order = cpu_order;
     auto ctxp = Context::create(*model, cp);
     const int32_t n_vocab = model->n_vocab();
     std::mt19937 rng(seed);

@@ -107,9 +107,6 @@ void set_gpu_lean_groups(bool on);
 // the output norm), 2 out-proj + residual (the ffn norm), 3 both, 0 none (default: measured
 // slower in session 6).
 void set_gpu_norm_tails(unsigned kinds);
-// Session 7, not yet measured (default off): Q4_K / Q6_K products of many columns (prefill) on
-// the f16 tensor-core GEMM, weights dequantized per tile, instead of the int8 MMQ (matmul_mma.h).
-void set_gpu_mma_dequant(bool q4k, bool q6k);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

@@ -2,7 +2,6 @@
 
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
-#include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/matvec.h"
@@ -48,15 +47,6 @@ void set_gpu_norm_tails(unsigned kinds) {
   cuda_fusion_set_norm_tails(kinds);
 #else
   (void)kinds;
-#endif
-}
-
-void set_gpu_mma_dequant(bool q4k, bool q6k) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_set_mma_dequant(q4k, q6k);
-#else
-  (void)q4k;
-  (void)q6k;
 #endif
 }
 

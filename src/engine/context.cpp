@@ -88,6 +88,7 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   gp.n_cells = kv->n_cells();
   gp.kv_type = params.kv_type;
   Graph g;
+  g.cpu_float_order = params.cpu_float_order;
   m.arch->build(m, gp, g);
   CompileOptions co;
   co.devices = devices;

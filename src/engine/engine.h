@@ -80,6 +80,7 @@ struct ContextParams {
   std::string device = "auto"; // "cpu", "cuda", "cuda0", or "auto" (CUDA when present)
   bool flash_attn = true;      // fused attention kernel (always on for a Q8_0 cache)
   bool gpu_graphs = true;      // GPU: capture a repeated decode step once, then replay it
+  bool cpu_float_order = false; // GPU: 2..128-token batches in the CPU's float order (Graph::cpu_float_order)
 };
 
 struct BatchToken {

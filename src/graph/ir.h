@@ -168,6 +168,12 @@ public:
   int find_input(const std::string &name) const;
   int find_output(const std::string &name) const;
 
+  // GPU products and F32-cache attention of small batches (2..128 tokens) sum in the CPU
+  // backend's float order, bit for bit, instead of the tensor cores' order. On by default
+  // for graphs built by hand (op tests compare backends bit for bit); a Context sets it from
+  // ContextParams::cpu_float_order (default off: prompts of 16..128 tokens ~10x faster).
+  bool cpu_float_order = true;
+
 private:
   int push(Node n);
   std::vector<Node> nodes_;

@@ -4,6 +4,7 @@
  * also checks range errors on a live model/context, context-full, and that a wait with
  * timeout on a long asynchronous decode returns in time with the context still usable. */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -151,6 +152,7 @@ static void null_handles(void) {
   {
     moe_context_params cp = moe_context_default_params();
     TRUE_(cp.struct_size == sizeof cp && cp.n_batch == 512 && cp.n_seq_max == 1 && cp.kv_type == MOE_KV_TYPE_F16);
+    TRUE_(cp.cpu_float_order == 0); /* GPU batches take the tensor cores unless asked */
     EXPECT(moe_context_create(NULL, &cp, &c), BAD);
     TRUE_(c == NULL);
     EXPECT(moe_context_create(NULL, &cp, NULL), BAD);
@@ -359,6 +361,14 @@ static void with_model(const char *path) {
   cp.n_ubatch = 32;
   EXPECT(moe_model_set_cpu_weight_copy(m, 0), MOE_STATUS_OK); /* before the first CPU context */
   EXPECT(moe_model_set_cpu_weight_copy(m, 1), MOE_STATUS_OK);
+  {
+    /* A caller built against the first layout (it ended before cpu_float_order) still creates. */
+    moe_context_params v1 = cp;
+    v1.struct_size = offsetof(moe_context_params, cpu_float_order);
+    EXPECT(moe_context_create(m, &v1, &c), MOE_STATUS_OK);
+    moe_context_free(c);
+    c = NULL;
+  }
   EXPECT(moe_context_create(m, &cp, &c), MOE_STATUS_OK);
   if (!c) {
     moe_model_free(m);

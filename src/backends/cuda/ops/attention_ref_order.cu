@@ -27,10 +27,10 @@ namespace {
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kBatch = 8;                          // K rows a warp loads before reducing any
 constexpr int kDims = kThreads / 4;                // KQV: output dims per pass, 4 threads each
-// Decode and prompt batches of <= cuda_ref_order_max_tokens() (at least 16), where the
+// Decode and prompt batches of <= cuda_ref_order_tokens(g) (at least 16), where the
 // products are in the CPU's order too (matmul_ref_order.cu); longer batches take the tiled
 // kernels (far faster).
-int64_t max_tokens() { return std::max(16, cuda_ref_order_max_tokens()); }
+int64_t max_tokens(const Graph &g) { return std::max(16, cuda_ref_order_tokens(g)); }
 constexpr size_t kMaxWork = size_t{64} << 20;      // larger contexts x batches take the fast kernels
 
 __host__ __device__ __forceinline__ int64_t row_floats(int64_t n_cells) { return n_cells + (n_cells + 15) / 16; }
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_ref_order_kernel(TView q, TV
 size_t attn_ref_order_work_size(const Graph &g, const Node &n) {
   const int64_t T = n.ne[2], n_head = n.ne[1], n_cells = n.ip[1];
   const bool sinks = n.src[3] >= 0, v_from_k = (n.ip[2] & 1) != 0;
-  if (T < 1 || T > max_tokens() || n_cells <= 0 || sinks || v_from_k) return 0;
+  if (T < 1 || T > max_tokens(g) || n_cells <= 0 || sinks || v_from_k) return 0;
   if (n.kv_type && *n.kv_type != DType::F32) return 0;  // the kernel reads F32 caches only
   if (g.node(n.src[0]).ne[0] > kCudaMaxHeadDim || n.ne[0] > kCudaMaxHeadDim) return 0;
   const size_t bytes = static_cast<size_t>(T * n_head * row_floats(n_cells)) * 4;

@@ -7,6 +7,7 @@
 // expert) is computed on the device; all active experts run in the same launch and the
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/act_round_warp.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matmul_f32.h"
 #include "backends/cuda/ops/matmul_heads.h"
@@ -110,15 +111,61 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *
   if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, sum);
 }
 
+// Q8_K (K % 256 == 0): the same outputs as act_round_kernel, a warp per 256-element block
+// and 4 blocks per launch block. Why: act_round_kernel's 256-thread blocks wait on a barrier
+// and a second load of the largest value; on the prompt products' inputs they took 17.7 us
+// per launch on average (session 8, pp512) for a few MB of traffic.
+constexpr int kRoundWarps = 4;
+__global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x, int K, int64_t units, float *out, void *q_out,
+                                                                         bool q_int8, float2 *s_out) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * kRoundWarps + (threadIdx.x >> 5);
+  if (u >= units) return;  // whole warps
+  const int lane = threadIdx.x & 31, nb = K / 256;
+  const int64_t r = u / nb;
+  const int i0 = static_cast<int>(u % nb) * 256 + lane * 8;
+  const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]);
+  float v[8];
+  load8_floats(src, i0, true, v);
+  int q[8];
+  const float c = q8k_round_warp(v, q);
+  if (q_out == nullptr) {
+    float4 *o = reinterpret_cast<float4 *>(out + r * K + i0);
+    o[0] = make_float4(q[0] * c, q[1] * c, q[2] * c, q[3] * c);
+    o[1] = make_float4(q[4] * c, q[5] * c, q[6] * c, q[7] * c);
+    return;
+  }
+  const int half = half_block_sum(q);
+  if (q_int8) {
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
+      hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
+    }
+    *reinterpret_cast<uint2 *>(static_cast<int8_t *>(q_out) + r * K + i0) = make_uint2(lo, hi);
+  } else {
+    uint32_t h[4];
+#pragma unroll
+    for (int l = 0; l < 4; ++l)
+      h[l] = __half_as_ushort(__int2half_rn(q[2 * l])) | (static_cast<uint32_t>(__half_as_ushort(__int2half_rn(q[2 * l + 1]))) << 16);
+    *reinterpret_cast<uint4 *>(static_cast<uint16_t *>(q_out) + r * K + i0) = make_uint4(h[0], h[1], h[2], h[3]);
+  }
+  if ((lane & 1) == 0) s_out[r * (K / 16) + i0 / 16] = make_float2(c, static_cast<float>(half));
+}
+
 // ---- routing -------------------------------------------------------------------------
 
 struct RouteTables {
   int2 *entries;  // (activation row, output row), grouped by expert
   int4 *tiles;    // (expert, first entry, count, 0); count 0 = idle block
-  int *cursor;    // [E]
 };
 
-// One block of 512 threads (>= E, checked by placement): count, scan, tile, scatter.
+// One block of 512 threads (>= E, checked by placement): count, scan, tile, scatter. The
+// scatter's cursors live in shared memory: with them in global memory, the 4096 contended
+// atomics of a pp512 step made this one block take ~13 us per launch (session 8).
 __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, RouteTables rt,
                              int max_tiles, unsigned *err) {
   __shared__ int s_cnt[kCudaMaxExperts], s_scan[kCudaMaxExperts], s_tiles[kCudaMaxExperts];
@@ -154,7 +201,7 @@ __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, in
     const int c = s_cnt[e];
     const int start = s_scan[e] - c;
     int tile = s_tiles[e] - (c + NT - 1) / NT;
-    rt.cursor[e] = start;
+    s_cnt[e] = start;  // from here on: expert e's scatter cursor
     for (int k = 0; k < c; k += NT) rt.tiles[tile++] = make_int4(e, start + k, min(NT, c - k), 0);
   }
   const int n_tiles = s_tiles[kCudaMaxExperts - 1];
@@ -164,7 +211,7 @@ __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, in
     const int t = i / n_used, j = i % n_used;
     const int e = ids[t * ids_nb1 + j];
     if (e < 0 || e >= E) continue;
-    const int p = atomicAdd(&rt.cursor[e], 1);
+    const int p = atomicAdd(&s_cnt[e], 1);
     rt.entries[p] = make_int2(X == 1 ? t : t * X + j, t * n_used + j);
   }
 }
@@ -449,7 +496,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     // The reference-order types and F32 keep the CPU's order up to kRefOrderMaxTokens columns.
-    const int64_t keep = ref_type || ref_f32 ? cuda_ref_order_max_tokens() : 0;
+    const int64_t keep = ref_type || ref_f32 ? cuda_ref_order_tokens(g) : 0;
     const int64_t tc_min = std::max<int64_t>(kMmaMinCols, keep + 1);
     s.mma = s.rows >= tc_min && tensor_core_type(w.type);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
@@ -462,12 +509,12 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    const bool keep_order = ref_type && s.T <= cuda_ref_order_max_tokens();
+    const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g);
     s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && tensor_core_type(w.type);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
-  s.mmq = s.mma && cuda_mmq_type_supported(w.type) && !cuda_mma_dequant(w.type);  // (else dequantized onto f16 mma)
+  s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
@@ -513,13 +560,18 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   if (n.op == Op::MatMulId) {
     bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
-    bytes += align256(static_cast<size_t>(s.E) * 4);
   }
   return bytes;
 }
 
 void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, float *out, void *q_out, bool q_int8,
                       float2 *s_out) {
+  if (vdt == DType::Q8_K && K % 256 == 0) {
+    const int64_t units = rows * (K / 256);
+    launch_pdl(act_round_q8k_kernel, dim3(static_cast<unsigned>((units + kRoundWarps - 1) / kRoundWarps)), dim3(kRoundWarps * 32), 0, s, x,
+               static_cast<int>(K), units, out, q_out, q_int8, s_out);
+    return;
+  }
   launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>((K + 255) / 256)), dim3(256), 0, s, x, K,
              static_cast<int>(vdt), out, q_out, q_int8, s_out);
 }
@@ -575,14 +627,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   float *xr = reinterpret_cast<float *>(work);
-  // The activations in the products' type: Q8 integers (MMQ, reference order), the weight
-  // type for F16 / BF16, f16 for quantized weights on the f16 tensor-core GEMM.
-  const bool dequant_mma = s.mma && !s.mmq && type_traits(w.type).is_quantized;
-  const int vdt = static_cast<int>(dequant_mma ? DType::F16 : type_traits(w.type).vec_dot_type);
+  const DType vdt = type_traits(w.type).vec_dot_type;
   void *xq = s.mmq || s.ref ? work : nullptr;
   float2 *xs = s.mmq || s.ref ? reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)) : nullptr;
-  launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(s.rows), static_cast<unsigned>((s.K + 255) / 256)), dim3(256), 0, c.stream,
-             tview(x), s.K, vdt, xr, xq, int8_acts(s), xs);
+  launch_act_round(c.stream, tview(x), s.rows, s.K, vdt, xr, xq, int8_acts(s), xs);
   if (s.NT == 1) {
     // One column that cuda_matvec does not take (activations too large for its shared
     // memory): no routing tables; experts come straight from ids.
@@ -630,8 +678,6 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   rt.entries = reinterpret_cast<int2 *>(work + off);
   off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
   rt.tiles = reinterpret_cast<int4 *>(work + off);
-  off += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
-  rt.cursor = reinterpret_cast<int *>(work + off);
   route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles, c.ub.err);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");

@@ -1,6 +1,5 @@
 // Tensor-core GEMM for MatMul / MatMulId with many columns (prefill), F16 / BF16 weights
-// (quantized ones take the exact-product variant in matmul_mmq.cu; Q4_K / Q6_K may come here
-// instead, dequantized to f16 per K step: cuda_set_mma_dequant). A block of 8 warps
+// (quantized ones take the exact-product variant in matmul_mmq.cu). A block of 8 warps
 // computes a 128 (weight rows) x 64 (columns) output tile: per 64-wide K step it copies
 // the weight tile into shared memory, converts the pre-rounded f32 activations of its
 // columns to the weight type beside it, and runs mma.sync m16n8k16 with f32 accumulators
@@ -8,13 +7,9 @@
 // (bf16 mma for BF16), so the products are exact.
 // MatMulId: a block's columns are one routing tile (one expert, <= 64 entries), gathered
 // through entries[].x and scattered through entries[].y; all experts in one launch.
-#include <atomic>
-
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
-#include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
-#include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
 
@@ -42,69 +37,20 @@ __device__ __forceinline__ void fetch_weights(uint32_t *p, const uint8_t *W, int
     return;
   }
   const uint8_t *wrow = W + static_cast<int64_t>(row) * row_bytes;
-  if constexpr (T == DType::Q4_K) {
-    // K % 256 == 0: the thread's 32 elements are sub-block j of block kb / 256, w = (d sc) q -
-    // (dmin m) as the CPU dequantizes them, rounded to f16. Its 32 quant bytes (low nibbles for
-    // an even j, high for an odd one) are 16-byte aligned when the row is (144-byte blocks).
-    const uint8_t *blk = wrow + (kb >> 8) * 144;
-    const int j = (kb & 255) >> 5;
-    int s, m;
-    scale_min_k4(j, blk + 4, s, m);
-    const float d1 = h2f(blk) * static_cast<float>(s), m1 = h2f(blk + 2) * static_cast<float>(m);
-    const uint8_t *qs = blk + 16 + 32 * (j >> 1);
-    const int shift = 4 * (j & 1);
-    uint32_t q[8];
-    if (vec_ok) {
-      const uint4 a = __ldg(reinterpret_cast<const uint4 *>(qs)), b = __ldg(reinterpret_cast<const uint4 *>(qs) + 1);
-      q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w; q[4] = b.x; q[5] = b.y; q[6] = b.z; q[7] = b.w;
-    } else {
+  static_assert(T == DType::F16 || T == DType::BF16, "F32 weights stay on the exact f32 kernel, quantized ones go to MMQ");
+  const uint16_t *src = reinterpret_cast<const uint16_t *>(wrow) + kb;
+  if (vec_ok && kb + 32 <= K) {
+    const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[i] = qs[4 * i] | (qs[4 * i + 1] << 8) | (qs[4 * i + 2] << 16) | (static_cast<uint32_t>(qs[4 * i + 3]) << 24);
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {  // elements 2i, 2i + 1: bytes 2i, 2i + 1 of the 32
-      const uint32_t word = q[i >> 1] >> (16 * (i & 1) + shift);
-      const float lo = d1 * static_cast<float>(word & 0xF) - m1, hi = d1 * static_cast<float>((word >> 8) & 0xF) - m1;
-      p[i] = pack2<false>(lo, hi);
-    }
-  } else if constexpr (T == DType::Q6_K) {
-    // K % 256 == 0: the thread's 32 elements are quarter qd of half h of block kb / 256 (the
-    // CPU's dequantization order): low bits ql[64 h + 32 (qd % 2) + l] (high nibble for qd >= 2),
-    // high bits qh[32 h + l] >> 2 qd, scale sc[8 h + 2 qd + l / 16]; w = d sc (q - 32), rounded to
-    // f16. 210-byte blocks are 2-byte aligned: ld_words2 funnel-shifts 4-byte words where the block is not.
-    const uint8_t *blk = wrow + (kb >> 8) * 210;
-    const int j = (kb & 255) >> 5, h = j >> 2, qd = j & 3;
-    uint32_t lw[8], hw[8];
-    ld_words2<8>(blk + 64 * h + 32 * (qd & 1), lw);
-    ld_words2<8>(blk + 128 + 32 * h, hw);
-    const float d = h2f(blk + 208);
-    const int8_t *sc = reinterpret_cast<const int8_t *>(blk + 192 + 8 * h + 2 * qd);
-    const float d0 = d * static_cast<float>(sc[0]), d1 = d * static_cast<float>(sc[1]);
-    const int lshift = qd >= 2 ? 4 : 0, hshift = 2 * qd;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {  // elements l = 2i, 2i + 1
-      const uint32_t lo4 = lw[i >> 1] >> (16 * (i & 1) + lshift), hi2 = hw[i >> 1] >> (16 * (i & 1) + hshift);
-      const int q0 = static_cast<int>((lo4 & 0xF) | ((hi2 & 3) << 4)) - 32;
-      const int q1 = static_cast<int>(((lo4 >> 8) & 0xF) | (((hi2 >> 8) & 3) << 4)) - 32;
-      const float s = i < 8 ? d0 : d1;  // l / 16
-      p[i] = pack2<false>(s * static_cast<float>(q0), s * static_cast<float>(q1));
+    for (int q = 0; q < 4; ++q) {
+      const uint4 v = __ldg(s4 + q);
+      p[4 * q] = v.x; p[4 * q + 1] = v.y; p[4 * q + 2] = v.z; p[4 * q + 3] = v.w;
     }
   } else {
-    static_assert(T == DType::F16 || T == DType::BF16, "F32 weights stay on the exact f32 kernel, other quantized ones go to MMQ");
-    const uint16_t *src = reinterpret_cast<const uint16_t *>(wrow) + kb;
-    if (vec_ok && kb + 32 <= K) {
-      const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint4 v = __ldg(s4 + q);
-        p[4 * q] = v.x; p[4 * q + 1] = v.y; p[4 * q + 2] = v.z; p[4 * q + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const uint32_t lo = kb + 2 * i < K ? src[2 * i] : 0u, hi = kb + 2 * i + 1 < K ? src[2 * i + 1] : 0u;
-        p[i] = lo | (hi << 16);
-      }
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t lo = kb + 2 * i < K ? src[2 * i] : 0u, hi = kb + 2 * i + 1 < K ? src[2 * i + 1] : 0u;
+      p[i] = lo | (hi << 16);
     }
   }
 }
@@ -147,7 +93,6 @@ __device__ __forceinline__ void store_stage(const Stage &st, uint16_t (*sA)[kLd]
 }
 
 // grid: (ceil(M / 128), column tiles). See launch_mma_matmul for the column tiles.
-// T: the weight type (Q4_K, Q6_K: dequantized to f16, f16 mma).
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                                   const float *X, float *Y, int ncols, const int4 *tiles,
@@ -192,16 +137,9 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
   store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-std::atomic<bool> g_mma_q4k{false}, g_mma_q6k{false};  // cuda_set_mma_dequant
-
 }  // namespace
 
 bool cuda_mma_type_supported(DType t) { return t == DType::F16 || t == DType::BF16; }
-void cuda_set_mma_dequant(bool q4k, bool q6k) {
-  g_mma_q4k.store(q4k);
-  g_mma_q6k.store(q6k);
-}
-bool cuda_mma_dequant(DType t) { return t == DType::Q4_K ? g_mma_q4k.load() : t == DType::Q6_K && g_mma_q6k.load(); }
 
 void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const float *X, float *Y, int ncols, const int4 *tiles, const int2 *entries, int n_col_tiles) {
@@ -212,8 +150,6 @@ void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
   switch (t) {
     MOE_MMA_CASE(DType::F16)
     MOE_MMA_CASE(DType::BF16)
-    MOE_MMA_CASE(DType::Q4_K)
-    MOE_MMA_CASE(DType::Q6_K)
     default: fail(Status::Internal, "CUDA tensor-core matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMA_CASE

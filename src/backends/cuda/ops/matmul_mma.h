@@ -18,14 +18,6 @@ constexpr int kMaxKSplits = 8;       // dense int8 MMQ with few blocks: K split 
 
 // F16 / BF16 (launch_mma_matmul); F32 weights stay on the exact f32 kernel (routers).
 bool cuda_mma_type_supported(DType t);
-// Opt-in (process-wide, default off; session 7, not yet measured): Q4_K / Q6_K products of
-// many columns on launch_mma_matmul instead of the int8 MMQ: each block dequantizes its weight
-// tile to f16 (a thread's 32 elements of a K step: one Q4_K sub-block, one Q6_K quarter of a
-// half block) and meets the activations rounded to f16, so the tile runs f16 mma with no
-// per-sub-block integer scaling. Not the CPU's order (neither is the MMQ); batches up to
-// kRefOrderMaxTokens keep it anyway. cuda_mma_dequant(t): whether type t takes this path.
-void cuda_set_mma_dequant(bool q4k, bool q6k);
-bool cuda_mma_dequant(DType t);
 // Q4_0, Q8_0, MXFP4, Q2_K .. Q6_K (launch_mmq_matmul).
 bool cuda_mmq_type_supported(DType t);
 

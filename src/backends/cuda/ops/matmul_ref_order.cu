@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_f32_kernel(const float
 static std::atomic<int> g_ref_order_max_tokens{kRefOrderMaxTokens};
 void cuda_set_ref_order_max_tokens(int n) { g_ref_order_max_tokens.store(n < 0 ? 0 : n); }
 int cuda_ref_order_max_tokens() { return g_ref_order_max_tokens.load(std::memory_order_relaxed); }
+int cuda_ref_order_tokens(const Graph &g) { return g.cpu_float_order ? cuda_ref_order_max_tokens() : 0; }
 
 static std::atomic<bool> g_final_outputs_own_order{true};
 void cuda_set_final_outputs_own_order(bool on) { g_final_outputs_own_order.store(on); }

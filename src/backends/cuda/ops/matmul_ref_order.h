@@ -11,20 +11,26 @@
 namespace moe {
 
 struct Node;
+class Graph;
 
 // Batches of up to this many tokens keep the CPU's float order on CUDA: the products of the
 // reference-order types and of F32 weights (routers) here, attention over an F32 cache in
 // attention_ref_order.cu. Why: the K-quant conformance files are chaotic (a 1-ulp change
 // flips a Q8_K activation rounding and moves logits by ~1), their prompts and teacher-forced
 // records are batches of 10..92 tokens, and the tensor-core kernels sum in another order.
-// Cost: prompts of 16..128 tokens run on these warp-per-row kernels (~2-3x the tensor-core
-// time); longer batches (pp512) take the tensor cores.
+// Cost: prompts of 16..128 tokens run on these warp-per-row kernels (session 8, H200, the
+// Qwen3-30B-A3B shape: pp128 813 t/s against pp512 12,630), so it is opt-in per context
+// (moe_context_params.cpu_float_order -> Graph::cpu_float_order); longer batches always take
+// the tensor cores.
 constexpr int kRefOrderMaxTokens = 128;
 // The limit in force (process-wide, default kRefOrderMaxTokens). Tests of the tensor-core and
 // tiled kernels set 0 so batches from 16 tokens (MatMulId: 64 entries; attention: 17 tokens)
 // reach those kernels again; set it before building the graphs it should apply to.
 void cuda_set_ref_order_max_tokens(int n);
 int cuda_ref_order_max_tokens();
+// The limit for graph g: cuda_ref_order_max_tokens() where g asks for the CPU's float order
+// (Graph::cpu_float_order), else 0 (every batch from 16 tokens takes the tensor cores).
+int cuda_ref_order_tokens(const Graph &g);
 
 // A MatMul / MatMulId whose output is final (Node::final_output: the LM head) takes CUDA's own
 // float order at every batch size: no rounding follows its output, so the chaos argument

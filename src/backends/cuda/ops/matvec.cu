@@ -29,6 +29,7 @@
 #include <atomic>
 
 #include "backends/cuda/cuda_fusion.h"
+#include "backends/cuda/ops/act_round_warp.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/matvec.h"
@@ -166,13 +167,7 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
     const float *src = reinterpret_cast<const float *>(a.x + (first + s) * a.x_nb1);
     const bool in = i0 < K;  // K % 32 == 0: a lane's 8 values are all in or all out
     float v[8];
-    if (in && (reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-      const float4 p = reinterpret_cast<const float4 *>(src + i0)[0], q = reinterpret_cast<const float4 *>(src + i0)[1];
-      v[0] = p.x; v[1] = p.y; v[2] = p.z; v[3] = p.w; v[4] = q.x; v[5] = q.y; v[6] = q.z; v[7] = q.w;
-    } else {
-#pragma unroll
-      for (int l = 0; l < 8; ++l) v[l] = in ? src[i0 + l] : 0.0f;
-    }
+    load8_floats(src, i0, in, v);
     int q[8];
     float scale;
     if constexpr (V == DType::Q8_0) {
@@ -187,34 +182,9 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
 #pragma unroll
       for (int l = 0; l < 8; ++l) q[l] = static_cast<int>(roundf(v[l] * id));
     } else {
-      // Largest magnitude over the 256 (NaN never wins, as with the reference's '>' scan),
-      // then its signed value at the first index that reaches it: the lowest lane with a
-      // match (element index = lane * 8 + l), its first match.
-      float am = 0.0f;
-#pragma unroll
-      for (int l = 0; l < 8; ++l) am = fmaxf(am, fabsf(v[l]));
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
-      float mine = 0.0f;
-      bool hit = false;
-#pragma unroll
-      for (int l = 7; l >= 0; --l)
-        if (fabsf(v[l]) == am) { mine = v[l]; hit = true; }
-      const unsigned hits = __ballot_sync(0xffffffffu, hit);
-      const float mv = __shfl_sync(0xffffffffu, mine, hits ? __ffs(hits) - 1 : 0);
-      if (am == 0.0f) {
-        scale = 0.0f;
-#pragma unroll
-        for (int l = 0; l < 8; ++l) q[l] = 0;
-      } else {
-        const float iscale = -127.0f / mv;
-        scale = 1.0f / iscale;
-#pragma unroll
-        for (int l = 0; l < 8; ++l) q[l] = min(__float2int_rn(iscale * v[l]), 127);
-      }
+      scale = q8k_round_warp(v, q);
     }
-    const int part = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];
-    const int half = part + __shfl_xor_sync(0xffffffffu, part, 1);  // lanes 2k, 2k+1: one 16-value half
+    const int half = half_block_sum(q);
     if (in) {
       uint32_t lo = 0, hi = 0;
 #pragma unroll
