@@ -78,13 +78,13 @@ if has conformance; then
   # Greedy twice: in the CPU's float order (--cpu-order, the reproducible mode: the chaotic
   # K-quant files need it) and in the default tensor-core order (reported; see docs/perf/cuda.md).
   CLI_ABS=$PWD/$CLI
-  ( timeout 150 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds greedy --extra "--cpu-order"
+  ( timeout 150 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds greedy --extra=--cpu-order
     echo "greedy --cpu-order rc=$?"
     timeout 150 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds greedy
     echo "greedy default order rc=$?"
     for fam in qwen3moe deepseek2; do
       ls $D/models/$fam* >/dev/null 2>&1 || continue
-      timeout 120 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds logits --only $fam --extra "--cpu-order"; echo "logits $fam --cpu-order rc=$?"
+      timeout 120 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds logits --only $fam --extra=--cpu-order; echo "logits $fam --cpu-order rc=$?"
     done
     if ls $D/models/gpt-oss* >/dev/null 2>&1; then
       timeout 120 python3 tests/conformance/incremental_logits.py "$CLI_ABS" $D --only gpt-oss --device cuda; echo "logits gpt-oss incremental rc=$?"

@@ -163,21 +163,37 @@ struct RouteTables {
   int4 *tiles;    // (expert, first entry, count, 0); count 0 = idle block
 };
 
+// Entries [base, base + kRouteIds * blockDim.x) of the ids, thread tid's kRouteIds of them
+// (entry base + u * blockDim.x + tid), all loads in flight together: this one block is a
+// latency chain, and one load round trip per entry in turn made it take ~12 us at pp512.
+constexpr int kRouteIds = 8;
+__device__ __forceinline__ void load_route_ids(const int32_t *ids, int64_t ids_nb1, int n_used, int n, int base, int (&e)[kRouteIds]) {
+#pragma unroll
+  for (int u = 0; u < kRouteIds; ++u) {
+    const int i = base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+    e[u] = i < n ? ids[(i / n_used) * ids_nb1 + i % n_used] : 0;
+  }
+}
+
 // One block of 512 threads (>= E, checked by placement): count, scan, tile, scatter. The
-// scatter's cursors live in shared memory: with them in global memory, the 4096 contended
-// atomics of a pp512 step made this one block take ~13 us per launch (session 8).
+// scatter's cursors live in shared memory (global atomics cost ~1 us more per launch).
 __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, RouteTables rt,
                              int max_tiles, unsigned *err) {
   __shared__ int s_cnt[kCudaMaxExperts], s_scan[kCudaMaxExperts], s_tiles[kCudaMaxExperts];
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, step = kRouteIds * static_cast<int>(blockDim.x);
   for (int e = tid; e < kCudaMaxExperts; e += blockDim.x) s_cnt[e] = 0;
   __syncthreads();
   const int n = n_used * T;
-  for (int i = tid; i < n; i += blockDim.x) {
-    const int t = i / n_used, j = i % n_used;
-    const int e = ids[t * ids_nb1 + j];
-    if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
-    else report_bad_index(err, kKernelErrExpertId, e, E);  // left out of every tile
+  for (int base = 0; base < n; base += step) {
+    int ev[kRouteIds];
+    load_route_ids(ids, ids_nb1, n_used, n, base, ev);
+#pragma unroll
+    for (int u = 0; u < kRouteIds; ++u) {
+      if (base + u * static_cast<int>(blockDim.x) + tid >= n) break;
+      const int e = ev[u];
+      if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
+      else report_bad_index(err, kKernelErrExpertId, e, E);  // left out of every tile
+    }
   }
   __syncthreads();
   // Inclusive scans of counts and tile counts (Hillis-Steele over kCudaMaxExperts slots).
@@ -207,12 +223,19 @@ __global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, in
   const int n_tiles = s_tiles[kCudaMaxExperts - 1];
   for (int i = n_tiles + tid; i < max_tiles; i += blockDim.x) rt.tiles[i] = make_int4(0, 0, 0, 0);
   __syncthreads();
-  for (int i = tid; i < n; i += blockDim.x) {
-    const int t = i / n_used, j = i % n_used;
-    const int e = ids[t * ids_nb1 + j];
-    if (e < 0 || e >= E) continue;
-    const int p = atomicAdd(&s_cnt[e], 1);
-    rt.entries[p] = make_int2(X == 1 ? t : t * X + j, t * n_used + j);
+  for (int base = 0; base < n; base += step) {
+    int ev[kRouteIds];
+    load_route_ids(ids, ids_nb1, n_used, n, base, ev);
+#pragma unroll
+    for (int u = 0; u < kRouteIds; ++u) {
+      const int i = base + u * static_cast<int>(blockDim.x) + tid;
+      if (i >= n) break;
+      const int e = ev[u];
+      if (e < 0 || e >= E) continue;
+      const int t = i / n_used, j = i % n_used;
+      const int p = atomicAdd(&s_cnt[e], 1);
+      rt.entries[p] = make_int2(X == 1 ? t : t * X + j, t * n_used + j);
+    }
   }
 }
 
