@@ -49,6 +49,7 @@ void usage(FILE *out) {
                "  --no-lean-groups     GPU: one-token mat-vec groups in 16-warp blocks (as before session 5)\n"
                "  --norm-tails N       GPU: norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
+               "  --decode-split R,C   GPU decode attention: at most R cell ranges of >= C cells (default 64,64)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
@@ -204,6 +205,10 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
     else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);
     else if (a == "--norm-tails") moe::set_gpu_norm_tails(unsigned(cli::to_int(cli::value(argc, argv, i), "--norm-tails")));
+    else if (a == "--decode-split") {
+      const std::vector<int> v = int_list(cli::value(argc, argv, i), "--decode-split");
+      moe::set_gpu_decode_split(v.at(0), v.size() > 1 ? v[1] : 64);
+    }
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));

@@ -2,6 +2,7 @@
 
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/matvec.h"
@@ -47,6 +48,15 @@ void set_gpu_norm_tails(unsigned kinds) {
   cuda_fusion_set_norm_tails(kinds);
 #else
   (void)kinds;
+#endif
+}
+
+void set_gpu_decode_split(int max_ranges, int min_chunk) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_set_decode_split(max_ranges, min_chunk);
+#else
+  (void)max_ranges;
+  (void)min_chunk;
 #endif
 }
 

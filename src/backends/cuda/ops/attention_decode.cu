@@ -14,6 +14,9 @@
 // Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "backends/cuda/ops/attention_decode.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 
@@ -133,15 +136,16 @@ __device__ __forceinline__ unsigned visible_ballot(const DevUbatch &ub, const At
   return __ballot_sync(0xffffffffu, vis);
 }
 
-// Cell ranges: n_kv cut into chunks of at least kMinChunk cells, at most kSplit of them. Every
-// range below n_used holds at least one cell (n_kv == 0: range 0, empty).
+// Cell ranges: n_kv cut into chunks of at least min_chunk cells, at most max_ranges (<= kSplit)
+// of them. Every range below n_used holds at least one cell (n_kv == 0: range 0, empty).
 struct DecodeRanges {
   int chunk, n_used;
 };
-__device__ __forceinline__ DecodeRanges decode_ranges(int n_kv) {
-  const int chunk = max(kMinChunk, (n_kv + kSplit - 1) / kSplit);
+__device__ __forceinline__ DecodeRanges decode_ranges(int n_kv, int max_ranges, int min_chunk) {
+  const int chunk = max(min_chunk, (n_kv + max_ranges - 1) / max_ranges);
   return {chunk, max(1, (n_kv + chunk - 1) / chunk)};
 }
+std::atomic<int> g_max_ranges{kSplit}, g_min_chunk{kMinChunk};  // cuda_set_decode_split
 
 // What a block works on: KV head hk, query heads h0 .. h0 + ng - 1, token t, range z of
 // cells [c_begin, c_end); n_used ranges in use.
@@ -371,7 +375,7 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
 // partials (the unused ones an empty header) and attn_combine_launch folds them.
 template <int HD, int KT>
 __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
-                                                               int head_blocks, int merge) {
+                                                               int head_blocks, int merge, int max_ranges, int min_chunk) {
   __shared__ float s_acc[kWarps][kHeads][HD];
   __shared__ float s_m[kWarps][kHeads], s_s[kWarps][kHeads];
   __shared__ bool s_last;
@@ -382,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
   j.t = blockIdx.y;
   j.z = blockIdx.z;
   const int n_kv = *ub.n_kv;
-  const DecodeRanges r = decode_ranges(n_kv);
+  const DecodeRanges r = decode_ranges(n_kv, max_ranges, min_chunk);
   j.n_used = r.n_used;
   j.c_begin = min(n_kv, j.z * r.chunk);
   j.c_end = min(n_kv, j.c_begin + r.chunk);
@@ -420,6 +424,11 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
 }
 }  // namespace
 
+void cuda_set_decode_split(int max_ranges, int min_chunk) {
+  g_max_ranges.store(std::min(std::max(max_ranges, 1), kSplit));
+  g_min_chunk.store(std::max(min_chunk, 1));
+}
+
 bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k) {
   return T >= 1 && T <= kMaxTokens && hd_k == hd_v && !v_from_k && (hd_k == 64 || hd_k == 128 || hd_k == 256);
 }
@@ -436,7 +445,10 @@ void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, c
   // One counter per (KV head block, token); without room for them, a separate combine launch.
   const int merge = ub.sync && static_cast<int64_t>(grid.x) * T <= kCudaSyncSlots ? 1 : 0;
   // Instances: head size x cache type (F16, Q8_0, F32).
-  auto go = [&](auto kernel) { launch_pdl(kernel, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge); };
+  const int max_ranges = g_max_ranges.load(std::memory_order_relaxed), min_chunk = g_min_chunk.load(std::memory_order_relaxed);
+  auto go = [&](auto kernel) {
+    launch_pdl(kernel, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge, max_ranges, min_chunk);
+  };
   constexpr int F16 = static_cast<int>(DType::F16), Q8 = static_cast<int>(DType::Q8_0), F32 = static_cast<int>(DType::F32);
   const int kt = a.kt;
   if (kt != F16 && kt != Q8 && kt != F32) fail(Status::Internal, "CUDA decode attention: cache type %d not dispatched", kt);
