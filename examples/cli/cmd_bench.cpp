@@ -49,7 +49,7 @@ void usage(FILE *out) {
                "  --no-lean-groups     GPU: one-token mat-vec groups in 16-warp blocks (as before session 5)\n"
                "  --norm-tails N       GPU: norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
-               "  --decode-split R,C   GPU decode attention: at most R cell ranges of >= C cells (default 64,64)\n"
+               "  --decode-split R,C   GPU decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"

@@ -107,7 +107,7 @@ void set_gpu_lean_groups(bool on);
 // the output norm), 2 out-proj + residual (the ffn norm), 3 both, 0 none (default: measured
 // slower in session 6).
 void set_gpu_norm_tails(unsigned kinds);
-// Decode attention: at most max_ranges cell ranges of >= min_chunk cells (default 64, 64).
+// Decode attention: at most max_ranges cell ranges of >= min_chunk cells (default 32, 64).
 void set_gpu_decode_split(int max_ranges, int min_chunk);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).

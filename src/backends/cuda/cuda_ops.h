@@ -83,7 +83,7 @@ bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n);
 size_t cuda_attention_work_size(const Graph &g, const Node &n);  // split-cell partials
 // Decode attention (attention_decode.cu), process-wide, set before graphs are captured: at most
-// max_ranges (1..64, default 64) cell ranges of at least min_chunk cells (default 64) per launch.
+// max_ranges (1..64, default 32) cell ranges of at least min_chunk cells (default 64) per launch.
 void cuda_set_decode_split(int max_ranges, int min_chunk);
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.

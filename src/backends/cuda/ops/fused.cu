@@ -132,22 +132,25 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
   int64_t stride = 1;
   for (int c = 0; c < a.n; ++c) stride = a.ch[c].in.ne[0] > stride ? a.ch[c].in.ne[0] : stride;
   float *row = s_rows + warp * stride;
-  // The block's rows, chain after chain, dealt to the warps in turn.
-  int64_t item = warp;
+  // The block's rows, chain after chain, dealt to the warps in turn. 32-bit index math and a
+  // 4-deep staging loop (rows are a grid index; a row fits shared memory): session 8 counted
+  // ~920 warp instructions per row here, mostly 64-bit divisions, loop control and the
+  // predicated slots of a 16-deep staging batch sized for 512-value rows.
+  int item = warp;
   for (int c = 0; c < a.n; ++c) {
     const ChainDesc &d = a.ch[c];
-    const int64_t r0 = d.rows * b / G, r1 = d.rows * (b + 1) / G;
+    const int r0 = static_cast<int>(d.rows * b / G), r1 = static_cast<int>(d.rows * (b + 1) / G);
+    const int n = static_cast<int>(d.in.ne[0]), ne1 = static_cast<int>(d.in.ne[1]), ne2 = static_cast<int>(d.in.ne[2]);
     for (; item < r1 - r0; item += kRcWarps) {
-      const int64_t r = r0 + item;
-      const int64_t n = d.in.ne[0], ne1 = d.in.ne[1], ne2 = d.in.ne[2];
-      const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+      const int r = r0 + item;
+      const int i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
       __syncwarp();  // the previous row's last reads of `row` are done
       const float *src = row_in(d.in, i1, i2, i3);
-      stage_row<kRcMaxRow / 32>(row, src, n, lane, 32);
+      stage_row<4>(row, src, n, lane, 32);
       __syncwarp();
       if (d.rms) {
         const float scale = rms_row_scale_warp(row, n, d.eps, d.rms_threads);
-        for (int64_t i = lane; i < n; i += 32) {
+        for (int i = lane; i < n; i += 32) {
           float v = row[i] * scale;  // the RmsNorm output, rounded to float as it would be stored
           if (d.w) v = v * s_w[c][i];
           row[i] = v;
@@ -160,10 +163,10 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
       }
       if (d.out.data) {
         float *dst = const_cast<float *>(row_in(d.out, i1, i2, i3));
-        for (int64_t i = lane; i < n; i += 32) dst[i] = row[i];
+        for (int i = lane; i < n; i += 32) dst[i] = row[i];
       }
       if (d.kv && kv_cell_in_cache(a.cells[i2], a.n_cells, a.err, lane == 0))
-        kv_store_values(row, static_cast<int>(n), d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, static_cast<int>(i1 * n), d.kv_type, lane, 32);
+        kv_store_values(row, n, d.kv + static_cast<size_t>(a.cells[i2]) * d.kv_rb, i1 * n, d.kv_type, lane, 32);
     }
     item -= r1 - r0;
   }
@@ -182,6 +185,7 @@ int64_t warp_kernel_groups(const ChainsArgs &a, int64_t widest) {
   for (int c = 0; c < a.n; ++c) {
     const ChainDesc &d = a.ch[c];
     if (d.pos && (d.in.ne[2] != groups || d.in.ne[3] != 1 || d.ra.n_rot > kRcMaxRot)) return 0;
+    if (d.rows > 0x7fffffff / 2) return 0;  // the kernel's 32-bit row indices (r0 + item, i1 * n)
   }
   return groups;
 }
