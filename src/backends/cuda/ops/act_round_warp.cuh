@@ -48,6 +48,17 @@ __device__ __forceinline__ float q8k_round_warp(const float (&v)[8], int (&q)[8]
   return 1.0f / iscale;
 }
 
+// The lane's 8 integers (each in -128..127) as int8 bytes, element order, in one 8-byte word.
+__device__ __forceinline__ uint2 pack_int8x8(const int (&q)[8]) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
+    hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
+  }
+  return make_uint2(lo, hi);
+}
+
 // The sum of the 16 integers of this lane's half block (lanes 2k and 2k + 1 hold one).
 __device__ __forceinline__ int half_block_sum(const int (&q)[8]) {
   const int part = q[0] + q[1] + q[2] + q[3] + q[4] + q[5] + q[6] + q[7];

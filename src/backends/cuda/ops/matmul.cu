@@ -139,13 +139,7 @@ __global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x
   }
   const int half = half_block_sum(q);
   if (q_int8) {
-    uint32_t lo = 0, hi = 0;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
-      hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
-    }
-    *reinterpret_cast<uint2 *>(static_cast<int8_t *>(q_out) + r * K + i0) = make_uint2(lo, hi);
+    *reinterpret_cast<uint2 *>(static_cast<int8_t *>(q_out) + r * K + i0) = pack_int8x8(q);
   } else {
     uint32_t h[4];
 #pragma unroll

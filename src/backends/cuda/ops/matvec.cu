@@ -186,13 +186,7 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
     }
     const int half = half_block_sum(q);
     if (in) {
-      uint32_t lo = 0, hi = 0;
-#pragma unroll
-      for (int l = 0; l < 4; ++l) {
-        lo |= (static_cast<uint32_t>(q[l]) & 0xFFu) << (8 * l);
-        hi |= (static_cast<uint32_t>(q[l + 4]) & 0xFFu) << (8 * l);
-      }
-      reinterpret_cast<uint2 *>(xq + xq_at(V, s * K + i0))[0] = make_uint2(lo, hi);
+      reinterpret_cast<uint2 *>(xq + xq_at(V, s * K + i0))[0] = pack_int8x8(q);
       if ((lane & 3) == 0) xd[s * (K / 32) + i0 / 32] = scale;
       if ((lane & 1) == 0) xs[s * (K / 16) + i0 / 16] = half;
     }
