@@ -255,11 +255,11 @@ typedef struct moe_context_params {
   int32_t n_threads;       /* CPU worker threads; 0 (default) = physical cores */
   const char *device;      /* "cpu", "cuda", "cuda0" or "auto"; NULL (default) = "auto"; borrowed during create */
   int32_t flash_attn;      /* 1 (default): fused attention kernel; 0 = off (Q8_0 cache forces on) */
-  /* Since 0.2 (older callers' smaller struct_size get the default). GPU: 1 = products and
-   * F32-cache attention of 2..128-token batches sum in the CPU backend's float order, so a
-   * GPU context reproduces a CPU one bit for bit (prompts of 16..128 tokens then run ~10x
-   * slower); 0 (default) = the tensor-core kernels' own order (differences of float
-   * rounding). No effect on a CPU context. */
+  /* Appended after the first layout (callers passing that smaller struct_size get the
+   * default). GPU: 1 = products and F32-cache attention of 2..128-token batches sum in the
+   * CPU backend's float order, so a GPU context reproduces a CPU one bit for bit (prompts of
+   * 16..128 tokens then run 3-8x slower); 0 (default) = the tensor-core kernels' own order
+   * (differences of float rounding). No effect on a CPU context. */
   int32_t cpu_float_order;
 } moe_context_params;
 
