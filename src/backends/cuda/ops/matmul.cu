@@ -34,8 +34,9 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // ---- activation rounding -------------------------------------------------------------
 
-// One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type.
-// q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0 / Q8_K, the MMQ
+// One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type other
+// than Q8_K (act_round_q8k_kernel below takes that one).
+// q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0, the MMQ
 // path) each value as int8 * block scale c: the integer into q_out[r * K + i] (int8_t if
 // q_int8, else f16 bits as uint16_t) and, per 16 elements, (c, their integer sum) into
 // s_out[r * K / 16 + i / 16]. Launched with launch_pdl; it reads and writes only after
@@ -65,35 +66,6 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *
     qv = roundf(v * id);
     c = dh;
     y = qv * dh;
-  } else if (vdt == static_cast<int>(DType::Q8_K)) {
-    // Largest magnitude, first index on ties (the reference scans with '>').
-    __shared__ float s_a[8];
-    __shared__ int s_i[8];
-    float a = fabsf(v);
-    int idx = threadIdx.x;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float a2 = __shfl_xor_sync(0xffffffffu, a, o);
-      const int i2x = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (a2 > a || (a2 == a && i2x < idx)) { a = a2; idx = i2x; }
-    }
-    if ((threadIdx.x & 31) == 0) { s_a[threadIdx.x >> 5] = a; s_i[threadIdx.x >> 5] = idx; }
-    __syncthreads();
-    a = s_a[0];
-    idx = s_i[0];
-    for (int w = 1; w < 8; ++w)
-      if (s_a[w] > a || (s_a[w] == a && s_i[w] < idx)) { a = s_a[w]; idx = s_i[w]; }
-    if (a == 0.0f) {
-      y = 0.0f;
-    } else {
-      const float mx = src[blockIdx.y * 256 + idx];
-      const float iscale = -127.0f / mx;
-      int q = __float2int_rn(iscale * v);
-      q = q < 127 ? q : 127;
-      qv = static_cast<float>(q);
-      c = 1.0f / iscale;
-      y = qv * c;
-    }
   }
   if (q_out == nullptr) {
     if (in) out[r * K + i] = y;
@@ -111,10 +83,10 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *
   if ((i & 15) == 0) s_out[r * (K / 16) + i / 16] = make_float2(c, sum);
 }
 
-// Q8_K (K % 256 == 0): the same outputs as act_round_kernel, a warp per 256-element block
-// and 4 blocks per launch block. Why: act_round_kernel's 256-thread blocks wait on a barrier
-// and a second load of the largest value; on the prompt products' inputs they took 17.7 us
-// per launch on average (session 8, pp512) for a few MB of traffic.
+// Q8_K (K % 256 == 0, as every K-quant row is): the outputs act_round_kernel describes, a warp
+// per 256-element block and 4 blocks per launch block. Why: act_round_kernel's Q8_K branch (256
+// threads per block, a barrier and a second load of the largest value) took 17.7 us per launch
+// on the prompt products' inputs (session 8, pp512) for a few MB of traffic; this takes 4.8.
 constexpr int kRoundWarps = 4;
 __global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x, int K, int64_t units, float *out, void *q_out,
                                                                          bool q_int8, float2 *s_out) {
@@ -583,7 +555,8 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
 
 void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, float *out, void *q_out, bool q_int8,
                       float2 *s_out) {
-  if (vdt == DType::Q8_K && K % 256 == 0) {
+  if (vdt == DType::Q8_K) {
+    if (K % 256 != 0) fail(Status::Internal, "CUDA activation rounding: Q8_K rows of %lld values (not a multiple of 256)", (long long)K);
     const int64_t units = rows * (K / 256);
     launch_pdl(act_round_q8k_kernel, dim3(static_cast<unsigned>((units + kRoundWarps - 1) / kRoundWarps)), dim3(kRoundWarps * 32), 0, s, x,
                static_cast<int>(K), units, out, q_out, q_int8, s_out);
