@@ -53,6 +53,16 @@ __device__ __forceinline__ const float *row_in(const TView &v, int64_t i1, int64
   return reinterpret_cast<const float *>(static_cast<const uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
 }
 
+// Row r of a chain's [n, ne1, ne2, ne3] input as (i1, i2, i3), in 32-bit math (rows are a grid
+// index); ne2 == 1 (one token's rows) skips a division.
+struct RowIdx {
+  int i1, i2, i3;
+};
+__device__ __forceinline__ RowIdx split_row(int r, int ne1, int ne2) {
+  const int r2 = r / ne1;
+  return {r - r2 * ne1, ne2 == 1 ? 0 : r2 % ne2, ne2 == 1 ? r2 : r2 / ne2};
+}
+
 // __grid_constant__: the chain is picked by a run-time index into the parameters, which
 // must not make each thread copy them to local memory.
 __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
@@ -66,9 +76,8 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   int c = 0;
   while (c + 1 < a.n && r >= static_cast<int>(a.ch[c].rows)) { r -= static_cast<int>(a.ch[c].rows); ++c; }
   const ChainDesc &d = a.ch[c];
-  const int n = static_cast<int>(d.in.ne[0]), ne1 = static_cast<int>(d.in.ne[1]), ne2 = static_cast<int>(d.in.ne[2]);
-  const int r2 = r / ne1, i1 = r - r2 * ne1;
-  const int i2 = ne2 == 1 ? 0 : r2 % ne2, i3 = ne2 == 1 ? r2 : r2 / ne2;
+  const int n = static_cast<int>(d.in.ne[0]);
+  const auto [i1, i2, i3] = split_row(r, static_cast<int>(d.in.ne[1]), static_cast<int>(d.in.ne[2]));
   // The Mul weight (a weight, so before pdl_wait): its load overlaps the previous kernel.
   float wr[kWeightRegs];
 #pragma unroll
@@ -142,8 +151,7 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
     const int r0 = static_cast<int>(d.rows * b / G), r1 = static_cast<int>(d.rows * (b + 1) / G);
     const int n = static_cast<int>(d.in.ne[0]), ne1 = static_cast<int>(d.in.ne[1]), ne2 = static_cast<int>(d.in.ne[2]);
     for (; item < r1 - r0; item += kRcWarps) {
-      const int r = r0 + item;
-      const int i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+      const auto [i1, i2, i3] = split_row(r0 + item, ne1, ne2);
       __syncwarp();  // the previous row's last reads of `row` are done
       const float *src = row_in(d.in, i1, i2, i3);
       stage_row<4>(row, src, n, lane, 32);
