@@ -149,12 +149,17 @@ template <class V> V emu_shfl_xor(V v, int m) { return emu_shfl_from(v, (threadI
 inline double __shfl_xor_sync(unsigned, double v, int m) { return emu_shfl_xor(v, m); }
 inline double __shfl_sync(unsigned, double v, int src) { return emu_shfl_from(v, src); }
 inline int __shfl_xor_sync(unsigned, int v, int m) { return emu_shfl_xor(v, m); }
+inline int __shfl_up_sync(unsigned, int v, int d) {
+  const int lane = threadIdx.x & 31;
+  return emu_shfl_from(v, lane >= d ? lane - d : lane);
+}
 inline void __syncwarp() { g_warps[threadIdx.x >> 5].bar->arrive_and_wait(); }
 inline float __ldg(const float *p) { return *p; }
 inline float4 __ldg(const float4 *p) { return *p; }
 inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicOr(unsigned *p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 inline float __ldcg(const float *p) { return *p; }
 inline float2 __ldcg(const float2 *p) { return *p; }

@@ -129,78 +129,104 @@ struct RouteTables {
   int4 *tiles;    // (expert, first entry, count, 0); count 0 = idle block
 };
 
-// Entries [base, base + kRouteIds * blockDim.x) of the ids, thread tid's kRouteIds of them
-// (entry base + u * blockDim.x + tid), all loads in flight together: this one block is a
-// latency chain, and one load round trip per entry in turn made it take ~12 us at pp512.
+// route_kernel: one block of kRouteThreads threads (>= E, checked by placement), thread e owns
+// expert slot e in the scans. Entry i = t n_used + j of ids is (token t, slot j): a thread keeps
+// one slot and steps over tokens (tokens_per_round = kRouteThreads / n_used per round, kRouteIds
+// rounds' loads in flight together), so no entry needs a division. Why this shape: session 8's
+// profile of the previous kernel (11.4 us at pp512) counted 1,750 dependent instructions per
+// warp, most of them a 9-round Hillis-Steele scan over 512 slots (two barriers a round) and two
+// divisions per entry; the scans are now warp shuffles plus one pass over 16 warp totals.
+constexpr int kRouteThreads = kCudaMaxExperts, kRouteWarps = kRouteThreads / 32;
 constexpr int kRouteIds = 8;
-__device__ __forceinline__ void load_route_ids(const int32_t *ids, int64_t ids_nb1, int n_used, int n, int base, int (&e)[kRouteIds]) {
+
+struct RouteSlot {
+  bool active;  // this thread reads ids (threads past tokens_per_round * n_used do not)
+  int j, t0, step;
+};
+__device__ __forceinline__ RouteSlot route_slot(int n_used) {
+  const int tpr = kRouteThreads / n_used, tid = static_cast<int>(threadIdx.x);
+  return {tid < tpr * n_used, tid % n_used, tid / n_used, tpr};
+}
+
+// The expert ids of this thread's kRouteIds tokens from token tb on (token tb + t0 + u step).
+__device__ __forceinline__ void load_route_ids(const int32_t *ids, int64_t ids_nb1, int T, int tb, const RouteSlot &sl, int (&e)[kRouteIds]) {
 #pragma unroll
   for (int u = 0; u < kRouteIds; ++u) {
-    const int i = base + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-    e[u] = i < n ? ids[(i / n_used) * ids_nb1 + i % n_used] : 0;
+    const int t = tb + sl.t0 + u * sl.step;
+    e[u] = sl.active && t < T ? ids[t * ids_nb1 + sl.j] : 0;
   }
 }
 
-// One block of 512 threads (>= E, checked by placement): count, scan, tile, scatter. The
-// scatter's cursors live in shared memory (global atomics cost ~1 us more per launch).
-__global__ void route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, RouteTables rt,
-                             int max_tiles, unsigned *err) {
-  __shared__ int s_cnt[kCudaMaxExperts], s_scan[kCudaMaxExperts], s_tiles[kCudaMaxExperts];
-  const int tid = threadIdx.x, step = kRouteIds * static_cast<int>(blockDim.x);
-  for (int e = tid; e < kCudaMaxExperts; e += blockDim.x) s_cnt[e] = 0;
+// Inclusive sums over the block's threads of (a, b), each thread holding one pair; also the
+// block totals. Two barriers.
+__device__ __forceinline__ void route_block_scan(int &a, int &b, int &total_b, int (*s_w)[kRouteWarps]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int ua = __shfl_up_sync(0xffffffffu, a, o), ub = __shfl_up_sync(0xffffffffu, b, o);
+    if (lane >= o) {
+      a += ua;
+      b += ub;
+    }
+  }
+  if (lane == 31) {
+    s_w[0][warp] = a;
+    s_w[1][warp] = b;
+  }
   __syncthreads();
-  const int n = n_used * T;
-  for (int base = 0; base < n; base += step) {
+  total_b = 0;
+#pragma unroll
+  for (int w = 0; w < kRouteWarps; ++w) {
+    if (w < warp) {
+      a += s_w[0][w];
+      b += s_w[1][w];
+    }
+    total_b += s_w[1][w];
+  }
+  __syncthreads();  // s_w may be reused
+}
+
+__global__ void __launch_bounds__(kRouteThreads) route_kernel(const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT,
+                                                              RouteTables rt, int max_tiles, unsigned *err) {
+  __shared__ int s_cnt[kRouteThreads];  // counts, then scatter cursors
+  __shared__ int s_w[2][kRouteWarps];
+  const int tid = threadIdx.x;
+  s_cnt[tid] = 0;
+  const RouteSlot sl = route_slot(n_used);
+  const int per_round = sl.step * kRouteIds;
+  __syncthreads();
+  for (int tb = 0; tb < T; tb += per_round) {
     int ev[kRouteIds];
-    load_route_ids(ids, ids_nb1, n_used, n, base, ev);
+    load_route_ids(ids, ids_nb1, T, tb, sl, ev);
 #pragma unroll
     for (int u = 0; u < kRouteIds; ++u) {
-      if (base + u * static_cast<int>(blockDim.x) + tid >= n) break;
+      if (!sl.active || tb + sl.t0 + u * sl.step >= T) break;
       const int e = ev[u];
       if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
       else report_bad_index(err, kKernelErrExpertId, e, E);  // left out of every tile
     }
   }
   __syncthreads();
-  // Inclusive scans of counts and tile counts (Hillis-Steele over kCudaMaxExperts slots).
-  for (int e = tid; e < kCudaMaxExperts; e += blockDim.x) {
-    s_scan[e] = s_cnt[e];
-    s_tiles[e] = (s_cnt[e] + NT - 1) / NT;
-  }
+  const int c = s_cnt[tid], nt = (c + NT - 1) / NT;  // 0 past E
+  int first = c, tile = nt, n_tiles;
+  route_block_scan(first, tile, n_tiles, s_w);
+  first -= c;  // exclusive: expert tid's first entry and tile
+  tile -= nt;
+  for (int k = 0; k < c; k += NT) rt.tiles[tile++] = make_int4(tid, first + k, min(NT, c - k), 0);
+  for (int i = n_tiles + tid; i < max_tiles; i += kRouteThreads) rt.tiles[i] = make_int4(0, 0, 0, 0);
+  s_cnt[tid] = first;  // expert tid's scatter cursor (only this thread read its count)
   __syncthreads();
-  for (int off = 1; off < kCudaMaxExperts; off <<= 1) {
-    int a[2], b[2], k = 0;
-    for (int e = tid; e < kCudaMaxExperts; e += blockDim.x, ++k) {
-      a[k] = e >= off ? s_scan[e - off] : 0;
-      b[k] = e >= off ? s_tiles[e - off] : 0;
-    }
-    __syncthreads();
-    k = 0;
-    for (int e = tid; e < kCudaMaxExperts; e += blockDim.x, ++k) { s_scan[e] += a[k]; s_tiles[e] += b[k]; }
-    __syncthreads();
-  }
-  for (int e = tid; e < E; e += blockDim.x) {
-    const int c = s_cnt[e];
-    const int start = s_scan[e] - c;
-    int tile = s_tiles[e] - (c + NT - 1) / NT;
-    s_cnt[e] = start;  // from here on: expert e's scatter cursor
-    for (int k = 0; k < c; k += NT) rt.tiles[tile++] = make_int4(e, start + k, min(NT, c - k), 0);
-  }
-  const int n_tiles = s_tiles[kCudaMaxExperts - 1];
-  for (int i = n_tiles + tid; i < max_tiles; i += blockDim.x) rt.tiles[i] = make_int4(0, 0, 0, 0);
-  __syncthreads();
-  for (int base = 0; base < n; base += step) {
+  for (int tb = 0; tb < T; tb += per_round) {
     int ev[kRouteIds];
-    load_route_ids(ids, ids_nb1, n_used, n, base, ev);
+    load_route_ids(ids, ids_nb1, T, tb, sl, ev);
 #pragma unroll
     for (int u = 0; u < kRouteIds; ++u) {
-      const int i = base + u * static_cast<int>(blockDim.x) + tid;
-      if (i >= n) break;
+      const int t = tb + sl.t0 + u * sl.step;
+      if (!sl.active || t >= T) break;
       const int e = ev[u];
       if (e < 0 || e >= E) continue;
-      const int t = i / n_used, j = i % n_used;
       const int p = atomicAdd(&s_cnt[e], 1);
-      rt.entries[p] = make_int2(X == 1 ? t : t * X + j, t * n_used + j);
+      rt.entries[p] = make_int2(X == 1 ? t : t * X + sl.j, t * n_used + sl.j);
     }
   }
 }
@@ -668,7 +694,8 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   rt.entries = reinterpret_cast<int2 *>(work + off);
   off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
   rt.tiles = reinterpret_cast<int4 *>(work + off);
-  route_kernel<<<1, 512, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
+  if (s.n_used < 1 || s.n_used > kRouteThreads) fail(Status::Unsupported, "CUDA MoE: %d experts per token (max %d)", s.n_used, kRouteThreads);
+  route_kernel<<<1, kRouteThreads, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
                                          static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles, c.ub.err);
   MOE_CUDA_LAUNCH_CHECK("route_kernel");
   if (s.mmq)
