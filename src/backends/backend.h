@@ -109,6 +109,8 @@ void set_gpu_lean_groups(bool on);
 void set_gpu_norm_tails(unsigned kinds);
 // Decode attention: at most max_ranges cell ranges of >= min_chunk cells (default 32, 64).
 void set_gpu_decode_split(int max_ranges, int min_chunk);
+// Prefill attention: cell splits until ~per_sm blocks per SM (default 2); before loading a model.
+void set_gpu_prefill_attn_blocks(int per_sm);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);

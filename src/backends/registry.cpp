@@ -60,6 +60,14 @@ void set_gpu_decode_split(int max_ranges, int min_chunk) {
 #endif
 }
 
+void set_gpu_prefill_attn_blocks(int per_sm) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_set_prefill_attn_blocks(per_sm);
+#else
+  (void)per_sm;
+#endif
+}
+
 Backend *BackendRegistry::find(const std::string &name) const {
   for (auto &b : backends_)
     if (b->info().name == name) return b.get();

@@ -24,7 +24,7 @@ static float f16r(float x) { return __half2float(__float2half_rn(x)); }
 static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
 
 // mla: K rows of hd = 576, V = their first 512 values (one KV head, F16), attention_mla.cu.
-struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla; };
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false; };
 
 namespace moe {  // comb_emu.cpp (generated from attention.cu)
 void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge);
@@ -46,6 +46,10 @@ static double run(const Cfg &c, uint32_t seed) {
     cseq[i] = r < 0.45f ? 1ull : r < 0.9f ? 2ull : 3ull;
   }
   for (int t = 0; t < c.T; ++t) { seq[t] = ud(rng) < 0.5f ? 0 : 1; pos[t] = static_cast<int>(ud(rng) * maxpos); }
+  if (c.causal) {  // one sequence, cell i at position i, the batch the last T positions: whole tiles every row sees
+    for (int i = 0; i < c.n_kv; ++i) { cpos[i] = i; cseq[i] = 1ull; }
+    for (int t = 0; t < c.T; ++t) { seq[t] = 0; pos[t] = c.n_kv - c.T + t; }
+  }
   const size_t khb = c.kt == (int)DType::F32 ? hd * 4 : c.kt == (int)DType::F16 ? hd * 2 : hd / 32 * 34;
   const size_t krb = khb * c.nkvh;
   std::vector<uint8_t> K(krb * std::max(c.n_kv, 1)), V(K.size());
@@ -177,6 +181,7 @@ int main(int argc, char **argv) {
   const int n = argc > 2 ? atoi(argv[2]) : 20;
   const bool mla_only = argc > 3 && std::strcmp(argv[3], "mla") == 0;
   const bool dec_only = argc > 3 && std::strcmp(argv[3], "dec") == 0;
+  const bool mma_only = argc > 3 && std::strcmp(argv[3], "mma") == 0;  // the tiled tensor-core kernel, half the cases causal
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
   for (int i = 0; i < n; ++i) {
@@ -186,6 +191,7 @@ int main(int argc, char **argv) {
     c.decode = dec_only || (!c.mla && i % 4 == 2);
     c.split_dec = !c.mla && !dec_only && i % 4 == 3;
     if (dec_only) c.mma = false;
+    if (mma_only) c.mla = c.decode = c.split_dec = false, c.mma = true;
     c.kt = c.mma ? (int)DType::F16 : kts[rng() % 3];
     c.hd = c.mla ? 576 : rng() % 2 ? 64 : 128;
     const int gs[] = {1, 4, 8}, mla_gs[] = {1, 3, 20};
@@ -217,12 +223,17 @@ int main(int argc, char **argv) {
       c.T = 1 + static_cast<int>(rng() % 4);
       c.n_split = 1 + static_cast<int>(rng() % 2);
     }
+    if (c.mma && !c.mla && i % (mma_only ? 2 : 8) == 0) {  // a causal prompt after a cached prefix (the prefill case)
+      c.causal = true;
+      c.n_kv = std::max(c.n_kv, 130) + c.T;
+      c.window = (i / 2) % 2 ? 70 : 0;  // 70: whole tiles outside the window, tiles inside it
+    }
     const double e = run(c, rng());
     const double tol = c.mma ? 3e-3 : c.decode || c.split_dec ? 2e-5 : 1e-5;
     const bool ok = e < tol;
     fails += !ok;
-    std::printf("%s %s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
-                c.mla ? "mla" : c.mma ? "mma" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
+    std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
+                c.mla ? "mla" : c.mma ? "mma" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
     std::fflush(stdout);
   }
   std::printf("%d failures\n", fails);

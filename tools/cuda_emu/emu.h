@@ -62,6 +62,7 @@ inline int __syncthreads_or(int p) {
   g_block_bar->arrive_and_wait();
   return g_or_result;
 }
+inline int __syncthreads_and(int p) { return !__syncthreads_or(!p); }
 inline float __shfl_xor_sync(unsigned, float v, int m) {
   const int lane = threadIdx.x & 31;
   EmuWarp &W = g_warps[threadIdx.x >> 5];
@@ -149,6 +150,7 @@ template <class V> V emu_shfl_xor(V v, int m) { return emu_shfl_from(v, (threadI
 inline double __shfl_xor_sync(unsigned, double v, int m) { return emu_shfl_xor(v, m); }
 inline double __shfl_sync(unsigned, double v, int src) { return emu_shfl_from(v, src); }
 inline int __shfl_xor_sync(unsigned, int v, int m) { return emu_shfl_xor(v, m); }
+inline unsigned long long __shfl_xor_sync(unsigned, unsigned long long v, int m) { return emu_shfl_xor(v, m); }
 inline int __shfl_up_sync(unsigned, int v, int d) {
   const int lane = threadIdx.x & 31;
   return emu_shfl_from(v, lane >= d ? lane - d : lane);

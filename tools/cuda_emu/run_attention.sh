@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the host emulation of the prefill attention kernels and checks them against a
-# float64 reference: run_attention.sh [SEED] [CASES] [mla|dec] (mla: only the MLA kernel, dec: only the grouped decode kernel). Needs g++ >= 12 (C++20) and the CUDA
+# float64 reference: run_attention.sh [SEED] [CASES] [mla|dec|mma] (mla: only the MLA kernel, dec: only the grouped decode kernel, mma: only the tiled tensor-core kernel). Needs g++ >= 12 (C++20) and the CUDA
 # headers (no GPU, no CUDA runtime library).
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)

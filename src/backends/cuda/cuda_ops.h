@@ -85,6 +85,9 @@ size_t cuda_attention_work_size(const Graph &g, const Node &n);  // split-cell p
 // Decode attention (attention_decode.cu), process-wide, set before graphs are captured: at most
 // max_ranges (1..64, default 32) cell ranges of at least min_chunk cells (default 64) per launch.
 void cuda_set_decode_split(int max_ranges, int min_chunk);
+// Prefill attention (tiled kernels), process-wide, set before a model is loaded (it sizes the
+// planned scratch): the cells are split until there are ~per_sm blocks per SM (1..16, default 2).
+void cuda_set_prefill_attn_blocks(int per_sm);
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);

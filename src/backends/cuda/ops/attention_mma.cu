@@ -14,6 +14,8 @@
 // matrix m; register m of a lane holds row g, columns 2q..2q+1 of matrix m, or with .trans
 // rows 2q..2q+1 of column g): K rows are cells, so q K^T needs K as stored; V rows are cells
 // too, so P V needs the transpose.
+#include <climits>
+
 #include "backends/cuda/ops/attention.cuh"
 
 namespace moe {
@@ -71,6 +73,21 @@ __device__ __forceinline__ void load_tile_async(__half (*s)[LDH], const uint8_t 
   cp_async_commit();
 }
 
+// What a block's rows are, for testing whole tiles: the least and greatest position of its
+// used rows and the union of their sequence bits (rows past the batch: none).
+struct RowSpan {
+  int pmin, pmax;
+  unsigned long long seqs;
+};
+
+// Cell c of the split [.., c_end) for the tile tests (threads 0..kCells-1): whether some row
+// of the block may see it (conservative: true for every cell a row sees) and whether every
+// row sees it (then the tile needs no per-element mask).
+__device__ __forceinline__ void cell_tests(int cp, unsigned long long cs, const RowSpan &r, int window, bool &maybe, bool &all) {
+  maybe = cp >= 0 && (cs & r.seqs) != 0 && cp <= r.pmax && (window <= 0 || r.pmin - cp < window);
+  all = cp >= 0 && (cs & r.seqs) == r.seqs && cp <= r.pmin && (window <= 0 || r.pmax - cp < window);
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
                                                                   float *part) {
@@ -78,13 +95,16 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   constexpr int KS = HD / 16;     // k-steps of q K^T
   constexpr int NB = kCells / 8;  // score column blocks (8 cells)
   constexpr int ND = HD / 8;      // output column blocks (8 dims)
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   static_assert(KS % 2 == 0 && ND % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
+  static_assert(kRows == 2 * 32 && kCells <= kThreads, "two warps reduce the rows; a thread per cell");
   __shared__ __align__(16) __half s_k[kCells][LDH];
   __shared__ __align__(16) __half s_v[kCells][LDH];
-  __shared__ int s_cpos[kCells];
-  __shared__ unsigned long long s_cseq[kCells];
-  __shared__ int s_rpos[kRows];
-  __shared__ unsigned long long s_rbit[kRows];
+  // Cell positions and sequences of the tile being computed and of the next one (two stages:
+  // the next tile is tested and its K requested while this one's softmax still reads its own).
+  __shared__ int s_cpos[2][kCells];
+  __shared__ unsigned long long s_cseq[2][kCells];
+  __shared__ RowSpan s_span[2];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -94,11 +114,19 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   const int r0 = blockIdx.x * kRows;
 
   // Row r of the tile is (token (r0 + r) / group, head hk * group + (r0 + r) % group).
+  // Warps 0 and 1 fold their 32 rows each into a RowSpan.
   if (tid < kRows) {
     const int gr = r0 + tid;
     const bool ok = gr < rows;
-    s_rpos[tid] = ok ? ub.pos[gr / group] : -1;
-    s_rbit[tid] = ok ? 1ull << ub.seq[gr / group] : 0ull;  // 0: sees nothing
+    int pmin = ok ? ub.pos[gr / group] : INT_MAX, pmax = ok ? pmin : INT_MIN;
+    unsigned long long seqs = ok ? 1ull << ub.seq[gr / group] : 0ull;
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+      pmin = min(pmin, __shfl_xor_sync(0xffffffffu, pmin, m));
+      pmax = max(pmax, __shfl_xor_sync(0xffffffffu, pmax, m));
+      seqs |= __shfl_xor_sync(0xffffffffu, seqs, m);
+    }
+    if (lane == 0) s_span[warp] = RowSpan{pmin, pmax, seqs};
   }
   // This thread's fragment rows: g and g + 8 of its warp's 16.
   int rpos[2];
@@ -124,36 +152,52 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     qa[ks][2] = pack_f16(qat(0, d + 8), qat(0, d + 9));
     qa[ks][3] = pack_f16(qat(1, d + 8), qat(1, d + 9));
   }
+  __syncthreads();  // s_span
+  const RowSpan span{min(s_span[0].pmin, s_span[1].pmin), max(s_span[0].pmax, s_span[1].pmax), s_span[0].seqs | s_span[1].seqs};
 
   float o[ND][4];
 #pragma unroll
   for (int nd = 0; nd < ND; ++nd)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[nd][e] = 0.0f;
+  // Running max (log2 units: scores are scaled by scale * log2(e) so exp2 gives the softmax)
+  // and this thread's share of the row sums (its 2 columns per block).
   float M[2] = {-INFINITY, -INFINITY};
-  float S[2] = {0.0f, 0.0f};  // this thread's share of the row sums (its 2 columns per block)
+  float S[2] = {0.0f, 0.0f};
+  const float scale2 = a.scale * kLog2e;
 
   const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb;
   int c_begin, c_end;
   attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
-  for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
-    __syncthreads();  // the previous tile's readers are done (first pass: publishes s_rpos, s_rbit)
-    if (tid < kCells) {
-      const int c = c0 + tid;
-      s_cpos[tid] = c < c_end ? ub.cell_pos[c] : -1;
-      s_cseq[tid] = c < c_end ? ub.cell_seq[c] : 0ull;
+  // The first tile from `from` on that some row may see, its cells in stage st (block-wide;
+  // c_end when none). `full`: every row sees every cell.
+  auto next_tile = [&](int from, int st, bool &full) {
+    for (int c0 = from; c0 < c_end; c0 += kCells) {
+      bool maybe = false, all = false;
+      if (tid < kCells) {
+        const int c = c0 + tid;
+        const int cp = c < c_end ? ub.cell_pos[c] : -1;
+        const unsigned long long cs = c < c_end ? ub.cell_seq[c] : 0ull;
+        s_cpos[st][tid] = cp;
+        s_cseq[st][tid] = cs;
+        cell_tests(cp, cs, span, a.window, maybe, all);
+      }
+      full = __syncthreads_and(all || tid >= kCells);
+      if (__syncthreads_or(maybe)) return c0;
     }
-    __syncthreads();
-    bool any = false;
-    for (int e = tid; e < kRows * kCells && !any; e += kThreads) {
-      const int r = e / kCells, j = e % kCells;
-      any = attn_visible(s_cpos[j], s_cseq[j], s_rbit[r], s_rpos[r], a.window);
-    }
-    if (!__syncthreads_or(any)) continue;  // uniform: no row sees this tile
+    return c_end;
+  };
 
-    // V arrives while the scores and the softmax are computed.
-    load_tile_async<HD, LDH>(s_k, kbase, a.krb, c0, s_cpos);
-    load_tile_async<HD, LDH>(s_v, vbase, a.vrb, c0, s_cpos);
+  // Loads overlap compute: the next tile's K is requested once this tile's scores are done
+  // (s_k free), its V once this tile's P V is done (s_v free). Every step commits one group
+  // (empty when there is nothing to load), so cp_async_wait<1> always means "all but the
+  // newest": K of this tile at the top, V of this tile before P V.
+  int st = 0;
+  bool full;
+  int cur = next_tile(c_begin, 0, full);
+  if (cur < c_end) load_tile_async<HD, LDH>(s_k, kbase, a.krb, cur, s_cpos[0]);
+  if (cur < c_end) load_tile_async<HD, LDH>(s_v, vbase, a.vrb, cur, s_cpos[0]);
+  while (cur < c_end) {
     cp_async_wait<1>();  // this thread's K copies are done
     __syncthreads();     // ... and everyone's
 
@@ -173,25 +217,41 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
         mma_f16(s[nb], qa[ks + 1], b[2], b[3]);
       }
 
+    // The next tile (its barriers also mean every warp is done reading s_k).
+    bool full_next = false;
+    const int nxt = next_tile(cur + kCells, st ^ 1, full_next);
+    if (nxt < c_end) load_tile_async<HD, LDH>(s_k, kbase, a.krb, nxt, s_cpos[st ^ 1]);
+    else cp_async_commit();
+
     // Scale and mask (f32), then the online softmax of rows g (i = 0) and g + 8 (i = 1);
-    // the 4 lanes of a quad hold the same two rows.
+    // the 4 lanes of a quad hold the same two rows. A tile every row sees needs no mask.
     float mx[2] = {-INFINITY, -INFINITY};
+    if (full) {
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
+      for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1, j = nb * 8 + 2 * tq + (e & 1);
-        const float v = attn_visible(s_cpos[j], s_cseq[j], rbit[i], rpos[i], a.window) ? s[nb][e] * a.scale : -INFINITY;
-        s[nb][e] = v;
-        mx[i] = fmaxf(mx[i], v);
-      }
+        for (int e = 0; e < 4; ++e) {
+          s[nb][e] *= scale2;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[nb][e]);
+        }
+    } else {
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1, j = nb * 8 + 2 * tq + (e & 1);
+          const float v = attn_visible(s_cpos[st][j], s_cseq[st][j], rbit[i], rpos[i], a.window) ? s[nb][e] * scale2 : -INFINITY;
+          s[nb][e] = v;
+          mx[i] = fmaxf(mx[i], v);
+        }
+    }
     float corr[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
       const float newM = fmaxf(M[i], mx[i]);
-      corr[i] = newM == -INFINITY ? 1.0f : expf(M[i] - newM);  // 0 when M was -inf
+      corr[i] = newM == -INFINITY ? 1.0f : exp2f(M[i] - newM);  // 0 when M was -inf
       M[i] = newM;
       S[i] *= corr[i];
     }
@@ -200,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e >> 1;
-        const float p = s[nb][e] == -INFINITY ? 0.0f : expf(s[nb][e] - M[i]);
+        const float p = s[nb][e] == -INFINITY ? 0.0f : exp2f(s[nb][e] - M[i]);
         s[nb][e] = p;
         S[i] += p;
       }
@@ -212,8 +272,8 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       o[nd][3] *= corr[1];
     }
 
-    cp_async_wait<0>();
-    __syncthreads();  // V tile complete
+    cp_async_wait<1>();  // this thread's V copies are done
+    __syncthreads();     // ... and everyone's
     // O += P V: the S fragments of cell blocks 2kc and 2kc + 1 are the A fragment of k-step kc.
 #pragma unroll
     for (int kc = 0; kc < kCells / 16; ++kc) {
@@ -229,12 +289,19 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
         mma_f16(o[nd + 1], pa, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp is done reading s_v
+    if (nxt < c_end) load_tile_async<HD, LDH>(s_v, vbase, a.vrb, nxt, s_cpos[st ^ 1]);
+    else cp_async_commit();
+    cur = nxt;
+    full = full_next;
+    st ^= 1;
   }
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     S[i] += __shfl_xor_sync(0xffffffffu, S[i], 1);
     S[i] += __shfl_xor_sync(0xffffffffu, S[i], 2);
+    M[i] *= kLn2;  // back to natural units for the combine and the sinks
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
