@@ -32,7 +32,7 @@ else()
 endif()
 set(MOEINFER_PC_LIBS_PRIVATE "-lpthread")
 if(MOEINFER_HAVE_CUDA)
-  string(APPEND MOEINFER_PC_LIBS_PRIVATE " -lcudart -lcublas")
+  string(APPEND MOEINFER_PC_LIBS_PRIVATE " -lcudart -ldl")  # cuBLAS: dlopen at run time
 endif()
 if(BUILD_SHARED_LIBS)
   set(MOEINFER_PC_LIBS "-L\${libdir} -lmoeinfer")

@@ -51,6 +51,8 @@ void usage(FILE *out) {
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
                "  --decode-split R,C   GPU decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
                "  --prefill-attn-blocks N  GPU prefill attention: split cells until ~N blocks per SM (default 2)\n"
+               "  --blas-min-tokens N  GPU: dense quantized products of >= N tokens on cuBLAS over f16 weights (default 256,\n"
+               "                       0 never: the int8 MMQ)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
@@ -212,6 +214,8 @@ int cmd_bench(int argc, char **argv) {
     }
     else if (a == "--prefill-attn-blocks")
       moe::set_gpu_prefill_attn_blocks(int(cli::to_int(cli::value(argc, argv, i), "--prefill-attn-blocks")));
+    else if (a == "--blas-min-tokens")
+      moe::set_gpu_blas_min_tokens(int(cli::to_int(cli::value(argc, argv, i), "--blas-min-tokens")));
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));

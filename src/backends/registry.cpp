@@ -68,6 +68,14 @@ void set_gpu_prefill_attn_blocks(int per_sm) {
 #endif
 }
 
+void set_gpu_blas_min_tokens(int tokens) {
+#ifdef MOEINFER_WITH_CUDA
+  cuda_set_blas_min_tokens(tokens);
+#else
+  (void)tokens;
+#endif
+}
+
 Backend *BackendRegistry::find(const std::string &name) const {
   for (auto &b : backends_)
     if (b->info().name == name) return b.get();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_blas.h"
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_kernel_errors.h"
 #include "backends/cuda/cuda_ops.h"
@@ -85,6 +86,7 @@ public:
   explicit CudaExecutor(CudaBackend &be) : be_(be) {
     be_.set_current();
     errors_.allocate(be_.stream());  // here, not in a decode: one small allocation per context
+    blas_ = cuda_blas_create(be_.stream());  // null without cuBLAS: prompt products stay on the int8 MMQ
   }
   ~CudaExecutor() override {
     (void)cudaSetDevice(be_.device());
@@ -98,6 +100,7 @@ public:
     if (ub_dev_) (void)cudaFree(ub_dev_);
     if (sync_dev_) (void)cudaFree(sync_dev_);
     for (cudaEvent_t e : prof_ev_) (void)cudaEventDestroy(e);
+    cuda_blas_destroy(blas_);
   }
 
   void set_graphs_enabled(bool on) override { graphs_ = on; }
@@ -273,14 +276,14 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
-        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
+        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
         if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
-      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm()};
+      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
     }
@@ -407,6 +410,7 @@ private:
   const FusionPlan *fusion_ = nullptr;  // this pass's plan, once looked up
   KvCache *kv_ = nullptr;
   void *ub_dev_ = nullptr;
+  void *blas_ = nullptr;  // cuBLAS handle on be_.stream(), or null
   unsigned *sync_dev_ = nullptr;
   int carried_ = -1;  // the group whose norm tail starts the next range (launched by the previous launch() of the pass), or -1
   size_t ub_cap_ = 0;

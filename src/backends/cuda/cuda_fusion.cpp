@@ -524,7 +524,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
   }
   // Unfused: the members in their own order (the group is consecutive, so this is the
   // original schedule).
-  for (int m : grp.members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(m), c.ub, c.kv, c.n_sm});
+  for (int m : grp.members) cuda_run_node(c.with_node(c.g.node(m)));
 }
 
 }  // namespace moe

@@ -56,7 +56,9 @@ struct CudaOpCtx {
   DevUbatch ub;
   KvCache *kv;
   int n_sm;
+  void *blas = nullptr;  // the executor's cuBLAS handle (cuda_blas.h); null: none
   const Node &src(int k) const { return g.node(n.src[k]); }
+  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, blas}; }
 };
 
 TView tview(const Node &n);
@@ -88,6 +90,10 @@ void cuda_set_decode_split(int max_ranges, int min_chunk);
 // Prefill attention (tiled kernels), process-wide, set before a model is loaded (it sizes the
 // planned scratch): the cells are split until there are ~per_sm blocks per SM (1..16, default 2).
 void cuda_set_prefill_attn_blocks(int per_sm);
+// Dense quantized products of at least `tokens` columns dequantize their weights to f16 and
+// run on cuBLAS (ops/matmul_blas.h); 0: never (the int8 MMQ). Process-wide, before a model is
+// loaded (it sizes the planned scratch).
+void cuda_set_blas_min_tokens(int tokens);
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);

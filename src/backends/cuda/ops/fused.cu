@@ -498,7 +498,7 @@ void sigmoid_router_args(const CudaOpCtx &c, const FusedGroup &grp, size_t p, Ro
 }
 
 void run_nodes(const CudaOpCtx &c, const FusedGroup &grp, size_t n) {
-  for (size_t k = 0; k < n; ++k) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(grp.members[k]), c.ub, c.kv, c.n_sm});
+  for (size_t k = 0; k < n; ++k) cuda_run_node(c.with_node(c.g.node(grp.members[k])));
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 // expert) is computed on the device; all active experts run in the same launch and the
 // host never learns which experts were chosen.
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_blas.h"
 #include "backends/cuda/ops/act_round_warp.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
+#include "backends/cuda/ops/matmul_blas.h"
 #include "backends/cuda/ops/matmul_f32.h"
 #include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
@@ -19,6 +21,7 @@
 #include "backends/cuda/ops/quant.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 namespace moe {
 
@@ -495,7 +498,14 @@ struct MatmulShape {
   bool ref;     // Q4_K / Q5_K / Q6_K / Q8_0 on the f32 tile kernel's shapes: matmul_ref_order.cu
                 // instead (the CPU's float order; int8 activations like the int8 MMQ)
   bool ref_f32; // dense F32 on those shapes: matmul_ref_order.cu too (f32 activations)
+  bool blas;    // dense quantized, many columns: f16 dequantization + cuBLAS (matmul_blas.h) when
+                // the executor has a handle, else the int8 MMQ above
 };
+
+// cuda_set_blas_min_tokens; weights above kBlasMaxWeightBytes as f16 (an LM head asked for
+// every position's logits) stay on the MMQ rather than take that much scratch.
+std::atomic<int> g_blas_min_tokens{256};
+constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
@@ -533,6 +543,9 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
+  const int blas_min = g_blas_min_tokens.load();
+  s.blas = n.op == Op::MatMul && s.mmq && blas_min > 0 && s.rows >= blas_min && cuda_blas_weight_type(w.type) &&
+           s.M * s.K * 2 <= kBlasMaxWeightBytes;
   return s;
 }
 
@@ -550,6 +563,10 @@ size_t act_scratch_bytes(const MatmulShape &s) {
 // the activation scratch. The work buffer is planned for an H200's SMs; fewer splits fit
 // any device.
 constexpr int kPlannedSms = 132;
+// The cuBLAS path's scratch: the f16 weights, then the f16 activations.
+size_t blas_w_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.M * s.K) * 2); }
+size_t blas_scratch_bytes(const MatmulShape &s) { return blas_w_bytes(s) + align256(static_cast<size_t>(s.rows * s.K) * 2); }
+
 size_t split_part_bytes(const MatmulShape &s, int splits) {
   return splits > 1 ? align256(static_cast<size_t>(splits) * static_cast<size_t>(s.rows * s.M) * 4) : 0;
 }
@@ -559,6 +576,8 @@ int dense_k_splits(const MatmulShape &s, int n_sm) {
 }
 
 }  // namespace
+
+void cuda_set_blas_min_tokens(int tokens) { g_blas_min_tokens.store(std::max(tokens, 0)); }
 
 bool cuda_matmul_type_supported(DType t) {
   switch (t) {
@@ -572,6 +591,7 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   const MatmulShape s = shape_of(g, n);
   size_t bytes = act_scratch_bytes(s);
   if (n.op == Op::MatMul) bytes += split_part_bytes(s, dense_k_splits(s, kPlannedSms));
+  if (s.blas) bytes = std::max(bytes, blas_scratch_bytes(s));  // either path may run (no handle: the MMQ)
   if (n.op == Op::MatMulId) {
     bytes += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
@@ -639,6 +659,15 @@ void cuda_op_matmul(const CudaOpCtx &c) {
   // One column (decode): rounding inside the mat-vec, no extra launch (ops/matvec.cu).
   if (s.NT == 1 && cuda_matvec(c)) return;
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  if (s.blas && c.blas && c.n.work && c.n.work_size >= blas_scratch_bytes(s)) {
+    __half *W16 = static_cast<__half *>(c.n.work);
+    __half *X16 = reinterpret_cast<__half *>(static_cast<uint8_t *>(c.n.work) + blas_w_bytes(s));
+    launch_dequant_f16(w.type, c.stream, W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), W16);
+    launch_rows_to_f16(c.stream, tview(x), s.rows, static_cast<int>(s.K), X16);
+    cuda_blas_gemm_f16(c.blas, static_cast<int>(s.M), static_cast<int>(s.rows), static_cast<int>(s.K), W16, static_cast<int>(s.K), X16,
+                       static_cast<int>(s.K), static_cast<float *>(c.n.data), static_cast<int>(s.M));
+    return;
+  }
   float *Y = static_cast<float *>(c.n.data);
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
   uint8_t *work = static_cast<uint8_t *>(c.n.work);

@@ -1128,7 +1128,7 @@ bool one_token_ok(const Graph &g, const Node &mm) {
 // Unfused fallback of a group: its members in their original order.
 void run_members(const CudaOpCtx &c, std::initializer_list<const Node *> members) {
   for (const Node *m : members)
-    if (m) cuda_run_node(CudaOpCtx{c.stream, c.g, *m, c.ub, c.kv, c.n_sm});
+    if (m) cuda_run_node(c.with_node(*m));
 }
 
 const float *f32_data(const Node &n) { return static_cast<const float *>(n.data); }
@@ -1203,7 +1203,7 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
                             static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
   if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.stream))
-    for (int id : members) cuda_run_node(CudaOpCtx{c.stream, c.g, c.g.node(id), c.ub, c.kv, c.n_sm});
+    for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, const Node *norm, const Node *mul) {

@@ -1,0 +1,79 @@
+// The f16 conversions of the cuBLAS prompt path (matmul_blas.h). Both launch with PDL:
+// every load and store after pdl_wait.
+#include "backends/cuda/ops/matmul_blas.h"
+
+#include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/quant.cuh"
+
+namespace moe {
+
+namespace {
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+// A thread per 32-weight sub-block (unit u = row * K / 32 + sub-block): 64 bytes of f16 out.
+template <DType T> __global__ void dequant_f16_kernel(const uint8_t *W, int64_t row_bytes, int K, int64_t units, __half *W16) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= units) return;
+  const int per_row = K / 32;
+  const int64_t m = u / per_row;
+  const int sb = static_cast<int>(u - m * per_row);
+  float w[32];
+  dequant32<T>(W + m * row_bytes, sb, w);
+  uint4 *o = reinterpret_cast<uint4 *>(W16 + m * K + 32 * sb);
+#pragma unroll
+  for (int v = 0; v < 4; ++v)
+    o[v] = make_uint4(pack_half2(w[8 * v], w[8 * v + 1]), pack_half2(w[8 * v + 2], w[8 * v + 3]), pack_half2(w[8 * v + 4], w[8 * v + 5]),
+                      pack_half2(w[8 * v + 6], w[8 * v + 7]));
+}
+
+// Block (row, chunk of 2048 values), 8 values per thread.
+__global__ void rows_to_f16_kernel(TView x, int K, __half *X16) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x;
+  const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
+  if (i >= K) return;
+  const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]) + i;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = src[j];
+  *reinterpret_cast<uint4 *>(X16 + r * K + i) = make_uint4(pack_half2(v[0], v[1]), pack_half2(v[2], v[3]), pack_half2(v[4], v[5]), pack_half2(v[6], v[7]));
+}
+
+}  // namespace
+
+#define MOE_BLAS_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+
+bool cuda_blas_weight_type(DType t) {
+  switch (t) {
+#define MOE_BLAS_YES(TY) case TY:
+    MOE_BLAS_TYPES(MOE_BLAS_YES) return true;
+#undef MOE_BLAS_YES
+    default: return false;
+  }
+}
+
+void launch_dequant_f16(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16) {
+  const int64_t units = static_cast<int64_t>(M) * (K / 32);
+  const dim3 grid(static_cast<unsigned>((units + 255) / 256));
+  switch (t) {
+#define MOE_BLAS_CASE(TY)                                                               \
+  case TY: launch_pdl(dequant_f16_kernel<TY>, grid, dim3(256), 0, s, W, row_bytes, K, units, W16); break;
+    MOE_BLAS_TYPES(MOE_BLAS_CASE)
+#undef MOE_BLAS_CASE
+    default: fail(Status::Internal, "CUDA f16 dequantization: type %s not dispatched", dtype_name(t));
+  }
+}
+
+void launch_rows_to_f16(cudaStream_t s, const TView &x, int64_t rows, int K, __half *X16) {
+  launch_pdl(rows_to_f16_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>((K / 8 + 255) / 256)), dim3(256), 0, s, x, K, X16);
+}
+
+}  // namespace moe
