@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,12 @@ struct TensorCoreBatches {
 #else
 struct TensorCoreBatches {};
 #endif
+// Dense quantized products of >= tokens columns on cuBLAS (0: none) while it lives; plans
+// made inside it are sized for that choice.
+struct BlasMinTokens {
+  explicit BlasMinTokens(int tokens) { moe::set_gpu_blas_min_tokens(tokens); }
+  ~BlasMinTokens() { moe::set_gpu_blas_min_tokens(256); }
+};
 
 using namespace moe;
 using moe_test::as_f32;
@@ -79,6 +86,36 @@ bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t 
   auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
   auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
   return close_to_cpu(r_gpu[0], r_cpu[0], tol);
+}
+
+// A dense K x M product of type t on N columns on the GPU against float64 sums of the CPU's
+// dequantized weights and the f32 inputs (relative error of the whole output).
+double dense_vs_f64(Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
+  auto xv = randn(static_cast<size_t>(K * N), seed + 1);
+  Graph g;
+  const int x = g.input("x", DType::F32, {K, N});
+  const int y = g.matmul(g.weight(w), x);
+  g.mark_output(y, "y");
+  auto r = run_on(gpu, std::move(g), {in(x, xv)}, {y});
+  const size_t rb = row_size(t, K);
+  std::vector<float> wd(static_cast<size_t>(K * M));
+  for (int64_t m = 0; m < M; ++m) dequantize_row(t, w->data + static_cast<size_t>(m) * rb, wd.data() + m * K, K);
+  std::vector<double> ref(static_cast<size_t>(M * N));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(wd[static_cast<size_t>(m * K + k)]) * xv[static_cast<size_t>(n * K + k)];
+      ref[static_cast<size_t>(n * M + m)] = s;
+    }
+  const std::vector<float> got = as_f32(r[0]);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
 }
 
 // T tokens, each routed to k distinct experts of E.
@@ -129,11 +166,35 @@ TEST_CASE("cuda op: matmul matches the CPU for every weight type, odd shapes, ba
   CHECK(dense_case(reg, *gpu, DType::F32, 24, 65, 70, 81));
 }
 
+// Dense quantized products of >= 256 columns (prompts) take cuBLAS over f16-dequantized weights
+// (ops/matmul_blas.h): f16 weights and activations, f32 sums. Against float64 they must be as
+// close as f16 rounding allows; against the CPU (Q8_K / Q8_0 activations) within that rounding.
+TEST_CASE("cuda op: dense quantized products on cuBLAS (>= 256 columns), every block type", "[ops][cuda][mma]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const BlasMinTokens blas(256);
+  uint32_t seed = 900;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (auto kmn : {std::array<int64_t, 3>{2048, 130, 256}, std::array<int64_t, 3>{768, 203, 300}, std::array<int64_t, 3>{512, 64, 512}}) {
+      INFO("type " << dtype_name(t) << " K=" << kmn[0] << " M=" << kmn[1] << " N=" << kmn[2]);
+      const double e = dense_vs_f64(*gpu, t, kmn[0], kmn[1], kmn[2], seed);
+      UNSCOPED_INFO("relative error against float64 " << e);
+      CHECK(e < 2e-3);
+      CHECK(dense_case(reg, *gpu, t, kmn[0], kmn[1], kmn[2], seed, 2e-2));
+      seed += 2;
+    }
+  // Below the threshold the same product stays on the int8 MMQ: bit-level agreement with the
+  // CPU's Q8_K products (1e-4), which the f16 path cannot reach; this shows the switch works.
+  CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 130, 255, seed, 1e-4));
+}
+
 TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd shapes, real shapes", "[ops][cuda][mma]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   const TensorCoreBatches tc_batches;
+  const BlasMinTokens int8_only(0);  // this case checks the int8 MMQ; the cuBLAS path has its own below
   // M = 203: a partial 128-row tile; K odd: a partial 64-wide K step (and for plain types a
   // K that is not a multiple of 8, off the 16-byte load path).
   dense_sweep(reg, *gpu, {16, 77, 512}, 128, 203, 500);
