@@ -8,7 +8,6 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -176,38 +175,21 @@ template <class K, class... Args> void launch_pdl(K kernel, dim3 grid, dim3 bloc
   emu_launch(grid, static_cast<int>(block.x), kernel, args...);
 }
 
-// Blocks run in grid order (x fastest), or as EMU_BLOCK_ORDER says: "reverse", or "shuffle"
-// (a fixed pseudo-random order), for kernels whose last block to finish does something.
-inline std::vector<uint3> emu_block_order(dim3 grid) {
-  std::vector<uint3> order;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) order.push_back(make_uint3(x, y, z));
-  const char *e = std::getenv("EMU_BLOCK_ORDER");
-  if (e && std::strcmp(e, "reverse") == 0) std::reverse(order.begin(), order.end());
-  if (e && std::strcmp(e, "shuffle") == 0) {
-    uint32_t h = 12345;  // a fixed LCG: the same order every run
-    for (size_t i = order.size(); i > 1; --i) {
-      h = h * 1664525u + 1013904223u;
-      std::swap(order[i - 1], order[(h >> 8) % i]);
-    }
-  }
-  return order;
-}
-
 template <class K, class... Args> void emu_launch(dim3 grid, int threads, K kernel, Args... args) {
   gridDim = grid;
   blockDim = dim3(static_cast<unsigned>(threads));
-  for (const uint3 b : emu_block_order(grid)) {
-    g_block_bar = std::make_unique<std::barrier<OrCompletion>>(threads, OrCompletion{});
-    for (int w = 0; w < threads / 32; ++w) g_warps[w].bar = std::make_unique<std::barrier<>>(32);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([=] {
-        threadIdx = make_uint3(static_cast<unsigned>(t), 0, 0);
-        blockIdx = b;
-        kernel(args...);
-      });
-    for (auto &t : ts) t.join();
-  }
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        g_block_bar = std::make_unique<std::barrier<OrCompletion>>(threads, OrCompletion{});
+        for (int w = 0; w < threads / 32; ++w) g_warps[w].bar = std::make_unique<std::barrier<>>(32);
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t)
+          ts.emplace_back([=] {
+            threadIdx = make_uint3(static_cast<unsigned>(t), 0, 0);
+            blockIdx = make_uint3(x, y, z);
+            kernel(args...);
+          });
+        for (auto &t : ts) t.join();
+      }
 }

@@ -2,9 +2,7 @@
 # Builds the host emulation of the int8 MMQ kernel and checks it against a float64 product:
 # run_mmq.sh [SEED [TYPE]] (TYPE: only that type's cases, e.g. Q4_K), and bit for bit against the kernel of revision OLD. Needs g++ >= 12 (C++20) and the CUDA headers (no GPU, no CUDA runtime
 # library). SANITIZE=1 adds AddressSanitizer (out-of-bounds weight reads). Runs twice: as
-# is, then with warp 1 lagging (EMU_LAG_WARP, emu_int8.h) to expose barrier misplacement and
-# the blocks in a shuffled order (EMU_BLOCK_ORDER, emu.h: any split block of a tile may be
-# the last, which sums the K splits).
+# is, then with warp 1 lagging (EMU_LAG_WARP, emu_int8.h) to expose barrier misplacement.
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -20,4 +18,4 @@ SAN=""
 g++ -std=c++20 -O1 $SAN -include "$HERE/emu.h" -I"$OUT/inc" -I"$OUT" -I"$HERE" -I"$CUDA_INC" -I"$REPO/src" -I"$REPO/include" \
   -DMOEINFER_WITH_CUDA=1 -DMMQ_I8_OLD=1 "$HERE/mmq_i8_check.cpp" -pthread -o "$OUT/mmq_i8_check"
 "$OUT/mmq_i8_check" "${1:-1}" $2
-EMU_LAG_WARP=1 EMU_BLOCK_ORDER=shuffle "$OUT/mmq_i8_check" "${1:-1}" $2
+EMU_LAG_WARP=1 "$OUT/mmq_i8_check" "${1:-1}" $2

@@ -693,14 +693,15 @@ void cuda_op_matmul(const CudaOpCtx &c) {
       const int splits = fitted_k_splits(s, c);
       float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : nullptr;
       launch_mmq_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, ncols, nullptr, nullptr,
-                        n_col_tiles, part, splits, c.ub.sync);
+                        n_col_tiles, part, splits);
     } else if (s.mma) {
       launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
                         n_col_tiles);
     } else if (s.sgemm) {
       const int splits = fitted_k_splits(s, c);
-      float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : nullptr;
-      launch_sgemm_f32(W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), xr, ncols, Y, part, splits, c.ub.sync, c.stream);
+      float *part = splits > 1 ? reinterpret_cast<float *>(work + act_scratch_bytes(s)) : Y;
+      const int nz = launch_sgemm_f32(W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), xr, ncols, part, splits, c.stream);
+      if (nz > 1) launch_sum_k_splits(part, static_cast<int64_t>(ncols) * s.M, nz, Y, c.stream);
     } else if (s.ref_f32) {
       // The CPU's batched F32 GEMM takes K % 16 == 0 and M % 4 == 0 (ref_order_path), else its vec_dot.
       launch_mmv_ref_f32(c.stream, reinterpret_cast<const float *>(W), static_cast<int64_t>(w.nb[1] / 4), static_cast<int>(s.K),

@@ -1,15 +1,10 @@
 // F32 weights times many columns (MoE routers at T > 1: 2048 x 128 at 512 tokens took 77 us
 // on the one-warp-per-row kernel, 3.5 TFLOP/s). A register-tiled FMA GEMM: a block computes
 // 64 weight rows x 64 columns, each thread 4 x 4 outputs from 16-deep shared-memory tiles.
-// A router has few output tiles (2 x 8), so K is split over grid.z into partial sums added
-// in split order (by the last split block of each tile, k_split_sum.cuh, or a second
-// launch). Every partial runs over k in order inside one thread, so results are
-// deterministic; they differ from the CPU's lane order only by f32 rounding.
+// A router has few output tiles (2 x 8), so K is split over grid.z into partial sums that
+// the caller adds in split order. Every partial runs over k in order inside one thread, so
+// results are deterministic; they differ from the CPU's lane order only by f32 rounding.
 #include "backends/cuda/ops/matmul_f32.h"
-
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/ops/k_split_sum.cuh"
-#include "backends/cuda/ops/matmul_mma.h"
 
 namespace moe {
 namespace {
@@ -17,11 +12,9 @@ namespace {
 constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256;
 
 // W: M rows of K floats, row_bytes apart. X: N rows of K floats, contiguous. Out: split z
-// writes out[z N M + n M + m] for k in [z k_len, (z + 1) k_len); with ks.ctr, the last split
-// block of each tile adds them into ks.y. Launched without PDL: every earlier kernel has
-// finished (its counters back at zero) when it starts.
+// writes out[z N M + n M + m] for k in [z k_len, (z + 1) k_len).
 __global__ void __launch_bounds__(kThreads) sgemm_f32_kernel(const uint8_t *W, int64_t row_bytes, int K, int M,
-                                                             const float *X, int N, float *out, int k_len, KSplitSum ks) {
+                                                             const float *X, int N, float *out, int k_len) {
   __shared__ __align__(16) float ws[kBK][kBM + 4];  // + 4: rows stay 16-byte aligned, stores spread over banks
   __shared__ __align__(16) float xs[kBK][kBN + 4];
   const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
@@ -61,7 +54,6 @@ __global__ void __launch_bounds__(kThreads) sgemm_f32_kernel(const uint8_t *W, i
     for (int i = 0; i < 4; ++i)
       if (m0 + 4 * tm + i < M) o[static_cast<int64_t>(n) * M + m0 + 4 * tm + i] = acc[i][j];
   }
-  if (ks.ctr) k_split_sum_last<kBM, kBN, kThreads>(ks, out, static_cast<int64_t>(N) * M, M, m0, n0, min(kBN, N - n0));
 }
 
 }  // namespace
@@ -73,18 +65,15 @@ int sgemm_f32_splits(int64_t K, int64_t M, int64_t N, int n_sm) {
   return static_cast<int>(s < 1 ? 1 : s > 16 ? 16 : s);
 }
 
-void launch_sgemm_f32(const uint8_t *W, int64_t row_bytes, int K, int M, const float *X, int N, float *Y, float *part, int splits,
-                      unsigned *sync, cudaStream_t s) {
-  if (part == nullptr) splits = 1;
+int launch_sgemm_f32(const uint8_t *W, int64_t row_bytes, int K, int M, const float *X, int N, float *out, int splits,
+                     cudaStream_t s) {
   const int k_tiles = (K + kBK - 1) / kBK;
   const int k_len = (k_tiles + splits - 1) / splits * kBK;
   const int nz = K > 0 ? (K + k_len - 1) / k_len : 1;
   const dim3 grid((M + kBM - 1) / kBM, (N + kBN - 1) / kBN, nz);
-  // The last split block of each tile sums where there is a counter per tile; else a second launch.
-  const bool sum_in_kernel = nz > 1 && sync && static_cast<int64_t>(grid.x) * grid.y <= kCudaSyncSlots;
-  sgemm_f32_kernel<<<grid, kThreads, 0, s>>>(W, row_bytes, K, M, X, N, nz > 1 ? part : Y, k_len, KSplitSum{Y, sum_in_kernel ? sync : nullptr});
+  sgemm_f32_kernel<<<grid, kThreads, 0, s>>>(W, row_bytes, K, M, X, N, out, k_len);
   MOE_CUDA_LAUNCH_CHECK("sgemm_f32_kernel");
-  if (nz > 1 && !sum_in_kernel) launch_sum_k_splits(part, static_cast<int64_t>(N) * M, nz, Y, s);
+  return nz;
 }
 
 }  // namespace moe

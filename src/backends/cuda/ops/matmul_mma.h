@@ -31,23 +31,21 @@ void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
 // The same for quantized weights. Activation row r is given as Xq[r * K + k], the integer of
 // element k (int8_t for cuda_mmq_int8_type(t), else f16 bits as uint16_t), and
 // Xs[r * K / 16 + g] = (c, sum of the 16 integers of group g), c the scale of the Q8_0 / Q8_K
-// block holding group g (K is a multiple of 32). part / k_splits / sync: see launch_mmq_i8_matmul.
+// block holding group g (K is a multiple of 32). part / k_splits: see launch_mmq_i8_matmul.
 void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
-                       int n_col_tiles, float *part = nullptr, int k_splits = 1, unsigned *sync = nullptr);
+                       int n_col_tiles, float *part = nullptr, int k_splits = 1);
 
 // Of the quantized types, those on int8 tensor cores (matmul_mmq_i8.cu: Q4_0, Q8_0, MXFP4,
 // Q4_K, Q5_K, Q6_K); launch_mmq_matmul hands them to launch_mmq_i8_matmul (int8 activations).
 // A dense product (tiles == nullptr) with K % 256 == 0 and k_splits > 1 splits K into
 // k_splits ranges of whole 256-blocks (more blocks for grids that would leave SMs idle):
 // their partial results go to part[z * ncols * M ..] (k_splits * ncols * M floats) and are
-// summed in order into Y (deterministic: launch_sum_k_splits' bits) by the last split block
-// of each output tile, with a counter per tile from sync (DevUbatch::sync; at most
-// kCudaSyncSlots tiles), else (sync null, more tiles) by launch_sum_k_splits.
+// summed in order into Y by a second kernel (deterministic).
 bool cuda_mmq_int8_type(DType t);
 void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                           const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
-                          int n_col_tiles, float *part, int k_splits, unsigned *sync);
+                          int n_col_tiles, float *part, int k_splits);
 // The K splits for a dense K x M product on ncols columns and n_sm SMs: enough blocks for
 // two per SM, at most kMaxKSplits and K / 256; 1 = none.
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm);

@@ -252,10 +252,10 @@ bool cuda_mmq_type_supported(DType t) {
 
 void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
-                       int n_col_tiles, float *part, int k_splits, unsigned *sync) {
+                       int n_col_tiles, float *part, int k_splits) {
   if (cuda_mmq_int8_type(t))
     return launch_mmq_i8_matmul(t, s, W, row_bytes, expert_bytes, K, M, static_cast<const int8_t *>(Xq), Xs, Y, ncols, tiles, entries,
-                                n_col_tiles, part, k_splits, sync);
+                                n_col_tiles, part, k_splits);
   if (n_col_tiles <= 0 || M <= 0) return;
   const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles));
 #define MOE_MMQ_CASE(TY) \

@@ -27,8 +27,6 @@
 // kernel of session 3, which this one reproduces: same integers, same folds).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/ops/k_split_sum.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
@@ -314,13 +312,12 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
 }
 
 // grid: (ceil(M / 128), column tiles, K splits). Split z sums K range [z k_len, (z + 1)
-// k_len) (k_len a multiple of 256, K without a split) into Y + z y_split; with ks.ctr, the
-// last split block of each tile adds them into ks.y (k_split_sum.cuh). Dynamic shared
+// k_len) (k_len a multiple of 256, K without a split) into Y + z y_split. Dynamic shared
 // memory: I8Smem<T>::kBytes.
 template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                              const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
-                                                             const int2 *entries, int k_len, int64_t y_split, KSplitSum ks) {
+                                                             const int2 *entries, int k_len, int64_t y_split) {
   extern __shared__ __align__(128) uint8_t mmq_i8_smem[];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
   uint8_t *smem = mmq_i8_smem;
@@ -401,12 +398,11 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
     __syncthreads();  // every warp is done with the tiles
     add_group_sums(acc, reinterpret_cast<float *>(smem + I8Smem<T>::kA), wt);
   }
-  if (wt.live && !(narrow && grp == 1)) store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
-  if (ks.ctr) k_split_sum_last<kBM, kBN, kThreads>(ks, Y, y_split, M, row0, ct.first, cnt);  // (dense: cnt > 0 in every block)
+  if (!wt.live || (narrow && grp == 1)) return;
+  store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
-// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z (launch_pdl;
-// the K-split GEMMs' fallback where no counters sum them in the GEMM: k_split_sum.cuh).
+// Y[i] = the sum of the n_split partial results part[z n + i] in the order of z (launch_pdl).
 __global__ void sum_k_splits_kernel(const float *part, int64_t n, int n_split, float *Y) {
   pdl_wait();
   pdl_trigger();
@@ -452,13 +448,12 @@ namespace {
 // asked for explicitly (a hint the driver may also reach by itself).
 template <DType T>
 void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
-               const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split, KSplitSum ks) {
+               const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
   auto go = [&](auto kernel, int bytes, bool max_shared) {
     MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     if (max_shared)
       MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split,
-               ks);
+    launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split);
   };
   if constexpr (T == DType::Q4_K)
     if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0)
@@ -489,7 +484,7 @@ int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
 
 void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                           const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
-                          int n_col_tiles, float *part, int k_splits, unsigned *sync) {
+                          int n_col_tiles, float *part, int k_splits) {
   if (n_col_tiles <= 0 || M <= 0) return;
   const bool split = k_splits > 1 && part != nullptr && tiles == nullptr && K % 256 == 0;
   const int k_len = split ? split_len(K, k_splits) : K;
@@ -497,19 +492,16 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
   const int64_t y_split = split ? static_cast<int64_t>(ncols) * M : 0;
   float *out = split ? part : Y;
   const dim3 grid(static_cast<unsigned>((M + kBM - 1) / kBM), static_cast<unsigned>(n_col_tiles), static_cast<unsigned>(nz));
-  // The last split block of each tile sums where there is a counter per tile; else a second launch.
-  const bool sum_in_kernel = split && sync && static_cast<int64_t>(grid.x) * grid.y <= kCudaSyncSlots;
-  const KSplitSum ks{Y, sum_in_kernel ? sync : nullptr};
 #define MOE_MMQ_I8_CASE(TY)                                                                                                  \
   case TY:                                                                                                                   \
-    launch_i8<TY>(grid, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split, ks);        \
+    launch_i8<TY>(grid, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, out, ncols, tiles, entries, k_len, y_split);            \
     break;
   switch (t) {
     MOE_MMQ_I8_TYPES(MOE_MMQ_I8_CASE)
     default: fail(Status::Internal, "CUDA int8 MMQ matmul: type %s not dispatched", dtype_name(t));
   }
 #undef MOE_MMQ_I8_CASE
-  if (split && !sum_in_kernel) launch_sum_k_splits(part, y_split, nz, Y, s);
+  if (split) launch_sum_k_splits(part, y_split, nz, Y, s);
 }
 
 void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, cudaStream_t s) {

@@ -19,7 +19,6 @@
 #pragma once
 #include <cstdint>
 
-#include "backends/cuda/ops/k_split_sum.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
@@ -310,12 +309,11 @@ __device__ __forceinline__ void q4k_fold(float (&acc)[2][4][4], int (&I)[2][4][4
 // grid: (ceil(M / 128), column tiles, K splits), kThreads threads, Q4kRawSmem<S>::kBytes of
 // dynamic shared memory; the arguments and results of mmq_i8_kernel<Q4_K> (W 16-byte
 // aligned: the launcher checks; Xs's X the sums of Xq's groups, as act_round_kernel
-// writes them: only its c is read). Split z sums the 256-blocks of [z k_len, (z + 1) k_len)
-// (ks: as there).
+// writes them: only its c is read). Split z sums the 256-blocks of [z k_len, (z + 1) k_len).
 template <DType T, int S>
 __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     mmq_q4k_raw_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq, const float2 *Xs, float *Y,
-                       int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split, KSplitSum ks) {
+                       int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
   static_assert(T == DType::Q4_K, "Q4_K only");
   using L = Q4kRawSmem<S>;
   using namespace mma_tile;
@@ -360,8 +358,8 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     __syncthreads();  // every warp is done with the stages
     add_group_sums(acc, reinterpret_cast<float *>(smem), wt);
   }
-  if (wt.live && !(narrow && grp == 1)) store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
-  if (ks.ctr) k_split_sum_last<kBM, kBN, kThreads>(ks, Y, y_split, M, row0, ct.first, cnt);  // (dense: cnt > 0 in every block)
+  if (!wt.live || (narrow && grp == 1)) return;
+  store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
 }
 
 }  // namespace mmq

@@ -191,12 +191,11 @@ __device__ __forceinline__ void q6k_fold(float (&acc)[8][4], int (&I)[8][4], con
 
 // grid: (ceil(M / 128), column tiles, K splits), kThreads threads, Q6kRawSmem::kBytes of
 // dynamic shared memory; the arguments and results of mmq_i8_kernel<Q6_K> (W 2-byte
-// aligned: the launcher checks). Split z sums the 256-blocks of [z k_len, (z + 1) k_len)
-// (ks: as there).
+// aligned: the launcher checks). Split z sums the 256-blocks of [z k_len, (z + 1) k_len).
 template <DType T>
 __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     mmq_q6k_raw_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq, const float2 *Xs, float *Y,
-                       int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split, KSplitSum ks) {
+                       int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
   static_assert(T == DType::Q6_K, "Q6_K only");
   using L = Q6kRawSmem;
   using namespace mma_tile;
@@ -243,26 +242,24 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
         q6k_fold(acc, I, st, blk, cnt, narrow, lane);
       });
   pdl_trigger();
+  if (!live) return;
 
-  if (live) {
-    // Narrow: the even sub-blocks' sums plus the odd ones' (mmq_i8_kernel's add_group_sums).
-    if (narrow)
+  // Narrow: the even sub-blocks' sums plus the odd ones' (mmq_i8_kernel's add_group_sums).
+  if (narrow)
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+    for (int q = 0; q < 4; ++q)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[q][e] += acc[q + 4][e];
-    float *Yz = Y + blockIdx.z * y_split;
+      for (int e = 0; e < 4; ++e) acc[q][e] += acc[q + 4][e];
+  float *Yz = Y + blockIdx.z * y_split;
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      if (narrow && q >= 4) break;
+  for (int q = 0; q < 8; ++q) {
+    if (narrow && q >= 4) break;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int m = row0 + wm + g + 8 * (e >> 1), n = 8 * q + 2 * t + (e & 1);
-        if (m < M && n < cnt) Yz[static_cast<int64_t>(s_yrow[n]) * M + m] = acc[q][e];
-      }
+    for (int e = 0; e < 4; ++e) {
+      const int m = row0 + wm + g + 8 * (e >> 1), n = 8 * q + 2 * t + (e & 1);
+      if (m < M && n < cnt) Yz[static_cast<int64_t>(s_yrow[n]) * M + m] = acc[q][e];
     }
   }
-  if (ks.ctr) k_split_sum_last<kBM, kBN, kThreads>(ks, Y, y_split, M, row0, ct.first, cnt);  // (dense: cnt > 0 in every block)
 }
 
 }  // namespace mmq
