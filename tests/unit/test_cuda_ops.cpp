@@ -42,7 +42,7 @@ struct TensorCoreBatches {};
 // made inside it are sized for that choice.
 struct BlasMinTokens {
   explicit BlasMinTokens(int tokens) { moe::set_gpu_blas_min_tokens(tokens); }
-  ~BlasMinTokens() { moe::set_gpu_blas_min_tokens(256); }
+  ~BlasMinTokens() { moe::set_gpu_blas_min_tokens(moe::kGpuBlasMinTokens); }
 };
 
 using namespace moe;
@@ -306,6 +306,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   const TensorCoreBatches tc_batches;
+  const BlasMinTokens int8_only(0);  // its dense products check the int8 MMQ
   uint32_t seed = 700;
   SECTION("every weight type, 100 tokens x 4 of 16 experts, shared and per-slot inputs") {
     // M = 200: a partial 128-row tile; ~25 entries per expert: partial 64-column tiles.

@@ -64,12 +64,25 @@ void cuda_blas_destroy(void *handle) {
   if (handle) (void)blas_lib()->destroy(static_cast<cublasHandle_t>(handle));
 }
 
-void cuda_blas_gemm_f16(void *handle, int M, int N, int K, const void *W, int ldw, const void *X, int ldx, float *Y, int ldy) {
-  // Column-major view: W is K x M (ld ldw), X is K x N (ld ldx), Y is M x N (ld ldy); Y = W^T X.
+namespace {
+
+// Column-major view: W is K x M (ld ldw), X is K x N (ld ldx), Y is M x N (ld ldy); Y = W^T X.
+void gemm(void *handle, int M, int N, int K, const void *W, int ldw, const void *X, int ldx, float *Y, int ldy, cudaDataType in,
+          cublasComputeType_t compute) {
   const float one = 1.0f, zero = 0.0f;
-  const cublasStatus_t st = blas_lib()->gemm_ex(static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, W, CUDA_R_16F,
-                                                ldw, X, CUDA_R_16F, ldx, &zero, Y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const cublasStatus_t st = blas_lib()->gemm_ex(static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &one, W, in, ldw, X,
+                                                in, ldx, &zero, Y, CUDA_R_32F, ldy, compute, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS) fail(Status::Internal, "cublasGemmEx (M %d, N %d, K %d) failed: status %d", M, N, K, static_cast<int>(st));
+}
+
+}  // namespace
+
+void cuda_blas_gemm_f16(void *handle, int M, int N, int K, const void *W, int ldw, const void *X, int ldx, float *Y, int ldy) {
+  gemm(handle, M, N, K, W, ldw, X, ldx, Y, ldy, CUDA_R_16F, CUBLAS_COMPUTE_32F);
+}
+
+void cuda_blas_gemm_f32(void *handle, int M, int N, int K, const float *W, int ldw, const float *X, int ldx, float *Y, int ldy) {
+  gemm(handle, M, N, K, W, ldw, X, ldx, Y, ldy, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC);
 }
 
 }  // namespace moe

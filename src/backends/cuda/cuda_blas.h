@@ -15,5 +15,7 @@ void cuda_blas_destroy(void *handle);
 // ldw halves), X [N][K] row-major f16 (row stride ldx), Y [N][M] row-major f32 (row stride
 // ldy floats). Enqueued on the handle's stream; a cuBLAS error fails with its status named.
 void cuda_blas_gemm_f16(void *handle, int M, int N, int K, const void *W, int ldw, const void *X, int ldx, float *Y, int ldy);
+// The same with f32 W and X, in full f32 (CUBLAS_COMPUTE_32F_PEDANTIC: never TF32).
+void cuda_blas_gemm_f32(void *handle, int M, int N, int K, const float *W, int ldw, const float *X, int ldx, float *Y, int ldy);
 
 }  // namespace moe

@@ -90,7 +90,8 @@ void cuda_set_decode_split(int max_ranges, int min_chunk);
 // Prefill attention (tiled kernels), process-wide, set before a model is loaded (it sizes the
 // planned scratch): the cells are split until there are ~per_sm blocks per SM (1..16, default 2).
 void cuda_set_prefill_attn_blocks(int per_sm);
-// Dense quantized products of at least `tokens` columns dequantize their weights to f16 and
+// Dense quantized products of at least `tokens` columns (default kGpuBlasMinTokens, backend.h)
+// dequantize their weights to f16 and
 // run on cuBLAS (ops/matmul_blas.h); 0: never (the int8 MMQ). Process-wide, before a model is
 // loaded (it sizes the planned scratch).
 void cuda_set_blas_min_tokens(int tokens);
