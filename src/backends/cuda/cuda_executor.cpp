@@ -86,7 +86,7 @@ public:
   explicit CudaExecutor(CudaBackend &be) : be_(be) {
     be_.set_current();
     errors_.allocate(be_.stream());  // here, not in a decode: one small allocation per context
-    blas_ = cuda_blas_create(be_.stream());  // null without cuBLAS: prompt products stay on the int8 MMQ
+    if (cuda_blas_wanted()) blas_ = cuda_blas_create(be_.stream());  // null without cuBLAS: prompts stay on the int8 MMQ
   }
   ~CudaExecutor() override {
     (void)cudaSetDevice(be_.device());

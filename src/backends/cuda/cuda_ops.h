@@ -95,6 +95,7 @@ void cuda_set_prefill_attn_blocks(int per_sm);
 // run on cuBLAS (ops/matmul_blas.h); 0: never (the int8 MMQ). Process-wide, before a model is
 // loaded (it sizes the planned scratch).
 void cuda_set_blas_min_tokens(int tokens);
+bool cuda_blas_wanted();  // false after cuda_set_blas_min_tokens(0): executors create no handle
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);

@@ -579,6 +579,7 @@ int dense_k_splits(const MatmulShape &s, int n_sm) {
 }  // namespace
 
 void cuda_set_blas_min_tokens(int tokens) { g_blas_min_tokens.store(std::max(tokens, 0)); }
+bool cuda_blas_wanted() { return g_blas_min_tokens.load() > 0; }
 
 bool cuda_matmul_type_supported(DType t) {
   switch (t) {
