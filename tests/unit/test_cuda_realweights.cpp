@@ -73,7 +73,9 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
       auto rc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
       auto rg = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
       INFO(t.name << " " << dtype_name(t.type) << " N=" << N);
-      CHECK(rel_err(rg[0], rc[0]) < 1e-5);
+      // From kGpuBlasMinTokens columns: f16 weights on cuBLAS (the activations rounded as the CPU
+      // rounds them, then to f16: ~5e-4 per value); below, the int8 kernels' exact integer sums.
+      CHECK(rel_err(rg[0], rc[0]) < (N >= kGpuBlasMinTokens ? 2e-3 : 1e-5));
     }
   }
   if (const GgufTensorInfo *emb = file->tensor("token_embd.weight")) {  // embedding rows at T > 1

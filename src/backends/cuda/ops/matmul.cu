@@ -40,12 +40,12 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // One block of 256 threads per (row, 256-element chunk). vdt: the weight's vec_dot_type other
 // than Q8_K (act_round_q8k_kernel below takes that one).
-// q_out == nullptr: the rounded values into out[r * K + i]. Otherwise (Q8_0, the MMQ
+// q_out == nullptr: the rounded values into out[r * K + i] (f32, or f16 with out_f16). Otherwise (Q8_0, the MMQ
 // path) each value as int8 * block scale c: the integer into q_out[r * K + i] (int8_t if
 // q_int8, else f16 bits as uint16_t) and, per 16 elements, (c, their integer sum) into
 // s_out[r * K / 16 + i / 16]. Launched with launch_pdl; it reads and writes only after
 // pdl_wait, and lets the product that follows be scheduled (its weight prefetch overlaps).
-__global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *q_out, bool q_int8, float2 *s_out) {
+__global__ void act_round_kernel(TView x, int64_t K, int vdt, void *out, bool out_f16, void *q_out, bool q_int8, float2 *s_out) {
   pdl_wait();
   pdl_trigger();
   const int64_t r = blockIdx.x;
@@ -72,7 +72,8 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *
     y = qv * dh;
   }
   if (q_out == nullptr) {
-    if (in) out[r * K + i] = y;
+    if (in && out_f16) static_cast<__half *>(out)[r * K + i] = __float2half_rn(y);
+    else if (in) static_cast<float *>(out)[r * K + i] = y;
     return;
   }
   // 16 consecutive threads (aligned in the warp) hold a group; K is a multiple of 32.
@@ -92,8 +93,8 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, float *out, void *
 // threads per block, a barrier and a second load of the largest value) took 17.7 us per launch
 // on the prompt products' inputs (session 8, pp512) for a few MB of traffic; this takes 4.8.
 constexpr int kRoundWarps = 4;
-__global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x, int K, int64_t units, float *out, void *q_out,
-                                                                         bool q_int8, float2 *s_out) {
+__global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x, int K, int64_t units, void *out, bool out_f16,
+                                                                         void *q_out, bool q_int8, float2 *s_out) {
   pdl_wait();
   pdl_trigger();
   const int64_t u = static_cast<int64_t>(blockIdx.x) * kRoundWarps + (threadIdx.x >> 5);
@@ -107,8 +108,18 @@ __global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x
   load8_floats(src, i0, true, v);
   int q[8];
   const float c = q8k_round_warp(v, q);
+  if (q_out == nullptr && out_f16) {
+    uint32_t h[4];
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const __half2 p = __floats2half2_rn(q[2 * l] * c, q[2 * l + 1] * c);
+      h[l] = *reinterpret_cast<const uint32_t *>(&p);
+    }
+    *reinterpret_cast<uint4 *>(static_cast<__half *>(out) + r * K + i0) = make_uint4(h[0], h[1], h[2], h[3]);
+    return;
+  }
   if (q_out == nullptr) {
-    float4 *o = reinterpret_cast<float4 *>(out + r * K + i0);
+    float4 *o = reinterpret_cast<float4 *>(static_cast<float *>(out) + r * K + i0);
     o[0] = make_float4(q[0] * c, q[1] * c, q[2] * c, q[3] * c);
     o[1] = make_float4(q[4] * c, q[5] * c, q[6] * c, q[7] * c);
     return;
@@ -601,17 +612,17 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n) {
   return bytes;
 }
 
-void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, float *out, void *q_out, bool q_int8,
-                      float2 *s_out) {
+void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
+                      float2 *s_out, bool out_f16) {
   if (vdt == DType::Q8_K) {
     if (K % 256 != 0) fail(Status::Internal, "CUDA activation rounding: Q8_K rows of %lld values (not a multiple of 256)", (long long)K);
     const int64_t units = rows * (K / 256);
     launch_pdl(act_round_q8k_kernel, dim3(static_cast<unsigned>((units + kRoundWarps - 1) / kRoundWarps)), dim3(kRoundWarps * 32), 0, s, x,
-               static_cast<int>(K), units, out, q_out, q_int8, s_out);
+               static_cast<int>(K), units, out, out_f16, q_out, q_int8, s_out);
     return;
   }
   launch_pdl(act_round_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>((K + 255) / 256)), dim3(256), 0, s, x, K,
-             static_cast<int>(vdt), out, q_out, q_int8, s_out);
+             static_cast<int>(vdt), out, out_f16, q_out, q_int8, s_out);
 }
 
 void cuda_matmul_heads_rows(const CudaOpCtx &c) {
@@ -665,7 +676,10 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     __half *W16 = static_cast<__half *>(c.n.work);
     __half *X16 = reinterpret_cast<__half *>(static_cast<uint8_t *>(c.n.work) + blas_w_bytes(s));
     launch_dequant_f16(w.type, c.stream, W, w.nb[1], static_cast<int>(s.K), static_cast<int>(s.M), W16);
-    launch_rows_to_f16(c.stream, tview(x), s.rows, static_cast<int>(s.K), X16);
+    // The activations through the weight type's activation format (Q8_K / Q8_0), as the CPU and
+    // the reference round them, then to f16: close to the CPU's products (plain f16
+    // activations were ~0.7% off it, and turned 2 more conformance greedy checks).
+    launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, X16, nullptr, false, nullptr, true);
     cuda_blas_gemm_f16(c.blas, static_cast<int>(s.M), static_cast<int>(s.rows), static_cast<int>(s.K), W16, static_cast<int>(s.K), X16,
                        static_cast<int>(s.K), static_cast<float *>(c.n.data), static_cast<int>(s.M));
     return;

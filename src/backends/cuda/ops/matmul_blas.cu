@@ -32,21 +32,6 @@ template <DType T> __global__ void dequant_f16_kernel(const uint8_t *W, int64_t 
                       pack_half2(w[8 * v + 6], w[8 * v + 7]));
 }
 
-// Block (row, chunk of 2048 values), 8 values per thread.
-__global__ void rows_to_f16_kernel(TView x, int K, __half *X16) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t r = blockIdx.x;
-  const int i = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
-  if (i >= K) return;
-  const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]) + i;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = src[j];
-  *reinterpret_cast<uint4 *>(X16 + r * K + i) = make_uint4(pack_half2(v[0], v[1]), pack_half2(v[2], v[3]), pack_half2(v[4], v[5]), pack_half2(v[6], v[7]));
-}
-
 }  // namespace
 
 #define MOE_BLAS_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
@@ -70,10 +55,6 @@ void launch_dequant_f16(DType t, cudaStream_t s, const uint8_t *W, int64_t row_b
 #undef MOE_BLAS_CASE
     default: fail(Status::Internal, "CUDA f16 dequantization: type %s not dispatched", dtype_name(t));
   }
-}
-
-void launch_rows_to_f16(cudaStream_t s, const TView &x, int64_t rows, int K, __half *X16) {
-  launch_pdl(rows_to_f16_kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>((K / 8 + 255) / 256)), dim3(256), 0, s, x, K, X16);
 }
 
 }  // namespace moe

@@ -1,5 +1,6 @@
 // Prompt products of quantized dense weights on cuBLAS (f16 tensor cores): the weight matrix
-// is dequantized once into f16 scratch and the activations converted to f16, then one GEMM.
+// is dequantized once into f16 scratch, the activations rounded through the weight type's
+// activation format (as the CPU does) into f16 (launch_act_round), then one GEMM.
 // Why: with hundreds of columns sharing every weight, the int8 MMQ kernels spend their issue
 // slots unpacking and rescaling integers per mma; a dequantization pass (a few MB written)
 // plus cuBLAS's GEMM costs less. The f16 weights keep ~5e-4 relative error per weight, less
@@ -16,7 +17,5 @@ namespace moe {
 bool cuda_blas_weight_type(DType t);
 // W16[m][k] = the weight, rounded to f16, for the M x K matrix W of type t (rows of row_bytes).
 void launch_dequant_f16(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16);
-// X16[r][k] = x row r (rows over ne[1..3], as the rounding kernels count them) rounded to f16.
-void launch_rows_to_f16(cudaStream_t s, const TView &x, int64_t rows, int K, __half *X16);
 
 }  // namespace moe

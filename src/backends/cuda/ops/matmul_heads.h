@@ -15,10 +15,10 @@ void cuda_matmul_heads_rows(const CudaOpCtx &c);
 
 // act_round_kernel of matmul.cu over `rows` activation rows of x (row r = element (r % ne1,
 // r / ne1 % ne2, ...) of x's rows), K values each, rounded through vdt (see cuda_op_matmul):
-// f32 values into out[r K ..] when q_out is null, else integers into q_out and per-16 (scale,
+// f32 values (f16 with out_f16) into out[r K ..] when q_out is null, else integers into q_out and per-16 (scale,
 // sum) into s_out. Launched with PDL.
-void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, float *out, void *q_out, bool q_int8,
-                      float2 *s_out);
+void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
+                      float2 *s_out, bool out_f16 = false);
 
 // Scratch of the tensor-core path (0 where the node stays on the warp kernel).
 size_t cuda_matmul_heads_work_size(const Graph &g, const Node &n);
