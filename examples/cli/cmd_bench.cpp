@@ -51,7 +51,7 @@ void usage(FILE *out) {
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
                "  --decode-split R,C   GPU decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
                "  --prefill-attn-blocks N  GPU prefill attention: split cells until ~N blocks per SM (default 2)\n"
-               "  --blas-min-tokens N  GPU: dense quantized products of >= N tokens on cuBLAS over f16 weights (default 64,\n"
+               "  --blas-min-tokens N  GPU: dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"
                "                       0: no cuBLAS at all, routers included)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"

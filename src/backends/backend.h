@@ -113,8 +113,11 @@ void set_gpu_decode_split(int max_ranges, int min_chunk);
 void set_gpu_prefill_attn_blocks(int per_sm);
 // Dense quantized products of >= tokens columns on cuBLAS over f16-dequantized weights (0: no
 // cuBLAS at all, the F32 router products included);
-// before loading a model. Default 64: session 9 measured it faster than the int8 MMQ from 64.
-constexpr int kGpuBlasMinTokens = 64;
+// before loading a model. Default 128: measured faster than the int8 MMQ from 64 tokens (session
+// 9; full file pp64 +2%, pp128 +6%), but below 128 the int8 kernels' exact integer products keep
+// the default float order as close to the reference as session 8 had it (conformance prompts
+// are 10-84 tokens; with 64, prompt 4 of qwen3moe-q4_k_m took another greedy step).
+constexpr int kGpuBlasMinTokens = 128;
 void set_gpu_blas_min_tokens(int tokens);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).

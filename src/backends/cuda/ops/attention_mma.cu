@@ -95,7 +95,6 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   constexpr int KS = HD / 16;     // k-steps of q K^T
   constexpr int NB = kCells / 8;  // score column blocks (8 cells)
   constexpr int ND = HD / 8;      // output column blocks (8 dims)
-  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   static_assert(KS % 2 == 0 && ND % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
   static_assert(kRows == 2 * 32 && kCells <= kThreads, "two warps reduce the rows; a thread per cell");
   __shared__ __align__(16) __half s_k[kCells][LDH];
@@ -160,11 +159,11 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   for (int nd = 0; nd < ND; ++nd)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[nd][e] = 0.0f;
-  // Running max (log2 units: scores are scaled by scale * log2(e) so exp2 gives the softmax)
-  // and this thread's share of the row sums (its 2 columns per block).
+  // Running max and this thread's share of the row sums (its 2 columns per block). expf, not
+  // exp2 of prescaled scores: the probabilities are rounded to f16 for P V, and the default
+  // float order's conformance greedy checks moved (session 9) when their last bits changed.
   float M[2] = {-INFINITY, -INFINITY};
   float S[2] = {0.0f, 0.0f};
-  const float scale2 = a.scale * kLog2e;
 
   const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb;
   int c_begin, c_end;
@@ -231,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[nb][e] *= scale2;
+          s[nb][e] *= a.scale;
           mx[e >> 1] = fmaxf(mx[e >> 1], s[nb][e]);
         }
     } else {
@@ -240,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = e >> 1, j = nb * 8 + 2 * tq + (e & 1);
-          const float v = attn_visible(s_cpos[st][j], s_cseq[st][j], rbit[i], rpos[i], a.window) ? s[nb][e] * scale2 : -INFINITY;
+          const float v = attn_visible(s_cpos[st][j], s_cseq[st][j], rbit[i], rpos[i], a.window) ? s[nb][e] * a.scale : -INFINITY;
           s[nb][e] = v;
           mx[i] = fmaxf(mx[i], v);
         }
@@ -251,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
       const float newM = fmaxf(M[i], mx[i]);
-      corr[i] = newM == -INFINITY ? 1.0f : exp2f(M[i] - newM);  // 0 when M was -inf
+      corr[i] = newM == -INFINITY ? 1.0f : expf(M[i] - newM);  // 0 when M was -inf
       M[i] = newM;
       S[i] *= corr[i];
     }
@@ -260,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e >> 1;
-        const float p = s[nb][e] == -INFINITY ? 0.0f : exp2f(s[nb][e] - M[i]);
+        const float p = s[nb][e] == -INFINITY ? 0.0f : expf(s[nb][e] - M[i]);
         s[nb][e] = p;
         S[i] += p;
       }
@@ -301,7 +300,6 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   for (int i = 0; i < 2; ++i) {
     S[i] += __shfl_xor_sync(0xffffffffu, S[i], 1);
     S[i] += __shfl_xor_sync(0xffffffffu, S[i], 2);
-    M[i] *= kLn2;  // back to natural units for the combine and the sinks
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
