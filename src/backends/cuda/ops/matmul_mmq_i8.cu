@@ -441,7 +441,7 @@ namespace {
 // The kernel needs more than the 48 KB of shared memory a launch gets by default: raised on
 // every launch (cheap, and allowed while a CUDA graph is captured).
 // Q4_K takes the kernel from raw fragments (mmq_q4k_raw.cuh; its copies need 16-byte
-// aligned weights, true of every device tensor: otherwise mmq_i8_kernel, same results), and
+// aligned weights, true of every device tensor), and
 // Q6_K its own (mmq_q6k_raw.cuh; 2-byte aligned weights). Two blocks of the Q4_K raw kernel
 // (114,432 B each + 1.5 KB static and reserved) fit an sm_90 SM only in its largest
 // shared-memory carveout (228 KB; the next, 196 KB, holds one; Q6_K's 2 x 99,840 B fit it):
@@ -460,6 +460,10 @@ void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, i
       return go(mmq_q4k_raw_kernel<T, kQ4kRawStages>, Q4kRawSmem<kQ4kRawStages>::kBytes, true);
   if constexpr (T == DType::Q6_K)
     if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes, false);
+  // mmq_i8_kernel reads Q4_K / Q5_K nibbles as 16-byte vectors too (mmq_i8_weights.cuh): a
+  // tensor placed otherwise (a session-9 test at a 2-byte offset) would fault the context.
+  if constexpr (T == DType::Q4_K || T == DType::Q5_K)
+    if ((reinterpret_cast<uintptr_t>(W) & 15u) != 0) fail(Status::Internal, "CUDA int8 MMQ: %s weights at %p are not 16-byte aligned", dtype_name(T), static_cast<const void *>(W));
   go(mmq_i8_kernel<T>, I8Smem<T>::kBytes, false);
 }
 
