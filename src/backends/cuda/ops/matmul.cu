@@ -172,6 +172,22 @@ __device__ __forceinline__ void load_route_ids(const int32_t *ids, int64_t ids_n
   }
 }
 
+// f(t, e) for each of this thread's entries (token t, expert id e as read, possibly invalid),
+// a round of kRouteIds loads in flight at a time.
+template <typename F>
+__device__ __forceinline__ void for_route_ids(const int32_t *ids, int64_t ids_nb1, int T, const RouteSlot &sl, F &&f) {
+  for (int tb = 0; tb < T; tb += sl.step * kRouteIds) {
+    int ev[kRouteIds];
+    load_route_ids(ids, ids_nb1, T, tb, sl, ev);
+#pragma unroll
+    for (int u = 0; u < kRouteIds; ++u) {
+      const int t = tb + sl.t0 + u * sl.step;
+      if (!sl.active || t >= T) break;
+      f(t, ev[u]);
+    }
+  }
+}
+
 // Inclusive sums over the block's threads of (a, b), each thread holding one pair; also the
 // block totals. Two barriers.
 __device__ __forceinline__ void route_block_scan(int &a, int &b, int &total_b, int (*s_w)[kRouteWarps]) {
@@ -208,19 +224,11 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const int32_t *ids
   const int tid = threadIdx.x;
   s_cnt[tid] = 0;
   const RouteSlot sl = route_slot(n_used);
-  const int per_round = sl.step * kRouteIds;
   __syncthreads();
-  for (int tb = 0; tb < T; tb += per_round) {
-    int ev[kRouteIds];
-    load_route_ids(ids, ids_nb1, T, tb, sl, ev);
-#pragma unroll
-    for (int u = 0; u < kRouteIds; ++u) {
-      if (!sl.active || tb + sl.t0 + u * sl.step >= T) break;
-      const int e = ev[u];
-      if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
-      else report_bad_index(err, kKernelErrExpertId, e, E);  // left out of every tile
-    }
-  }
+  for_route_ids(ids, ids_nb1, T, sl, [&](int, int e) {
+    if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
+    else report_bad_index(err, kKernelErrExpertId, e, E);  // left out of every tile
+  });
   __syncthreads();
   const int c = s_cnt[tid], nt = (c + NT - 1) / NT;  // 0 past E
   int first = c, tile = nt, n_tiles;
@@ -231,19 +239,11 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(const int32_t *ids
   for (int i = n_tiles + tid; i < max_tiles; i += kRouteThreads) rt.tiles[i] = make_int4(0, 0, 0, 0);
   s_cnt[tid] = first;  // expert tid's scatter cursor (only this thread read its count)
   __syncthreads();
-  for (int tb = 0; tb < T; tb += per_round) {
-    int ev[kRouteIds];
-    load_route_ids(ids, ids_nb1, T, tb, sl, ev);
-#pragma unroll
-    for (int u = 0; u < kRouteIds; ++u) {
-      const int t = tb + sl.t0 + u * sl.step;
-      if (!sl.active || t >= T) break;
-      const int e = ev[u];
-      if (e < 0 || e >= E) continue;
-      const int p = atomicAdd(&s_cnt[e], 1);
-      rt.entries[p] = make_int2(X == 1 ? t : t * X + sl.j, t * n_used + sl.j);
-    }
-  }
+  for_route_ids(ids, ids_nb1, T, sl, [&](int t, int e) {
+    if (e < 0 || e >= E) return;
+    const int p = atomicAdd(&s_cnt[e], 1);
+    rt.entries[p] = make_int2(X == 1 ? t : t * X + sl.j, t * n_used + sl.j);
+  });
 }
 
 // ---- the product ---------------------------------------------------------------------
