@@ -1,6 +1,8 @@
 // cuBLAS, loaded at run time: libmoeinfer does not link it, so a host without cuBLAS (or an
 // embedder who never runs a prompt on the GPU) still loads the library; prompt products then
 // stay on the int8 MMQ kernels. One handle per executor (its stream), created with it.
+// cuBLAS allocates its workspace on a handle's first GEMM, outside the memory planner; that is
+// always an eager pass (the executor captures a graph on its second run), never a capture.
 #pragma once
 #include <cuda_runtime.h>
 
