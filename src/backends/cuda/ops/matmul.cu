@@ -17,6 +17,7 @@
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
@@ -111,10 +112,7 @@ __global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x
   if (q_out == nullptr && out_f16) {
     uint32_t h[4];
 #pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const __half2 p = __floats2half2_rn(q[2 * l] * c, q[2 * l + 1] * c);
-      h[l] = *reinterpret_cast<const uint32_t *>(&p);
-    }
+    for (int l = 0; l < 4; ++l) h[l] = mma_tile::pack2<false>(q[2 * l] * c, q[2 * l + 1] * c);
     *reinterpret_cast<uint4 *>(static_cast<__half *>(out) + r * K + i0) = make_uint4(h[0], h[1], h[2], h[3]);
     return;
   }
@@ -556,8 +554,7 @@ MatmulShape shape_of(const Graph &g, const Node &n) {
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
   const int blas_min = g_blas_min_tokens.load();
-  s.blas = n.op == Op::MatMul && s.mmq && blas_min > 0 && s.rows >= blas_min && cuda_blas_weight_type(w.type) &&
-           s.M * s.K * 2 <= kBlasMaxWeightBytes;
+  s.blas = n.op == Op::MatMul && s.mmq && blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
   return s;
 }
 

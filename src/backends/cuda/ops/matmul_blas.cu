@@ -2,6 +2,7 @@
 // every load and store after pdl_wait.
 #include "backends/cuda/ops/matmul_blas.h"
 
+#include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
@@ -9,10 +10,7 @@ namespace moe {
 
 namespace {
 
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
+using mma_tile::pack2;
 
 // A thread per 32-weight sub-block (unit u = row * K / 32 + sub-block): 64 bytes of f16 out.
 template <DType T> __global__ void dequant_f16_kernel(const uint8_t *W, int64_t row_bytes, int K, int64_t units, __half *W16) {
@@ -28,22 +26,14 @@ template <DType T> __global__ void dequant_f16_kernel(const uint8_t *W, int64_t 
   uint4 *o = reinterpret_cast<uint4 *>(W16 + m * K + 32 * sb);
 #pragma unroll
   for (int v = 0; v < 4; ++v)
-    o[v] = make_uint4(pack_half2(w[8 * v], w[8 * v + 1]), pack_half2(w[8 * v + 2], w[8 * v + 3]), pack_half2(w[8 * v + 4], w[8 * v + 5]),
-                      pack_half2(w[8 * v + 6], w[8 * v + 7]));
+    o[v] = make_uint4(pack2<false>(w[8 * v], w[8 * v + 1]), pack2<false>(w[8 * v + 2], w[8 * v + 3]), pack2<false>(w[8 * v + 4], w[8 * v + 5]),
+                      pack2<false>(w[8 * v + 6], w[8 * v + 7]));
 }
 
 }  // namespace
 
+// Every type of cuda_mmq_type_supported: the cuBLAS path takes only products the MMQ would.
 #define MOE_BLAS_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
-
-bool cuda_blas_weight_type(DType t) {
-  switch (t) {
-#define MOE_BLAS_YES(TY) case TY:
-    MOE_BLAS_TYPES(MOE_BLAS_YES) return true;
-#undef MOE_BLAS_YES
-    default: return false;
-  }
-}
 
 void launch_dequant_f16(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16) {
   const int64_t units = static_cast<int64_t>(M) * (K / 32);
