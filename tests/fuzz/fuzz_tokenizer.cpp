@@ -96,12 +96,28 @@ bool well_formed(const std::string &s) {
   return true;
 }
 
+// What decode(encode(text)) gives back. SentencePiece writes spaces as U+2581 and decode maps
+// every U+2581 to a space, so one typed by the user comes back as a space (as in the reference).
+std::string expected_decode(const Vocab &v, const std::string &text) {
+  if (v.kind() != VocabKind::SPM) return text;
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 3, "\xe2\x96\x81") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
+
 // Encode, check ids, decode, stream. roundtrip: decode(encode(text)) must give text back.
 void exercise(const Vocab &v, const std::string &text, bool add_special, bool parse_special, bool roundtrip) {
   std::vector<int32_t> ids = v.encode(text, add_special, parse_special);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < v.n_tokens());
   std::string back = v.decode(ids.data(), ids.size(), false);
-  if (roundtrip && !add_special && !parse_special && well_formed(text)) FUZZ_CHECK(back == text);
+  if (roundtrip && !add_special && !parse_special && well_formed(text)) FUZZ_CHECK(back == expected_decode(v, text));
   StreamDetokenizer sd(v, parse_special);
   for (int32_t id : ids) FUZZ_CHECK(well_formed(sd.push(id)));
   FUZZ_CHECK(well_formed(sd.flush()));
@@ -181,9 +197,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 0:
     case 1: {  // text through a fixed vocabulary
       const Vocab &v = *fixed[(sel >> 2) % fixed.size()];
-      bool spm = v.kind() == VocabKind::SPM;
       exercise(v, text, sel & 0x40, sel & 0x80, true);
-      (void)spm;
       break;
     }
     case 2: {  // raw GGUF bytes
