@@ -112,7 +112,7 @@ std::string expected_decode(const Vocab &v, const std::string &text) {
   return out;
 }
 
-// Encode, check ids, decode, stream. roundtrip: decode(encode(text)) must give text back.
+// Encode, check ids, decode, stream. roundtrip: decode(encode(text)) must give expected_decode(text).
 void exercise(const Vocab &v, const std::string &text, bool add_special, bool parse_special, bool roundtrip) {
   std::vector<int32_t> ids = v.encode(text, add_special, parse_special);
   for (int32_t id : ids) FUZZ_CHECK(id >= 0 && id < v.n_tokens());

@@ -1,5 +1,8 @@
 # Configure + build the clang fuzz project (tests/fuzz as top level), then run a bounded
 # session. Usage: cmake -DCXX=clang++ -DSRC=tests/fuzz -DBIN=out -DRUNS=20000 -DSEED=1 -P run_fuzz.cmake
+if("${SEED}" STREQUAL "")
+  set(SEED 1)  # "-seed=" alone would stop libFuzzer; 0 (a random seed) must be asked for explicitly
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${BIN} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=RelWithDebInfo
                 RESULT_VARIABLE rc)
 if(rc)
