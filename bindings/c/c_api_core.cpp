@@ -1,4 +1,5 @@
 // C ABI: errors, version, logging, devices.
+#include <cstddef>
 #include <cstdio>
 #include <string>
 
@@ -24,7 +25,32 @@ static_assert(MOE_KV_TYPE_Q8_0 == static_cast<int>(moe::KvType::Q8_0), "kv type 
 static_assert(std::is_same<moe_log_callback, moe::LogCallback>::value, "log callback type");
 // Layout pins for the v1 ABI (LP64): changing these breaks old binaries.
 #if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu
-static_assert(sizeof(moe_model_params) == 64, "moe_model_params v1 layout");
+static_assert(offsetof(moe_model_params, cpu_moe) == 64, "moe_model_params v1 layout (64 bytes)");
+// v2: the placement fields appended after the first layout; every offset is pinned so a
+// field can only ever be appended.
+static_assert(offsetof(moe_model_params, n_cpu_moe) == 68, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, n_gpu_layers) == 72, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, tensor_split) == 80, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, n_tensor_split) == 88, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, tensor_overrides) == 96, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, n_tensor_overrides) == 104, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, main_device) == 112, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, allow_fallback) == 120, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, zero_copy) == 124, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit) == 128, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_budgets) == 136, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, n_fit_budgets) == 144, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_margin) == 152, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_n_ctx) == 160, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_n_ubatch) == 164, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_n_seq_max) == 168, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_kv_type) == 172, "moe_model_params v2 layout");
+static_assert(offsetof(moe_model_params, fit_shrink_ctx) == 176, "moe_model_params v2 layout");
+static_assert(sizeof(moe_model_params) == 184, "moe_model_params v2 layout (184 bytes)");
+static_assert(sizeof(moe_device_plan) == 80, "moe_device_plan v1 layout");
+static_assert(offsetof(moe_fit_plan, n_devices) == 32, "moe_fit_plan v1 layout");
+static_assert(offsetof(moe_fit_plan, devices) == 40, "moe_fit_plan v1 layout");
+static_assert(sizeof(moe_fit_plan) == 680, "moe_fit_plan v1 layout");
 static_assert(sizeof(moe_context_params) == 48, "moe_context_params v1 layout");
 static_assert(sizeof(moe_device_info) == 192, "moe_device_info v1 layout");
 static_assert(sizeof(moe_model_info) == 120, "moe_model_info v1 layout");

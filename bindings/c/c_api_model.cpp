@@ -1,5 +1,8 @@
 // C ABI: model load, info, metadata, vocabulary.
+#include <algorithm>
 #include <cinttypes>
+#include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -7,6 +10,7 @@
 #include "c_api_internal.h"
 #include "gguf/gguf_reader.h"
 #include "model/hparams.h"
+#include "placement/fit.h"
 
 #include "tokenizer/stream_detokenizer.h"
 #include "tokenizer/vocab.h"
@@ -24,8 +28,12 @@ using namespace moe_c;
 
 namespace {
 
-constexpr size_t kModelParamsV1 = sizeof(moe_model_params);
+// Layouts callers may pass in struct_size: the first moe_model_params ended at vocab_only
+// (the placement fields came after it).
+constexpr size_t kModelParamsV1 = offsetof(moe_model_params, cpu_moe);
 constexpr size_t kModelInfoV1 = sizeof(moe_model_info);
+constexpr size_t kFitPlanV1 = sizeof(moe_fit_plan);
+constexpr size_t kMaxSeqMax = 64;  // as moe_context_params.n_seq_max
 
 moe_model_params default_model_params() {
   moe_model_params p;
@@ -33,7 +41,90 @@ moe_model_params default_model_params() {
   p.struct_size = sizeof p;
   p.use_mmap = 1;
   p.vocab_only = 0;
+  // Placement defaults are the engine's own, so the two cannot drift apart (the C contract
+  // test pins the values).
+  const moe::PlacementParams d;
+  p.cpu_moe = d.cpu_moe ? 1 : 0;
+  p.n_cpu_moe = d.n_cpu_moe;
+  p.n_gpu_layers = d.n_gpu_layers;
+  p.tensor_split = nullptr;
+  p.n_tensor_split = 0;
+  p.tensor_overrides = nullptr;
+  p.n_tensor_overrides = 0;
+  p.main_device = nullptr;
+  p.allow_fallback = d.allow_fallback ? 1 : 0;
+  p.zero_copy = d.zero_copy;
+  p.fit = d.fit ? 1 : 0;
+  p.fit_budgets = nullptr;
+  p.n_fit_budgets = 0;
+  p.fit_margin = d.fit_margin;
+  p.fit_n_ctx = d.fit_n_ctx;
+  p.fit_n_ubatch = d.fit_n_ubatch;
+  p.fit_n_seq_max = d.fit_n_seq_max;
+  p.fit_kv_type = d.fit_kv_type;
+  p.fit_shrink_ctx = d.fit_shrink_ctx ? 1 : 0;
   return p;
+}
+
+// Appends strs[0..n) to *out; a NULL array with n > 0 or a NULL entry is an argument error.
+moe_status copy_strings(const char *const *strs, size_t n, const char *fn, const char *what,
+                        std::vector<std::string> *out) {
+  MOE_CHECK_ARG(n == 0 || strs, "%s: n_%s %zu but %s is NULL", fn, what, n, what);
+  for (size_t i = 0; i < n; ++i) {
+    MOE_CHECK_ARG(strs[i], "%s: %s[%zu] is NULL", fn, what, i);
+    out->emplace_back(strs[i]);
+  }
+  return MOE_STATUS_OK;
+}
+
+// Checks a caller's params (widened to the full layout by read_params) and converts them;
+// fn names the entry point in messages.
+moe_status to_load_params(const moe_model_params &p, const char *fn, moe::ModelLoadParams *mp) {
+  moe_status s = MOE_STATUS_OK;
+  mp->use_mmap = p.use_mmap != 0;
+  mp->vocab_only = p.vocab_only != 0;
+  if ((s = copy_strings(p.devices, p.n_devices, fn, "devices", &mp->devices)) != MOE_STATUS_OK) return s;
+  if ((s = copy_strings(p.kv_overrides, p.n_kv_overrides, fn, "kv_overrides", &mp->kv_overrides)) != MOE_STATUS_OK)
+    return s;
+  if (p.progress) {
+    moe_progress_callback cb = p.progress;
+    void *ud = p.progress_user_data;
+    mp->progress = [cb, ud](float f) { return cb(f, ud) != 0; };
+  }
+
+  moe::PlacementParams &pl = mp->placement;
+  MOE_CHECK_ARG(p.n_cpu_moe >= -1, "%s: n_cpu_moe %d out of range (-1 = unset, or >= 0)", fn, p.n_cpu_moe);
+  MOE_CHECK_ARG(p.n_gpu_layers >= -1, "%s: n_gpu_layers %d out of range (-1 = unset, or >= 0)", fn, p.n_gpu_layers);
+  MOE_CHECK_ARG(p.n_tensor_split == 0 || p.tensor_split, "%s: n_tensor_split %zu but tensor_split is NULL", fn,
+                p.n_tensor_split);
+  for (size_t i = 0; i < p.n_tensor_split; ++i) {
+    const float v = p.tensor_split[i];
+    MOE_CHECK_ARG(std::isfinite(v) && v >= 0.0f, "%s: tensor_split[%zu] = %g (want a finite share >= 0)", fn, i,
+                  static_cast<double>(v));
+    pl.tensor_split.push_back(v);
+  }
+  if ((s = copy_strings(p.tensor_overrides, p.n_tensor_overrides, fn, "tensor_overrides", &pl.overrides)) !=
+      MOE_STATUS_OK)
+    return s;
+  MOE_CHECK_ARG(p.zero_copy >= -1 && p.zero_copy <= 1, "%s: zero_copy %d (want -1 auto, 0 or 1)", fn, p.zero_copy);
+  if ((s = copy_strings(p.fit_budgets, p.n_fit_budgets, fn, "fit_budgets", &pl.budgets)) != MOE_STATUS_OK) return s;
+  MOE_CHECK_ARG(p.fit_kv_type >= MOE_KV_TYPE_F32 && p.fit_kv_type <= MOE_KV_TYPE_Q8_0, "%s: fit_kv_type %d unknown",
+                fn, p.fit_kv_type);
+  MOE_CHECK_ARG(p.fit_n_seq_max <= kMaxSeqMax, "%s: fit_n_seq_max %u exceeds %zu", fn, p.fit_n_seq_max, kMaxSeqMax);
+  pl.cpu_moe = p.cpu_moe != 0;
+  pl.n_cpu_moe = p.n_cpu_moe;
+  pl.n_gpu_layers = p.n_gpu_layers;
+  if (p.main_device) pl.main_device = p.main_device;
+  pl.allow_fallback = p.allow_fallback != 0;
+  pl.zero_copy = p.zero_copy;
+  pl.fit = p.fit != 0;
+  pl.fit_margin = p.fit_margin;
+  if (p.fit_n_ctx) pl.fit_n_ctx = p.fit_n_ctx;
+  if (p.fit_n_ubatch) pl.fit_n_ubatch = p.fit_n_ubatch;
+  if (p.fit_n_seq_max) pl.fit_n_seq_max = p.fit_n_seq_max;
+  pl.fit_kv_type = p.fit_kv_type;
+  pl.fit_shrink_ctx = p.fit_shrink_ctx != 0;
+  return MOE_STATUS_OK;
 }
 
 std::string scalar_text(const moe::GgufValue &v) {
@@ -83,7 +174,7 @@ const moe::Vocab &need_vocab(const moe_model *m) {
 
 extern "C" {
 
-MOE_API moe_model_params moe_model_default_params(void) { return default_model_params(); }
+MOE_API moe_model_params moe_model_default_params_v2(void) { return default_model_params(); }
 
 MOE_API moe_status moe_model_load(const char *path, const moe_model_params *params, moe_model **out_model) {
   return guard([&] {
@@ -92,31 +183,54 @@ MOE_API moe_status moe_model_load(const char *path, const moe_model_params *para
     MOE_CHECK_ARG(path, "moe_model_load: path is NULL");
     moe_model_params p;
     MOE_CHECK_ARG(read_params(params, default_model_params(), kModelParamsV1, &p),
-                  "moe_model_load: params->struct_size %zu invalid (expected %zu)",
-                  params ? params->struct_size : 0, sizeof(moe_model_params));
-    MOE_CHECK_ARG(p.n_devices == 0 || p.devices, "moe_model_load: n_devices %zu but devices is NULL", p.n_devices);
-    MOE_CHECK_ARG(p.n_kv_overrides == 0 || p.kv_overrides,
-                  "moe_model_load: n_kv_overrides %zu but kv_overrides is NULL", p.n_kv_overrides);
+                  "moe_model_load: params->struct_size %zu invalid (expected %zu, or %zu for the first layout)",
+                  params ? params->struct_size : 0, sizeof(moe_model_params), kModelParamsV1);
     moe::ModelLoadParams mp;
-    mp.use_mmap = p.use_mmap != 0;
-    mp.vocab_only = p.vocab_only != 0;
-    for (size_t i = 0; i < p.n_devices; ++i) {
-      MOE_CHECK_ARG(p.devices[i], "moe_model_load: devices[%zu] is NULL", i);
-      mp.devices.emplace_back(p.devices[i]);
-    }
-    for (size_t i = 0; i < p.n_kv_overrides; ++i) {
-      MOE_CHECK_ARG(p.kv_overrides[i], "moe_model_load: kv_overrides[%zu] is NULL", i);
-      mp.kv_overrides.emplace_back(p.kv_overrides[i]);
-    }
-    if (p.progress) {
-      moe_progress_callback cb = p.progress;
-      void *ud = p.progress_user_data;
-      mp.progress = [cb, ud](float f) { return cb(f, ud) != 0; };
-    }
+    const moe_status s = to_load_params(p, "moe_model_load", &mp);
+    if (s != MOE_STATUS_OK) return s;
     std::unique_ptr<moe::Model> m = moe::Model::load(path, mp);
     auto h = std::make_unique<moe_model>();
     h->model = std::shared_ptr<moe::Model>(std::move(m));
     *out_model = h.release();
+    return MOE_STATUS_OK;
+  });
+}
+
+MOE_API moe_status moe_model_fit(const char *path, const moe_model_params *params, moe_fit_plan *out) {
+  return guard([&] {
+    MOE_CHECK_ARG(out, "moe_model_fit: out is NULL");
+    MOE_CHECK_ARG(out->struct_size >= kFitPlanV1 && out->struct_size <= sizeof(moe_fit_plan),
+                  "moe_model_fit: out->struct_size %zu, expected %zu", out->struct_size, sizeof(moe_fit_plan));
+    MOE_CHECK_ARG(path, "moe_model_fit: path is NULL");
+    moe_model_params p;
+    MOE_CHECK_ARG(read_params(params, default_model_params(), kModelParamsV1, &p),
+                  "moe_model_fit: params->struct_size %zu invalid (expected %zu, or %zu for the first layout)",
+                  params ? params->struct_size : 0, sizeof(moe_model_params), kModelParamsV1);
+    moe::ModelLoadParams mp;
+    const moe_status s = to_load_params(p, "moe_model_fit", &mp);
+    if (s != MOE_STATUS_OK) return s;
+    const moe::FitPlan plan = moe::fit_model(path, mp);
+    moe_fit_plan r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    r.n_cpu_moe = plan.n_cpu_moe;
+    r.n_gpu_layers = plan.n_gpu_layers;
+    r.cpu_moe = plan.cpu_moe ? 1 : 0;
+    r.n_ctx = plan.n_ctx;
+    r.fitted = plan.fitted ? 1 : 0;
+    r.n_devices = std::min(plan.devices.size(), sizeof r.devices / sizeof r.devices[0]);
+    for (size_t i = 0; i < r.n_devices; ++i) {
+      const moe::DevicePlan &d = plan.devices[i];
+      moe_device_plan &o = r.devices[i];
+      std::snprintf(o.id, sizeof o.id, "%s", d.device.c_str());
+      o.weights = d.weights;
+      o.kv_cache = d.kv_cache;
+      o.activations = d.activations;
+      o.workspace = d.workspace;
+      o.total = d.total();
+      o.budget = d.budget;
+    }
+    write_result(r, out);
     return MOE_STATUS_OK;
   });
 }
@@ -331,6 +445,31 @@ MOE_API moe_status moe_detokenizer_flush(moe_detokenizer *detok, const char **ou
   });
 }
 
-
-
 }  // extern "C"
+
+// Binaries built against the first header call moe_model_default_params and receive the
+// struct in memory they reserved for 64 bytes: the unversioned symbol keeps returning
+// exactly that layout (the header maps the name to moe_model_default_params_v2).
+struct moe_model_params_v1 {
+  size_t struct_size;
+  const char *const *devices;
+  size_t n_devices;
+  const char *const *kv_overrides;
+  size_t n_kv_overrides;
+  moe_progress_callback progress;
+  void *progress_user_data;
+  int32_t use_mmap;
+  int32_t vocab_only;
+};
+static_assert(sizeof(moe_model_params_v1) == kModelParamsV1, "the first layout is the prefix of moe_model_params");
+static_assert(offsetof(moe_model_params_v1, vocab_only) == offsetof(moe_model_params, vocab_only), "v1 prefix");
+
+#undef moe_model_default_params
+extern "C" MOE_API moe_model_params_v1 moe_model_default_params(void);
+extern "C" MOE_API moe_model_params_v1 moe_model_default_params(void) {
+  const moe_model_params full = default_model_params();
+  moe_model_params_v1 v1;
+  std::memcpy(static_cast<void *>(&v1), &full, sizeof v1);
+  v1.struct_size = sizeof v1;
+  return v1;
+}

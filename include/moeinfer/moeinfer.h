@@ -130,8 +130,46 @@ typedef struct moe_model_params {
   void *progress_user_data;           /* passed to progress; borrowed; default NULL */
   int32_t use_mmap;                   /* 1 (default): map weights read-only; 0 = read into memory */
   int32_t vocab_only;                 /* 1: load metadata + tokenizer only; default 0 */
+  /* ---- Placement: where the weights live and so where each part of the graph runs (the
+   * reference engine's --cpu-moe, --n-cpu-moe, -ngl, -ts, -ot, -mg, --fit). Appended after
+   * the first layout (64 bytes); callers passing that struct_size get these defaults.
+   * Strings and arrays are borrowed during the call. Device names are those of
+   * moe_device_info.id ("cpu", "cuda0"). Contradicting settings (cpu_moe with n_cpu_moe)
+   * fail with MOE_STATUS_INVALID_ARGUMENT naming both. */
+  int32_t cpu_moe;                    /* 1: routed experts of every layer on the CPU; default 0 */
+  int32_t n_cpu_moe;                  /* routed experts of layers [0, N) on the CPU; -1 (default) = unset */
+  int32_t n_gpu_layers;               /* the last N layers on GPUs, the rest on the CPU; -1 (default) = unset (all) */
+  const float *tensor_split;          /* layer share per GPU of devices (in order), e.g. {3, 1}; NULL (default) = unset */
+  size_t n_tensor_split;              /* entries in tensor_split; default 0 */
+  const char *const *tensor_overrides; /* "REGEX=DEVICE" rules; the regex is searched in each tensor name and the
+                                       * first matching rule wins (like the reference engine's -ot); NULL = none */
+  size_t n_tensor_overrides;          /* entries in tensor_overrides; default 0 */
+  const char *main_device;            /* device of the output head (output_norm, output); NULL (default) = the
+                                       * last layer's device */
+  int32_t allow_fallback;             /* 1: an op a device cannot run may run on the CPU; 0 (default) = fail instead */
+  int32_t zero_copy;                  /* GPU weights used in place from host memory: -1 (default) = on integrated
+                                       * GPUs only, 0 = never, 1 = always */
+  /* Fit: choose the unset values above so every device's plan (weights, KV cache,
+   * activations) stays within its budget; see moe_model_fit for a dry run. */
+  int32_t fit;                        /* 1: fit at load; default 0 */
+  const char *const *fit_budgets;     /* "DEVICE=BYTES" (suffix K/M/G/T = 2^10..2^40), e.g. "cuda0=10G"; a GPU
+                                       * without one gets its free memory - fit_margin; NULL (default) = none */
+  size_t n_fit_budgets;               /* entries in fit_budgets; default 0 */
+  uint64_t fit_margin;                /* bytes kept free per GPU whose budget is its free memory; default 1 GiB */
+  /* The contexts the fit leaves room for (their KV cache and activations): */
+  uint32_t fit_n_ctx;                 /* KV cells; default 4096; 0 = default */
+  uint32_t fit_n_ubatch;              /* tokens per graph run; default 512; 0 = default */
+  uint32_t fit_n_seq_max;             /* sequences, at most 64; default 1; 0 = default */
+  int32_t fit_kv_type;                /* moe_kv_type of the KV cache; default MOE_KV_TYPE_F16 */
+  int32_t fit_shrink_ctx;             /* 1: the fit may lower fit_n_ctx when nothing else fits (moe_fit_plan.n_ctx
+                                       * says how far); 0 (default) = never */
 } moe_model_params;
 
+/* Defaults of every field above, struct_size = sizeof(moe_model_params).
+ * The library also exports moe_model_default_params itself, which returns the first
+ * (64-byte) layout to binaries built against that header; this header maps the name to
+ * moe_model_default_params_v2 (look that symbol up when loading the library with dlsym). */
+#define moe_model_default_params moe_model_default_params_v2
 MOE_API moe_model_params moe_model_default_params(void);
 
 /* Loads a GGUF model. params may be NULL (defaults).
@@ -139,6 +177,36 @@ MOE_API moe_model_params moe_model_default_params(void);
  * created from it). On failure *out_model is set to NULL. */
 MOE_API moe_status moe_model_load(const char *path, const moe_model_params *params,
                                   moe_model **out_model);
+
+/* Memory plan of one device in a moe_fit_plan (bytes). */
+typedef struct moe_device_plan {
+  char id[32];             /* NUL-terminated device id ("cpu", "cuda0") */
+  uint64_t weights;        /* weights resident on the device */
+  uint64_t kv_cache;       /* KV cache of the layers whose attention runs there */
+  uint64_t activations;    /* activation arena of the largest compiled graph, workspace excluded */
+  uint64_t workspace;      /* kernels' scratch (quantized activations, routing) */
+  uint64_t total;          /* weights + kv_cache + activations + workspace */
+  uint64_t budget;         /* bytes allowed; 0 = no budget (e.g. the CPU) */
+} moe_device_plan;
+
+/* Result of moe_model_fit: the placement a load with the same params would use. */
+typedef struct moe_fit_plan {
+  size_t struct_size;      /* set to sizeof(moe_fit_plan) before the call */
+  int32_t n_cpu_moe;       /* layers whose routed experts are on the CPU (the first ones) */
+  int32_t n_gpu_layers;    /* layers on GPUs (the last ones) */
+  int32_t cpu_moe;         /* 1 when every layer's routed experts are on the CPU */
+  uint32_t n_ctx;          /* KV cells the plan reserves (below fit_n_ctx only with fit_shrink_ctx) */
+  int32_t fitted;          /* 1 when the fit chose at least one value, 0 when params fixed them all */
+  size_t n_devices;        /* entries filled in devices (a plan over more than 8 devices lists its first 8) */
+  moe_device_plan devices[8];
+} moe_fit_plan;
+
+/* Dry run of moe_model_load's placement: reads the file's metadata and tensor table (no
+ * weights), resolves params' placement (fitting the unset values when params->fit is 1)
+ * and fills *out with the plan per device. params may be NULL (defaults); out->struct_size
+ * must be set. MOE_STATUS_OUT_OF_MEMORY when no placement fits the budgets. Nothing is
+ * allocated on any device. */
+MOE_API moe_status moe_model_fit(const char *path, const moe_model_params *params, moe_fit_plan *out);
 
 /* Frees a model. NULL is a no-op. All contexts of the model must be freed first. */
 MOE_API void moe_model_free(moe_model *model);

@@ -200,6 +200,18 @@ public:
     return Model(m);
   }
 
+  // Dry run of load's placement (moe_model_fit): the plan per device that load(path, params)
+  // would use, from the file's metadata alone. Set params.fit = 1 to let it choose the unset
+  // placement values within the budgets.
+  static Ret<moe_fit_plan> fit(std::string_view path, const moe_model_params &params = default_params()) {
+    std::string p(path);
+    moe_fit_plan plan{};
+    plan.struct_size = sizeof plan;
+    moe_status s = moe_model_fit(p.c_str(), &params, &plan);
+    if (s != MOE_STATUS_OK) return detail::fail<moe_fit_plan>(s);
+    return plan;
+  }
+
   // Before the first CPU context: copy mapped weights into huge pages (default) or not.
   Ret<void> set_cpu_weight_copy(bool enabled) { return detail::done(moe_model_set_cpu_weight_copy(get(), enabled ? 1 : 0)); }
 

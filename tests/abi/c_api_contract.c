@@ -4,6 +4,7 @@
  * also checks range errors on a live model/context, context-full, and that a wait with
  * timeout on a long asynchronous decode returns in time with the context still usable. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,6 +36,18 @@ static int g_checks = 0;
     }                                                                        \
   } while (0)
 
+/* EXPECT, and the last error names what was wrong (needle). */
+#define EXPECT_MSG(expr, want, needle)                                                          \
+  do {                                                                                          \
+    EXPECT(expr, want);                                                                         \
+    ++g_checks;                                                                                 \
+    if (!strstr(moe_last_error(), (needle))) {                                                  \
+      fprintf(stderr, "%s:%d: %s: last error \"%s\" does not mention \"%s\"\n", __FILE__, __LINE__, \
+              #expr, moe_last_error(), (needle));                                               \
+      g_fail = 1;                                                                               \
+    }                                                                                           \
+  } while (0)
+
 #define BAD MOE_STATUS_INVALID_ARGUMENT
 
 static double now_ms(void) {
@@ -56,6 +69,166 @@ static int cancel_load(float p, void *user) {
   (void)p;
   (void)user;
   return 0;
+}
+
+/* How often needle occurs in hay. */
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  const size_t len = strlen(needle);
+  while ((hay = strstr(hay, needle)) != NULL) {
+    ++n;
+    hay += len;
+  }
+  return n;
+}
+
+/* The placement fields of moe_model_params and moe_model_fit's argument checks; none of
+ * these needs a model (every check comes before the file is opened). */
+static void placement_params(void) {
+  const float split_ok[2] = {3.0f, 1.0f};
+  float split_bad[2] = {1.0f, -1.0f};
+  const char *rules_null[2] = {"ffn_.*_exps=cpu", NULL};
+  const char *budgets_null[1] = {NULL};
+  moe_model *m = NULL;
+  moe_fit_plan plan;
+  moe_model_params mp = moe_model_default_params();
+
+  /* defaults: the engine's PlacementParams */
+  TRUE_(mp.struct_size == sizeof(moe_model_params));
+  TRUE_(mp.cpu_moe == 0 && mp.n_cpu_moe == -1 && mp.n_gpu_layers == -1);
+  TRUE_(mp.tensor_split == NULL && mp.n_tensor_split == 0);
+  TRUE_(mp.tensor_overrides == NULL && mp.n_tensor_overrides == 0);
+  TRUE_(mp.main_device == NULL && mp.allow_fallback == 0 && mp.zero_copy == -1);
+  TRUE_(mp.fit == 0 && mp.fit_budgets == NULL && mp.n_fit_budgets == 0);
+  TRUE_(mp.fit_margin == ((uint64_t)1 << 30));
+  TRUE_(mp.fit_n_ctx == 4096 && mp.fit_n_ubatch == 512 && mp.fit_n_seq_max == 1);
+  TRUE_(mp.fit_kv_type == MOE_KV_TYPE_F16 && mp.fit_shrink_ctx == 0);
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu
+  /* The placement fields come after the first layout; nothing moved. */
+  TRUE_(offsetof(moe_model_params, cpu_moe) == 64);
+  TRUE_(sizeof(moe_model_params) == 184 && sizeof(moe_fit_plan) == 680);
+#endif
+
+  /* Bad placement arguments fail before the file is opened, naming the field. */
+  mp.n_tensor_split = 2;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "tensor_split is NULL");
+  TRUE_(m == NULL);
+  mp.tensor_split = split_bad;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "tensor_split[1]");
+  split_bad[1] = (float)NAN;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "tensor_split[1]");
+  mp.tensor_split = split_ok;
+  mp.n_tensor_overrides = 1;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "tensor_overrides is NULL");
+  mp.tensor_overrides = rules_null;
+  mp.n_tensor_overrides = 2;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "tensor_overrides[1] is NULL");
+  mp.n_tensor_overrides = 1;
+  mp.n_fit_budgets = 1;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "fit_budgets is NULL");
+  mp.fit_budgets = budgets_null;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "fit_budgets[0] is NULL");
+  mp.n_fit_budgets = 0;
+  mp.n_cpu_moe = -2;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "n_cpu_moe -2");
+  mp.n_cpu_moe = -1;
+  mp.n_gpu_layers = -7;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "n_gpu_layers -7");
+  mp.n_gpu_layers = -1;
+  mp.zero_copy = 2;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "zero_copy 2");
+  mp.zero_copy = -1;
+  mp.fit_kv_type = 9;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "fit_kv_type 9");
+  mp.fit_kv_type = MOE_KV_TYPE_Q8_0;
+  mp.fit_n_seq_max = 65;
+  EXPECT_MSG(moe_model_load("x.gguf", &mp, &m), BAD, "fit_n_seq_max 65");
+  mp.fit_n_seq_max = 0; /* 0 = default */
+  /* The valid settings above pass the checks: the load gets as far as the file. */
+  EXPECT(moe_model_load("/nonexistent/dir/x.gguf", &mp, &m), MOE_STATUS_IO_ERROR);
+  TRUE_(m == NULL);
+
+  /* A caller of the first layout (struct_size 64): whatever follows is never read. */
+  mp.struct_size = offsetof(moe_model_params, cpu_moe);
+  mp.n_tensor_split = 3;
+  mp.tensor_split = NULL;
+  mp.zero_copy = 9;
+  mp.cpu_moe = 1;
+  mp.n_cpu_moe = 2;
+  EXPECT(moe_model_load("/nonexistent/dir/x.gguf", &mp, &m), MOE_STATUS_IO_ERROR);
+  mp.struct_size = offsetof(moe_model_params, cpu_moe) - 4;
+  EXPECT_MSG(moe_model_load("/nonexistent/dir/x.gguf", &mp, &m), BAD, "struct_size");
+
+  /* moe_model_fit: out, path and params are checked like moe_model_load's */
+  mp = moe_model_default_params();
+  memset(&plan, 0, sizeof plan);
+  EXPECT_MSG(moe_model_fit("x.gguf", &mp, NULL), BAD, "out is NULL");
+  EXPECT_MSG(moe_model_fit("x.gguf", &mp, &plan), BAD, "struct_size 0"); /* out->struct_size unset */
+  plan.struct_size = sizeof plan + 8;
+  EXPECT(moe_model_fit("x.gguf", &mp, &plan), BAD);
+  plan.struct_size = sizeof plan;
+  EXPECT_MSG(moe_model_fit(NULL, &mp, &plan), BAD, "path is NULL");
+  mp.struct_size = 0;
+  EXPECT_MSG(moe_model_fit("x.gguf", &mp, &plan), BAD, "struct_size");
+  mp.struct_size = sizeof mp;
+  mp.n_tensor_split = 1;
+  EXPECT_MSG(moe_model_fit("x.gguf", &mp, &plan), BAD, "moe_model_fit: n_tensor_split 1 but tensor_split is NULL");
+  mp.n_tensor_split = 0;
+  mp.tensor_overrides = rules_null + 1;
+  mp.n_tensor_overrides = 1;
+  EXPECT_MSG(moe_model_fit("x.gguf", &mp, &plan), BAD, "moe_model_fit: tensor_overrides[0] is NULL");
+  mp.n_tensor_overrides = 0;
+  /* Checks pass: the failure is now about the file (never OK, never a crash). */
+  TRUE_(moe_model_fit("/nonexistent/dir/x.gguf", NULL, &plan) != MOE_STATUS_OK && moe_last_error()[0] != '\0');
+}
+
+/* Placement on a real model: results the engine decides (contradictions, the fit plan). */
+static void placement_with_model(const char *path) {
+  moe_model *m = NULL;
+  moe_fit_plan plan;
+  moe_model_params mp = moe_model_default_params();
+  size_t k;
+
+  /* Contradicting settings: an error that names both, no model. */
+  mp.cpu_moe = 1;
+  mp.n_cpu_moe = 2;
+  EXPECT(moe_model_load(path, &mp, &m), BAD);
+  TRUE_(m == NULL);
+  moe_model_free(m);
+  m = NULL;
+  ++g_checks;
+  if (count_of(moe_last_error(), "cpu_moe") + count_of(moe_last_error(), "cpu-moe") < 2) {
+    fprintf(stderr, "%s:%d: conflict message \"%s\" does not name both cpu_moe and n_cpu_moe\n", __FILE__, __LINE__,
+            moe_last_error());
+    g_fail = 1;
+  }
+  /* cpu_moe alone: the experts on the CPU, which a CPU-only build has anyway. */
+  mp.n_cpu_moe = -1;
+  EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_OK);
+  moe_model_free(m);
+  m = NULL;
+
+  /* The dry run. */
+  memset(&plan, 0, sizeof plan);
+  plan.struct_size = sizeof plan;
+  EXPECT(moe_model_fit("/nonexistent/dir/x.gguf", NULL, &plan), MOE_STATUS_IO_ERROR);
+  mp = moe_model_default_params();
+  mp.fit = 1;
+  EXPECT(moe_model_fit(path, &mp, &plan), MOE_STATUS_OK);
+  TRUE_(plan.struct_size == sizeof plan);
+  TRUE_(plan.n_devices >= 1 && plan.n_devices <= 8);
+  TRUE_(plan.n_ctx > 0 && plan.n_ctx <= 4096);
+  {
+    uint64_t weights = 0;
+    for (k = 0; k < plan.n_devices; ++k) {
+      const moe_device_plan *d = &plan.devices[k];
+      TRUE_(d->id[0] != '\0' && memchr(d->id, '\0', sizeof d->id) != NULL);
+      TRUE_(d->total == d->weights + d->kv_cache + d->activations + d->workspace);
+      TRUE_(d->budget == 0 || d->total <= d->budget);
+      weights += d->weights;
+    }
+    TRUE_(weights > 0);
+  }
 }
 
 static void null_handles(void) {
@@ -289,6 +462,18 @@ static void with_model(const char *path) {
     mp.kv_overrides = NULL;
     mp.n_kv_overrides = 0;
   }
+  {
+    /* A caller of the first layout (struct_size 64) loads as before: the placement fields
+     * after it (here contradicting, to be sure) are never read. */
+    moe_model_params v1 = mp;
+    v1.struct_size = offsetof(moe_model_params, cpu_moe);
+    v1.cpu_moe = 1;
+    v1.n_cpu_moe = 2;
+    v1.n_tensor_split = 4;
+    EXPECT(moe_model_load(path, &v1, &m), MOE_STATUS_OK);
+    moe_model_free(m);
+    m = NULL;
+  }
   EXPECT(moe_model_load(path, &mp, &m), MOE_STATUS_OK);
   if (!m) return;
 
@@ -473,9 +658,50 @@ static void with_model(const char *path) {
   moe_batch_free(b);
 }
 
+/* What a binary built against the first header (64-byte moe_model_params) declares. */
+typedef struct old_model_params {
+  size_t struct_size;
+  const char *const *devices;
+  size_t n_devices;
+  const char *const *kv_overrides;
+  size_t n_kv_overrides;
+  moe_progress_callback progress;
+  void *progress_user_data;
+  int32_t use_mmap;
+  int32_t vocab_only;
+} old_model_params;
+/* Last in this file: from here on the name is the unversioned symbol such a binary calls. */
+#undef moe_model_default_params
+old_model_params moe_model_default_params(void);
+
+/* An old binary's moe_model_default_params: the 64-byte layout with the same defaults, and
+ * nothing written past it. */
+static void first_layout_defaults(void) {
+  struct {
+    old_model_params p;
+    unsigned char canary[256];
+  } box;
+  size_t k;
+  int intact = 1;
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu
+  TRUE_(sizeof(old_model_params) == 64);
+#endif
+  TRUE_(sizeof(old_model_params) == offsetof(moe_model_params, cpu_moe));
+  TRUE_(offsetof(moe_model_params, vocab_only) == offsetof(old_model_params, vocab_only));
+  memset(box.canary, 0xA5, sizeof box.canary);
+  box.p = moe_model_default_params();
+  for (k = 0; k < sizeof box.canary; ++k) intact &= box.canary[k] == 0xA5;
+  TRUE_(intact);
+  TRUE_(box.p.struct_size == sizeof(old_model_params) && box.p.use_mmap == 1 && box.p.vocab_only == 0);
+  TRUE_(box.p.devices == NULL && box.p.n_devices == 0 && box.p.progress == NULL);
+}
+
 int main(int argc, char **argv) {
   null_handles();
-  if (argc > 1) with_model(argv[1]);
+  placement_params();
+  first_layout_defaults();
+  if (argc > 2 && strcmp(argv[1], "--placement") == 0) placement_with_model(argv[2]);
+  else if (argc > 1) with_model(argv[1]);
   printf("%d checks, %s\n", g_checks, g_fail ? "FAILED" : "all passed");
   return g_fail;
 }

@@ -29,6 +29,10 @@ int moe_hpp_check() {
   auto t = sampler.sample(ctx);
   auto piece = model.token_to_piece(t.value());
   auto lg = ctx.logits(-1);
+  auto mp = moeinfer::Model::default_params();
+  mp.fit = 1;
+  auto plan = moeinfer::Model::fit("x.gguf", mp);
+  if (!plan || plan.value().n_devices == 0) return 9;
   return piece.ok() && lg.ok() ? 0 : 8;
 #else
   auto model = moeinfer::Model::load("x.gguf");
@@ -46,11 +50,14 @@ int moe_hpp_check() {
   std::string piece = model.token_to_piece(t);
   moeinfer::LogitsView lg = ctx.logits(-1);
   auto devs = moeinfer::devices();
+  auto mp = moeinfer::Model::default_params();
+  mp.cpu_moe = 1;
+  moe_fit_plan plan = moeinfer::Model::fit("x.gguf", mp);
   try {
     ctx.kv_seq_rm(0, 0, -1);
   } catch (const moeinfer::Error &e) {
     return static_cast<int>(e.status());
   }
-  return static_cast<int>(piece.size() + devs.size()) + (lg.data ? 1 : 0);
+  return static_cast<int>(piece.size() + devs.size() + plan.n_devices) + (lg.data ? 1 : 0);
 #endif
 }

@@ -54,6 +54,41 @@ int main(int argc, char **argv) {
   }
 #endif
 
+  // Placement: a bad argument is INVALID_ARGUMENT with the library's message, from load and
+  // from the dry run alike.
+  {
+    auto mp = moeinfer::Model::default_params();
+    CHECK(mp.n_cpu_moe == -1 && mp.n_gpu_layers == -1 && mp.fit_n_ctx == 4096);
+    mp.n_tensor_split = 2;  // tensor_split NULL
+#ifdef MOEINFER_NO_EXCEPTIONS
+    auto l = moeinfer::Model::load(argv[1], mp);
+    CHECK(l.status() == MOE_STATUS_INVALID_ARGUMENT && l.message().find("tensor_split") != std::string::npos);
+    auto f = moeinfer::Model::fit(argv[1], mp);
+    CHECK(f.status() == MOE_STATUS_INVALID_ARGUMENT && f.message().find("tensor_split") != std::string::npos);
+    auto none = moeinfer::Model::fit("/nonexistent/x.gguf");
+    CHECK(!none && !none.message().empty());
+#else
+    try {
+      moeinfer::Model::load(argv[1], mp);
+      CHECK(false);
+    } catch (const moeinfer::Error &e) {
+      CHECK(e.status() == MOE_STATUS_INVALID_ARGUMENT && std::string(e.what()).find("tensor_split") != std::string::npos);
+    }
+    try {
+      moeinfer::Model::fit(argv[1], mp);
+      CHECK(false);
+    } catch (const moeinfer::Error &e) {
+      CHECK(e.status() == MOE_STATUS_INVALID_ARGUMENT && std::string(e.what()).find("tensor_split") != std::string::npos);
+    }
+    try {
+      moeinfer::Model::fit("/nonexistent/x.gguf");
+      CHECK(false);
+    } catch (const moeinfer::Error &e) {
+      CHECK(e.status() != MOE_STATUS_OK);
+    }
+#endif
+  }
+
   moeinfer::Model model = TAKE(moeinfer::Model::load(argv[1]));
   CHECK(static_cast<bool>(model));
   moeinfer::Model moved = std::move(model);
