@@ -77,9 +77,13 @@ moe_status copy_strings(const char *const *strs, size_t n, const char *fn, const
   return MOE_STATUS_OK;
 }
 
-// Checks a caller's params (widened to the full layout by read_params) and converts them;
-// fn names the entry point in messages.
-moe_status to_load_params(const moe_model_params &p, const char *fn, moe::ModelLoadParams *mp) {
+// Reads a caller's params (NULL: defaults; the first layout's struct_size: defaults for the
+// fields after it), checks and converts them; fn names the entry point in messages.
+moe_status read_load_params(const moe_model_params *params, const char *fn, moe::ModelLoadParams *mp) {
+  moe_model_params p;
+  MOE_CHECK_ARG(read_params(params, default_model_params(), kModelParamsV1, &p),
+                "%s: params->struct_size %zu invalid (expected %zu, or %zu for the first layout)", fn,
+                params ? params->struct_size : 0, sizeof(moe_model_params), kModelParamsV1);
   moe_status s = MOE_STATUS_OK;
   mp->use_mmap = p.use_mmap != 0;
   mp->vocab_only = p.vocab_only != 0;
@@ -181,12 +185,8 @@ MOE_API moe_status moe_model_load(const char *path, const moe_model_params *para
     MOE_CHECK_ARG(out_model, "moe_model_load: out_model is NULL");
     *out_model = nullptr;
     MOE_CHECK_ARG(path, "moe_model_load: path is NULL");
-    moe_model_params p;
-    MOE_CHECK_ARG(read_params(params, default_model_params(), kModelParamsV1, &p),
-                  "moe_model_load: params->struct_size %zu invalid (expected %zu, or %zu for the first layout)",
-                  params ? params->struct_size : 0, sizeof(moe_model_params), kModelParamsV1);
     moe::ModelLoadParams mp;
-    const moe_status s = to_load_params(p, "moe_model_load", &mp);
+    const moe_status s = read_load_params(params, "moe_model_load", &mp);
     if (s != MOE_STATUS_OK) return s;
     std::unique_ptr<moe::Model> m = moe::Model::load(path, mp);
     auto h = std::make_unique<moe_model>();
@@ -202,12 +202,8 @@ MOE_API moe_status moe_model_fit(const char *path, const moe_model_params *param
     MOE_CHECK_ARG(out->struct_size >= kFitPlanV1 && out->struct_size <= sizeof(moe_fit_plan),
                   "moe_model_fit: out->struct_size %zu, expected %zu", out->struct_size, sizeof(moe_fit_plan));
     MOE_CHECK_ARG(path, "moe_model_fit: path is NULL");
-    moe_model_params p;
-    MOE_CHECK_ARG(read_params(params, default_model_params(), kModelParamsV1, &p),
-                  "moe_model_fit: params->struct_size %zu invalid (expected %zu, or %zu for the first layout)",
-                  params ? params->struct_size : 0, sizeof(moe_model_params), kModelParamsV1);
     moe::ModelLoadParams mp;
-    const moe_status s = to_load_params(p, "moe_model_fit", &mp);
+    const moe_status s = read_load_params(params, "moe_model_fit", &mp);
     if (s != MOE_STATUS_OK) return s;
     const moe::FitPlan plan = moe::fit_model(path, mp);
     moe_fit_plan r;
