@@ -18,6 +18,7 @@
 #include "backends/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/placement_args.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
@@ -57,6 +58,7 @@ void usage(FILE *out) {
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
                "  -o md|json           output format (default md)\n");
+  std::fputs(cli::placement_help(), out);
 }
 
 std::vector<int> int_list(const char *s, const char *opt) {
@@ -189,9 +191,11 @@ int cmd_bench(int argc, char **argv) {
   bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
+  cli::PlacementArgs placement;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
+    if (const int r = placement.take(argc, argv, i)) { if (r < 0) return placement.fail("bench"); }
+    else if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
     else if (a == "-p" || a == "--n-prompt") ps = int_list(cli::value(argc, argv, i), "-p");
     else if (a == "-n" || a == "--n-gen") ns = int_list(cli::value(argc, argv, i), "-n");
     else if (a == "-d" || a == "--n-depth") ds = int_list(cli::value(argc, argv, i), "-d");
@@ -243,12 +247,14 @@ int cmd_bench(int argc, char **argv) {
     mp.use_mmap = mmap;
     mp.cpu_weight_copy = weight_copy;
     mp.kv_overrides = overrides;
+    uint32_t need = 0;
+    for (const auto &t : tests) need = std::max<uint32_t>(need, uint32_t(t.depth + t.n_prompt + t.n_gen));
+    placement.set_fit_context(need, uint32_t(std::min(n_ubatch, n_batch)), kv);
+    mp.placement = placement.params;
     auto t0 = std::chrono::steady_clock::now();
     auto model = Model::load(model_path, mp);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-    uint32_t need = 0;
-    for (const auto &t : tests) need = std::max<uint32_t>(need, uint32_t(t.depth + t.n_prompt + t.n_gen));
     ContextParams cp;
     cp.n_ctx = need;
     cp.n_batch = uint32_t(n_batch);

@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/demo_model.h"
+#include "cli/placement_args.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "memory/memory_report.h"
@@ -33,7 +34,7 @@ static void usage() {
       "  --top-logits K      with --json: logits listed per step (default 20)\n"
       "  --json              one JSON object per computed position (see docs)\n"
       "  --threads T         CPU threads (default: physical cores)\n"
-      "  --ctx N             context size in tokens (default 4096 or the model's)\n"
+      "  -c, --ctx N         context size in tokens (default 4096 or the model's; also --ctx-size)\n"
       "  --kv-type TYPE      f32 | f16 | q8_0 (default f16)\n"
       "  --device DEV        cpu | cuda | cuda0 | auto (default auto)\n"
       "  --cpu-order         GPU: batches of 2..128 tokens in the CPU's float order (bit-reproducible\n"
@@ -41,6 +42,7 @@ static void usage() {
       "  --override-kv K=T:V metadata override (repeatable)\n"
       "  --no-mmap           read weights into memory instead of mapping the file\n"
       "  --no-weight-copy    CPU: read the mapped file pages in place (default: one copy in huge pages)\n");
+  std::fputs(cli::placement_help(), stdout);
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -52,9 +54,11 @@ int cmd_generate(int argc, char **argv) {
   bool json = false, mmap = true, weight_copy = true, cpu_order = false;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
+  cli::PlacementArgs placement;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
+    if (const int r = placement.take(argc, argv, i)) { if (r < 0) return placement.fail("generate"); }
+    else if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
     else if (a == "-p" || a == "--prompt") prompt = cli::value(argc, argv, i);
     else if (a == "--prompt-ids") prompt_ids = cli::value(argc, argv, i);
     else if (a == "--feed-ids") feed_ids = cli::value(argc, argv, i);
@@ -64,7 +68,7 @@ int cmd_generate(int argc, char **argv) {
     else if (a == "--top-logits") top_k = static_cast<int>(cli::to_int(cli::value(argc, argv, i), "--top-logits"));
     else if (a == "--json") json = true;
     else if (a == "--threads" || a == "-t") threads = static_cast<int>(cli::to_int(cli::value(argc, argv, i), "--threads"));
-    else if (a == "--ctx" || a == "-c") ctx = cli::to_int(cli::value(argc, argv, i), "--ctx");
+    else if (a == "--ctx" || a == "-c" || a == "--ctx-size") ctx = cli::to_int(cli::value(argc, argv, i), "--ctx");
     else if (a == "--device") device = cli::value(argc, argv, i);
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--no-mmap") mmap = false;
@@ -86,6 +90,8 @@ int cmd_generate(int argc, char **argv) {
     mp.use_mmap = mmap;
     mp.cpu_weight_copy = weight_copy;
     mp.kv_overrides = overrides;
+    placement.set_fit_context(static_cast<uint32_t>(ctx), 512, kv);
+    mp.placement = placement.params;
     auto model = Model::load(model_path, mp);
     auto parse_ids = [](const std::string &list, const char *opt) {
       std::vector<int32_t> out;

@@ -1,4 +1,6 @@
-// moeinfer-cli info: architecture, hyperparameters, tensor type counts and memory plan.
+// moeinfer-cli info: architecture, hyperparameters, tensor type counts and memory plan;
+// with --fit, the placement fit's plan per device instead (no weights loaded, no context).
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -7,45 +9,126 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/placement_args.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
 #include "memory/memory_report.h"
 #include "model/hparams.h"
+#include "placement/fit.h"
 
 using namespace moe;
 
+namespace {
+
+void usage() {
+  std::printf(
+      "usage: moeinfer-cli info -m MODEL [--json] [options]\n"
+      "  -c, --ctx N         context size of the memory plan (default 4096; also --ctx-size)\n"
+      "  -ub N               tokens per graph run of the memory plan and the fit (default 512)\n"
+      "  --kv-type TYPE      f32 | f16 | q8_0 (default f16)\n"
+      "  --device DEV        device of the memory plan's context (default cpu; auto with placement flags)\n"
+      "  --override-kv K=T:V metadata override (repeatable)\n"
+      "  --json              one JSON object\n"
+      "  --fit               print the placement fit's plan per device (weights, KV cache, activations,\n"
+      "                      workspace, total, budget) and the values it chose; reads the file's\n"
+      "                      metadata only: no weights are loaded and no context is created\n");
+  std::fputs(cli::placement_help(), stdout);
+}
+
+std::string mib(uint64_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", double(bytes) / double(1u << 20));
+  return b;
+}
+
+// info --fit: fit_model's plan for the file, as text (MiB) or JSON (bytes).
+int print_fit(const std::string &path, const ModelLoadParams &mp, bool json) {
+  const FitPlan plan = fit_model(path, mp);
+  const PlacementParams &pl = mp.placement;
+  const char *kv = kv_type_name(static_cast<KvType>(pl.fit_kv_type));
+  if (json) {
+    nlohmann::ordered_json j;
+    j["model"] = path;
+    j["n_ctx"] = plan.n_ctx;
+    j["n_ubatch"] = pl.fit_n_ubatch;
+    j["n_seq_max"] = pl.fit_n_seq_max;
+    j["kv_type"] = kv;
+    j["n_cpu_moe"] = plan.n_cpu_moe;
+    j["n_gpu_layers"] = plan.n_gpu_layers;
+    j["cpu_moe"] = plan.cpu_moe;
+    j["fitted"] = plan.fitted;
+    j["chosen"] = plan.chosen;
+    nlohmann::ordered_json devs = nlohmann::ordered_json::array();
+    for (const DevicePlan &d : plan.devices)
+      devs.push_back({{"device", d.device}, {"weights", d.weights}, {"kv_cache", d.kv_cache},
+                      {"activations", d.activations}, {"workspace", d.workspace}, {"total", d.total()},
+                      {"budget", d.budget}});
+    j["devices"] = devs;
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("fit plan     : %s\n", path.c_str());
+  std::printf("context      : n_ctx %u%s, n_ubatch %u, %u sequence(s), KV %s\n", plan.n_ctx,
+              plan.n_ctx < pl.fit_n_ctx ? " (shrunk to fit)" : "", pl.fit_n_ubatch, pl.fit_n_seq_max, kv);
+  std::printf("placement    : n_cpu_moe %d, n_gpu_layers %d, cpu_moe %s%s\n", plan.n_cpu_moe, plan.n_gpu_layers,
+              plan.cpu_moe ? "on" : "off", plan.fitted ? " (fitted)" : "");
+  std::string chosen;
+  for (const std::string &c : plan.chosen) chosen += (chosen.empty() ? "" : ", ") + c;
+  std::printf("chosen       : %s\n", chosen.empty() ? "-" : chosen.c_str());
+  std::printf("%-12s %10s %10s %12s %10s %10s %10s  (MiB)\n", "device", "weights", "kv", "activations", "workspace",
+              "total", "budget");
+  for (const DevicePlan &d : plan.devices)
+    std::printf("%-12s %10s %10s %12s %10s %10s %10s\n", d.device.c_str(), mib(d.weights).c_str(),
+                mib(d.kv_cache).c_str(), mib(d.activations).c_str(), mib(d.workspace).c_str(), mib(d.total()).c_str(),
+                d.budget ? mib(d.budget).c_str() : "-");
+  return 0;
+}
+
+}  // namespace
+
 int cmd_info(int argc, char **argv) {
   std::string path, device = "cpu";
-  bool json = false;
-  long ctx = 4096;
+  bool json = false, device_set = false;
+  long ctx = 4096, n_ubatch = 512;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
+  cli::PlacementArgs placement;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "-m" || a == "--model") path = cli::value(argc, argv, i);
+    if (const int r = placement.take(argc, argv, i)) { if (r < 0) return placement.fail("info"); }
+    else if (a == "-m" || a == "--model") path = cli::value(argc, argv, i);
     else if (a == "--json") json = true;
-    else if (a == "--ctx" || a == "-c") ctx = cli::to_int(cli::value(argc, argv, i), "--ctx");
-    else if (a == "--device") device = cli::value(argc, argv, i);
+    else if (a == "--ctx" || a == "-c" || a == "--ctx-size") ctx = cli::to_int(cli::value(argc, argv, i), "--ctx");
+    else if (a == "-ub" || a == "--ubatch-size") n_ubatch = cli::to_int(cli::value(argc, argv, i), "-ub");
+    else if (a == "--device") { device = cli::value(argc, argv, i); device_set = true; }
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--kv-type") {
       const char *v = cli::value(argc, argv, i);
       if (!kv_type_from_name(v, &kv)) { std::fprintf(stderr, "--kv-type: '%s' is not f32, f16 or q8_0\n", v); return 2; }
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: moeinfer-cli info -m MODEL [--json] [--ctx N] [--kv-type f32|f16|q8_0] [--device DEV] [--override-kv K=T:V]\n");
+      usage();
       return 0;
     } else { std::fprintf(stderr, "info: unknown option '%s'\n", a.c_str()); return 2; }
   }
   if (path.empty()) { std::fprintf(stderr, "info: -m MODEL is required\n"); return 2; }
+  if (ctx < 1 || n_ubatch < 1) { std::fprintf(stderr, "info: --ctx and -ub must be >= 1\n"); return 2; }
   try {
     ModelLoadParams mp;
     mp.kv_overrides = overrides;
+    placement.set_fit_context(static_cast<uint32_t>(ctx), static_cast<uint32_t>(n_ubatch), kv);
+    mp.placement = placement.params;
+    if (mp.placement.fit) return print_fit(path, mp, json);
+    // The memory plan of a placed model is its own placement's, not one device's.
+    if (placement.given && !device_set) device = "auto";
     auto model = Model::load(path, mp);
     const Hparams &h = model->hparams();
     std::map<std::string, int> types;
     for (const auto &t : model->gguf().tensors()) types[dtype_name(t.type)]++;
     ContextParams cp;
     cp.n_ctx = static_cast<uint32_t>(ctx);
+    cp.n_ubatch = static_cast<uint32_t>(n_ubatch);
+    cp.n_batch = std::max(cp.n_batch, cp.n_ubatch);
     cp.kv_type = kv;
     cp.device = device;
     auto c = Context::create(*model, cp);

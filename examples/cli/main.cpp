@@ -13,7 +13,7 @@ struct Command {
 const Command kCommands[] = {
     {"generate", cmd_generate, "run a model on a prompt and print the continuation (--json: per-step logits)"},
     {"tokenize", cmd_tokenize, "tokenize JSON lines from stdin ({\"text\",\"add_special\",\"parse_special\"})"},
-    {"info", cmd_info, "print architecture, hyperparameters, tensor types and the memory plan"},
+    {"info", cmd_info, "print architecture, hyperparameters, tensor types and the memory plan (--fit: the placement fit)"},
     {"bench", cmd_bench, "measure prompt (pp) and generation (tg) tokens/s, llama-bench style"},
     {"mkmodel", cmd_mkmodel, "write a GGUF with random weights and the shapes of a real model"},
 };
