@@ -46,6 +46,7 @@ public:
 struct ExecEnv {
   const UbatchInfo *ub = nullptr;
   KvCache *kv = nullptr;
+  uint64_t step = 0;  // changes with every ubatch: a GPU uploads the ubatch once per step, not per segment
 };
 
 class Executor {
@@ -53,7 +54,18 @@ public:
   virtual ~Executor() = default;
   // Run nodes [begin, end) of g (already placed on this device and bound to memory).
   virtual void run(const Graph &g, int begin, int end, const ExecEnv &env) = 0;
+  // End of the step's work on this device (the host does not wait).
   virtual void synchronize() = 0;
+  // Cross-device ordering of a placed plan (src/engine/context.cpp runs the segments):
+  // flush: the segments run so far are submitted (a GPU ends its captured stretch here; the
+  //   host does not wait). A CPU executor runs synchronously: nothing to do.
+  // host_wait: flush, then the host blocks until they are done (before a CPU segment reads
+  //   what this device wrote: the one host round trip of a boundary, counted on CUDA).
+  // wait_for(other): work submitted here from now on starts after other's flushed work
+  //   (GPU -> GPU: an event, no host wait).
+  virtual void flush() {}
+  virtual void host_wait() {}
+  virtual void wait_for(Executor &other) { (void)other; }
   // After the step's host synchronisation (the logits download): throws DeviceError when a
   // kernel of an earlier pass met a bad index (GPU executors; never waits: a report whose
   // copy has not landed yet, after a step without a download, comes at a later check).
@@ -71,6 +83,12 @@ public:
   // True when buffers are ordinary host memory (weights are then used in place from mmap).
   virtual bool host_memory() const = 0;
   virtual std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) = 0;
+  // Host memory this device's copy engine reads and writes without staging (GPU: pinned),
+  // for host arenas that Transfer nodes touch; nullptr when the device has no such memory.
+  virtual std::unique_ptr<DeviceBuffer> alloc_pinned_host(size_t bytes) { (void)bytes; return nullptr; }
+  // Host memory this device reads in place (zero-copy weights: mapped pinned memory; data()
+  // is an address this device's kernels may read); nullptr when unsupported.
+  virtual std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) { (void)bytes; return nullptr; }
   // Scratch bytes a node's kernel needs (quantized activations, routing tables).
   virtual size_t work_size(const Graph &g, int node, int n_threads) const = 0;
   virtual std::unique_ptr<Executor> make_executor(int n_threads) = 0;
@@ -82,7 +100,10 @@ public:
 
 class BackendRegistry {
 public:
-  BackendRegistry();  // CPU + every CUDA device found (when built with CUDA)
+  // CPU + every CUDA device found (when built with CUDA). twin: a device name ("cpu",
+  // "cuda0") presented a second time as "<name>_twin" (tests: multi-device placements on
+  // one device); an unknown name is an InvalidArgument error.
+  explicit BackendRegistry(const std::string &twin = "");
   ~BackendRegistry();
   size_t size() const { return backends_.size(); }
   Backend *at(size_t i) const { return backends_[i].get(); }
@@ -93,7 +114,7 @@ private:
   std::vector<std::unique_ptr<Backend>> backends_;
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(const std::string &name = "cpu");
 // Process-wide GPU debugging switch: programmatic dependent launch (a kernel's start overlaps
 // the previous kernel's tail; on by default, sm_90+). No effect without CUDA.
 void set_gpu_dependent_launch(bool on);
@@ -122,6 +143,8 @@ void set_gpu_blas_min_tokens(int tokens);
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);
+// A second CudaBackend (own stream, own buffers) on the device of `of`, named `name`.
+std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &name);
 #endif
 
 }  // namespace moe

@@ -1,4 +1,5 @@
 #include "backends/backend.h"
+#include "core/status.h"
 
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
@@ -10,10 +11,21 @@
 
 namespace moe {
 
-BackendRegistry::BackendRegistry() {
+BackendRegistry::BackendRegistry(const std::string &twin) {
   backends_.push_back(make_cpu_backend());
 #ifdef MOEINFER_WITH_CUDA
   append_cuda_backends(backends_);
+#endif
+  if (twin.empty()) return;
+  const Backend *of = find(twin);
+  if (!of) fail(Status::InvalidArgument, "twin device '%s' is not available", twin.c_str());
+  const std::string name = of->info().name + "_twin";
+  if (!of->info().is_gpu) {
+    backends_.push_back(make_cpu_backend(name));
+    return;
+  }
+#ifdef MOEINFER_WITH_CUDA
+  backends_.push_back(make_cuda_twin(*of, name));
 #endif
 }
 

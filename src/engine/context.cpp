@@ -33,6 +33,7 @@ static Backend *pick_device(const BackendRegistry &reg, const std::string &want)
 std::unique_ptr<Context> Context::create(const Model &model, const ContextParams &params) {
   const Model::Impl &m = model.impl();
   if (m.vocab_only) fail(Status::InvalidArgument, "model was loaded vocab-only; it cannot run");
+  if (m.metadata_only) fail(Status::InvalidArgument, "model was opened for planning only (load_metadata); it cannot run");
   std::unique_ptr<Context> ctx(new Context());
   Impl &c = *ctx->impl_;
   c.model = &model;
@@ -45,22 +46,49 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
   if (p.n_threads <= 0) p.n_threads = physical_core_count();
   if (p.n_ctx > (1u << 24)) fail(Status::InvalidArgument, "n_ctx %u is too large", p.n_ctx);
 
-  Backend *main = pick_device(c.registry, p.device);
-  c.devices.push_back(main);
-  if (main != c.registry.cpu()) c.devices.push_back(c.registry.cpu());
+  c.registry = std::make_unique<BackendRegistry>(m.placement_params.twin_device);
+  c.model_placement = p.device.empty() || p.device == "auto";
+  if (c.model_placement) {
+    for (size_t d = 0; d < m.placement.devices.size(); ++d) {
+      Backend *b = c.registry->find(m.placement.devices[d]);
+      if (!b) fail(Status::DeviceError, "device '%s' of the model's placement is gone", m.placement.devices[d].c_str());
+      c.devices.push_back(b);
+      c.model_dev.push_back(static_cast<int>(d));
+    }
+  } else {
+    // One named device runs everything (weights: the model's copy when it put them all there).
+    Backend *main = pick_device(*c.registry, p.device);
+    c.devices.push_back(main);
+    c.model_dev.push_back(m.placement.find(main->info().name));
+    if (m.placement_params.allow_fallback && !main->host_memory()) {
+      c.devices.push_back(c.registry->cpu());
+      c.model_dev.push_back(m.placement.find("cpu"));
+    }
+    const int md = c.model_dev[0];
+    const bool shared = md >= 0 && m.placement.all_on(md) && m.dev_weights[static_cast<size_t>(md)];
+    if (!main->host_memory() && !shared) {
+      std::vector<const GgufTensorInfo *> ts;
+      for (const GgufTensorInfo &t : m.gguf->tensors()) ts.push_back(&t);
+      c.dev_weights = DeviceWeights::upload(ts, *main);
+    }
+  }
   for (Backend *b : c.devices) c.executors.push_back(b->make_executor(p.n_threads));
+  c.pending.assign(c.executors.size(), false);
+  bool host = false, gpu = false;
+  for (Backend *b : c.devices) (b->host_memory() ? host : gpu) = true;
+  c.mixed = host && gpu;
   if (!p.gpu_graphs)
     for (auto &e : c.executors) e->set_graphs_enabled(false);
-  if (main->host_memory()) m.ensure_cpu_copy();
-  if (!main->host_memory()) {
-    // Every weight goes to the GPU once, before any plan is bound to it.
-    std::vector<const GgufTensorInfo *> ts;
-    for (const GgufTensorInfo &t : m.gguf->tensors()) ts.push_back(&t);
-    c.dev_weights = DeviceWeights::upload(ts, *main);
-  }
+  for (size_t d = 0; d < c.devices.size(); ++d)
+    if (c.devices[d]->host_memory()) { m.ensure_cpu_copy(); break; }
   c.arenas.resize(c.devices.size());
   c.arena_bytes.assign(c.devices.size(), 0);
-  c.kv = std::make_unique<KvCache>(p.n_ctx, p.n_seq_max, p.kv_type, m.arch->kv_layout(m.hp), *main);
+  {
+    std::vector<KvLayerDims> layout = m.arch->kv_layout(m.hp);
+    std::vector<Backend *> layer_dev;
+    for (int l = 0; l < static_cast<int>(layout.size()); ++l) layer_dev.push_back(c.devices[static_cast<size_t>(c.kv_device_of(l))]);
+    c.kv = std::make_unique<KvCache>(p.n_ctx, p.n_seq_max, p.kv_type, std::move(layout), layer_dev);
+  }
 
   c.ub_tokens.resize(p.n_ubatch);
   c.ub_pos.resize(p.n_ubatch);
@@ -90,17 +118,14 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   Graph g;
   g.cpu_float_order = params.cpu_float_order;
   m.arch->build(m, gp, g);
-  CompileOptions co;
-  co.devices = devices;
-  co.n_threads = params.n_threads;
-  auto plan = compile_graph(std::move(g), co);
+  auto plan = compile_graph(std::move(g), compile_options());
   if (plan->input_tokens < 0 || plan->input_pos < 0 || plan->input_out_ids < 0 || plan->output_logits < 0)
     fail(Status::Internal, "%s graph lacks tokens/pos/out_ids inputs or logits output", m.hp.arch.c_str());
   bool grow = false;
   for (size_t d = 0; d < devices.size(); ++d) {
     if (plan->arena_bytes[d] > arena_bytes[d]) {
       arena_bytes[d] = plan->arena_bytes[d];
-      arenas[d] = devices[d]->alloc(arena_bytes[d], "activations");
+      arenas[d] = alloc_arena(d, arena_bytes[d]);
       grow = true;
     }
   }
@@ -124,23 +149,96 @@ void Context::Impl::rebind_all() {
   update_report();
 }
 
+CompileOptions Context::Impl::compile_options() const {
+  const Model::Impl &m = model->impl();
+  CompileOptions co;
+  co.devices = devices;
+  co.n_threads = params.n_threads;
+  co.allow_fallback = m.placement_params.allow_fallback;
+  if (!model_placement) return co;  // everything on devices[0]
+  // The model's placement indices are this context's device indices (same order).
+  const Placement *pl = &m.placement;
+  co.weight_device = [pl](const GgufTensorInfo *t) { return pl->device_of(t); };
+  co.kv_device = [pl](int layer) { return layer >= 0 && layer < static_cast<int>(pl->kv_device.size()) ? pl->kv_device[static_cast<size_t>(layer)] : pl->output_device; };
+  co.default_device = pl->output_device;
+  return co;
+}
+
+// A host arena that GPU streams copy to and from is pinned (copies from pageable memory
+// would be staged synchronously and could not be captured in a CUDA graph).
+std::unique_ptr<DeviceBuffer> Context::Impl::alloc_arena(size_t d, size_t bytes) {
+  if (devices[d]->host_memory())
+    for (Backend *b : devices)
+      if (!b->host_memory())
+        if (auto buf = b->alloc_pinned_host(bytes)) return buf;
+  return devices[d]->alloc(bytes, "activations");
+}
+
 void *Context::Impl::weight_addr(const Node &n) const {
-  if (dev_weights && !devices[static_cast<size_t>(n.device)]->host_memory())
-    if (void *p = dev_weights->find(n.weight)) return p;
-  return const_cast<uint8_t *>(model->impl().cpu_weights(*n.weight));
+  const Model::Impl &m = model->impl();
+  const Backend *b = devices[static_cast<size_t>(n.device)];
+  if (b->host_memory()) return const_cast<uint8_t *>(m.cpu_weights(*n.weight));
+  void *p = nullptr;
+  if (dev_weights) p = dev_weights->find(n.weight);
+  const int md = model_dev[static_cast<size_t>(n.device)];
+  if (!p && md >= 0 && m.dev_weights[static_cast<size_t>(md)]) p = m.dev_weights[static_cast<size_t>(md)]->find(n.weight);
+  if (!p) fail(Status::Internal, "weight '%s' has no copy on %s", n.weight->name.c_str(), b->info().name.c_str());
+  return p;
 }
 
 void Context::Impl::update_report() {
+  const Model::Impl &m = model->impl();
   report.devices.clear();
+  const std::vector<uint64_t> placed = m.placement.weight_bytes();
   for (size_t d = 0; d < devices.size(); ++d) {
     DeviceMemory dm;
     dm.device = devices[d]->info().name;
     dm.activations = arena_bytes[d];
-    if (d == 0) dm.kv_cache = kv->bytes();
-    if (devices[d]->host_memory()) dm.weights = model->weight_bytes();
-    else if (d == 0 && dev_weights) dm.weights = dev_weights->bytes();
-    if (devices[d] == registry.cpu()) dm.other = logits.capacity() * sizeof(float);
+    for (int l = 0; l < kv->n_layer(); ++l)
+      if (kv_device_of(l) == static_cast<int>(d)) dm.kv_cache += kv->layer_bytes(l);
+    const int md = model_dev[d];
+    if (!model_placement) dm.weights = devices[d]->host_memory() || !dev_weights ? model->weight_bytes() : dev_weights->bytes();
+    else if (md >= 0) dm.weights = placed[static_cast<size_t>(md)];
+    if (devices[d] == registry->cpu()) dm.other = logits.capacity() * sizeof(float);
     report.devices.push_back(dm);
+  }
+}
+
+void Context::Impl::wait_pending() {
+  for (size_t k = 0; k < executors.size(); ++k)
+    if (pending[k]) { executors[k]->host_wait(); pending[k] = false; }
+}
+
+int Context::Impl::kv_device_of(int layer) const {
+  if (!model_placement) return 0;
+  const auto &kd = model->impl().placement.kv_device;
+  return layer < static_cast<int>(kd.size()) ? kd[static_cast<size_t>(layer)] : 0;
+}
+
+// Segments in schedule order with the ordering a placed plan needs and nothing more: a GPU
+// segment after another GPU's waits on an event; a CPU segment first waits (on the host)
+// for every GPU with work since its last wait, the one round trip of a GPU -> CPU boundary;
+// a GPU segment after a CPU one needs nothing (the CPU ran synchronously). Each switch
+// ends the previous device's stretch, which a GPU captures and replays as a CUDA graph.
+void Context::Impl::run_segments(const CompiledPlan &plan, const ExecEnv &env) {
+  const Graph &g = plan.graph;
+  int prev = -1;
+  for (const Segment &s : plan.segments) {
+    if (abort_cb && abort_cb(abort_data)) fail(Status::Aborted, "decode aborted by the abort callback (layer %d)", s.layer);
+    const size_t d = static_cast<size_t>(s.device);
+    if (prev >= 0 && prev != s.device) {
+      Executor &pe = *executors[static_cast<size_t>(prev)];
+      if (devices[d]->host_memory()) {
+        wait_pending();
+      } else if (!devices[static_cast<size_t>(prev)]->host_memory()) {
+        executors[d]->wait_for(pe);
+      } else {
+        pe.flush();
+      }
+    }
+    executors[d]->run(g, s.begin, s.end, env);
+    if (!devices[d]->host_memory()) pending[d] = true;
+    prev = s.device;
   }
 }
 
@@ -161,6 +259,9 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
 
   CompiledPlan &plan = plan_for(n, n_out);
   const Graph &g = plan.graph;
+  // GPU work of an earlier step that downloaded nothing may still read host arenas this step
+  // is about to overwrite (another plan's inputs, values): wait for it first.
+  if (mixed) wait_pending();
   auto upload = [&](int node, const void *src, size_t bytes) {
     const Node &nd = g.node(node);
     arenas[static_cast<size_t>(nd.device)]->upload(nd.offset, src, bytes);
@@ -176,17 +277,17 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
   ub.seq = ub_seq.data();
   ub.n_kv = kv->n_kv();
   ub.cell_state = kv->cells();
-  ExecEnv env{&ub, kv.get()};
-  for (const Segment &s : plan.segments) {
-    if (abort_cb && abort_cb(abort_data)) fail(Status::Aborted, "decode aborted by the abort callback (layer %d)", s.layer);
-    executors[static_cast<size_t>(s.device)]->run(g, s.begin, s.end, env);
-  }
+  ExecEnv env{&ub, kv.get(), ++step};
+  run_segments(plan, env);
   for (auto &e : executors) e->synchronize();
   if (!discard) {
     const Node &lg = g.node(plan.output_logits);
     const size_t nv = static_cast<size_t>(lg.ne[0]);
     arenas[static_cast<size_t>(lg.device)]->download(lg.offset, logits.data() + static_cast<size_t>(out_base) * nv,
                                                       static_cast<size_t>(n_out) * nv * sizeof(float));
+    // The last device's work follows every other device's (events, host waits), so the
+    // download's wait covers the whole step.
+    if (!devices[static_cast<size_t>(lg.device)]->host_memory() || plan.segments.back().device == lg.device) pending.assign(pending.size(), false);
   }
   // Bad indices kernels met (a DeviceError: decode() marks the context unusable). After the
   // download they are this step's; a step without one reports at a later step's check.

@@ -17,10 +17,14 @@ namespace moe {
 struct Context::Impl {
   const Model *model = nullptr;
   ContextParams params;
-  BackendRegistry registry;
-  std::vector<Backend *> devices;                   // index = Node::device; last is the CPU
+  std::unique_ptr<BackendRegistry> registry;        // this context's streams and executors
+  std::vector<Backend *> devices;                   // index = Node::device
   std::vector<std::unique_ptr<Executor>> executors;
-  std::unique_ptr<DeviceWeights> dev_weights;       // weights on devices[0] when it is a GPU
+  // Placement: the model's (device "auto"), or every weight and layer on devices[0].
+  bool model_placement = false;
+  std::vector<int> model_dev;                       // devices[d] -> index in the model's placement
+  std::unique_ptr<DeviceWeights> dev_weights;       // own GPU copy when one device was named and the model's are elsewhere
+  uint64_t step = 0;                                // ExecEnv::step
   std::unique_ptr<KvCache> kv;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CompiledPlan>> plans;  // (n_tokens, n_outputs)
   std::vector<std::unique_ptr<DeviceBuffer>> arenas;  // per device
@@ -46,6 +50,13 @@ struct Context::Impl {
   void *weight_addr(const Node &n) const;  // device copy for GPU nodes, else the host mapping
   void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base);
   void update_report();
+  CompileOptions compile_options() const;
+  void run_segments(const CompiledPlan &plan, const ExecEnv &env);
+  std::unique_ptr<DeviceBuffer> alloc_arena(size_t d, size_t bytes);
+  int kv_device_of(int layer) const;
+  std::vector<bool> pending;  // run_segments: GPU executors with work since the host last waited
+  bool mixed = false;         // host and GPU devices both run parts of the plan
+  void wait_pending();
 };
 
 }  // namespace moe

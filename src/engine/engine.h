@@ -25,6 +25,34 @@ class Vocab;
 struct Hparams;
 struct MemoryReport;
 
+// Where a model's weights live and so where each part of the graph runs (the reference
+// engine's -ot / --cpu-moe / --n-cpu-moe / -ts / -ngl / --fit). Resolved once at load into
+// a tensor -> device map (src/placement/placement.h); every context over the model follows
+// it (a context that names one device instead runs wholly there).
+struct PlacementParams {
+  bool cpu_moe = false;                    // routed experts of every layer on the CPU
+  int n_cpu_moe = -1;                      // routed experts of layers [0, N) on the CPU; -1 = unset
+  int n_gpu_layers = -1;                   // the last N layers on GPUs, the rest on the CPU; -1 = unset (all)
+  std::vector<float> tensor_split;         // layer share per GPU of `devices` (in order); empty = unset
+  std::vector<std::string> overrides;      // "REGEX=DEVICE", first match wins (regex searched in the name)
+  std::string main_device;                 // output head (output_norm, output); empty = the last layer's device
+  bool allow_fallback = false;             // an op a device cannot run may run on the CPU instead of failing
+  int zero_copy = -1;                      // GPU weights used in place from host memory: -1 auto (integrated GPUs), 0 off, 1 force
+  // Fit: choose the unset values above so each device's plan fits its budget.
+  bool fit = false;
+  std::vector<std::string> budgets;        // "DEVICE=BYTES" (K/M/G/T suffixes, binary); unset GPUs: free memory - fit_margin
+  uint64_t fit_margin = 1024ull << 20;     // bytes kept free per GPU when its budget comes from free memory
+  // The contexts the fit must leave room for (KV cache, activations).
+  uint32_t fit_n_ctx = 4096;
+  uint32_t fit_n_ubatch = 512;
+  uint32_t fit_n_seq_max = 1;
+  int fit_kv_type = 1;                     // KvType: 0 f32, 1 f16, 2 q8_0
+  bool fit_shrink_ctx = false;             // the fit may lower fit_n_ctx (reported in the plan) when nothing else fits
+  // Tests: present this device ("cpu", "cuda0") a second time as "<name>_twin" (own buffers and
+  // executor), so multi-device placements run on one device.
+  std::string twin_device;
+};
+
 struct ModelLoadParams {
   bool use_mmap = true;                     // map weights read-only (false: read into huge-page memory)
   // A mapped model's first CPU context copies the weights once into 2 MiB huge pages:
@@ -34,6 +62,7 @@ struct ModelLoadParams {
   bool vocab_only = false;                  // load metadata + tokenizer only, no weights
   std::vector<std::string> kv_overrides;    // "key=type:value", applied before anything reads metadata
   std::vector<std::string> devices;         // device names to use ("cpu", "cuda0"); empty = all
+  PlacementParams placement;
   // Called with progress in [0,1]; return false to cancel the load (throws Aborted).
   std::function<bool(float)> progress;
 };
@@ -41,6 +70,9 @@ struct ModelLoadParams {
 class Model {
 public:
   static std::unique_ptr<Model> load(const std::string &path, const ModelLoadParams &params);
+  // Metadata, tensor table and placement only: no fit, no weight upload, no context may be
+  // created from it (the fit's dry run, `moeinfer-cli info --fit`).
+  static std::unique_ptr<Model> load_metadata(const std::string &path, const ModelLoadParams &params);
   ~Model();
 
   const GgufFile &gguf() const;
@@ -63,6 +95,8 @@ public:
 
 private:
   Model();
+  static std::unique_ptr<Model> create_empty();
+  friend std::unique_ptr<Model> open_model(const std::string &, const ModelLoadParams &, bool);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -6,6 +6,7 @@
 //   auto w = DeviceWeights::upload(tensors, *gpu, [](float f) { return true; });
 //   void *p = w->find(info);   // device address, or nullptr when not uploaded
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -19,9 +20,14 @@ struct GgufTensorInfo;
 
 class DeviceWeights {
 public:
-  // progress(f), f in [0,1]; returning false cancels (throws Status::Aborted).
+  // progress(f), f in [0,1]; returning false cancels (throws Status::Aborted). zero_copy:
+  // the weights go to host memory the device reads in place (Backend::alloc_mapped_host;
+  // integrated GPUs share that DRAM) instead of device memory. released(p, n): called once
+  // the n source bytes at p are no longer needed (the model drops their mapped pages).
   static std::unique_ptr<DeviceWeights> upload(const std::vector<const GgufTensorInfo *> &tensors, Backend &dev,
-                                               const std::function<bool(float)> &progress = nullptr);
+                                               const std::function<bool(float)> &progress = nullptr, bool zero_copy = false,
+                                               const std::function<void(const uint8_t *, size_t)> &released = nullptr);
+  bool zero_copy() const { return zero_copy_; }
   ~DeviceWeights();
   void *find(const GgufTensorInfo *t) const;
   size_t bytes() const { return bytes_; }
@@ -31,6 +37,7 @@ private:
   std::unique_ptr<DeviceBuffer> buf_;
   std::unordered_map<const GgufTensorInfo *, size_t> offsets_;
   size_t bytes_ = 0;
+  bool zero_copy_ = false;
 };
 
 }  // namespace moe

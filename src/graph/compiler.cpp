@@ -1,30 +1,149 @@
 #include "graph/compiler.h"
 
+#include <map>
+#include <utility>
+
 #include "backends/backend.h"
 #include "core/status.h"
 
 namespace moe {
 
-static void place(CompiledPlan &p, const CompileOptions &o) {
-  Graph &g = p.graph;
-  for (int i = 0; i < static_cast<int>(g.nodes().size()); ++i) {
-    Node &n = g.node(i);
-    int chosen = -1;
-    for (size_t d = 0; d < o.devices.size(); ++d) {
-      if (o.devices[d]->supports(g, i)) { chosen = static_cast<int>(d); break; }
-      if (!o.allow_fallback) break;
+namespace {
+
+bool on_host(const CompileOptions &o, int d) { return o.devices[static_cast<size_t>(d)]->host_memory(); }
+const char *dev_name(const CompileOptions &o, int d) { return o.devices[static_cast<size_t>(d)]->info().name.c_str(); }
+
+// Device of every node: a weight where the placement put it; KvStore / Attention with their
+// layer's cache; any other op with its first weight (so the bytes it streams stay where they
+// are), else with its first computed input; graph inputs with their first reader.
+void place(Graph &g, const CompileOptions &o) {
+  const int n = static_cast<int>(g.nodes().size());
+  const int n_dev = static_cast<int>(o.devices.size());
+  auto check = [&](int d, const char *what) {
+    if (d < 0 || d >= n_dev) fail(Status::Internal, "placement put %s on device %d of %d", what, d, n_dev);
+    return d;
+  };
+  std::vector<bool> placed(static_cast<size_t>(n), false);
+  for (int i = 0; i < n; ++i) {
+    Node &nd = g.node(i);
+    int d = -1;
+    if (nd.leaf == LeafKind::Input) continue;  // below, with its first reader
+    if (nd.op == Op::View) {
+      if (!placed[static_cast<size_t>(nd.src[0])]) continue;  // a view of an input: below
+      d = g.node(nd.src[0]).device;
+    } else if (nd.leaf == LeafKind::Weight) {
+      d = o.weight_device ? check(o.weight_device(nd.weight), nd.name.c_str()) : o.default_device;
+    } else if (nd.op == Op::KvStore || nd.op == Op::Attention) {
+      d = o.kv_device ? check(o.kv_device(nd.kv_layer), "a KV cache layer") : o.default_device;
+    } else {
+      for (int s : nd.src)
+        if (s >= 0 && g.node(s).leaf == LeafKind::Weight) { d = g.node(s).device; break; }
+      if (d < 0)
+        for (int s : nd.src)
+          if (s >= 0 && placed[static_cast<size_t>(s)] && g.node(s).leaf != LeafKind::Weight) { d = g.node(s).device; break; }
+      if (d < 0) d = o.default_device;
+      if (!o.devices[static_cast<size_t>(d)]->supports(g, i)) {
+        const int want = d;
+        d = -1;
+        if (o.allow_fallback)
+          for (int k = 0; k < n_dev && d < 0; ++k)
+            if (on_host(o, k) && o.devices[static_cast<size_t>(k)]->supports(g, i)) d = k;
+        if (d < 0)
+          fail(Status::Unsupported, "%s node '%s' (type %s) cannot run on %s, where its placement puts it%s", op_name(nd.op),
+               nd.name.c_str(), nd.src[0] >= 0 ? dtype_name(g.node(nd.src[0]).type) : dtype_name(nd.type), dev_name(o, want),
+               o.allow_fallback ? " (and no CPU device runs it either)" : "; allow fallback to run it on the CPU, or place it elsewhere");
+      }
     }
-    if (chosen < 0)
-      fail(Status::Unsupported, "no device supports %s node '%s' (type %s)", op_name(n.op), n.name.c_str(),
-           n.src[0] >= 0 ? dtype_name(g.node(n.src[0]).type) : dtype_name(n.type));
-    // Views and in-place ops must live with their source.
-    if (n.op == Op::View) chosen = g.node(n.src[0]).device;
-    n.device = chosen;
+    nd.device = d;
+    placed[static_cast<size_t>(i)] = true;
+  }
+  // Inputs (and views of them) go where they are first read: uploads land there directly.
+  std::vector<int> first_reader(static_cast<size_t>(n), -1);
+  for (int i = n - 1; i >= 0; --i)
+    for (int s : g.node(i).src)
+      if (s >= 0) first_reader[static_cast<size_t>(s)] = i;
+  for (int i = n - 1; i >= 0; --i) {
+    Node &nd = g.node(i);
+    if (placed[static_cast<size_t>(i)]) continue;
+    const int r = first_reader[static_cast<size_t>(i)];
+    nd.device = r >= 0 && placed[static_cast<size_t>(r)] ? g.node(r).device : o.default_device;
+    placed[static_cast<size_t>(i)] = true;
+  }
+  for (int i = 0; i < n; ++i)  // views of inputs follow their source
+    if (g.node(i).op == Op::View) g.node(i).device = g.node(g.node(i).src[0]).device;
+}
+
+// Every read of a value on another device goes through one Transfer node per (value,
+// device), inserted just before its first reader there; node ids are renumbered.
+int insert_transfers(Graph &g, const CompileOptions &o) {
+  const auto &old = g.nodes();
+  std::vector<Node> out;
+  out.reserve(old.size() + old.size() / 4);
+  std::vector<int> remap(old.size(), -1);
+  std::map<std::pair<int, int>, int> xfer;  // (old source id, device) -> new Transfer id
+  int n_xfer = 0;
+  for (size_t i = 0; i < old.size(); ++i) {
+    Node nd = old[i];
+    for (int &s : nd.src) {
+      if (s < 0) continue;
+      const Node &src = old[static_cast<size_t>(s)];
+      if (src.device == nd.device || nd.op == Op::View) { s = remap[static_cast<size_t>(s)]; continue; }
+      auto key = std::make_pair(s, nd.device);
+      auto it = xfer.find(key);
+      if (it == xfer.end()) {
+        if (!src.is_contiguous() || src.op == Op::KvStore)
+          fail(Status::Internal, "node '%s' (%s) on %s reads '%s' on %s, which cannot be copied (%s)", nd.name.c_str(), op_name(nd.op),
+               dev_name(o, nd.device), src.name.c_str(), dev_name(o, src.device), src.op == Op::KvStore ? "a KV cache token" : "not contiguous");
+        Node t;
+        t.op = Op::Transfer;
+        t.type = src.type;
+        for (int k = 0; k < 4; ++k) { t.ne[k] = src.ne[k]; t.nb[k] = src.nb[k]; }
+        t.src[0] = remap[static_cast<size_t>(s)];
+        t.name = src.name + "@" + dev_name(o, nd.device);
+        t.segment = nd.segment;
+        t.device = nd.device;
+        it = xfer.emplace(key, static_cast<int>(out.size())).first;
+        out.push_back(std::move(t));
+        ++n_xfer;
+      }
+      s = it->second;
+    }
+    remap[i] = static_cast<int>(out.size());
+    out.push_back(std::move(nd));
+  }
+  std::vector<int> outs;
+  for (int id : g.outputs()) outs.push_back(remap[static_cast<size_t>(id)]);
+  g.replace_nodes(std::move(out), std::move(outs));
+  return n_xfer;
+}
+
+// Which executor runs a node: its device, except a Transfer touching a GPU, which the GPU
+// runs (its stream does the copy in either direction; the CPU has no way to).
+int exec_device(const Graph &g, const Node &n, const CompileOptions &o) {
+  if (n.op != Op::Transfer || !on_host(o, n.device)) return n.device;
+  const int s = g.node(n.src[0]).device;
+  return on_host(o, s) ? n.device : s;
+}
+
+// The invariants every later stage relies on: no node reads memory of another device except
+// through a Transfer, and no buffer, view or in-place result straddles two devices.
+void validate(const Graph &g, const CompileOptions &o) {
+  for (const Node &n : g.nodes()) {
+    for (int s : n.src) {
+      if (s < 0) continue;
+      const bool same = g.node(s).device == n.device;
+      if (n.op == Op::Transfer ? same : !same)
+        fail(Status::Internal, "placed graph: %s node '%s' on %s reads '%s' on %s", op_name(n.op), n.name.c_str(), dev_name(o, n.device),
+             g.node(s).name.c_str(), dev_name(o, g.node(s).device));
+    }
+    if (n.storage >= 0 && g.node(n.storage).device != n.device)
+      fail(Status::Internal, "placed graph: node '%s' on %s shares memory with '%s' on %s", n.name.c_str(), dev_name(o, n.device),
+           g.node(n.storage).name.c_str(), dev_name(o, g.node(n.storage).device));
   }
 }
 
 // Node::final_output: outputs no node reads (before planning: work sizes may depend on it).
-static void mark_final_outputs(Graph &g) {
+void mark_final_outputs(Graph &g) {
   std::vector<bool> read(g.nodes().size(), false);
   for (const Node &n : g.nodes())
     for (int s : n.src)
@@ -33,31 +152,41 @@ static void mark_final_outputs(Graph &g) {
   for (int o : g.outputs()) g.node(o).final_output = !read[static_cast<size_t>(o)];
 }
 
-static void schedule(CompiledPlan &p) {
-  const auto &nodes = p.graph.nodes();
+void schedule(CompiledPlan &p, const CompileOptions &o) {
+  const Graph &g = p.graph;
+  const int n = static_cast<int>(g.nodes().size());
   int begin = 0;
-  for (int i = 1; i <= static_cast<int>(nodes.size()); ++i) {
-    if (i == static_cast<int>(nodes.size()) || nodes[static_cast<size_t>(i)].device != nodes[static_cast<size_t>(begin)].device ||
-        nodes[static_cast<size_t>(i)].segment != nodes[static_cast<size_t>(begin)].segment) {
-      p.segments.push_back({nodes[static_cast<size_t>(begin)].device, begin, i, nodes[static_cast<size_t>(begin)].segment});
+  for (int i = 1; i <= n; ++i) {
+    const Node &b = g.node(begin);
+    if (i == n || exec_device(g, g.node(i), o) != exec_device(g, b, o) || g.node(i).segment != b.segment) {
+      p.segments.push_back({exec_device(g, b, o), begin, i, b.segment});
       begin = i;
     }
   }
 }
 
+}  // namespace
+
 std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   if (o.devices.empty()) fail(Status::Internal, "compile_graph: no devices");
+  if (o.default_device < 0 || o.default_device >= static_cast<int>(o.devices.size()))
+    fail(Status::Internal, "compile_graph: default device %d of %zu", o.default_device, o.devices.size());
   auto p = std::make_unique<CompiledPlan>();
   p->graph = std::move(g);
-  place(*p, o);
+  place(p->graph, o);
+  p->n_transfers = insert_transfers(p->graph, o);
   mark_final_outputs(p->graph);
   PlanStats st = plan_memory(p->graph, [&](int id) {
     const Node &n = p->graph.node(id);
     return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads);
   });
-  for (int d = 0; d < kMaxDevices; ++d) p->arena_bytes[d] = st.arena_bytes[d];
+  for (int d = 0; d < kMaxDevices; ++d) {
+    p->arena_bytes[d] = st.arena_bytes[d];
+    p->work_bytes[d] = st.work_bytes[d];
+  }
   p->n_inplace = st.n_inplace;
-  schedule(*p);
+  validate(p->graph, o);
+  schedule(*p, o);
   p->input_tokens = p->graph.find_input("tokens");
   p->input_pos = p->graph.find_input("pos");
   p->input_out_ids = p->graph.find_input("out_ids");

@@ -6,11 +6,13 @@
 //   bind_plan(*plan, arenas, weight_address);   // resolve every node's address
 //   for (const Segment &s : plan->segments) executors[s.device]->run(plan->graph, s.begin, s.end, env);
 //
-// Passes, in order: validate (every node supported somewhere), place (first device in
-// preference order that supports the node; the user's device choice is never overridden
-// by a silent fallback unless allow_fallback), plan memory (liveness arenas per device),
-// schedule (segments = maximal runs on one device within one layer; the abort callback is
-// polled between segments).
+// Passes, in order: place (each weight where the placement put it, each node with its
+// weights, else its inputs; an op its device cannot run is an error unless allow_fallback),
+// insert transfers (one Transfer node per value read on another device: the only way data
+// crosses a device boundary), plan memory (liveness arenas per device; nothing is shared
+// across devices), validate (those invariants), schedule (segments = maximal runs on one
+// executor within one layer; a Transfer touching a GPU runs on that GPU's stream; the
+// abort callback is polled between segments).
 #pragma once
 #include <functional>
 #include <memory>
@@ -23,14 +25,20 @@ namespace moe {
 
 class Backend;
 
+struct GgufTensorInfo;
+
 struct CompileOptions {
-  std::vector<Backend *> devices;  // preference order; index = Node::device
+  std::vector<Backend *> devices;  // index = Node::device
   int n_threads = 1;               // for work-size estimates of CPU kernels
-  bool allow_fallback = true;      // nodes unsupported on devices[0] may run on a later device
+  bool allow_fallback = false;     // an op its device cannot run goes to a CPU device (else: an error)
+  // Placement: each weight's device and each layer's KV cache device (unset: default_device).
+  std::function<int(const GgufTensorInfo *)> weight_device;
+  std::function<int(int layer)> kv_device;
+  int default_device = 0;          // nodes that read neither weights nor placed values
 };
 
 struct Segment {
-  int device;
+  int device;      // the executor that runs it
   int begin, end;  // node range [begin, end)
   int layer;       // Node::segment of its nodes
 };
@@ -39,7 +47,9 @@ struct CompiledPlan {
   Graph graph;
   std::vector<Segment> segments;
   size_t arena_bytes[kMaxDevices] = {0};
+  size_t work_bytes[kMaxDevices] = {0};  // largest scratch of one node per device (inside arena_bytes)
   int n_inplace = 0;
+  int n_transfers = 0;
   int input_tokens = -1, input_pos = -1, input_out_ids = -1, output_logits = -1;
 };
 

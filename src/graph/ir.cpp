@@ -9,7 +9,7 @@ const char *op_name(Op op) {
   static const char *names[] = {"leaf", "view", "get_rows", "matmul", "matmul_id", "rms_norm", "mul",
                                 "add", "scale", "rope", "softmax", "sigmoid", "top_k", "gather_cols",
                                 "norm_sum", "swiglu", "moe_combine", "kv_store", "attention", "copy",
-                                "slice", "concat", "matmul_heads", "grouped_top_k", "add_id", "swiglu_oai"};
+                                "slice", "concat", "matmul_heads", "grouped_top_k", "add_id", "swiglu_oai", "transfer"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Op::Count), "op names");
   return names[static_cast<size_t>(op)];
 }

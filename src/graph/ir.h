@@ -56,6 +56,8 @@ enum class Op : uint8_t {
   GroupedTopK, // src0 F32 [E, T] -> I32 [k, T]: i[0] = k, i[1] = groups, i[2] = groups kept; see ir.cpp
   AddId,       // src0 F32 [M, k, T] + src1 [M, E] columns picked by src2 ids I32 [k, T]
   SwiGLUOai,   // gpt-oss clamped SwiGLU: min(g, lim) * sigmoid(alpha * min(g, lim)) * (clamp(u, -lim, lim) + 1)
+  Transfer,    // copy of src0 (contiguous bytes, any type) from another device's memory into this
+               // node's device (Node::device); inserted by the compiler at device boundaries only
   Count
 };
 const char *op_name(Op op);
@@ -157,6 +159,8 @@ public:
   int swiglu_oai(int gate, int up, float alpha, float limit);
 
   void mark_output(int id, const std::string &name);
+  // The compiler's rewrite (placement inserts Transfer nodes): the new node list and outputs.
+  void replace_nodes(std::vector<Node> nodes, std::vector<int> outputs) { nodes_ = std::move(nodes); outputs_ = std::move(outputs); }
   void set_segment(int s) { segment_ = s; }
   void name(int id, const std::string &n) { nodes_[static_cast<size_t>(id)].name = n; }
 

@@ -15,7 +15,11 @@ DType kv_dtype(KvType t) {
 }
 
 KvCache::KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<KvLayerDims> layers, Backend &dev)
+    : KvCache(n_cells, n_seq_max, type, layers, std::vector<Backend *>(layers.size(), &dev)) {}
+
+KvCache::KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<KvLayerDims> layers, const std::vector<Backend *> &layer_dev)
     : cells_(n_cells), n_seq_max_(n_seq_max), type_(type), dtype_(kv_dtype(type)), layers_(std::move(layers)) {
+  if (layer_dev.size() != layers_.size()) fail(Status::Internal, "KV cache: %zu layer devices for %zu layers", layer_dev.size(), layers_.size());
   if (n_seq_max == 0 || n_seq_max > 64) fail(Status::InvalidArgument, "n_seq_max %u must be 1..64", n_seq_max);
   const int64_t bs = type_traits(dtype_).block_size;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -24,6 +28,7 @@ KvCache::KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<
       fail(Status::Unsupported, "KV type %s needs rows that are multiples of %lld (layer %zu has %lld/%lld)",
            kv_type_name(type), (long long)bs, l, (long long)d.k_row, (long long)d.v_row);
     size_t kb = row_size(dtype_, d.k_row) * n_cells, vb = row_size(dtype_, d.v_row) * n_cells;
+    Backend &dev = *layer_dev[l];
     k_.push_back(kb ? dev.alloc(kb, "kv cache") : nullptr);
     v_.push_back(vb ? dev.alloc(vb, "kv cache") : nullptr);
     if (k_.back()) k_.back()->clear();

@@ -42,12 +42,18 @@ struct KvLayerDims {
 class KvCache {
 public:
   KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<KvLayerDims> layers, Backend &dev);
+  // Each layer's K/V buffers on its own device (a placed model: the device of its attention).
+  KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<KvLayerDims> layers, const std::vector<Backend *> &layer_dev);
   ~KvCache();
 
   uint32_t n_cells() const { return static_cast<uint32_t>(cells_.size()); }
   DType dtype() const { return dtype_; }
   KvType kv_type() const { return type_; }
   size_t bytes() const { return bytes_; }
+  size_t layer_bytes(int layer) const {
+    return (k_row_bytes(layer) + v_row_bytes(layer)) * cells_.size();
+  }
+  int n_layer() const { return static_cast<int>(layers_.size()); }
   size_t bytes_per_token() const;
 
   void *k_data(int layer) const;

@@ -151,6 +151,7 @@ PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size) {
     // Scratch lives only while this node runs.
     nd.work_size = work_size ? work_size(i) : 0;
     if (nd.work_size) {
+      if (nd.work_size > st.work_bytes[nd.device]) st.work_bytes[nd.device] = nd.work_size;
       nd.work_offset = arenas[nd.device].alloc(nd.work_size);
       arenas[nd.device].release(nd.work_offset, nd.work_size);
     }

@@ -22,6 +22,7 @@ constexpr size_t kArenaAlign = 64;  // cache line / vector width; also fine for 
 
 struct PlanStats {
   size_t arena_bytes[kMaxDevices] = {0};
+  size_t work_bytes[kMaxDevices] = {0};  // largest single-node scratch per device
   int n_inplace = 0;
 };
 

@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "model/arch/arch.h"
 #include "model/model_impl.h"
+#include "placement/fit.h"
 #include "tokenizer/vocab.h"
 
 namespace moe {
@@ -39,36 +40,84 @@ const GgufTensorInfo *Model::Impl::require(const std::string &name, std::initial
   return t;
 }
 
+// Drop mapped file pages from this process once their bytes live elsewhere (the page cache
+// keeps them, reclaimable): resident memory then holds each weight about once.
+static void release_mapped(const uint8_t *p, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p + n)) & ~(page - 1);
+  if (e > a) madvise(reinterpret_cast<void *>(a), e - a, MADV_DONTNEED);
+}
+
 void Model::Impl::ensure_cpu_copy() const {
   std::lock_guard<std::mutex> lock(cpu_copy_mu);
   if (!cpu_weight_copy || vocab_only || !gguf->is_mmapped() || cpu_copy_base.load()) return;
-  const size_t bytes = gguf->file_size() - gguf->data_offset();
+  // The tensors placed on host devices (all of them when none is on a GPU).
+  std::vector<const GgufTensorInfo *> ts;
+  for (const GgufTensorInfo &t : gguf->tensors()) {
+    auto it = placement.tensor_device.find(&t);
+    if (it == placement.tensor_device.end() || !placement.is_gpu[static_cast<size_t>(it->second)]) ts.push_back(&t);
+  }
+  std::unordered_map<const GgufTensorInfo *, size_t> off;
+  size_t bytes = 0;
+  for (const GgufTensorInfo *t : ts) {
+    off[t] = bytes;
+    bytes += (t->nbytes + 63) & ~size_t(63);
+  }
   if (bytes == 0) return;
   HugePageBuffer b(bytes);
   if (!b.huge()) return;  // no THP on this system: the mapping is as good as a copy
-  // Copy in slices and drop each slice's mapped pages from this process once copied (the
-  // page cache keeps them, reclaimable): resident memory holds the weights about once.
-  const uint8_t *src = gguf->data_section();
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  // Copy in slices and drop each slice's mapped pages from this process once copied.
   constexpr size_t kSlice = size_t(64) << 20;
-  for (size_t off = 0; off < bytes; off += kSlice) {
-    const size_t n = bytes - off < kSlice ? bytes - off : kSlice;
-    std::memcpy(b.data() + off, src + off, n);
-    const uintptr_t a = (reinterpret_cast<uintptr_t>(src + off) + page - 1) & ~(page - 1);
-    const uintptr_t e = (reinterpret_cast<uintptr_t>(src + off + n)) & ~(page - 1);
-    if (e > a) madvise(reinterpret_cast<void *>(a), e - a, MADV_DONTNEED);
-  }
+  for (const GgufTensorInfo *t : ts)
+    for (size_t o = 0; o < t->nbytes; o += kSlice) {
+      const size_t n = t->nbytes - o < kSlice ? t->nbytes - o : kSlice;
+      std::memcpy(b.data() + off[t] + o, t->data + o, n);
+      release_mapped(t->data + o, n);
+    }
   cpu_copy = std::move(b);
+  cpu_copy_off = std::move(off);
   cpu_copy_base.store(cpu_copy.data(), std::memory_order_release);
-  MOE_LOG_INFO("copied %.2f MiB of weights into huge pages for the CPU", static_cast<double>(bytes) / 1048576.0);
+  MOE_LOG_INFO("copied %.2f MiB of weights (%zu tensors) into huge pages for the CPU", static_cast<double>(bytes) / 1048576.0, ts.size());
+}
+
+void Model::Impl::resolve_and_upload(const std::function<void(float)> &progress, bool upload) {
+  if (!registry) registry = std::make_unique<BackendRegistry>(placement_params.twin_device);
+  std::vector<DeviceInfo> avail;
+  for (size_t i = 0; i < registry->size(); ++i) avail.push_back(registry->at(i)->info());
+  placement = resolve_placement(*gguf, hp, placement_params, avail, devices);
+  dev_weights.clear();
+  dev_weights.resize(placement.devices.size());
+  if (!upload) return;
+  const std::vector<uint64_t> per_dev = placement.weight_bytes();
+  uint64_t total = 0, done = 0;
+  for (size_t d = 0; d < placement.devices.size(); ++d)
+    if (placement.is_gpu[d]) total += per_dev[d];
+  for (size_t d = 0; d < placement.devices.size(); ++d) {
+    if (!placement.is_gpu[d] || per_dev[d] == 0) continue;
+    Backend *be = registry->find(placement.devices[d]);
+    std::vector<const GgufTensorInfo *> ts;
+    for (const GgufTensorInfo &t : gguf->tensors())
+      if (placement.device_of(&t) == static_cast<int>(d)) ts.push_back(&t);
+    const bool zero_copy = placement_params.zero_copy == 1 || (placement_params.zero_copy < 0 && be->info().integrated);
+    const uint64_t base = done;
+    auto prog = [&](float f) {
+      progress(total ? static_cast<float>(static_cast<double>(base) + f * static_cast<double>(per_dev[d])) / static_cast<float>(total) : 1.0f);
+      return true;
+    };
+    const bool mapped = gguf->is_mmapped();
+    dev_weights[d] = DeviceWeights::upload(ts, *be, prog, zero_copy,
+                                           mapped ? std::function<void(const uint8_t *, size_t)>(release_mapped) : nullptr);
+    done += per_dev[d];
+  }
 }
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
-std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParams &params) {
-  std::unique_ptr<Model> model(new Model());
-  Impl &m = *model->impl_;
+std::unique_ptr<Model> open_model(const std::string &path, const ModelLoadParams &params, bool upload) {
+  std::unique_ptr<Model> model = Model::create_empty();
+  Model::Impl &m = model->impl();
   auto progress = [&](float f) {
     if (params.progress && !params.progress(f)) fail(Status::Aborted, "model load cancelled by the progress callback");
   };
@@ -84,6 +133,8 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParam
   m.arch = find_arch(m.hp.arch);
   if (!m.arch && !params.vocab_only)
     fail(Status::Unsupported, "architecture '%s' is not supported (supported: %s)", m.hp.arch.c_str(), supported_archs().c_str());
+  m.placement_params = params.placement;
+  m.devices = params.devices;
   if (!params.vocab_only) {
     m.arch->validate(m);
     const size_t n_t = m.gguf->tensors().size();
@@ -91,14 +142,26 @@ std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParam
     for (const auto &t : m.gguf->tensors()) {
       m.n_params += static_cast<uint64_t>(t.n_elements());
       m.weight_bytes += t.nbytes;
-      if (++i % 64 == 0) progress(0.1f + 0.9f * static_cast<float>(i) / static_cast<float>(n_t));
+      if (++i % 64 == 0) progress(0.1f * static_cast<float>(i) / static_cast<float>(n_t));
     }
+  }
+  if (!params.vocab_only) {
+    if (upload && m.placement_params.fit) {
+      const FitPlan plan = fit_loaded_model(m, params);
+      apply_fit(plan, m.placement_params);
+    }
+    m.resolve_and_upload([&](float f) { progress(0.1f + 0.9f * f); }, upload);
+    m.metadata_only = !upload;
   }
   progress(1.0f);
   MOE_LOG_INFO("loaded %s (%s): %zu tensors, %.2f MiB", path.c_str(), m.hp.arch.c_str(), m.gguf->tensors().size(),
                static_cast<double>(m.weight_bytes) / 1048576.0);
   return model;
 }
+
+std::unique_ptr<Model> Model::load(const std::string &path, const ModelLoadParams &params) { return open_model(path, params, true); }
+std::unique_ptr<Model> Model::load_metadata(const std::string &path, const ModelLoadParams &params) { return open_model(path, params, false); }
+std::unique_ptr<Model> Model::create_empty() { return std::unique_ptr<Model>(new Model()); }
 
 const GgufFile &Model::gguf() const { return *impl_->gguf; }
 const Hparams &Model::hparams() const { return impl_->hp; }

@@ -1,12 +1,19 @@
 // Model internals shared by the loader, the architecture graph builders and the context.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
 
+#include <unordered_map>
+#include <vector>
+
+#include "backends/backend.h"
 #include "core/huge_page_buffer.h"
+#include "engine/weight_upload.h"
+#include "placement/placement.h"
 
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
@@ -26,13 +33,29 @@ struct Model::Impl {
   bool vocab_only = false;
   bool cpu_weight_copy = true;  // ModelLoadParams::cpu_weight_copy
 
+  // Placement (src/placement/placement.h) and the weights it put on GPUs, uploaded at load
+  // and shared by every context (index = placement device; null for host devices).
+  PlacementParams placement_params;
+  Placement placement;
+  std::unique_ptr<BackendRegistry> registry;  // allocates the device weights (lives as long as they do)
+  std::vector<std::unique_ptr<DeviceWeights>> dev_weights;
+  std::vector<std::string> devices;  // ModelLoadParams::devices
+  bool metadata_only = false;        // Model::load_metadata: no weights on devices, no contexts
+
   // Weights for CPU kernels: t.data, or its place in the huge-page copy once a CPU context
-  // asked for one (ensure_cpu_copy: a mapped model, made once, shared by its contexts).
+  // asked for one (ensure_cpu_copy: a mapped model, made once, shared by its contexts; it
+  // holds the tensors placed on host devices, or every tensor when all are).
   const uint8_t *cpu_weights(const GgufTensorInfo &t) const {
     const uint8_t *c = cpu_copy_base.load(std::memory_order_acquire);
-    return c ? c + (t.data - gguf->data_section()) : t.data;
+    if (!c) return t.data;
+    auto it = cpu_copy_off.find(&t);
+    return it == cpu_copy_off.end() ? t.data : c + it->second;
   }
+  mutable std::unordered_map<const GgufTensorInfo *, size_t> cpu_copy_off;  // written before cpu_copy_base is published
   void ensure_cpu_copy() const;
+  // Placement from placement_params and devices; then (upload) the GPU weights, each from
+  // its mapped pages, which are released as they are copied.
+  void resolve_and_upload(const std::function<void(float)> &progress, bool upload);
   mutable std::mutex cpu_copy_mu;
   mutable HugePageBuffer cpu_copy;
   // Published once the copy is complete: contexts may bind plans while another is created.

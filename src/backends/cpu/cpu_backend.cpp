@@ -34,6 +34,7 @@ CpuKernel cpu_kernel_for(Op op) {
     case Op::KvStore: return cpu_kv_store;
     case Op::Attention: return cpu_attention;
     case Op::Copy: return cpu_copy;
+    case Op::Transfer: return cpu_transfer;
     case Op::Slice: return cpu_slice;
     case Op::Concat: return cpu_concat;
     case Op::MatMulHeads: return cpu_matmul_heads;
@@ -167,8 +168,8 @@ size_t meminfo_bytes(const char *key) {
 
 class CpuBackend final : public Backend {
 public:
-  CpuBackend() {
-    info_.name = "cpu";
+  explicit CpuBackend(const std::string &name) {
+    info_.name = name;
     info_.description = cpu_model_name() + " (" + cpu_isa_name(active_cpu_isa()) + ")";
     info_.is_gpu = false;
     info_.integrated = true;
@@ -196,6 +197,6 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(const std::string &name) { return std::make_unique<CpuBackend>(name); }
 
 }  // namespace moe

@@ -93,7 +93,45 @@ private:
   size_t size_;
 };
 
+// Page-locked host memory. Pinned: a host arena that GPU streams copy to and from (a copy
+// from pageable memory would be staged and could not be captured in a CUDA graph). Mapped:
+// zero-copy weights, read by kernels in place over the bus (integrated GPUs: the same DRAM).
+class PinnedHostBuffer final : public DeviceBuffer {
+public:
+  PinnedHostBuffer(const CudaBackend &be, size_t n, bool mapped) : size_(n) {
+    be.set_current();
+    const unsigned flags = cudaHostAllocPortable | (mapped ? cudaHostAllocMapped : 0u);
+    cudaError_t e = cudaHostAlloc(&host_, n ? n : 256, flags);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      fail(Status::OutOfMemory, "cudaHostAlloc of %zu bytes (%s) failed: %s", n, mapped ? "mapped weights" : "pinned arena",
+           cudaGetErrorString(e));
+    }
+    dev_ = host_;
+    if (mapped) MOE_CUDA_CHECK(cudaHostGetDevicePointer(&dev_, host_, 0));
+  }
+  ~PinnedHostBuffer() override { (void)cudaFreeHost(host_); }
+  void *data() override { return dev_; }
+  size_t size() const override { return size_; }
+  void upload(size_t off, const void *src, size_t n) override { std::memcpy(static_cast<uint8_t *>(host_) + off, src, n); }
+  void download(size_t off, void *dst, size_t n) const override { std::memcpy(dst, static_cast<const uint8_t *>(host_) + off, n); }
+  void clear() override { std::memset(host_, 0, size_); }
+
+private:
+  void *host_ = nullptr, *dev_ = nullptr;
+  size_t size_;
+};
+
 }  // namespace
+
+std::unique_ptr<DeviceBuffer> CudaBackend::alloc_pinned_host(size_t bytes) { return std::make_unique<PinnedHostBuffer>(*this, bytes, false); }
+std::unique_ptr<DeviceBuffer> CudaBackend::alloc_mapped_host(size_t bytes) { return std::make_unique<PinnedHostBuffer>(*this, bytes, true); }
+
+std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &name) {
+  auto b = std::make_unique<CudaBackend>(static_cast<const CudaBackend &>(of).device());
+  b->rename(name);
+  return b;
+}
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   cudaDeviceProp p;

@@ -17,6 +17,9 @@ public:
   bool supports(const Graph &g, int node) const override;
   bool host_memory() const override { return false; }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override;
+  std::unique_ptr<DeviceBuffer> alloc_pinned_host(size_t bytes) override;
+  std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override;
+  void rename(const std::string &name) { info_.name = name; }  // the test twin of a device
   size_t work_size(const Graph &g, int node, int n_threads) const override;
   std::unique_ptr<Executor> make_executor(int n_threads) override;
   double read_bandwidth() override;  // ops/read_bandwidth.cu

@@ -10,7 +10,8 @@ bool cuda_supports_node(const Graph &g, int id) {
   const Node &n = g.node(id);
   switch (n.op) {
     case Op::Leaf:
-    case Op::View: return true;
+    case Op::View:
+    case Op::Transfer: return true;
     case Op::GetRows: return cuda_matmul_type_supported(g.node(n.src[0]).type) && n.ne[0] == g.node(n.src[0]).ne[0];
     case Op::MatMul:
     case Op::MatMulId: return cuda_matmul_type_supported(g.node(n.src[0]).type) && g.node(n.src[1]).nb[0] == 4;
@@ -62,6 +63,11 @@ void cuda_run_node(const CudaOpCtx &c) {
     case Op::GatherCols: return cuda_op_gather_cols(c);
     case Op::MoeCombine: return cuda_op_moe_combine(c);
     case Op::KvStore: return cuda_op_kv_store(c);
+    case Op::Transfer: {  // a value crossing a device boundary (host <-> this GPU, or GPU -> GPU)
+      const Node &src = c.g.node(c.n.src[0]);
+      MOE_CUDA_CHECK(cudaMemcpyAsync(c.n.data, src.data, c.n.nbytes(), cudaMemcpyDefault, c.stream));
+      return;
+    }
     case Op::Attention: return cuda_op_attention(c);
     default: fail(Status::Internal, "CUDA: no kernel for %s", op_name(c.n.op));
   }

@@ -1,9 +1,10 @@
 // The CUDA executor: one stream per context per device (the backend's). Nodes are enqueued
-// without host synchronisation. A pass (the run() calls up to synchronize()) that covers a
-// whole graph is recorded; the second time the same graph runs it is captured into a CUDA
-// graph and from then on replayed, as long as every node address is unchanged (addresses
-// move when the context grows an arena). Values that change per step live in device
-// memory (DevUbatch), so replays need no re-capture.
+// without host synchronisation. A stretch (the run() calls up to flush() or synchronize():
+// the whole graph on one GPU, or a placed plan's GPU part between two CPU segments) is
+// recorded; the second time the same stretch runs it is captured into a CUDA graph and from
+// then on replayed, as long as every node address is unchanged (addresses move when the
+// context grows an arena). Values that change per step live in device memory (DevUbatch),
+// so replays need no re-capture.
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -48,7 +49,7 @@ struct Seg {
 
 struct GraphState {
   int seen = 0;
-  bool eligible = false;           // last eager pass covered the whole graph on this device
+  bool eligible = false;           // the last eager pass of this stretch completed
   std::vector<Seg> segs;
   uint64_t fingerprint = 0;
   cudaGraphExec_t exec = nullptr;
@@ -100,6 +101,7 @@ public:
     if (ub_dev_) (void)cudaFree(ub_dev_);
     if (sync_dev_) (void)cudaFree(sync_dev_);
     for (cudaEvent_t e : prof_ev_) (void)cudaEventDestroy(e);
+    if (done_ev_) (void)cudaEventDestroy(done_ev_);
     cuda_blas_destroy(blas_);
   }
 
@@ -134,11 +136,40 @@ public:
   }
 
   void synchronize() override {
+    flush();
+    if (!readback_due_) return;
+    readback_due_ = false;
+    errors_.enqueue_readback(be_.stream());  // read by check_errors() after the step's download
+  }
+
+  void host_wait() override {
+    flush();
+    be_.set_current();
+    if (!done_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
+    MOE_CUDA_CHECK(cudaEventRecord(done_ev_, be_.stream()));
+    cuda_sync_event(done_ev_, SyncWhy::Executor);
+  }
+
+  void wait_for(Executor &other) override {
+    auto *o = dynamic_cast<CudaExecutor *>(&other);
+    if (!o) return;  // a CPU executor's work is complete when run() returns
+    o->flush();
+    o->be_.set_current();
+    if (!o->done_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&o->done_ev_, cudaEventDisableTiming));
+    MOE_CUDA_CHECK(cudaEventRecord(o->done_ev_, o->be_.stream()));
+    be_.set_current();
+    MOE_CUDA_CHECK(cudaStreamWaitEvent(be_.stream(), o->done_ev_, 0));
+  }
+
+  // End of a stretch (the runs since the last flush): a recorded stretch is captured the
+  // second time it comes and replayed from then on, keyed by the graph and its first node.
+  void flush() override {
     if (!pass_open_) return;
     be_.set_current();
     pass_open_ = false;
+    readback_due_ = true;
     cudaStream_t s = be_.stream();
-    const bool whole = covers_graph();
+    const bool whole = contiguous();
     if (mode_ == Mode::Capture) {
       cudaGraph_t gr = nullptr;
       MOE_CUDA_CHECK(cudaStreamEndCapture(s, &gr));
@@ -167,7 +198,6 @@ public:
       st_->eligible = whole;
       if (whole) st_->fingerprint = fingerprint(*pass_g_, segs_);
     }
-    errors_.enqueue_readback(s);  // read by check_errors() after the step's download
     collect_profile();  // only when profiling is on (it waits for the pass)
     // No host wait here: the caller's download (or the next upload's staging reuse) is
     // the one synchronisation of a step.
@@ -175,7 +205,6 @@ public:
 
 private:
   void start_pass(const Graph &g, int begin, const ExecEnv &env) {
-    (void)begin;
     fusion_on_ = cuda_fusion_enabled();
     fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
     carried_ = -1;
@@ -183,14 +212,21 @@ private:
     pass_g_ = &g;
     segs_.clear();
     kv_ = env.kv;
-    upload_ubatch(env, g);
+    // Once per step: later stretches of the step (a placed plan's GPU runs between CPU
+    // segments) read the same ubatch.
+    if (env.step == 0 || !ub_uploaded_ || env.step != ub_step_ || &g != ub_graph_) {
+      upload_ubatch(env, g);
+      ub_uploaded_ = true;
+      ub_step_ = env.step;
+      ub_graph_ = &g;
+    }
     if (!sync_dev_) {  // the last-block counters (DevUbatch::sync): zero once, kept zero by their kernels
       MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&sync_dev_), static_cast<size_t>(kCudaSyncSlots) * 4));
       be_.memset_async(sync_dev_, 0, static_cast<size_t>(kCudaSyncSlots) * 4);
     }
     ub_.sync = sync_dev_;
     ub_.err = errors_.device_words();
-    st_ = &states_[&g];
+    st_ = &states_[{&g, begin}];
     st_->seen++;
     mode_ = Mode::Eager;
     if (!graphs_) return;
@@ -216,11 +252,13 @@ private:
     mode_ = Mode::Eager;
   }
 
-  bool covers_graph() const {
-    if (segs_.empty() || segs_.front().begin != 0) return false;
+  // A stretch whose runs follow one another in the schedule (a run of one executor between
+  // two flushes; an abandoned pass never gets here).
+  bool contiguous() const {
+    if (segs_.empty()) return false;
     for (size_t i = 1; i < segs_.size(); ++i)
       if (segs_[i].begin != segs_[i - 1].end) return false;
-    return segs_.back().end == static_cast<int>(pass_g_->nodes().size());
+    return true;
   }
 
   uint64_t fingerprint(const Graph &g, const std::vector<Seg> &segs) const {
@@ -404,7 +442,7 @@ private:
   std::vector<Seg> segs_;
   Mode mode_ = Mode::Eager;
   GraphState *st_ = nullptr;
-  std::map<const Graph *, GraphState> states_;
+  std::map<std::pair<const Graph *, int>, GraphState> states_;  // (graph, first node of the stretch)
   std::map<const Graph *, CachedFusion> fusion_plans_;
   bool fusion_on_ = false;              // this pass fuses (cuda_fusion_enabled() at its start)
   const FusionPlan *fusion_ = nullptr;  // this pass's plan, once looked up
@@ -418,6 +456,11 @@ private:
   CudaRopeTables rope_;  // host index of the ubatch's RoPE tables (DevUbatch::rope)
   DevUbatch ub_;
   uint64_t replays_ = 0;
+  cudaEvent_t done_ev_ = nullptr;  // end of the flushed work (host_wait, another GPU's wait_for)
+  bool readback_due_ = false;      // a stretch ran since the last error-word readback
+  bool ub_uploaded_ = false;
+  uint64_t ub_step_ = 0;
+  const Graph *ub_graph_ = nullptr;
   std::vector<cudaEvent_t> prof_ev_;
   std::vector<std::string> prof_label_;
   size_t n_prof_ = 0;

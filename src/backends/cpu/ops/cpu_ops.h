@@ -47,6 +47,7 @@ void cpu_moe_combine(const CpuKernelArgs &a);
 void cpu_kv_store(const CpuKernelArgs &a);
 void cpu_attention(const CpuKernelArgs &a);
 void cpu_copy(const CpuKernelArgs &a);
+void cpu_transfer(const CpuKernelArgs &a);
 void cpu_slice(const CpuKernelArgs &a);
 void cpu_concat(const CpuKernelArgs &a);
 void cpu_matmul_heads(const CpuKernelArgs &a);

@@ -127,4 +127,12 @@ void cpu_copy(const CpuKernelArgs &a) {
   });
 }
 
+// A value from another host-memory device (the test twin of the CPU): its bytes, split
+// evenly over the threads.
+void cpu_transfer(const CpuKernelArgs &a) {
+  const size_t n = a.n.nbytes(), per = (n + static_cast<size_t>(a.nth) - 1) / static_cast<size_t>(a.nth);
+  const size_t b = per * static_cast<size_t>(a.ith), e = b + per < n ? b + per : n;
+  if (b < e) std::memcpy(static_cast<uint8_t *>(a.n.data) + b, static_cast<const uint8_t *>(a.src(0).data) + b, e - b);
+}
+
 }  // namespace moe
