@@ -114,7 +114,8 @@ private:
   std::vector<std::unique_ptr<Backend>> backends_;
 };
 
-std::unique_ptr<Backend> make_cpu_backend(const std::string &name = "cpu");
+// as_gpu: reported as a GPU (DeviceInfo::is_gpu) so placement treats it as one (the test twin).
+std::unique_ptr<Backend> make_cpu_backend(const std::string &name = "cpu", bool as_gpu = false);
 // Process-wide GPU debugging switch: programmatic dependent launch (a kernel's start overlaps
 // the previous kernel's tail; on by default, sm_90+). No effect without CUDA.
 void set_gpu_dependent_launch(bool on);

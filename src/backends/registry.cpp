@@ -21,7 +21,9 @@ BackendRegistry::BackendRegistry(const std::string &twin) {
   if (!of) fail(Status::InvalidArgument, "twin device '%s' is not available", twin.c_str());
   const std::string name = of->info().name + "_twin";
   if (!of->info().is_gpu) {
-    backends_.push_back(make_cpu_backend(name));
+    // The CPU's twin stands in for a GPU in placement (layers, experts, splits, fit go to it
+    // as they would to a GPU) while running the CPU kernels on its own buffers.
+    backends_.push_back(make_cpu_backend(name, true));
     return;
   }
 #ifdef MOEINFER_WITH_CUDA

@@ -177,11 +177,11 @@ std::unique_ptr<DeviceBuffer> Context::Impl::alloc_arena(size_t d, size_t bytes)
 void *Context::Impl::weight_addr(const Node &n) const {
   const Model::Impl &m = model->impl();
   const Backend *b = devices[static_cast<size_t>(n.device)];
-  if (b->host_memory()) return const_cast<uint8_t *>(m.cpu_weights(*n.weight));
   void *p = nullptr;
   if (dev_weights) p = dev_weights->find(n.weight);
   const int md = model_dev[static_cast<size_t>(n.device)];
   if (!p && md >= 0 && m.dev_weights[static_cast<size_t>(md)]) p = m.dev_weights[static_cast<size_t>(md)]->find(n.weight);
+  if (!p && b->host_memory()) return const_cast<uint8_t *>(m.cpu_weights(*n.weight));
   if (!p) fail(Status::Internal, "weight '%s' has no copy on %s", n.weight->name.c_str(), b->info().name.c_str());
   return p;
 }

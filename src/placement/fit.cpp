@@ -52,8 +52,7 @@ FitPlan choose_fit(const PlacementParams &user, int n_layer, const PlanEvaluator
   const bool free_moe = !user.cpu_moe && user.n_cpu_moe < 0;
   const bool free_ngl = user.n_gpu_layers < 0;
   PlacementParams p = user;
-  if (free_moe) p.n_cpu_moe = 0;
-  if (free_ngl) p.n_gpu_layers = n_layer;
+  if (free_moe) p.n_cpu_moe = 0;  // n_gpu_layers stays unset (all layers on the GPUs, if any) until it must move
   uint32_t n_ctx = user.fit_n_ctx;
   std::vector<DevicePlan> plan = evaluate(p, n_ctx);
   auto fits_with = [&](PlacementParams q, uint32_t c) {
@@ -107,16 +106,19 @@ FitPlan choose_fit(const PlacementParams &user, int n_layer, const PlanEvaluator
          "no placement fits the budgets: %s needs %.2f GiB, %.2f GiB (%llu bytes) more than its budget of %.2f GiB, even with "
          "n_cpu_moe=%d%s, n_gpu_layers=%d%s and n_ctx=%u%s",
          d->device.c_str(), gib(d->total()), gib(d->total() - d->budget), static_cast<unsigned long long>(d->total() - d->budget), gib(d->budget),
-         p.cpu_moe ? n_layer : p.n_cpu_moe, free_moe ? "" : " (set by the user)", p.n_gpu_layers, free_ngl ? "" : " (set by the user)", n_ctx,
+         p.cpu_moe ? n_layer : p.n_cpu_moe, free_moe ? "" : " (set by the user)", p.n_gpu_layers < 0 ? n_layer : p.n_gpu_layers,
+         free_ngl ? "" : " (set by the user)", n_ctx,
          user.fit_shrink_ctx ? "" : " (shrinking the context is not allowed)");
   }
   FitPlan out;
   out.cpu_moe = p.cpu_moe;
   out.n_cpu_moe = p.cpu_moe ? n_layer : p.n_cpu_moe;
-  out.n_gpu_layers = p.n_gpu_layers;
+  out.n_gpu_layers = p.n_gpu_layers < 0 ? n_layer : p.n_gpu_layers;
+  out.chose_n_cpu_moe = free_moe;
+  out.chose_n_gpu_layers = free_ngl && p.n_gpu_layers >= 0;
   out.n_ctx = n_ctx;
   out.devices = plan;
-  out.fitted = (free_moe && p.n_cpu_moe > 0) || (free_ngl && p.n_gpu_layers < n_layer) || n_ctx != user.fit_n_ctx;
+  out.fitted = (free_moe && p.n_cpu_moe > 0) || out.chose_n_gpu_layers || n_ctx != user.fit_n_ctx;
   out.chosen.push_back(strfmt("n_cpu_moe=%d (%s)", out.n_cpu_moe, free_moe ? "fit" : "user"));
   out.chosen.push_back(strfmt("n_gpu_layers=%d (%s)", out.n_gpu_layers, free_ngl ? "fit" : "user"));
   out.chosen.push_back(strfmt("n_ctx=%u (%s)", n_ctx, n_ctx != user.fit_n_ctx ? "fit" : "user"));
@@ -124,8 +126,8 @@ FitPlan choose_fit(const PlacementParams &user, int n_layer, const PlanEvaluator
 }
 
 void apply_fit(const FitPlan &plan, PlacementParams &p) {
-  if (!p.cpu_moe && p.n_cpu_moe < 0) p.n_cpu_moe = plan.n_cpu_moe;
-  if (p.n_gpu_layers < 0) p.n_gpu_layers = plan.n_gpu_layers;
+  if (plan.chose_n_cpu_moe && !p.cpu_moe && p.n_cpu_moe < 0) p.n_cpu_moe = plan.n_cpu_moe;
+  if (plan.chose_n_gpu_layers && p.n_gpu_layers < 0) p.n_gpu_layers = plan.n_gpu_layers;
   p.fit_n_ctx = plan.n_ctx;
 }
 

@@ -37,6 +37,7 @@ struct FitPlan {
   bool cpu_moe = false;       // every layer's experts on the CPU
   uint32_t n_ctx = 0;         // context the plan reserves KV for (lower than asked only with fit_shrink_ctx)
   bool fitted = false;        // the fit chose at least one value
+  bool chose_n_cpu_moe = false, chose_n_gpu_layers = false;  // values the fit set (apply_fit writes only these)
   std::vector<DevicePlan> devices;
   std::vector<std::string> chosen;  // "n_cpu_moe=12 (fit)", "n_gpu_layers=48 (user)", ... for reports
 };

@@ -168,10 +168,10 @@ size_t meminfo_bytes(const char *key) {
 
 class CpuBackend final : public Backend {
 public:
-  explicit CpuBackend(const std::string &name) {
+  CpuBackend(const std::string &name, bool as_gpu) {
     info_.name = name;
     info_.description = cpu_model_name() + " (" + cpu_isa_name(active_cpu_isa()) + ")";
-    info_.is_gpu = false;
+    info_.is_gpu = as_gpu;
     info_.integrated = true;
     info_.total_memory = meminfo_bytes("MemTotal:");
     info_.free_memory = meminfo_bytes("MemAvailable:");
@@ -187,6 +187,7 @@ public:
   }
   bool host_memory() const override { return true; }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *) override { return std::make_unique<HostBuffer>(bytes); }
+  std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
   size_t work_size(const Graph &g, int node, int n_threads) const override { return cpu_work_size(g, node, n_threads); }
   std::unique_ptr<Executor> make_executor(int n_threads) override { return std::make_unique<CpuExecutor>(n_threads); }
   double read_bandwidth() override { return cpu_read_bandwidth(); }
@@ -197,6 +198,6 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const std::string &name) { return std::make_unique<CpuBackend>(name); }
+std::unique_ptr<Backend> make_cpu_backend(const std::string &name, bool as_gpu) { return std::make_unique<CpuBackend>(name, as_gpu); }
 
 }  // namespace moe
