@@ -45,6 +45,8 @@ void usage(FILE *out) {
                "  --no-mmap            read weights into memory instead of mapping the file\n"
                "  --no-gpu-graphs      run GPU steps eagerly instead of replaying a captured CUDA graph\n"
                "  --cpu-order          GPU: batches of 2..128 tokens in the CPU's float order (slower prompts)\n"
+               "  --stream-min-tokens N  CPU-resident weights + a GPU: ubatches of >= N tokens copy them to the GPU and\n"
+               "                       multiply there (default -1 = auto, 0 = never)\n"
                "  --no-pdl             GPU kernels wait for the previous one to finish before they start\n"
                "  --cpu-order-head     GPU: the LM head in the CPU's float order (as before session 5)\n"
                "  --no-lean-groups     GPU: one-token mat-vec groups in 16-warp blocks (as before session 5)\n"
@@ -189,6 +191,7 @@ int cmd_bench(int argc, char **argv) {
   int n_batch = 2048, n_ubatch = 512, reps = 5, threads = 0;
   unsigned seed = 1;
   bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
+  int stream_min = -1;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   cli::PlacementArgs placement;
@@ -208,6 +211,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-mmap") mmap = false;
     else if (a == "--no-gpu-graphs") gpu_graphs = false;
     else if (a == "--cpu-order") cpu_order = true;
+    else if (a == "--stream-min-tokens") stream_min = int(cli::to_int(cli::value(argc, argv, i), "--stream-min-tokens"));
     else if (a == "--no-pdl") moe::set_gpu_dependent_launch(false);
     else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
     else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);
@@ -265,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
     cp.flash_attn = fa;
     cp.gpu_graphs = gpu_graphs;
     cp.cpu_float_order = cpu_order;
+    cp.stream_min_tokens = stream_min;
     t0 = std::chrono::steady_clock::now();
     auto ctx = Context::create(*model, cp);
     const double ctx_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

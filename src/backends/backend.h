@@ -32,6 +32,12 @@ struct DeviceInfo {
   int compute_major = 0, compute_minor = 0;  // GPUs
 };
 
+// A page-locked host range (Backend::register_host); unlocked when destroyed.
+class HostRegistration {
+public:
+  virtual ~HostRegistration() = default;
+};
+
 class DeviceBuffer {
 public:
   virtual ~DeviceBuffer() = default;
@@ -89,6 +95,9 @@ public:
   // Host memory this device reads in place (zero-copy weights: mapped pinned memory; data()
   // is an address this device's kernels may read); nullptr when unsupported.
   virtual std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) { (void)bytes; return nullptr; }
+  // Page-lock existing host memory for this device's copy engine; nullptr when unsupported
+  // or refused (the caller then keeps the memory pageable).
+  virtual std::unique_ptr<HostRegistration> register_host(void *p, size_t bytes) { (void)p; (void)bytes; return nullptr; }
   // Scratch bytes a node's kernel needs (quantized activations, routing tables).
   virtual size_t work_size(const Graph &g, int node, int n_threads) const = 0;
   virtual std::unique_ptr<Executor> make_executor(int n_threads) = 0;

@@ -14,6 +14,12 @@
 
 namespace moe {
 
+// ContextParams::stream_min_tokens = -1: prompt ubatches from this size stream CPU-resident
+// weights to the GPU. Measured on the H200 host (Qwen3-30B-A3B Q4_K_M, experts on the CPU,
+// 15 threads): CPU 137 / 198 / 231 t/s at pp32 / pp128 / pp512, streaming 85 / 332 / 1310;
+// the crossover lies near 64 (docs/perf/placement.md).
+constexpr int kStreamMinTokensAuto = 64;
+
 struct Context::Impl {
   const Model *model = nullptr;
   ContextParams params;
@@ -56,6 +62,8 @@ struct Context::Impl {
   int kv_device_of(int layer) const;
   std::vector<bool> pending;  // run_segments: GPU executors with work since the host last waited
   bool mixed = false;         // host and GPU devices both run parts of the plan
+  int stream_gpu = -1;        // a GPU the host weights stream to for big ubatches (they are pinned for it), or -1
+  int64_t building_tokens = 0;  // compile_options(): the ubatch size of the plan being compiled
   void wait_pending();
 };
 

@@ -115,6 +115,11 @@ struct ContextParams {
   bool flash_attn = true;      // fused attention kernel (always on for a Q8_0 cache)
   bool gpu_graphs = true;      // GPU: capture a repeated decode step once, then replay it
   bool cpu_float_order = false; // GPU: 2..128-token batches in the CPU's float order (Graph::cpu_float_order)
+  // Placed models with weights on the CPU and a GPU: ubatches of at least this many tokens
+  // copy the CPU-resident matrices of each layer to the GPU and multiply there (the weights
+  // stream over the bus once per ubatch) instead of computing on the CPU; -1 = auto (64,
+  // docs/perf/placement.md), 0 = never.
+  int stream_min_tokens = -1;
 };
 
 struct BatchToken {

@@ -1,5 +1,6 @@
 #include "graph/compiler.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -12,6 +13,7 @@ namespace {
 
 bool on_host(const CompileOptions &o, int d) { return o.devices[static_cast<size_t>(d)]->host_memory(); }
 const char *dev_name(const CompileOptions &o, int d) { return o.devices[static_cast<size_t>(d)]->info().name.c_str(); }
+bool is_product(Op op) { return op == Op::MatMul || op == Op::MatMulId || op == Op::MatMulHeads; }
 
 // Device of every node: a weight where the placement put it; KvStore / Attention with their
 // layer's cache; any other op with its first weight (so the bytes it streams stay where they
@@ -36,8 +38,19 @@ void place(Graph &g, const CompileOptions &o) {
     } else if (nd.op == Op::KvStore || nd.op == Op::Attention) {
       d = o.kv_device ? check(o.kv_device(nd.kv_layer), "a KV cache layer") : o.default_device;
     } else {
+      // The layer's own device (where its attention and KV cache are), if known.
+      const int layer_dev = o.kv_device && nd.segment >= 1 ? o.kv_device(nd.segment - 1) : -1;
       for (int s : nd.src)
         if (s >= 0 && g.node(s).leaf == LeafKind::Weight) { d = g.node(s).device; break; }
+      if (d >= 0 && on_host(o, d) && o.stream_device && is_product(nd.op)) {
+        const int sd = o.stream_device(nd.segment - 1);
+        if (sd >= 0 && o.devices[static_cast<size_t>(sd)]->supports(g, i)) d = sd;
+      }
+      // No weight: with the layer's device when an input is there (a residual add after
+      // CPU experts stays on the GPU), else with the first computed input.
+      if (d < 0)
+        for (int s : nd.src)
+          if (s >= 0 && placed[static_cast<size_t>(s)] && g.node(s).leaf != LeafKind::Weight && g.node(s).device == layer_dev) { d = layer_dev; break; }
       if (d < 0)
         for (int s : nd.src)
           if (s >= 0 && placed[static_cast<size_t>(s)] && g.node(s).leaf != LeafKind::Weight) { d = g.node(s).device; break; }
@@ -74,42 +87,53 @@ void place(Graph &g, const CompileOptions &o) {
 }
 
 // Every read of a value on another device goes through one Transfer node per (value,
-// device), inserted just before its first reader there; node ids are renumbered.
+// device), placed right after the value is computed (a GPU -> CPU copy then leaves in the
+// GPU stretch that made it, so a layer's CPU part needs one host wait, not one per reader);
+// node ids are renumbered.
 int insert_transfers(Graph &g, const CompileOptions &o) {
   const auto &old = g.nodes();
+  const size_t n = old.size();
+  // The devices each value is read on, other than its own.
+  std::vector<std::vector<int>> wanted(n);
+  for (const Node &nd : old)
+    for (int s : nd.src) {
+      if (s < 0 || nd.op == Op::View) continue;
+      const Node &src = old[static_cast<size_t>(s)];
+      if (src.device == nd.device) continue;
+      auto &w = wanted[static_cast<size_t>(s)];
+      if (std::find(w.begin(), w.end(), nd.device) == w.end()) w.push_back(nd.device);
+    }
   std::vector<Node> out;
-  out.reserve(old.size() + old.size() / 4);
-  std::vector<int> remap(old.size(), -1);
+  out.reserve(n + n / 4);
+  std::vector<int> remap(n, -1);
   std::map<std::pair<int, int>, int> xfer;  // (old source id, device) -> new Transfer id
   int n_xfer = 0;
-  for (size_t i = 0; i < old.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     Node nd = old[i];
     for (int &s : nd.src) {
       if (s < 0) continue;
-      const Node &src = old[static_cast<size_t>(s)];
-      if (src.device == nd.device || nd.op == Op::View) { s = remap[static_cast<size_t>(s)]; continue; }
-      auto key = std::make_pair(s, nd.device);
-      auto it = xfer.find(key);
-      if (it == xfer.end()) {
-        if (!src.is_contiguous() || src.op == Op::KvStore)
-          fail(Status::Internal, "node '%s' (%s) on %s reads '%s' on %s, which cannot be copied (%s)", nd.name.c_str(), op_name(nd.op),
-               dev_name(o, nd.device), src.name.c_str(), dev_name(o, src.device), src.op == Op::KvStore ? "a KV cache token" : "not contiguous");
-        Node t;
-        t.op = Op::Transfer;
-        t.type = src.type;
-        for (int k = 0; k < 4; ++k) { t.ne[k] = src.ne[k]; t.nb[k] = src.nb[k]; }
-        t.src[0] = remap[static_cast<size_t>(s)];
-        t.name = src.name + "@" + dev_name(o, nd.device);
-        t.segment = nd.segment;
-        t.device = nd.device;
-        it = xfer.emplace(key, static_cast<int>(out.size())).first;
-        out.push_back(std::move(t));
-        ++n_xfer;
-      }
-      s = it->second;
+      auto it = xfer.find(std::make_pair(s, nd.device));
+      s = it != xfer.end() && nd.op != Op::View ? it->second : remap[static_cast<size_t>(s)];
     }
     remap[i] = static_cast<int>(out.size());
     out.push_back(std::move(nd));
+    const Node &src = old[i];
+    for (int dev : wanted[i]) {
+      if (!src.is_contiguous() || src.op == Op::KvStore)
+        fail(Status::Internal, "'%s' on %s is read on %s but cannot be copied (%s)", src.name.c_str(), dev_name(o, src.device), dev_name(o, dev),
+             src.op == Op::KvStore ? "a KV cache token" : "not contiguous");
+      Node t;
+      t.op = Op::Transfer;
+      t.type = src.type;
+      for (int k = 0; k < 4; ++k) { t.ne[k] = src.ne[k]; t.nb[k] = src.nb[k]; }
+      t.src[0] = remap[i];
+      t.name = src.name + "@" + dev_name(o, dev);
+      t.segment = src.segment;
+      t.device = dev;
+      xfer.emplace(std::make_pair(static_cast<int>(i), dev), static_cast<int>(out.size()));
+      out.push_back(std::move(t));
+      ++n_xfer;
+    }
   }
   std::vector<int> outs;
   for (int id : g.outputs()) outs.push_back(remap[static_cast<size_t>(id)]);
@@ -155,11 +179,20 @@ void mark_final_outputs(Graph &g) {
 void schedule(CompiledPlan &p, const CompileOptions &o) {
   const Graph &g = p.graph;
   const int n = static_cast<int>(g.nodes().size());
+  // Leaves and views run nowhere: they join the executor of the next node that runs (a
+  // weight leaf on the CPU between two GPU nodes must not cost a host round trip).
+  std::vector<int> ed(static_cast<size_t>(n), -1);
+  int next = o.default_device;
+  for (int i = n - 1; i >= 0; --i) {
+    const Node &nd = g.node(i);
+    if (nd.op != Op::Leaf && nd.op != Op::View) next = exec_device(g, nd, o);
+    ed[static_cast<size_t>(i)] = next;
+  }
   int begin = 0;
   for (int i = 1; i <= n; ++i) {
     const Node &b = g.node(begin);
-    if (i == n || exec_device(g, g.node(i), o) != exec_device(g, b, o) || g.node(i).segment != b.segment) {
-      p.segments.push_back({exec_device(g, b, o), begin, i, b.segment});
+    if (i == n || ed[static_cast<size_t>(i)] != ed[static_cast<size_t>(begin)] || g.node(i).segment != b.segment) {
+      p.segments.push_back({ed[static_cast<size_t>(begin)], begin, i, b.segment});
       begin = i;
     }
   }

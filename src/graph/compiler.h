@@ -35,6 +35,10 @@ struct CompileOptions {
   std::function<int(const GgufTensorInfo *)> weight_device;
   std::function<int(int layer)> kv_device;
   int default_device = 0;          // nodes that read neither weights nor placed values
+  // Streaming: a product whose weight sits on a host device runs on stream_device(layer) (a
+  // GPU; -1 = none) instead, its weight copied there by a Transfer (big batches: the bus
+  // moves the matrix faster than the CPU multiplies it).
+  std::function<int(int layer)> stream_device;
 };
 
 struct Segment {

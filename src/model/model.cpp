@@ -81,6 +81,18 @@ void Model::Impl::ensure_cpu_copy() const {
   MOE_LOG_INFO("copied %.2f MiB of weights (%zu tensors) into huge pages for the CPU", static_cast<double>(bytes) / 1048576.0, ts.size());
 }
 
+bool Model::Impl::pin_cpu_weights(Backend &gpu) const {
+  std::lock_guard<std::mutex> lock(cpu_copy_mu);
+  if (cpu_copy_pin) return true;
+  if (!cpu_copy_base.load() || cpu_copy.size() == 0) return false;
+  cpu_copy_pin = gpu.register_host(cpu_copy.data(), cpu_copy.size());
+  if (cpu_copy_pin) MOE_LOG_INFO("page-locked %.2f MiB of CPU weights for %s", static_cast<double>(cpu_copy.size()) / 1048576.0, gpu.info().name.c_str());
+  return cpu_copy_pin != nullptr;
+}
+
+// The registration goes before the memory it covers.
+Model::Impl::~Impl() { cpu_copy_pin.reset(); }
+
 void Model::Impl::resolve_and_upload(const std::function<void(float)> &progress, bool upload) {
   if (!registry) registry = std::make_unique<BackendRegistry>(placement_params.twin_device);
   std::vector<DeviceInfo> avail;

@@ -53,6 +53,11 @@ struct Model::Impl {
   }
   mutable std::unordered_map<const GgufTensorInfo *, size_t> cpu_copy_off;  // written before cpu_copy_base is published
   void ensure_cpu_copy() const;
+  // Page-lock the CPU weights (the huge-page copy) for gpu's copy engine, once per model;
+  // false when there is no copy to lock or the device cannot (then nothing streams).
+  bool pin_cpu_weights(Backend &gpu) const;
+  mutable std::unique_ptr<HostRegistration> cpu_copy_pin;
+  ~Impl();
   // Placement from placement_params and devices; then (upload) the GPU weights, each from
   // its mapped pages, which are released as they are copied.
   void resolve_and_upload(const std::function<void(float)> &progress, bool upload);

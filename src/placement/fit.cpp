@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "graph/compiler.h"
 #include "backends/cpu/thread_pool.h"
+#include "engine/context_impl.h"
 #include "kv/kv_cache.h"
 #include "model/arch/arch.h"
 #include "model/model_impl.h"
@@ -169,7 +170,18 @@ static std::vector<DevicePlan> evaluate_plan(const Model::Impl &m, const Placeme
   co.kv_device = [&pl](int l) { return l >= 0 && l < static_cast<int>(pl.kv_device.size()) ? pl.kv_device[static_cast<size_t>(l)] : pl.output_device; };
   co.default_device = pl.output_device;
   std::vector<uint64_t> arena(pl.devices.size(), 0), work(pl.devices.size(), 0);
+  int first_gpu = -1;
+  for (size_t d = 0; d < pl.devices.size() && first_gpu < 0; ++d)
+    if (pl.is_gpu[d] && !co.devices[d]->host_memory()) first_gpu = static_cast<int>(d);
   for (uint32_t nt : {std::max<uint32_t>(1, std::min(pp.fit_n_ubatch, n_ctx)), 1u}) {
+    // A context streams host weights to a GPU for big ubatches (ContextParams::stream_min_tokens):
+    // their copies take GPU arena space, so the plan counts them.
+    co.stream_device = nullptr;
+    if (first_gpu >= 0 && static_cast<int>(nt) >= kStreamMinTokensAuto)
+      co.stream_device = [&pl, &co, first_gpu](int l) {
+        const int d = l >= 0 && l < static_cast<int>(pl.kv_device.size()) ? pl.kv_device[static_cast<size_t>(l)] : -1;
+        return d >= 0 && !co.devices[static_cast<size_t>(d)]->host_memory() ? d : first_gpu;
+      };
     GraphBuildParams gp;
     gp.n_tokens = nt;
     gp.n_outputs = 1;

@@ -275,6 +275,7 @@ TEST_CASE("fit on a real file: the dry run's plan and a load with the fit's choi
   const std::string path = moe_test::tiny_model("q8_0");
   ModelLoadParams mp;
   mp.placement.twin_device = "cpu";  // the twin stands in for a GPU with a budget
+  mp.devices = {"cpu_twin", "cpu"};
   mp.placement.fit = true;
   mp.placement.fit_n_ctx = 256;
   const FitPlan all = fit_model(path, mp);  // cpu_twin's free memory: everything fits there
@@ -320,9 +321,20 @@ TEST_CASE("placement on CUDA: experts on the CPU keep GPU stretches in graphs, a
   for (int step = 0; step < 8; ++step) {
     BatchToken t{(step * 11 + 3) % model->n_vocab(), 6 + step, 0, true};
     const uint64_t s0 = cuda_sync_count(), l0 = cuda_launch_count();
+    uint64_t by0[5];
+    for (int k = 0; k < 5; ++k) by0[k] = cuda_sync_count(static_cast<SyncWhy>(k));
     ctx->decode(&t, 1);
     const uint64_t syncs = cuda_sync_count() - s0, launches = cuda_launch_count() - l0;
     if (step >= 3) {
+      std::string segs;
+      const CompiledPlan &pl = ctx->impl().plan_for(1, 1);
+      for (const Segment &sg : pl.segments)
+        for (int i = sg.begin; i < sg.end; ++i)
+          if (pl.graph.node(i).op != Op::Leaf && pl.graph.node(i).op != Op::View)
+            segs += std::string(i == sg.begin ? " | d" + std::to_string(sg.device) + ":" : ",") + op_name(pl.graph.node(i).op);
+      std::string by;
+      for (int k = 0; k < 5; ++k) by += std::to_string(cuda_sync_count(static_cast<SyncWhy>(k)) - by0[k]) + " ";
+      if (syncs > static_cast<uint64_t>(L) + 1) WARN("syncs by kind (download, staging, executor, setup, teardown): " << by << "; segments of the one-token plan: " << segs);
       INFO("step " << step << ": " << syncs << " host waits, " << launches << " eager kernel launches, " << L << " layers");
       CHECK(syncs <= static_cast<uint64_t>(L) + 1);  // one per layer (GPU -> CPU) + the logits download
       CHECK(launches == 0);                          // every GPU stretch replayed from its CUDA graph

@@ -17,7 +17,9 @@ void cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
 }
 
 static std::atomic<uint64_t> g_sync_count{0};
+static std::atomic<uint64_t> g_sync_by[8];
 uint64_t cuda_sync_count() { return g_sync_count.load(); }
+uint64_t cuda_sync_count(SyncWhy why) { return g_sync_by[static_cast<int>(why)].load(); }
 
 // Relaxed: a counter for tests, not an ordering point.
 static std::atomic<uint64_t> g_launch_count{0};
@@ -42,8 +44,9 @@ bool cuda_pdl_active() {
   return m >= 9;
 }
 
-void cuda_sync_stream(cudaStream_t s, SyncWhy) {
+void cuda_sync_stream(cudaStream_t s, SyncWhy why) {
   g_sync_count.fetch_add(1);
+  g_sync_by[static_cast<int>(why)].fetch_add(1);
   MOE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
@@ -52,8 +55,9 @@ void cuda_sync_stream_nothrow(cudaStream_t s) noexcept {
   if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
 }
 
-void cuda_sync_event(cudaEvent_t e, SyncWhy) {
+void cuda_sync_event(cudaEvent_t e, SyncWhy why) {
   g_sync_count.fetch_add(1);
+  g_sync_by[static_cast<int>(why)].fetch_add(1);
   MOE_CUDA_CHECK(cudaEventSynchronize(e));
 }
 
@@ -126,6 +130,28 @@ private:
 
 std::unique_ptr<DeviceBuffer> CudaBackend::alloc_pinned_host(size_t bytes) { return std::make_unique<PinnedHostBuffer>(*this, bytes, false); }
 std::unique_ptr<DeviceBuffer> CudaBackend::alloc_mapped_host(size_t bytes) { return std::make_unique<PinnedHostBuffer>(*this, bytes, true); }
+
+namespace {
+class CudaHostRegistration final : public HostRegistration {
+public:
+  explicit CudaHostRegistration(void *p) : p_(p) {}
+  ~CudaHostRegistration() override { (void)cudaHostUnregister(p_); }
+
+private:
+  void *p_;
+};
+}  // namespace
+
+std::unique_ptr<HostRegistration> CudaBackend::register_host(void *p, size_t bytes) {
+  set_current();
+  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    MOE_LOG_WARN("cudaHostRegister of %zu bytes failed (%s): CPU weights stay pageable", bytes, cudaGetErrorString(e));
+    return nullptr;
+  }
+  return std::make_unique<CudaHostRegistration>(p);
+}
 
 std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &name) {
   auto b = std::make_unique<CudaBackend>(static_cast<const CudaBackend &>(of).device());

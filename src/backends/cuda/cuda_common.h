@@ -43,6 +43,7 @@ void cuda_sync_stream(cudaStream_t s, SyncWhy why);
 void cuda_sync_stream_nothrow(cudaStream_t s) noexcept;
 void cuda_sync_event(cudaEvent_t e, SyncWhy why);
 uint64_t cuda_sync_count();  // process-wide total, for tests
+uint64_t cuda_sync_count(SyncWhy why);  // of one kind
 
 // Per-node timing of eager (non-graph) passes with CUDA events, for tests and benchmarks:
 // off by default; the report lists time per op kind and weight type, largest first.
