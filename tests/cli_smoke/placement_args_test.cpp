@@ -9,13 +9,13 @@
 #include "cli/placement_args.h"
 
 static int g_fail = 0;
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);   \
-      g_fail = 1;                                                                     \
-    }                                                                                 \
-  } while (0)
+// One line per failed expectation; the exit status says whether any failed.
+static void expect(bool ok, const char *what, int line) {
+  if (ok) return;
+  std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, line, what);
+  g_fail = 1;
+}
+#define CHECK(cond) expect(static_cast<bool>(cond), #cond, __LINE__)
 
 namespace {
 
