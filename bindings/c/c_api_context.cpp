@@ -33,16 +33,6 @@ bool c_abort_bridge(void *p) {
   return c->user_abort && c->user_abort(c->user_abort_data) != 0;
 }
 
-// Common precondition of every operation that touches the KV cache or logits.
-moe_status check_ready(const moe_context *ctx, const char *fn) {
-  if (!ctx) return fail(MOE_STATUS_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
-  if (!ctx->async->idle())
-    return fail(MOE_STATUS_BUSY, "%s: an asynchronous decode is in flight or not yet collected", fn);
-  std::string why;
-  if (ctx->ctx->unusable(&why)) return fail(MOE_STATUS_CONTEXT_UNUSABLE, "%s: context unusable: %s", fn, why.c_str());
-  return MOE_STATUS_OK;
-}
-
 moe_status check_batch(const moe_context *ctx, const moe_batch *batch, const char *fn) {
   if (!batch) return fail(MOE_STATUS_INVALID_ARGUMENT, "%s: batch is NULL", fn);
   if (batch->tokens.empty()) return fail(MOE_STATUS_INVALID_ARGUMENT, "%s: batch is empty", fn);
@@ -54,6 +44,32 @@ moe_status check_batch(const moe_context *ctx, const moe_batch *batch, const cha
 }
 
 }  // namespace
+
+namespace moe_c {
+
+moe_status ContextUse::enter(const moe_context *ctx, const char *fn, bool check_usable) noexcept {
+  if (!ctx) return fail(MOE_STATUS_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+  if (!ctx->async->try_lease()) {
+    const moe::AsyncDecoder::State st = ctx->async->state();
+    return fail(MOE_STATUS_BUSY, "%s: the context is in use by %s", fn,
+                st == moe::AsyncDecoder::State::Running ? "a decode in flight"
+                : st == moe::AsyncDecoder::State::Done  ? "an asynchronous decode whose result was not collected (moe_decode_wait)"
+                                                        : "a decode or another call on another thread");
+  }
+  ctx_ = ctx;
+  if (check_usable && ctx->ctx->unusable(nullptr)) {
+    try {
+      std::string why;
+      ctx->ctx->unusable(&why);
+      return fail(MOE_STATUS_CONTEXT_UNUSABLE, "%s: context unusable: %s", fn, why.c_str());
+    } catch (...) {
+      return fail(MOE_STATUS_CONTEXT_UNUSABLE, "%s: context unusable", fn);
+    }
+  }
+  return MOE_STATUS_OK;
+}
+
+}  // namespace moe_c
 
 extern "C" {
 
@@ -110,8 +126,9 @@ MOE_API int32_t moe_context_n_vocab(const moe_context *ctx) { return ctx ? ctx->
 
 MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_callback callback, void *user_data) {
   return guard([&] {
-    MOE_CHECK_ARG(ctx, "moe_context_set_abort_callback: ctx is NULL");
-    if (!ctx->async->idle()) return fail(MOE_STATUS_BUSY, "moe_context_set_abort_callback: decode in flight");
+    ContextUse use;
+    const moe_status s = use.enter(ctx, "moe_context_set_abort_callback", false);
+    if (s != MOE_STATUS_OK) return s;
     ctx->user_abort = callback;
     ctx->user_abort_data = user_data;
     return MOE_STATUS_OK;
@@ -120,8 +137,9 @@ MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_ca
 
 MOE_API moe_status moe_context_set_gpu_graphs(moe_context *ctx, int32_t enabled) {
   return guard([&] {
-    MOE_CHECK_ARG(ctx, "moe_context_set_gpu_graphs: ctx is NULL");
-    if (!ctx->async->idle()) return fail(MOE_STATUS_BUSY, "moe_context_set_gpu_graphs: decode in flight");
+    ContextUse use;
+    const moe_status s = use.enter(ctx, "moe_context_set_gpu_graphs", false);
+    if (s != MOE_STATUS_OK) return s;
     ctx->ctx->set_gpu_graphs(enabled != 0);
     return MOE_STATUS_OK;
   });
@@ -129,7 +147,9 @@ MOE_API moe_status moe_context_set_gpu_graphs(moe_context *ctx, int32_t enabled)
 
 MOE_API moe_status moe_context_check(const moe_context *ctx) {
   return guard([&] {
-    MOE_CHECK_ARG(ctx, "moe_context_check: ctx is NULL");
+    ContextUse use;
+    const moe_status s = use.enter(ctx, "moe_context_check", false);
+    if (s != MOE_STATUS_OK) return s;
     std::string why;
     if (ctx->ctx->unusable(&why)) return fail(MOE_STATUS_CONTEXT_UNUSABLE, "context unusable: %s", why.c_str());
     return MOE_STATUS_OK;
@@ -198,9 +218,13 @@ MOE_API size_t moe_batch_size(const moe_batch *batch) { return batch ? batch->to
 
 MOE_API moe_status moe_decode(moe_context *ctx, const moe_batch *batch) {
   return guard([&] {
-    moe_status s = check_ready(ctx, "moe_decode");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_decode");
     if (s != MOE_STATUS_OK) return s;
-    if ((s = check_batch(ctx, batch, "moe_decode")) != MOE_STATUS_OK) return s;
+    if ((s = check_batch(ctx, batch, "moe_decode")) != MOE_STATUS_OK) {
+      ctx->ctx->invalidate_logits(moe_c::last_error());  // a failed decode: no logits until one succeeds
+      return s;
+    }
     ctx->async->decode(batch->tokens.data(), batch->tokens.size());
     return MOE_STATUS_OK;
   });
@@ -208,9 +232,13 @@ MOE_API moe_status moe_decode(moe_context *ctx, const moe_batch *batch) {
 
 MOE_API moe_status moe_decode_submit(moe_context *ctx, const moe_batch *batch) {
   return guard([&] {
-    moe_status s = check_ready(ctx, "moe_decode_submit");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_decode_submit");
     if (s != MOE_STATUS_OK) return s;
-    if ((s = check_batch(ctx, batch, "moe_decode_submit")) != MOE_STATUS_OK) return s;
+    if ((s = check_batch(ctx, batch, "moe_decode_submit")) != MOE_STATUS_OK) {
+      ctx->ctx->invalidate_logits(moe_c::last_error());
+      return s;
+    }
     ctx->async->submit(batch->tokens);
     return MOE_STATUS_OK;
   });
@@ -249,7 +277,8 @@ MOE_API moe_status moe_get_logits(moe_context *ctx, int32_t i, const float **out
   return guard([&] {
     MOE_CHECK_ARG(out_logits, "moe_get_logits: out_logits is NULL");
     *out_logits = nullptr;
-    moe_status s = check_ready(ctx, "moe_get_logits");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_get_logits");
     if (s != MOE_STATUS_OK) return s;
     *out_logits = ctx->ctx->logits(i);
     if (out_n_vocab) *out_n_vocab = ctx->ctx->n_vocab();
@@ -261,7 +290,8 @@ MOE_API moe_status moe_get_logits(moe_context *ctx, int32_t i, const float **out
 
 MOE_API moe_status moe_kv_clear(moe_context *ctx) {
   return guard([&] {
-    moe_status s = check_ready(ctx, "moe_kv_clear");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_kv_clear");
     if (s != MOE_STATUS_OK) return s;
     ctx->ctx->kv_clear();
     return MOE_STATUS_OK;
@@ -270,7 +300,8 @@ MOE_API moe_status moe_kv_clear(moe_context *ctx) {
 
 MOE_API moe_status moe_kv_seq_rm(moe_context *ctx, int32_t seq, int32_t p0, int32_t p1) {
   return guard([&] {
-    moe_status s = check_ready(ctx, "moe_kv_seq_rm");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_kv_seq_rm");
     if (s != MOE_STATUS_OK) return s;
     MOE_CHECK_ARG(seq < static_cast<int32_t>(ctx->ctx->params().n_seq_max), "moe_kv_seq_rm: seq %d >= n_seq_max %u", seq,
                   ctx->ctx->params().n_seq_max);
@@ -282,7 +313,8 @@ MOE_API moe_status moe_kv_seq_rm(moe_context *ctx, int32_t seq, int32_t p0, int3
 
 MOE_API moe_status moe_kv_seq_cp(moe_context *ctx, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1) {
   return guard([&] {
-    moe_status s = check_ready(ctx, "moe_kv_seq_cp");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_kv_seq_cp");
     if (s != MOE_STATUS_OK) return s;
     const int32_t n = static_cast<int32_t>(ctx->ctx->params().n_seq_max);
     MOE_CHECK_ARG(seq_src >= 0 && seq_src < n && seq_dst >= 0 && seq_dst < n,
@@ -294,7 +326,8 @@ MOE_API moe_status moe_kv_seq_cp(moe_context *ctx, int32_t seq_src, int32_t seq_
 
 MOE_API moe_status moe_kv_seq_keep(moe_context *ctx, int32_t seq) {
   return guard([&] {
-    moe_status s = check_ready(ctx, "moe_kv_seq_keep");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_kv_seq_keep");
     if (s != MOE_STATUS_OK) return s;
     const int32_t n = static_cast<int32_t>(ctx->ctx->params().n_seq_max);
     MOE_CHECK_ARG(seq >= 0 && seq < n, "moe_kv_seq_keep: seq %d out of range [0,%d)", seq, n);
@@ -306,7 +339,8 @@ MOE_API moe_status moe_kv_seq_keep(moe_context *ctx, int32_t seq) {
 MOE_API moe_status moe_kv_seq_pos_max(moe_context *ctx, int32_t seq, int32_t *out_pos) {
   return guard([&] {
     MOE_CHECK_ARG(out_pos, "moe_kv_seq_pos_max: out_pos is NULL");
-    moe_status s = check_ready(ctx, "moe_kv_seq_pos_max");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_kv_seq_pos_max");
     if (s != MOE_STATUS_OK) return s;
     const int32_t n = static_cast<int32_t>(ctx->ctx->params().n_seq_max);
     MOE_CHECK_ARG(seq >= 0 && seq < n, "moe_kv_seq_pos_max: seq %d out of range [0,%d)", seq, n);
@@ -318,7 +352,8 @@ MOE_API moe_status moe_kv_seq_pos_max(moe_context *ctx, int32_t seq, int32_t *ou
 MOE_API moe_status moe_kv_used_cells(moe_context *ctx, uint32_t *out_cells) {
   return guard([&] {
     MOE_CHECK_ARG(out_cells, "moe_kv_used_cells: out_cells is NULL");
-    moe_status s = check_ready(ctx, "moe_kv_used_cells");
+    ContextUse use;
+    moe_status s = use.enter(ctx, "moe_kv_used_cells");
     if (s != MOE_STATUS_OK) return s;
     *out_cells = ctx->ctx->kv_used_cells();
     return MOE_STATUS_OK;

@@ -19,6 +19,7 @@ static_assert(MOE_STATUS_TIMEOUT == static_cast<int>(moe::Status::Timeout), "sta
 static_assert(MOE_STATUS_BUFFER_TOO_SMALL == static_cast<int>(moe::Status::BufferTooSmall), "status mirror");
 static_assert(MOE_STATUS_BUSY == static_cast<int>(moe::Status::Busy), "status mirror");
 static_assert(MOE_STATUS_CONTEXT_UNUSABLE == static_cast<int>(moe::Status::ContextUnusable), "status mirror");
+static_assert(MOE_STATUS_NUMERIC_ERROR == static_cast<int>(moe::Status::NumericError), "status mirror");
 static_assert(MOE_LOG_LEVEL_ERROR == static_cast<int>(moe::LogLevel::Error), "log level mirror");
 static_assert(MOE_KV_TYPE_Q8_0 == static_cast<int>(moe::KvType::Q8_0), "kv type mirror");
 // The public callback type must be exactly the internal one (passed through uncast).
@@ -98,7 +99,7 @@ extern "C" {
 
 MOE_API const char *moe_status_string(moe_status status) {
   const int v = static_cast<int>(status);
-  if (v < 0 || v > MOE_STATUS_INTERNAL) return "unknown status";
+  if (v < 0 || v > MOE_STATUS_NUMERIC_ERROR) return "unknown status";
   return moe::status_name(static_cast<moe::Status>(v));
 }
 

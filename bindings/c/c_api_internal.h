@@ -93,6 +93,27 @@ void write_result(const T &full, T *out) {
   out->struct_size = n;
 }
 
+// One call at a time inside a context: every entry point that reads or changes a context
+// (decode, submit, logits, KV cache, callbacks, settings, check) holds its lease for the
+// call's duration. While a decode runs on another thread (or an asynchronous decode is not
+// yet collected) or another call holds the lease, enter() fails with MOE_STATUS_BUSY
+// instead of racing. moe_decode_poll, moe_decode_wait and moe_decode_cancel take none.
+class ContextUse {
+public:
+  ContextUse() = default;
+  ContextUse(const ContextUse &) = delete;
+  ContextUse &operator=(const ContextUse &) = delete;
+  ~ContextUse() {
+    if (ctx_) ctx_->async->end_lease();
+  }
+  // OK, or INVALID_ARGUMENT (NULL ctx), BUSY, CONTEXT_UNUSABLE (check_usable: an earlier
+  // device error disabled the context), with the message set.
+  moe_status enter(const moe_context *ctx, const char *fn, bool check_usable = true) noexcept;
+
+private:
+  const moe_context *ctx_ = nullptr;
+};
+
 // Copies s (+ NUL) into buf with the moe buffer protocol.
 moe_status copy_string(const std::string &s, char *buf, size_t buf_size, size_t *out_len);
 

@@ -135,11 +135,13 @@ MOE_API moe_status moe_sampler_sample_context(moe_sampler *sampler, moe_context 
     MOE_CHECK_ARG(out_token, "moe_sampler_sample_context: out_token is NULL");
     *out_token = -1;
     MOE_CHECK_ARG(sampler, "moe_sampler_sample_context: sampler is NULL");
-    const float *logits = nullptr;
-    int32_t n_vocab = 0;
-    moe_status s = moe_get_logits(ctx, i, &logits, &n_vocab);
+    // The context stays leased while the sampler reads its logits (a decode started on
+    // another thread meanwhile is BUSY, never a race).
+    ContextUse use;
+    const moe_status s = use.enter(ctx, "moe_sampler_sample_context");
     if (s != MOE_STATUS_OK) return s;
-    *out_token = sampler->chain->sample(logits, n_vocab);
+    const float *logits = ctx->ctx->logits(i);
+    *out_token = sampler->chain->sample(logits, ctx->ctx->n_vocab());
     return MOE_STATUS_OK;
   });
 }

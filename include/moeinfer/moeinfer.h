@@ -14,7 +14,11 @@
  *    returns MOE_STATUS_BUFFER_TOO_SMALL and stores the required count, so the caller can
  *    retry; passing a NULL buffer with capacity 0 is the way to query the size.
  *  - A model or context is used by one thread at a time; moe_decode_cancel() and the
- *    moe_decode_poll()/moe_decode_wait() pair are the exceptions (see below).
+ *    moe_decode_poll()/moe_decode_wait() pair are the exceptions (see below). A context
+ *    call made while another thread is inside the context (a decode running, or any other
+ *    call) returns MOE_STATUS_BUSY and changes nothing; it never races.
+ *  - A failed call changes nothing (a failed decode only makes the logits unavailable)
+ *    and may be retried, e.g. after MOE_STATUS_OUT_OF_MEMORY.
  *  - The library is silent: it writes nothing to stdout/stderr. Install a log callback
  *    with moe_set_log_callback() to receive its messages.
  */
@@ -49,9 +53,13 @@ typedef enum moe_status {
   MOE_STATUS_DEVICE_ERROR = 10,     /* backend / device failure */
   MOE_STATUS_INVALID_VOCAB = 11,    /* tokenizer data missing or inconsistent */
   MOE_STATUS_BUFFER_TOO_SMALL = 12, /* caller buffer too small; required size reported */
-  MOE_STATUS_BUSY = 13,             /* the context has an asynchronous decode in flight */
+  MOE_STATUS_BUSY = 13,             /* the context is in use: a decode in flight (or not yet collected) or
+                                     * another thread's call */
   MOE_STATUS_CONTEXT_UNUSABLE = 14, /* an earlier device error disabled this context */
-  MOE_STATUS_INTERNAL = 15          /* a bug in moeinfer */
+  MOE_STATUS_INTERNAL = 15,         /* a bug in moeinfer */
+  MOE_STATUS_NUMERIC_ERROR = 16     /* a decode produced NaN or infinite logits (bad weights, overflow);
+                                     * like every failed decode it kept nothing. Added after the first
+                                     * ABI 1 release: hosts built before it see an unknown status */
 } moe_status;
 
 /* Static English name of a status ("ok", "context full", ...). Never NULL. */
@@ -82,11 +90,22 @@ typedef enum moe_log_level {
 } moe_log_level;
 
 /* level is a moe_log_level. message is borrowed for the duration of the call.
- * May be called from any thread the library uses (calls are serialized). */
+ * May be called from any thread the library uses, and from several threads at once: the
+ * library holds no lock of its own while the callback runs, so the callback must be
+ * thread-safe.
+ * What a callback may do: call any moe_* function, moe_set_log_callback included (to replace
+ * or remove itself). Messages the library produces on the same thread while the callback
+ * runs (because the callback called a moe_* function that logs) are dropped, never delivered
+ * re-entrantly. A callback must not throw (one that does has the exception swallowed) and
+ * must not wait for another thread that is itself inside moe_set_log_callback. */
 typedef void (*moe_log_callback)(int level, const char *message, void *user_data);
 
 /* Process-wide log sink; NULL silences the library (the default). user_data is borrowed
- * and must stay valid until the callback is replaced. */
+ * and must stay valid until the callback is replaced. Called outside a log callback, this
+ * returns only after every call of the previous callback (on any thread) has returned, so
+ * the previous user_data may be freed right after; called from inside a callback, it
+ * replaces the sink at once without that wait (other threads may still be finishing a call
+ * of the previous callback). */
 MOE_API void moe_set_log_callback(moe_log_callback callback, void *user_data);
 
 /* ------------------------------------------------------------------ devices */
@@ -313,14 +332,20 @@ typedef enum moe_kv_type {
   MOE_KV_TYPE_Q8_0 = 2
 } moe_kv_type;
 
+/* Limits of moe_context_params (moe_context_create fails with MOE_STATUS_INVALID_ARGUMENT
+ * naming the field and its limit): n_ctx <= 16777216 (2^24), n_batch <= 1048576 (2^20),
+ * n_ubatch <= 65536 (2^16), n_seq_max <= 64, n_threads 0..1024. They bound what a context
+ * allocates when it is created; memory for sizes within them may still run out
+ * (MOE_STATUS_OUT_OF_MEMORY). */
 typedef struct moe_context_params {
   size_t struct_size;      /* sizeof(moe_context_params); set by moe_context_default_params */
-  uint32_t n_ctx;          /* KV cells shared by all sequences; 0 (default) = min(trained, 4096) */
-  uint32_t n_batch;        /* most tokens one decode may take; default 512; 0 = default */
-  uint32_t n_ubatch;       /* tokens per graph run (decodes are split into these); default 512; 0 = default */
+  uint32_t n_ctx;          /* KV cells shared by all sequences, at most 2^24; 0 (default) = min(trained, 4096) */
+  uint32_t n_batch;        /* most tokens one decode may take, at most 2^20; default 512; 0 = default */
+  uint32_t n_ubatch;       /* tokens per graph run (decodes are split into these), at most 2^16; default 512;
+                            * 0 = default; above n_batch = min(n_batch, 512) */
   uint32_t n_seq_max;      /* distinct sequence ids 0..n_seq_max-1, at most 64; default 1; 0 = default */
   int32_t kv_type;         /* moe_kv_type of the KV cache; default MOE_KV_TYPE_F16 */
-  int32_t n_threads;       /* CPU worker threads; 0 (default) = physical cores */
+  int32_t n_threads;       /* CPU worker threads, 0..1024; 0 (default) = physical cores */
   const char *device;      /* "cpu", "cuda", "cuda0" or "auto"; NULL (default) = "auto"; borrowed during create */
   int32_t flash_attn;      /* 1 (default): fused attention kernel; 0 = off (Q8_0 cache forces on) */
   /* Appended after the first layout (callers passing that smaller struct_size get the
@@ -349,13 +374,15 @@ MOE_API uint32_t moe_context_n_batch(const moe_context *ctx);
 MOE_API uint32_t moe_context_n_ubatch(const moe_context *ctx);
 MOE_API int32_t moe_context_n_vocab(const moe_context *ctx);
 
-/* Polled by the engine between graph segments (layers) during a decode: return nonzero to
- * abort it (the decode then returns MOE_STATUS_ABORTED and the KV cache is unchanged).
- * Called on the thread running the decode (the worker for asynchronous decodes). */
+/* Polled by the engine during a decode: after every operation on the CPU, between graph
+ * segments (layers) on a GPU. Return nonzero to abort it (the decode then returns
+ * MOE_STATUS_ABORTED and the KV cache is unchanged). Called on the thread running the
+ * decode (the worker for asynchronous decodes), up to a few thousand times per decode
+ * step: keep it cheap (read a flag). Context calls made from it return MOE_STATUS_BUSY. */
 typedef int (*moe_abort_callback)(void *user_data);
 
-/* Installs (or with NULL removes) the abort callback. user_data is borrowed. BUSY while an
- * asynchronous decode is in flight. */
+/* Installs (or with NULL removes) the abort callback. user_data is borrowed. BUSY while a
+ * decode is in flight. */
 MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_callback callback,
                                                   void *user_data);
 
@@ -397,8 +424,11 @@ MOE_API size_t moe_batch_size(const moe_batch *batch);
 
 /* Evaluates batch synchronously. MOE_STATUS_CONTEXT_FULL when the KV cache has no room
  * (nothing is shifted or dropped: remove a range with moe_kv_seq_rm and retry);
- * MOE_STATUS_ABORTED when the abort callback stopped it; BUSY while an asynchronous
- * decode is in flight. On failure the KV cache is as it was before the call. */
+ * MOE_STATUS_ABORTED when the abort callback stopped it; MOE_STATUS_OUT_OF_MEMORY when an
+ * allocation failed (the same batch may be retried); MOE_STATUS_NUMERIC_ERROR when a
+ * requested row of logits holds NaN or infinity; BUSY while another decode is in flight.
+ * On failure the KV cache is as it was before the call and moe_get_logits fails (with
+ * "the last decode failed: ...") until a decode succeeds. */
 MOE_API moe_status moe_decode(moe_context *ctx, const moe_batch *batch);
 
 /* Starts evaluating batch on the context's worker thread (created on first use) and
@@ -422,20 +452,25 @@ MOE_API moe_status moe_decode_poll(const moe_context *ctx, int32_t *out_state);
  * nothing was submitted (or another thread's wait collected the result first). */
 MOE_API moe_status moe_decode_wait(moe_context *ctx, int64_t timeout_ms);
 
-/* Asks the in-flight decode to stop at the next graph segment boundary; its result
- * becomes MOE_STATUS_ABORTED (unless it had already finished). No-op when idle.
- * Callable from any thread. */
+/* Asks the in-flight decode (asynchronous, or synchronous on another thread) to stop at
+ * the next poll of the abort hook (the next operation on the CPU, the next graph segment
+ * on a GPU); its result becomes MOE_STATUS_ABORTED (unless it had already finished).
+ * No-op when idle. Callable from any thread. */
 MOE_API moe_status moe_decode_cancel(moe_context *ctx);
 
 /* Logits (n_vocab raw floats) of batch entry i of the last completed decode; negative i
  * counts from the end of the entries that asked for logits (-1 = last). Borrowed; valid
- * until the next decode or KV operation on ctx. *out_n_vocab may be NULL. */
+ * until the next decode or KV operation on ctx. *out_n_vocab may be NULL.
+ * INVALID_ARGUMENT when entry i asked for no logits, or when the last decode failed
+ * (moe_last_error: "... the last decode failed: <why>"): a failed decode never leaves the
+ * previous step's logits readable. */
 MOE_API moe_status moe_get_logits(moe_context *ctx, int32_t i, const float **out_logits,
                                   int32_t *out_n_vocab);
 
 /* ------------------------------------------------------------------ KV cache */
 /* Ranges are positions [p0, p1): p0 < 0 means from 0, p1 < 0 means to the end.
- * seq < 0 means every sequence (where noted). All return BUSY during an async decode. */
+ * seq < 0 means every sequence (where noted). All return BUSY while a decode is in flight
+ * (synchronous on another thread, or asynchronous until collected). */
 
 MOE_API moe_status moe_kv_clear(moe_context *ctx);
 /* Removes [p0,p1) of seq (seq < 0: all sequences). */

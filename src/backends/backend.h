@@ -53,6 +53,11 @@ struct ExecEnv {
   const UbatchInfo *ub = nullptr;
   KvCache *kv = nullptr;
   uint64_t step = 0;  // changes with every ubatch: a GPU uploads the ubatch once per step, not per segment
+  // The context's abort callback (true = stop), or nullptr. The CPU executor polls it on the
+  // decoding thread after every node and then throws Error(Aborted); GPU executors ignore it
+  // (the context polls between segments).
+  bool (*abort)(void *) = nullptr;
+  void *abort_data = nullptr;
 };
 
 class Executor {

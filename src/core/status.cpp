@@ -23,6 +23,7 @@ const char *status_name(Status s) {
     case Status::Busy: return "busy";
     case Status::ContextUnusable: return "context unusable";
     case Status::Internal: return "internal error";
+    case Status::NumericError: return "numeric error";
   }
   return "unknown status";
 }

@@ -29,6 +29,7 @@ enum class Status : int {
   Busy = 13,             // context has an async decode in flight
   ContextUnusable = 14,  // an earlier sticky error disabled this context
   Internal = 15,         // a bug of ours
+  NumericError = 16,     // a decode produced non-finite (NaN / infinite) logits
 };
 
 const char *status_name(Status s);

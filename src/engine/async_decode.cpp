@@ -108,6 +108,18 @@ void AsyncDecoder::worker_main() {
   }
 }
 
+bool AsyncDecoder::try_lease() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != State::Idle || sync_running_ || leased_) return false;
+  leased_ = true;
+  return true;
+}
+
+void AsyncDecoder::end_lease() {
+  std::lock_guard<std::mutex> lock(mu_);
+  leased_ = false;
+}
+
 AsyncDecoder::State AsyncDecoder::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;

@@ -1,7 +1,8 @@
 // Asynchronous decode for one Context: a single worker thread (started on the first
 // submit, not per call) runs Context::decode while the caller polls or waits with a
 // timeout, so a game loop can spend a bounded time per frame. cancel() uses the engine's
-// abort hook (polled between layers), composed with the host's own abort callback.
+// abort hook (polled between layers, and on the CPU after every node), composed with the
+// host's own abort callback.
 //
 //   AsyncDecoder ad(*ctx);
 //   ad.submit(tokens);
@@ -10,7 +11,9 @@
 //   else if (r.status != Status::Ok) { /* r.message says why */ }
 //
 // Thread model: submit/decode/wait/set_user_abort are called by the context's owner
-// thread; state() and cancel() may be called from any thread.
+// thread; state() and cancel() may be called from any thread. The C ABI makes every other
+// use of the context exclusive with try_lease(): a call made while a decode runs (or while
+// another call is inside the context) is refused (Busy) instead of racing with it.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -54,12 +57,19 @@ public:
   State state() const;
   bool idle() const { return state() == State::Idle; }
 
+  // Exclusive use of the context for one call: false while a decode runs (synchronous, or
+  // asynchronous until its result is collected with wait) or another lease is held. The
+  // holder may call decode() and submit(); end_lease() gives it back.
+  bool try_lease();
+  void end_lease();
+
   // Waits up to timeout_ms (< 0: no limit; 0: just check). Returns false on timeout (the
   // decode continues). Returns true when finished: *out gets the decode's result and the
   // state goes back to Idle. Throws InvalidArgument when nothing was submitted.
   bool wait(int64_t timeout_ms, AsyncResult *out);
 
-  // Asks a running decode (async or synchronous) to stop at the next layer boundary.
+  // Asks a running decode (async or synchronous) to stop at the next poll of the abort
+  // hook (the next node on the CPU, the next layer on a GPU).
   void cancel();
 
 private:
@@ -73,6 +83,7 @@ private:
   std::condition_variable cv_done_;  // waiters wait for Done
   State state_ = State::Idle;
   bool sync_running_ = false;
+  bool leased_ = false;
   bool stop_ = false;
   std::vector<BatchToken> job_;
   AsyncResult result_;

@@ -2,8 +2,11 @@
 // their activation arenas; decode() splits a batch into ubatches and runs the plan.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <new>
 
 #include "backends/cpu/thread_pool.h"
+#include "core/alloc_test_hook.h"
 #include "core/log.h"
 #include "engine/context_impl.h"
 #include "gguf/gguf_reader.h"
@@ -39,11 +42,16 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
   c.model = &model;
   c.params = params;
   ContextParams &p = c.params;
+  // Limits first: they bound what the steps below allocate.
+  if (p.n_ctx > kMaxContextCells) fail(Status::InvalidArgument, "n_ctx %u exceeds the limit %u", p.n_ctx, kMaxContextCells);
+  if (p.n_batch > kMaxBatchTokens) fail(Status::InvalidArgument, "n_batch %u exceeds the limit %u", p.n_batch, kMaxBatchTokens);
+  if (p.n_ubatch > kMaxUbatchTokens) fail(Status::InvalidArgument, "n_ubatch %u exceeds the limit %u", p.n_ubatch, kMaxUbatchTokens);
+  if (p.n_seq_max == 0 || p.n_seq_max > kMaxSequences)
+    fail(Status::InvalidArgument, "n_seq_max %u is outside the limits 1..%u", p.n_seq_max, kMaxSequences);
+  if (p.n_threads > kMaxThreads) fail(Status::InvalidArgument, "n_threads %d exceeds the limit %d", p.n_threads, kMaxThreads);
   if (p.n_ctx == 0) p.n_ctx = std::min<uint32_t>(m.hp.n_ctx_train ? m.hp.n_ctx_train : 4096, 4096);
   if (p.n_batch == 0) p.n_batch = 512;
   if (p.n_ubatch == 0 || p.n_ubatch > p.n_batch) p.n_ubatch = std::min<uint32_t>(p.n_batch, 512);
-  if (p.n_seq_max == 0 || p.n_seq_max > 64) fail(Status::InvalidArgument, "n_seq_max %u must be 1..64", p.n_seq_max);
-  if (p.n_ctx > (1u << 24)) fail(Status::InvalidArgument, "n_ctx %u is too large", p.n_ctx);
 
   c.registry = std::make_unique<BackendRegistry>(m.placement_params.twin_device);
   c.model_placement = p.device.empty() || p.device == "auto";
@@ -139,18 +147,31 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   auto plan = compile_graph(std::move(g), compile_options());
   if (plan->input_tokens < 0 || plan->input_pos < 0 || plan->input_out_ids < 0 || plan->output_logits < 0)
     fail(Status::Internal, "%s graph lacks tokens/pos/out_ids inputs or logits output", m.hp.arch.c_str());
+  // All or nothing: allocate every larger arena and bind the new plan to the arenas it
+  // will use, then cache it; only then swap the arenas in and rebind the older plans (that
+  // part cannot fail). A failure before the swap leaves sizes, arenas and plans unchanged.
+  std::unique_ptr<DeviceBuffer> grown[kMaxDevices];
+  void *bases[kMaxDevices] = {nullptr};
   bool grow = false;
   for (size_t d = 0; d < devices.size(); ++d) {
     if (plan->arena_bytes[d] > arena_bytes[d]) {
-      arena_bytes[d] = plan->arena_bytes[d];
-      arenas[d] = alloc_arena(d, arena_bytes[d]);
+      grown[d] = alloc_arena(d, plan->arena_bytes[d]);
       grow = true;
     }
+    DeviceBuffer *a = grown[d] ? grown[d].get() : arenas[d].get();
+    bases[d] = a ? a->data() : nullptr;
   }
+  bind_plan(*plan, bases, [this](const Node &n) { return weight_addr(n); });
   CompiledPlan &ref = *plan;
   plans.emplace(key, std::move(plan));
-  if (grow) rebind_all();  // arenas moved: every cached plan points at the old ones
-  else bind(ref);
+  if (grow) {
+    for (size_t d = 0; d < devices.size(); ++d)
+      if (grown[d]) {
+        arena_bytes[d] = ref.arena_bytes[d];
+        arenas[d] = std::move(grown[d]);
+      }
+    rebind_all();  // arenas moved: every older cached plan points at the old ones
+  }
   MOE_LOG_DEBUG("compiled plan for %lld tokens / %lld outputs: %zu nodes, %zu segments, arena %zu bytes, %d in place",
                 (long long)n_tokens, (long long)n_outputs, ref.graph.nodes().size(), ref.segments.size(), ref.arena_bytes[0], ref.n_inplace);
   return ref;
@@ -273,7 +294,18 @@ void Context::Impl::run_segments(const CompiledPlan &plan, const ExecEnv &env) {
   }
 }
 
-void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base) {
+// A row holds a NaN or an infinity: exponent bits all ones. Integer ops, so it vectorizes.
+static bool all_finite(const float *x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &x[i], 4);
+    bad |= static_cast<uint32_t>((b & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base, size_t batch_base) {
   int32_t n_out = 0;
   for (int32_t i = 0; i < n; ++i) {
     ub_tokens[static_cast<size_t>(i)] = toks[i].token;
@@ -308,7 +340,7 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
   ub.seq = ub_seq.data();
   ub.n_kv = kv->n_kv();
   ub.cell_state = kv->cells();
-  ExecEnv env{&ub, kv.get(), ++step};
+  ExecEnv env{&ub, kv.get(), ++step, abort_cb, abort_data};
   run_segments(plan, env);
   for (auto &e : executors) e->synchronize();
   if (!discard) {
@@ -319,6 +351,15 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
     // The last device's work follows every other device's (events, host waits), so the
     // download's wait covers the whole step.
     if (!devices[static_cast<size_t>(lg.device)]->host_memory() || plan.segments.back().device == lg.device) pending.assign(pending.size(), false);
+    // A row of NaN / infinite logits would sample garbage silently: fail the decode instead
+    // (one pass over the rows actually downloaded).
+    for (int32_t r = 0; r < n_out; ++r)
+      if (!all_finite(logits.data() + (static_cast<size_t>(out_base) + static_cast<size_t>(r)) * nv, nv)) {
+        const int32_t i = ub_out_ids[static_cast<size_t>(r)];
+        fail(Status::NumericError,
+             "decode produced non-finite logits (NaN or infinity) for batch entry %zu (token %d, position %d, sequence %d)",
+             batch_base + static_cast<size_t>(i), toks[i].token, toks[i].pos, toks[i].seq_id);
+      }
   }
   // Bad indices kernels met (a DeviceError: decode() marks the context unusable). After the
   // download they are this step's; a step without one reports at a later step's check.
@@ -327,45 +368,89 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
 
 void Context::decode(const BatchToken *toks, size_t n_tokens) {
   Impl &c = *impl_;
-  if (c.broken) fail(Status::ContextUnusable, "context unusable: %s", c.broken_why.c_str());
+  // Every failure is cleaned up first (fail_decode cannot throw: the cache is as before the
+  // call, the logits are unavailable) and then leaves as a moe::Error. Building that Error
+  // may itself run out of memory; std::bad_alloc then leaves instead, the state clean.
+  try {
+    c.decode_batch(toks, n_tokens);
+  } catch (const Error &e) {
+    c.fail_decode(e.code(), e.what());
+    throw;
+  } catch (const std::bad_alloc &) {
+    c.fail_decode(Status::OutOfMemory, "decode: out of memory");
+    throw Error(Status::OutOfMemory, "decode: out of memory");
+  } catch (const std::exception &x) {
+    c.fail_decode(Status::Internal, x.what());
+    throw Error(Status::Internal, strfmt("decode: unexpected exception: %s", x.what()));
+  } catch (...) {
+    c.fail_decode(Status::Internal, "decode: unknown exception");
+    throw Error(Status::Internal, "decode: unknown exception");
+  }
+}
+
+void Context::Impl::decode_batch(const BatchToken *toks, size_t n_tokens) {
+  claimed.clear();  // first: a failure below releases this call's cells only
+  if (broken) fail(Status::ContextUnusable, "context unusable: %s", broken_why.c_str());
   if (!toks || n_tokens == 0) fail(Status::InvalidArgument, "decode: empty batch");
-  if (n_tokens > c.params.n_batch) fail(Status::InvalidArgument, "decode: batch of %zu tokens exceeds n_batch %u", n_tokens, c.params.n_batch);
-  const int32_t n_vocab = c.model->n_vocab();
+  if (n_tokens > params.n_batch) fail(Status::InvalidArgument, "decode: batch of %zu tokens exceeds n_batch %u", n_tokens, params.n_batch);
+  const int32_t n_vocab = model->n_vocab();
   int32_t n_out = 0;
   for (size_t i = 0; i < n_tokens; ++i) {
     const BatchToken &t = toks[i];
     if (t.token < 0 || t.token >= n_vocab) fail(Status::InvalidArgument, "decode: token %d at batch index %zu is outside the vocabulary [0, %d)", t.token, i, n_vocab);
-    if (t.seq_id < 0 || t.seq_id >= static_cast<int32_t>(c.params.n_seq_max)) fail(Status::InvalidArgument, "decode: seq_id %d at batch index %zu is outside [0, %u)", t.seq_id, i, c.params.n_seq_max);
+    if (t.seq_id < 0 || t.seq_id >= static_cast<int32_t>(params.n_seq_max)) fail(Status::InvalidArgument, "decode: seq_id %d at batch index %zu is outside [0, %u)", t.seq_id, i, params.n_seq_max);
     if (t.pos < 0) fail(Status::InvalidArgument, "decode: negative position %d at batch index %zu", t.pos, i);
     n_out += t.logits ? 1 : 0;
   }
-  if (n_tokens > c.kv->n_cells() - c.kv->used())
-    fail(Status::ContextFull, "context full: %u of %u KV cells in use, batch needs %zu", c.kv->used(), c.kv->n_cells(), n_tokens);
+  if (n_tokens > kv->n_cells() - kv->used())
+    fail(Status::ContextFull, "context full: %u of %u KV cells in use, batch needs %zu", kv->used(), kv->n_cells(), n_tokens);
   const size_t need = static_cast<size_t>(n_out) * static_cast<size_t>(n_vocab);
-  if (c.logits.size() < need) { c.logits.resize(need); c.update_report(); }  // grows only
-  c.claimed.clear();
-  c.n_outputs = 0;
-  try {
-    int32_t out_base = 0;
-    for (size_t b = 0; b < n_tokens; b += c.params.n_ubatch) {
-      const int32_t n = static_cast<int32_t>(std::min<size_t>(c.params.n_ubatch, n_tokens - b));
-      c.run_ubatch(toks + b, n, out_base);
-      for (int32_t i = 0; i < n; ++i)
-        c.logit_row[b + static_cast<size_t>(i)] = toks[b + static_cast<size_t>(i)].logits ? out_base++ : -1;
-    }
-    for (size_t i = n_tokens; i < c.logit_row.size(); ++i) c.logit_row[i] = -1;
-    c.n_outputs = out_base;
-  } catch (const Error &e) {
-    // Leave the cache as it was before the call.
-    c.kv->release(c.claimed.data(), static_cast<uint32_t>(c.claimed.size()));
-    std::fill(c.logit_row.begin(), c.logit_row.end(), -1);
-    if (e.code() == Status::DeviceError) { c.broken = true; c.broken_why = e.what(); }
-    throw;
+  if (logits.size() < need) {  // grows only; resize leaves the vector as it was when it throws
+    allocation_point(need * sizeof(float), "logits");
+    logits.resize(need);
+    update_report();
   }
+  n_outputs = 0;
+  last_failed = false;
+  int32_t out_base = 0;
+  for (size_t b = 0; b < n_tokens; b += params.n_ubatch) {
+    const int32_t n = static_cast<int32_t>(std::min<size_t>(params.n_ubatch, n_tokens - b));
+    run_ubatch(toks + b, n, out_base, b);
+    for (int32_t i = 0; i < n; ++i)
+      logit_row[b + static_cast<size_t>(i)] = toks[b + static_cast<size_t>(i)].logits ? out_base++ : -1;
+  }
+  for (size_t i = n_tokens; i < logit_row.size(); ++i) logit_row[i] = -1;
+  n_outputs = out_base;
+  claimed.clear();
+}
+
+void Context::Impl::fail_decode(Status code, const char *why) noexcept {
+  // Leave the cache as it was before the call.
+  kv->release(claimed.data(), static_cast<uint32_t>(claimed.size()));
+  claimed.clear();
+  std::fill(logit_row.begin(), logit_row.end(), -1);
+  n_outputs = 0;
+  last_failed = true;
+  if (code == Status::DeviceError) broken = true;
+  try {
+    last_failure = strfmt("%s: %s", status_name(code), why);
+    if (code == Status::DeviceError && broken_why.empty()) broken_why = why;
+  } catch (...) {
+    last_failure.clear();  // no memory for the message: logits() still refuses
+  }
+}
+
+void Context::invalidate_logits(const std::string &why) {
+  Impl &c = *impl_;
+  std::fill(c.logit_row.begin(), c.logit_row.end(), -1);
+  c.n_outputs = 0;
+  c.last_failed = true;
+  c.last_failure = why;
 }
 
 const float *Context::logits(int32_t i) const {
   const Impl &c = *impl_;
+  if (c.last_failed) fail(Status::InvalidArgument, "logits(%d): no logits: the last decode failed: %s", i, c.last_failure.c_str());
   int32_t row = -1;
   if (i < 0) {
     row = c.n_outputs + i;

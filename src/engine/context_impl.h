@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct Context::Impl {
   std::vector<float> logits;
   std::vector<int32_t> logit_row;  // n_batch entries, -1 = none
   int32_t n_outputs = 0;
+  // The last decode failed (logits() then refuses, quoting why).
+  bool last_failed = false;
+  std::string last_failure;
 
   // Preallocated ubatch staging (no allocation per decode).
   std::vector<int32_t> ub_tokens, ub_pos, ub_seq, ub_cells, ub_out_ids, claimed;
@@ -50,11 +54,16 @@ struct Context::Impl {
   bool broken = false;
   std::string broken_why;
 
+  // The cached plan for a ubatch shape, compiled on first use. Arena growth is all or
+  // nothing: on any failure the arenas, their sizes and the cached plans are unchanged.
   CompiledPlan &plan_for(int64_t n_tokens, int64_t n_outputs);
+  void decode_batch(const BatchToken *toks, size_t n_tokens);
+  // After a failed decode: release this call's cells, drop the logits, remember why.
+  void fail_decode(Status code, const char *why) noexcept;
   void bind(CompiledPlan &plan);  // resolve its addresses in the current arenas
   void rebind_all();
   void *weight_addr(const Node &n) const;  // device copy for GPU nodes, else the host mapping
-  void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base);
+  void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base, size_t batch_base);
   void update_report();
   CompileOptions compile_options() const;
   void run_segments(const CompiledPlan &plan, const ExecEnv &env);

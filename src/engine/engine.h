@@ -104,13 +104,23 @@ enum class KvType : int { F32 = 0, F16 = 1, Q8_0 = 2 };
 const char *kv_type_name(KvType t);
 bool kv_type_from_name(const std::string &s, KvType *out);
 
+// Limits of ContextParams; Context::create fails with InvalidArgument naming the field and
+// its limit (they bound what a context allocates up front: n_batch costs 8 bytes per token
+// of bookkeeping, n_ubatch a compiled plan and its arena, n_ctx the KV cache).
+constexpr uint32_t kMaxContextCells = 1u << 24;  // n_ctx
+constexpr uint32_t kMaxBatchTokens = 1u << 20;   // n_batch
+constexpr uint32_t kMaxUbatchTokens = 1u << 16;  // n_ubatch
+constexpr uint32_t kMaxSequences = 64;           // n_seq_max
+constexpr int kMaxThreads = 1024;                // n_threads
+
 struct ContextParams {
-  uint32_t n_ctx = 0;          // KV cells shared by all sequences; 0 = min(model context, 4096)
-  uint32_t n_batch = 512;      // most tokens one decode() call may take
-  uint32_t n_ubatch = 512;     // tokens per compiled graph run (a decode() is split into these)
-  uint32_t n_seq_max = 1;      // distinct sequence ids (0 .. n_seq_max-1), at most 64
+  uint32_t n_ctx = 0;          // KV cells shared by all sequences, at most kMaxContextCells; 0 = min(model context, 4096)
+  uint32_t n_batch = 512;      // most tokens one decode() call may take, at most kMaxBatchTokens; 0 = 512
+  uint32_t n_ubatch = 512;     // tokens per compiled graph run (a decode() is split into these), at most
+                               // kMaxUbatchTokens; 0 or > n_batch = min(n_batch, 512)
+  uint32_t n_seq_max = 1;      // distinct sequence ids (0 .. n_seq_max-1), 1 .. kMaxSequences
   KvType kv_type = KvType::F16;
-  int n_threads = 0;           // CPU worker threads; 0 = physical cores
+  int n_threads = 0;           // CPU worker threads, at most kMaxThreads; 0 (or negative) = physical cores
   std::string device = "auto"; // "cpu", "cuda", "cuda0", or "auto" (CUDA when present)
   bool flash_attn = true;      // fused attention kernel (always on for a Q8_0 cache)
   bool gpu_graphs = true;      // GPU: capture a repeated decode step once, then replay it
@@ -129,7 +139,8 @@ struct BatchToken {
   bool logits;                 // produce logits for this position
 };
 
-// Called between graph segments (layers); return true to abort the decode.
+// Polled on the decoding thread between graph segments (layers) and, on the CPU, after
+// every operation (node); return true to abort the decode.
 using AbortCallback = bool (*)(void *user_data);
 
 class Context {
@@ -138,13 +149,20 @@ public:
   ~Context();
 
   // Evaluate a batch. Throws InvalidArgument (bad token id, seq id, empty/too-large batch),
-  // ContextFull (not enough free KV cells; nothing is evicted), Aborted, DeviceError.
-  // On failure the KV cache is left as it was before the call.
+  // ContextFull (not enough free KV cells; nothing is evicted), Aborted, OutOfMemory,
+  // NumericError (a requested row of logits holds NaN or infinity), DeviceError, Internal
+  // (any other exception is mapped to OutOfMemory or Internal; nothing else escapes).
+  // On failure the KV cache, the compiled plans and their arenas are as before the call (a
+  // retry may succeed), and the logits are unavailable until a decode succeeds.
   void decode(const BatchToken *tokens, size_t n_tokens);
 
   // Logits of batch entry i of the last decode (negative i counts from the end of the
-  // entries that asked for logits). Throws InvalidArgument if i asked for none.
+  // entries that asked for logits). Throws InvalidArgument if i asked for none, or when the
+  // last decode failed ("the last decode failed: <its error>").
   const float *logits(int32_t i) const;
+  // A decode request failed before reaching decode() (the C ABI's own checks): the logits
+  // become unavailable as after a failed decode, with this reason.
+  void invalidate_logits(const std::string &why);
   int32_t n_vocab() const;
   const ContextParams &params() const;
   const Model &model() const;

@@ -1,4 +1,5 @@
 // The CPU backend: host buffers, the per-context thread pool, and kernel dispatch.
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "backends/cpu/ops/cpu_ops.h"
 #include "backends/cpu/read_bandwidth.h"
 #include "backends/cpu/thread_pool.h"
+#include "core/alloc_test_hook.h"
 #include "core/status.h"
 
 namespace moe {
@@ -72,7 +74,8 @@ namespace {
 
 class HostBuffer final : public DeviceBuffer {
 public:
-  explicit HostBuffer(size_t n) : size_(n) {
+  HostBuffer(size_t n, const char *purpose) : size_(n) {
+    allocation_point(n, purpose);
     if (posix_memalign(&p_, 64, n ? n : 64) != 0) fail(Status::OutOfMemory, "cannot allocate %zu bytes of host memory", n);
   }
   ~HostBuffer() override { std::free(p_); }
@@ -106,6 +109,10 @@ bool cpu_node_serial(const Graph &g, const Node &n) {
 class CpuExecutor final : public Executor {
 public:
   explicit CpuExecutor(int n_threads) : pool_(n_threads) {}
+  // Thread 0 (the decoding thread) polls env.abort after each node it runs; a stop is
+  // published before the next barrier as that node's index, and every thread leaves the
+  // node loop right after that barrier (threads between two barriers never disagree). A
+  // kernel that throws on any thread ends the job on all of them; the pool rethrows here.
   void run(const Graph &g, int begin, int end, const ExecEnv &env) override {
     struct Job {
       const Graph *g;
@@ -113,6 +120,7 @@ public:
       const ExecEnv *env;
       ThreadPool *pool;
       std::atomic<int> error{0};
+      std::atomic<int> stop_at{INT_MAX};  // node after which the abort callback asked to stop
     } job{&g, begin, end, &env, &pool_};
     Job *jp = &job;  // one-pointer capture: std::function stores it inline (no heap allocation)
     serial_.resize(g.nodes().size());
@@ -120,28 +128,36 @@ public:
     const std::vector<char> *serial = &serial_;
     pool_.run([jp, serial](int ith, int nth) {
       const Graph &gr = *jp->g;
+      const ExecEnv &ev = *jp->env;
+      bool stop = false;  // thread 0: the abort callback said stop (kernels skipped up to the next barrier)
       for (int i = jp->begin; i < jp->end; ++i) {
         const Node &n = gr.node(i);
         if (n.op == Op::Leaf || n.op == Op::View) continue;
         if ((*serial)[static_cast<size_t>(i)]) {
-          if (ith == 0) {
-            CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), *jp->env, &jp->error};
+          if (ith == 0 && !stop) {
+            CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
             cpu_kernel_for(n.op)(args);
+            stop = ev.abort && ev.abort(ev.abort_data);
           }
           int next = i + 1;  // the next node that runs: no barrier while the serial run goes on
           while (next < jp->end && (gr.node(next).op == Op::Leaf || gr.node(next).op == Op::View)) ++next;
           if (next < jp->end && (*serial)[static_cast<size_t>(next)]) continue;
         } else {
-          CpuKernelArgs args{gr, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), *jp->env, &jp->error};
+          CpuKernelArgs args{gr, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
           cpu_kernel_for(n.op)(args);
+          if (ith == 0) stop = ev.abort && ev.abort(ev.abort_data);
         }
+        if (stop) jp->stop_at.store(i, std::memory_order_relaxed);  // published by the barrier
         jp->pool->barrier();
+        if (jp->stop_at.load(std::memory_order_relaxed) <= i) break;
       }
     });
     if (int e = job.error.load()) {
       if (e == kErrBadExpertId) fail(Status::Internal, "an expert id out of range reached a MoE matmul");
       fail(Status::InvalidArgument, "a token id out of the vocabulary reached the embedding lookup");
     }
+    if (const int at = job.stop_at.load(); at != INT_MAX)
+      fail(Status::Aborted, "decode aborted by the abort callback (after node %d, %s)", at, op_name(g.node(at).op));
   }
   void synchronize() override {}
 
@@ -186,8 +202,8 @@ public:
     return true;
   }
   bool host_memory() const override { return true; }
-  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *) override { return std::make_unique<HostBuffer>(bytes); }
-  std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override { return std::make_unique<HostBuffer>(bytes); }
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override { return std::make_unique<HostBuffer>(bytes, purpose); }
+  std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override { return std::make_unique<HostBuffer>(bytes, "mapped host memory"); }
   size_t work_size(const Graph &g, int node, int n_threads) const override { return cpu_work_size(g, node, n_threads); }
   std::unique_ptr<Executor> make_executor(int n_threads) override { return std::make_unique<CpuExecutor>(n_threads); }
   double read_bandwidth() override { return cpu_read_bandwidth(); }

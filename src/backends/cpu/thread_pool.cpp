@@ -37,6 +37,26 @@ ThreadPool::~ThreadPool() {
   for (auto &t : threads_) t.join();
 }
 
+namespace {
+// Thrown by barrier() in a job that failed on another thread; caught by call_job, never
+// seen outside the pool.
+struct JobUnwind {};
+}  // namespace
+
+void ThreadPool::call_job(const std::function<void(int, int)> &fn, int ith) noexcept {
+  try {
+    fn(ith, n_);
+  } catch (const JobUnwind &) {
+    // Left a failed job at a barrier.
+  } catch (...) {
+    bool expected = false;
+    if (failed_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+      error_ = std::current_exception();
+      abort_job();
+    }
+  }
+}
+
 void ThreadPool::run(const std::function<void(int, int)> &fn) {
   if (n_ == 1) { fn(0, 1); return; }
   job_ = &fn;
@@ -46,14 +66,23 @@ void ThreadPool::run(const std::function<void(int, int)> &fn) {
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
-  fn(0, n_);
-  // Wait for the workers to finish this job.
+  call_job(fn, 0);
+  // Wait for the workers to finish this job (a failed job too: fn must outlive them).
   int spins = 0;
   while (done_.load(std::memory_order_acquire) != n_ - 1) {
     if (++spins > 1000) std::this_thread::yield();
     else MOE_CPU_RELAX();
   }
   job_ = nullptr;
+  if (failed_.load(std::memory_order_acquire)) {
+    // Every thread is out of the job: reset the barrier for the next one, then report.
+    bar_count_.store(0, std::memory_order_relaxed);
+    items_.store(0, std::memory_order_relaxed);
+    std::exception_ptr e = std::move(error_);
+    error_ = nullptr;
+    failed_.store(false, std::memory_order_release);
+    std::rethrow_exception(e);
+  }
 }
 
 void ThreadPool::worker(int ith) {
@@ -71,7 +100,7 @@ void ThreadPool::worker(int ith) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    (*job_)(ith, n_);
+    call_job(*job_, ith);
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
@@ -104,11 +133,21 @@ constexpr int kBarrierSpins = 400;
 
 }  // namespace
 
+// A thread threw: release every thread waiting in a barrier (the phase moves on; they see
+// failed_ and unwind) and keep later barriers of this job from waiting.
+void ThreadPool::abort_job() {
+  bar_phase_.fetch_add(1, std::memory_order_seq_cst);
+  if (bar_sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&bar_phase_);
+}
+
+void ThreadPool::leave_job() { throw JobUnwind{}; }
+
 void ThreadPool::barrier() {
   if (n_ == 1) {
     items_.store(0, std::memory_order_relaxed);
     return;
   }
+  if (failed_.load(std::memory_order_acquire)) leave_job();
   const uint32_t phase = bar_phase_.load(std::memory_order_acquire);
   if (bar_count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
     bar_count_.store(0, std::memory_order_relaxed);
@@ -118,14 +157,19 @@ void ThreadPool::barrier() {
     return;
   }
   for (int spins = 0; spins < kBarrierSpins; ++spins) {
-    if (bar_phase_.load(std::memory_order_acquire) != phase) return;
+    if (bar_phase_.load(std::memory_order_acquire) != phase) {
+      if (failed_.load(std::memory_order_acquire)) leave_job();
+      return;
+    }
     MOE_CPU_RELAX();
   }
-  // Announce the sleep before re-checking: the last arriver either sees the sleeper and
-  // wakes it, or changed the phase before the check (then the futex returns at once).
+  // Announce the sleep before re-checking: the last arriver (or a failing thread) either
+  // sees the sleeper and wakes it, or changed the phase before the check (then the futex
+  // returns at once).
   bar_sleepers_.fetch_add(1, std::memory_order_seq_cst);
   while (bar_phase_.load(std::memory_order_seq_cst) == phase) futex_wait(&bar_phase_, phase);
   bar_sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  if (failed_.load(std::memory_order_acquire)) leave_job();
 }
 
 int physical_core_count() {

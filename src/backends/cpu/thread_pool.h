@@ -4,9 +4,15 @@
 //
 //   ThreadPool pool(4);
 //   pool.run([&](int ith, int nth) { ... pool.barrier(); ... });
+//
+// A job that throws on any thread ends the job on every thread: the first exception is
+// kept, threads waiting in (or later reaching) a barrier of that job leave it by an internal
+// unwind, and run() rethrows the kept exception on the calling thread once all threads are
+// out of the job. The pool stays usable.
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -22,10 +28,11 @@ public:
   ThreadPool &operator=(const ThreadPool &) = delete;
 
   int size() const { return n_; }
-  // Runs fn(ith, nth) on all threads and returns when all are done. fn must not throw
-  // (kernels record errors instead); not reentrant.
+  // Runs fn(ith, nth) on all threads and returns when all are done; rethrows the first
+  // exception any thread's fn threw (after every thread left the job). Not reentrant.
   void run(const std::function<void(int, int)> &fn);
-  // All threads of the current job meet here.
+  // All threads of the current job meet here. In a job that failed on another thread it
+  // does not wait: it unwinds the calling thread out of the job.
   void barrier();
   // Dynamic work sharing inside one job step: every barrier restarts the item counter at
   // 0, so after a barrier every thread takes item indices from take_items() until it gets
@@ -36,6 +43,9 @@ public:
 
 private:
   void worker(int ith);
+  void call_job(const std::function<void(int, int)> &fn, int ith) noexcept;
+  void abort_job();
+  [[noreturn]] void leave_job();
   int n_;
   std::vector<std::thread> threads_;
   const std::function<void(int, int)> *job_ = nullptr;
@@ -50,6 +60,9 @@ private:
   alignas(64) std::atomic<uint32_t> bar_phase_{0};
   std::atomic<int> bar_sleepers_{0};  // threads asleep on bar_phase_ (futex)
   alignas(64) std::atomic<int64_t> items_{0};
+  // The job failed: set by the first thread that threw; barriers then release everyone.
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;  // the first exception of the current job (written by the thread that set failed_)
 };
 
 // Number of physical cores (default thread count).
