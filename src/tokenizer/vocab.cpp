@@ -3,7 +3,9 @@
 #include "tokenizer/vocab.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/status.h"
 #include "gguf/gguf_reader.h"
@@ -121,7 +123,12 @@ std::unique_ptr<Vocab> Vocab::from_gguf(const GgufFile &f, bool allow_unknown_pr
     if (!(sc->elem_type == GgufType::F32 || sc->elem_type == GgufType::F64))
       fail(Status::InvalidVocab, "tokenizer.ggml.scores must hold floats, not %s", gguf_type_name(sc->elem_type));
     v->scores_.resize(n);
-    for (size_t i = 0; i < n; ++i) v->scores_[i] = float(sc->elem_f64(i));
+    for (size_t i = 0; i < n; ++i) {
+      v->scores_[i] = float(sc->elem_f64(i));
+      // SentencePiece merges by score: a NaN has no place in that order.
+      if (v->kind_ == VocabKind::SPM && std::isnan(v->scores_[i]))
+        fail(Status::InvalidVocab, "token %zu '%s' has score NaN", i, v->texts_[i].c_str());
+    }
   } else {
     v->scores_.assign(n, 0.0f);
   }
@@ -234,6 +241,28 @@ std::unique_ptr<Vocab> Vocab::from_gguf(const GgufFile &f, bool allow_unknown_pr
   std::sort(v->eog_list_.begin(), v->eog_list_.end());
 
   if (v->kind_ == VocabKind::BPE) v->load_bpe_merges(f);
+  if (v->kind_ == VocabKind::SPM) {
+    std::vector<float> distinct = v->scores_;
+    std::sort(distinct.begin(), distinct.end(), std::greater<float>());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());  // -0 == +0: one rank
+    v->n_score_ranks_ = distinct.size();
+    v->score_rank_.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      v->score_rank_[i] = uint32_t(std::lower_bound(distinct.begin(), distinct.end(), v->scores_[i], std::greater<float>()) - distinct.begin());
+    // A token holding U+2581 after a character other than U+2581 could be made across such a
+    // cut. (Pieces decode U+2581 only: other types never take part in merges but count here
+    // too, which only costs the exact cut.)
+    v->spm_space_cut_ = true;
+    static const char kSpace[] = "\xe2\x96\x81";
+    for (size_t i = 0; i < n && v->spm_space_cut_; ++i) {
+      const std::string &t = v->texts_[i];
+      for (size_t p = t.find(kSpace, 1); p != std::string::npos; p = t.find(kSpace, p + 1))
+        if (p < 3 || t.compare(p - 3, 3, kSpace) != 0) {
+          v->spm_space_cut_ = false;
+          break;
+        }
+    }
+  }
   v->finish_specials();
   return v;
 }

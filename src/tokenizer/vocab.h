@@ -27,6 +27,7 @@
 namespace moe {
 
 class GgufFile;
+class PairQueue;
 
 // tokenizer.ggml.token_type values.
 enum TokenType : int32_t {
@@ -78,6 +79,13 @@ public:
   VocabKind kind() const { return kind_; }
   const PreTokenizer &pre_tokenizer() const { return pre_; }
   size_t n_merges() const { return n_merges_; }
+  // BPE words and SentencePiece texts longer than kLongInput bytes are merged in windows of
+  // kLongInput + kLookahead bytes (time and memory linear in the length; see encode.cpp and
+  // docs/tokenizer.md); shorter input takes the reference's merge over the whole word (from
+  // kQueueInput bytes on through a PairQueue instead of a heap: same order, less time).
+  static constexpr size_t kLongInput = size_t(1) << 16;
+  static constexpr size_t kLookahead = size_t(1) << 12;
+  static constexpr size_t kQueueInput = size_t(1) << 13;
 
 private:
   Vocab() = default;
@@ -87,13 +95,26 @@ private:
   void encode_text_bpe(std::string_view text, std::vector<int32_t> &out) const;
   void encode_text_spm(std::string_view text, std::vector<int32_t> &out) const;
   void bpe_word(std::string_view bytes, std::vector<int32_t> &out) const;
+  void bpe_word_windows(std::string_view bytes, std::vector<int32_t> &out) const;
+  size_t bpe_merge_window(std::string_view bytes, size_t cut, PairQueue &q, std::vector<int32_t> &out) const;
   int32_t spm_byte_token(uint8_t b) const;
+  void spm_emit(const std::string &text, size_t off, size_t n, std::vector<int32_t> &out) const;
+  void spm_windows(const std::string &text, std::vector<int32_t> &out) const;
+  size_t spm_merge_window(const std::string &text, size_t begin, size_t end, size_t cut, PairQueue &q,
+                          std::vector<int32_t> &out) const;
 
   VocabKind kind_ = VocabKind::BPE;
   PreTokenizer pre_;
   std::vector<std::string> texts_;
   std::vector<int32_t> types_;
   std::vector<float> scores_;
+  // SentencePiece: each token's score as a dense rank, highest score 0 (equal scores, equal
+  // rank): the PairQueue key of a pair that would make this token.
+  std::vector<uint32_t> score_rank_;
+  size_t n_score_ranks_ = 0;
+  // SentencePiece: no token has U+2581 right after another character, so a cut just before
+  // such a U+2581 in the text is never crossed by a merge (see spm_windows).
+  bool spm_space_cut_ = false;
   TextIndex to_id_;  // over texts_
   std::vector<std::string> pieces_;                       // decoded bytes of each token
   // BPE: merges keyed by the pair of token ids; value = rank << 32 | merged id.
