@@ -498,7 +498,12 @@ MOE_API moe_sampler_params moe_sampler_default_params(void);
 
 /* Creates an empty sampler chain. params may be NULL. Caller owns *out_sampler; free with
  * moe_sampler_free. Stages run in the order they are added; a chain that does not end in
- * greedy or dist samples from the remaining distribution as dist would. */
+ * greedy or dist samples from the remaining distribution as dist would.
+ * Non-finite logits: every stage takes them to their mathematical limit. A NaN logit counts
+ * as -INFINITY. -INFINITY is never chosen unless every candidate is -INFINITY/NaN (then dist
+ * draws uniformly and greedy takes the lowest id). +INFINITY logits win: dist draws uniformly
+ * among them, greedy takes the lowest id, and no filter (top-k/p, min-p, typical) drops them
+ * while they fit its count. */
 MOE_API moe_status moe_sampler_create(const moe_sampler_params *params, moe_sampler **out_sampler);
 MOE_API void moe_sampler_free(moe_sampler *sampler);
 
@@ -506,7 +511,10 @@ MOE_API void moe_sampler_free(moe_sampler *sampler);
 MOE_API moe_status moe_sampler_add_greedy(moe_sampler *sampler);
 /* Draws from softmax of the remaining candidates with the chain's seeded PRNG. */
 MOE_API moe_status moe_sampler_add_dist(moe_sampler *sampler);
-/* Divides logits by temperature (> 0); temperature <= 0 keeps only the best token. */
+/* Divides logits by temperature (> 0); temperature <= 0 keeps only the best token. Tiny
+ * temperatures give the limit t -> 0 (only the best logits keep any probability; ties stay
+ * ties), huge ones and +INFINITY the limit t -> inf (every finite logit alike); +-INFINITY
+ * logits keep their sign. NaN is INVALID_ARGUMENT. */
 MOE_API moe_status moe_sampler_add_temperature(moe_sampler *sampler, float temperature);
 /* Keeps the k most likely tokens; k <= 0 keeps all. */
 MOE_API moe_status moe_sampler_add_top_k(moe_sampler *sampler, int32_t k);
@@ -526,7 +534,8 @@ MOE_API moe_status moe_sampler_add_penalties(moe_sampler *sampler, int32_t last_
 
 typedef struct moe_logit_bias {
   int32_t token;           /* token id (>= 0) */
-  float bias;              /* added to the token's logit; -INFINITY bans it */
+  float bias;              /* added to the token's logit; -INFINITY bans it, +INFINITY forces it
+                            * (either sets the logit, whatever it was); NaN is rejected */
 } moe_logit_bias;
 
 /* Adds biases[i].bias to the logit of biases[i].token (copied). Tokens >= n_vocab at

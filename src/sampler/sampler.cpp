@@ -17,9 +17,16 @@ uint64_t splitmix64(uint64_t &x) {
 }
 inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A NaN logit ranks as -inf everywhere (init maps it so; this keeps a NaN a later stage
+// might produce from breaking the ordering).
+inline float rank_key(float l) { return l == l ? l : -kInf; }
+
 // Total order (logit desc, id asc) so sorting is deterministic across std::sort versions.
 inline bool better(const TokenCandidate &a, const TokenCandidate &b) {
-  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  const float x = rank_key(a.logit), y = rank_key(b.logit);
+  return x > y || (x == y && a.id < b.id);
 }
 
 // Index of token id in c.data, or -1. O(1) when the data is still the untouched full vocab.
@@ -77,17 +84,31 @@ void Candidates::sort_prefix(size_t k) {
   std::partial_sort(data.begin(), data.begin() + static_cast<long>(k), data.end(), better);
 }
 
+// The limits of softmax at the infinities: when some logits are +inf they share the whole
+// mass equally (each is "infinitely" more likely than any finite one) and everything else
+// gets 0; -inf (and NaN, ranked as -inf) gets 0; when nothing is above -inf the draw is
+// uniform over all candidates (there is no better information).
 void Candidates::softmax_unsorted() {
   if (data.empty()) return;
-  float mx = -std::numeric_limits<float>::infinity();
-  for (const auto &t : data) mx = std::max(mx, t.logit);
-  if (std::isinf(mx) && mx < 0) {  // everything banned: fall back to uniform
+  float mx = -kInf;
+  size_t n_pos_inf = 0;
+  for (const auto &t : data) {
+    const float l = rank_key(t.logit);
+    mx = std::max(mx, l);
+    n_pos_inf += l == kInf;
+  }
+  if (n_pos_inf > 0) {
+    const float share = 1.0f / static_cast<float>(n_pos_inf);
+    for (auto &t : data) t.p = rank_key(t.logit) == kInf ? share : 0.0f;
+    return;
+  }
+  if (mx == -kInf) {  // everything banned: fall back to uniform
     for (auto &t : data) t.p = 1.0f / static_cast<float>(data.size());
     return;
   }
   double sum = 0.0;
   for (auto &t : data) {
-    const double e = std::exp(static_cast<double>(t.logit) - mx);
+    const double e = std::exp(static_cast<double>(rank_key(t.logit)) - mx);
     t.p = static_cast<float>(e);
     sum += e;
   }
@@ -137,7 +158,30 @@ void TemperatureStage::apply(Candidates &c, Rng &) {
     c.sorted = true;
     return;
   }
-  for (auto &t : c.data) t.logit /= t_;
+  if (t_ != t_) return;  // NaN: no defined scaling (the C ABI rejects it); leave the logits
+  // +-inf logits keep their sign at every temperature (forced / banned tokens stay so).
+  if (std::isinf(t_)) {  // the limit t -> inf: every finite logit becomes 0 (uniform)
+    for (auto &t : c.data)
+      if (std::isfinite(t.logit)) t.logit = 0.0f;
+    return;
+  }
+  // logit / t in float, unless that overflows (a tiny t): then the limit t -> 0 must come
+  // out, i.e. the best finite logits stay ahead of the rest by an infinite margin. Shifting
+  // by the best finite logit first (softmax does not change) keeps it at 0 and lets only the
+  // worse ones run to -inf, instead of every positive logit becoming +inf.
+  float mx = -kInf, mn = kInf;
+  for (const auto &t : c.data)
+    if (std::isfinite(t.logit)) mx = std::max(mx, t.logit), mn = std::min(mn, t.logit);
+  if (mx == -kInf) return;  // nothing finite to scale
+  const double t = static_cast<double>(t_);
+  const double big = std::max(std::fabs(static_cast<double>(mx)), std::fabs(static_cast<double>(mn))) / t;
+  if (big <= 0.5 * static_cast<double>(std::numeric_limits<float>::max())) {
+    for (auto &x : c.data) x.logit /= t_;
+    return;
+  }
+  for (auto &x : c.data)
+    if (std::isfinite(x.logit)) x.logit = static_cast<float>((static_cast<double>(x.logit) - mx) / t);
+  c.sorted = false;  // increasing map, but rounding to -inf can tie formerly distinct logits
 }
 
 void TopKStage::apply(Candidates &c, Rng &) {
@@ -260,7 +304,10 @@ void LogitBiasStage::apply(Candidates &c, Rng &) {
   for (const auto &b : biases_) {
     const long idx = find_token(c, b.first);
     if (idx < 0) continue;
-    c.data[static_cast<size_t>(idx)].logit += b.second;
+    float &l = c.data[static_cast<size_t>(idx)].logit;
+    // An infinite bias sets the logit: +inf forces the token (whatever its logit was, even
+    // -inf or NaN), -inf bans it; adding would give NaN for +inf + -inf.
+    l = std::isinf(b.second) ? b.second : l + b.second;
     changed = true;
   }
   if (changed) c.sorted = false;
