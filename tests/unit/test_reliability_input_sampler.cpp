@@ -83,7 +83,7 @@ TEST_CASE("reliability: dist over a +inf logit always returns it", "[reliability
   CHECK(hits[1] == 200);
 }
 
-TEST_CASE("reliability: several +inf logits: dist uniform among them, greedy the lowest id", "[reliability][sampler]") {
+TEST_CASE("reliability: several +inf logits: dist uniform among them and greedy the lowest id", "[reliability][sampler]") {
   std::vector<float> l = {3.0f, kInf, -1.0f, kInf, 100.0f, kInf, 0.0f, -kInf};
   const int n = 6000;
   require_uniform(draws(dist_only, l, n), {1, 3, 5}, n);
@@ -162,7 +162,7 @@ TEST_CASE("reliability: a +inf logit bias forces its token", "[reliability][samp
   CHECK(hits.begin()->first == 2);
 }
 
-TEST_CASE("reliability: temperature -> 0 is greedy, temperature -> inf is uniform", "[reliability][sampler]") {
+TEST_CASE("reliability: temperature -> 0 is greedy and temperature -> inf is uniform", "[reliability][sampler]") {
   std::mt19937 rng(21);
   for (float t : {1e-39f, 1e-45f, FLT_MIN, 1e-30f, 1e-20f}) {
     for (int round = 0; round < 30; ++round) {
