@@ -35,6 +35,8 @@ const char *gguf_errc_name(GgufErrc e) {
     case GgufErrc::BadOverride: return "bad metadata override";
     case GgufErrc::TypeMismatch: return "type mismatch";
     case GgufErrc::MissingKey: return "missing key";
+    case GgufErrc::MemoryLimit: return "metadata too large for its file";
+    case GgufErrc::NotRegularFile: return "not a regular file";
   }
   return "?";
 }
@@ -82,13 +84,37 @@ private:
 
 bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::F64); }
 
-GgufValue read_value(Cursor &c, GgufType type, const std::string &key, int depth) {
+// What parsing may allocate: a fixed multiple of the file size (kMemPerFileByte) plus a
+// constant. Every metadata value, key and tensor info is charged before it is allocated, so a
+// hostile file (millions of nested empty arrays, tiny keys, empty strings: 8-12 bytes on disk,
+// 30-150 bytes as objects) is rejected before it can take more, and at once when an array's
+// count alone says it would not fit.
+class MemBudget {
+public:
+  explicit MemBudget(size_t file_size)
+      : left_(file_size > (SIZE_MAX - kMemSlack) / kMemPerFileByte ? SIZE_MAX : file_size * kMemPerFileByte + kMemSlack),
+        total_(left_) {}
+  void charge(uint64_t n, uint64_t count, const std::string &key, const char *what) {
+    if (count != 0 && n > left_ / count)  // count objects of n bytes each
+      gguf_fail(GgufErrc::MemoryLimit, strfmt("key '%s': %s would need more memory than %zu bytes (%zu times the file size + %zu MiB)", key.c_str(),
+                                              what, total_, kMemPerFileByte, kMemSlack >> 20));
+    left_ -= static_cast<size_t>(n * count);
+  }
+private:
+  size_t left_, total_;
+};
+
+GgufValue read_value(Cursor &c, GgufType type, const std::string &key, int depth, MemBudget &mem) {
   GgufValue v;
   v.type = type;
   switch (type) {
-    case GgufType::STRING: v.str = c.read_string(key.c_str()); return v;
+    case GgufType::STRING:
+      v.str = c.read_string(key.c_str());
+      mem.charge(v.str.size(), 1, key, "a string");
+      return v;
     case GgufType::ARRAY: {
-      if (depth > 8) gguf_fail(GgufErrc::BadValueType, strfmt("key '%s': arrays nested deeper than 8", key.c_str()));
+      if (depth > kMaxArrayDepth)
+        gguf_fail(GgufErrc::BadValueType, strfmt("key '%s': arrays nested deeper than %d", key.c_str(), kMaxArrayDepth));
       uint32_t et = c.read<uint32_t>(key.c_str());
       if (!valid_value_type(et)) gguf_fail(GgufErrc::BadValueType, strfmt("key '%s': unknown array element type %u", key.c_str(), et));
       v.elem_type = static_cast<GgufType>(et);
@@ -99,13 +125,20 @@ GgufValue read_value(Cursor &c, GgufType type, const std::string &key, int depth
       if (v.count > c.remaining() / min_elem)
         gguf_fail(GgufErrc::ArrayTooLarge, strfmt("key '%s': array of %llu elements does not fit in the file", key.c_str(), (unsigned long long)v.count));
       if (v.elem_type == GgufType::STRING) {
+        mem.charge(sizeof(std::string), v.count, key, strfmt("an array of %llu strings", (unsigned long long)v.count).c_str());
         v.strs.reserve(static_cast<size_t>(v.count));
-        for (uint64_t k = 0; k < v.count; ++k) v.strs.push_back(c.read_string(key.c_str()));
+        for (uint64_t k = 0; k < v.count; ++k) {
+          v.strs.push_back(c.read_string(key.c_str()));
+          mem.charge(v.strs.back().size(), 1, key, "a string");
+        }
       } else if (v.elem_type == GgufType::ARRAY) {
-        for (uint64_t k = 0; k < v.count; ++k) v.arrays.push_back(read_value(c, GgufType::ARRAY, key, depth + 1));
+        mem.charge(sizeof(GgufValue), v.count, key, strfmt("an array of %llu arrays", (unsigned long long)v.count).c_str());
+        v.arrays.reserve(static_cast<size_t>(v.count));
+        for (uint64_t k = 0; k < v.count; ++k) v.arrays.push_back(read_value(c, GgufType::ARRAY, key, depth + 1, mem));
       } else {
         size_t bytes = static_cast<size_t>(v.count) * min_elem;
         const uint8_t *p = c.take(bytes, key.c_str());
+        mem.charge(bytes, 1, key, "an array");
         v.raw.assign(p, p + bytes);
       }
       return v;
@@ -141,7 +174,9 @@ GgufFile::~GgufFile() {
 }
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpenOptions &opts) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below); it
+  // changes nothing for the regular files that pass.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) fail(Status::IoError, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -149,7 +184,14 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
     ::close(fd);
     fail(Status::IoError, "cannot stat '%s': %s", path.c_str(), std::strerror(e));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char *kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device" : S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file";
+    throw GgufError(GgufErrc::NotRegularFile, strfmt("cannot load '%s': it is %s, not a regular file", path.c_str(), kind), Status::IoError);
+  }
   std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
   if (f->size_ == 0) {
     ::close(fd);
@@ -197,6 +239,7 @@ std::unique_ptr<GgufFile> GgufFile::from_memory(const void *data, size_t size, c
 
 void GgufFile::parse() {
   Cursor c(base_, size_);
+  MemBudget mem(size_);
   uint32_t magic = c.read<uint32_t>("magic");
   if (magic != 0x46554747u) gguf_fail(GgufErrc::BadMagic, "not a GGUF file (bad magic)");
   version_ = c.read<uint32_t>("version");
@@ -210,9 +253,11 @@ void GgufFile::parse() {
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string key = c.read_string("metadata key");
     if (key.empty()) gguf_fail(GgufErrc::BadKey, strfmt("metadata entry %llu has an empty key", (unsigned long long)k));
+    // The entry, its index node and the key twice (the entry's and the index's copy).
+    mem.charge(sizeof(kv_[0]) + kIndexNodeBytes + 2 * key.size(), 1, key, "the entry");
     uint32_t t = c.read<uint32_t>(key.c_str());
     if (!valid_value_type(t)) gguf_fail(GgufErrc::BadValueType, strfmt("key '%s': unknown value type %u", key.c_str(), t));
-    GgufValue v = read_value(c, static_cast<GgufType>(t), key, 0);
+    GgufValue v = read_value(c, static_cast<GgufType>(t), key, 0, mem);
     if (kv_index_.count(key)) gguf_fail(GgufErrc::DuplicateKey, strfmt("key '%s' appears twice", key.c_str()));
     kv_index_[key] = kv_.size();
     kv_.emplace_back(std::move(key), std::move(v));
@@ -224,6 +269,7 @@ void GgufFile::parse() {
     alignment_ = static_cast<size_t>(a->i);
   }
 
+  mem.charge(sizeof(GgufTensorInfo) + kIndexNodeBytes, n_tensors, "(tensor infos)", strfmt("%llu tensor infos", (unsigned long long)n_tensors).c_str());
   tensors_.reserve(static_cast<size_t>(n_tensors));
   for (uint64_t k = 0; k < n_tensors; ++k) {
     GgufTensorInfo t;
@@ -231,6 +277,7 @@ void GgufFile::parse() {
     const char *nm = t.name.c_str();
     if (t.name.empty()) gguf_fail(GgufErrc::BadKey, strfmt("tensor %llu has an empty name", (unsigned long long)k));
     if (tensor_index_.count(t.name)) gguf_fail(GgufErrc::DuplicateTensor, strfmt("tensor '%s' appears twice", nm));
+    mem.charge(2 * t.name.size(), 1, t.name, "the tensor name");
     t.n_dims = c.read<uint32_t>(nm);
     if (t.n_dims == 0 || t.n_dims > 4) gguf_fail(GgufErrc::BadRank, strfmt("tensor '%s': rank %u (must be 1..4)", nm, t.n_dims));
     uint64_t total = 1;

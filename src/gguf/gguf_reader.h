@@ -44,16 +44,26 @@ enum class GgufErrc : int {
   BadOverride,         // malformed metadata override
   TypeMismatch,        // key present with the wrong type for the caller's get_*
   MissingKey,
+  MemoryLimit,         // parsed metadata would take more memory than kMemPerFileByte x file size (+ slack)
+  NotRegularFile,      // the path is a FIFO, directory, device or socket (status IoError)
 };
 const char *gguf_errc_name(GgufErrc e);
 
 class GgufError : public Error {
 public:
-  GgufError(GgufErrc e, const std::string &msg) : Error(Status::InvalidGguf, msg), errc_(e) {}
+  GgufError(GgufErrc e, const std::string &msg, Status s = Status::InvalidGguf) : Error(s, msg), errc_(e) {}
   GgufErrc errc() const { return errc_; }
 private:
   GgufErrc errc_;
 };
+
+// Parsing limits. Metadata arrays nest at most kMaxArrayDepth + 1 deep; everything parsing
+// allocates (values, keys, tensor infos) stays below kMemPerFileByte x the file size plus
+// kMemSlack, checked before each allocation (an index node is counted as kIndexNodeBytes).
+constexpr int kMaxArrayDepth = 8;
+constexpr size_t kMemPerFileByte = 4;
+constexpr size_t kMemSlack = size_t(16) << 20;
+constexpr size_t kIndexNodeBytes = 64;
 
 struct GgufTensorInfo {
   std::string name;
@@ -87,6 +97,7 @@ public:
   size_t data_offset() const { return data_offset_; }
   const uint8_t *data_section() const { return base_ + data_offset_; }  // tensor data (mapping or owned)
   bool is_mmapped() const { return mapped_; }
+  const std::string &path() const { return path_; }  // as given to open ("" from memory)
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, GgufValue>> &metadata() const { return kv_; }
@@ -113,6 +124,7 @@ private:
   void parse();
   void set_value(const std::string &key, GgufValue v);
 
+  std::string path_;
   const uint8_t *base_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;

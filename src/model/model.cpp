@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/mapped_read.h"
 #include "engine/engine.h"
 #include "model/arch/arch.h"
 #include "model/model_impl.h"
@@ -65,14 +66,19 @@ void Model::Impl::ensure_cpu_copy() const {
     bytes += (t->nbytes + 63) & ~size_t(63);
   }
   if (bytes == 0) return;
+  // Made also without THP (then in 4 KiB pages): once it exists no CPU kernel reads the file
+  // mapping, so a model file truncated or rewritten on disk after load cannot fault a decode
+  // (docs/reliability.md). The copy itself reads the mapping through copy_from_mapping: a file
+  // that shrank since load is an IoError of this call, not a SIGBUS.
   HugePageBuffer b(bytes);
-  if (!b.huge()) return;  // no THP on this system: the mapping is as good as a copy
   // Copy in slices and drop each slice's mapped pages from this process once copied.
   constexpr size_t kSlice = size_t(64) << 20;
   for (const GgufTensorInfo *t : ts)
     for (size_t o = 0; o < t->nbytes; o += kSlice) {
       const size_t n = t->nbytes - o < kSlice ? t->nbytes - o : kSlice;
-      std::memcpy(b.data() + off[t] + o, t->data + o, n);
+      if (!copy_from_mapping(b.data() + off[t] + o, t->data + o, n))
+        fail(Status::IoError, "reading tensor '%s' from '%s' failed (SIGBUS): the file shrank or was replaced on disk after the model was loaded",
+             t->name.c_str(), gguf->path().c_str());
       release_mapped(t->data + o, n);
     }
   cpu_copy = std::move(b);

@@ -91,6 +91,24 @@ std::unique_ptr<Vocab> Vocab::from_gguf(const GgufFile &f, bool allow_unknown_pr
   if (n == 0) fail(Status::InvalidVocab, "tokenizer.ggml.tokens is empty");
   if (n >= size_t(INT32_MAX)) fail(Status::InvalidVocab, "tokenizer.ggml.tokens has %zu entries", n);
 
+  // What the tables below will hold, estimated before anything is built: like the GGUF
+  // reader's metadata, a vocabulary may take at most kMemPerFileByte x its file (+ slack). A
+  // hostile file (millions of empty or one-byte tokens: 8-9 bytes each on disk, ~110 bytes
+  // each as strings, pieces and index slots) is refused here at once.
+  {
+    const GgufValue *mg = v->kind_ == VocabKind::BPE ? f.find("tokenizer.ggml.merges") : nullptr;
+    const uint64_t n_merges = mg && mg->is_array() ? mg->count : 0;
+    uint64_t est = uint64_t(n) * (2 * sizeof(std::string) + 3 * sizeof(uint32_t) + 4 * 8) + n_merges * 48;
+    for (const std::string &t : tokens->strs)
+      if (t.size() >= 16) est += 2 * (t.size() + 1);  // texts and pieces beyond the inline buffer
+    const uint64_t limit = uint64_t(f.file_size()) * kMemPerFileByte + kMemSlack;
+    if (est > limit)
+      fail(Status::InvalidVocab,
+           "vocabulary of %zu tokens and %llu merges would take about %llu MiB, more than %zu times its file of %.1f MiB + %zu MiB",
+           n, (unsigned long long)n_merges, (unsigned long long)(est >> 20), kMemPerFileByte, double(f.file_size()) / 1048576.0,
+           kMemSlack >> 20);
+  }
+
   v->texts_ = tokens->strs;
   for (size_t i = 0; i < n; ++i) {
     // Same placeholder as the reference, so that an empty entry cannot match everywhere.
