@@ -193,7 +193,17 @@ MOE_API moe_model_params moe_model_default_params(void);
 
 /* Loads a GGUF model. params may be NULL (defaults).
  * On success *out_model is the caller's; free with moe_model_free (after every context
- * created from it). On failure *out_model is set to NULL. */
+ * created from it). On failure *out_model is set to NULL.
+ * Untrusted files: a path that is not a regular file (FIFO, directory, device) is
+ * MOE_STATUS_IO_ERROR at once; malformed GGUF, and metadata or a vocabulary that would take
+ * more than 4x the file's size in memory (+16 MiB), is INVALID_GGUF / INVALID_VOCAB before it
+ * is allocated; a hyperparameter that is not finite or out of range (rope.freq_base < 1, RMS
+ * epsilon <= 0, ...) is INVALID_MODEL naming the key and value; a weight type outside the type
+ * table is INVALID_GGUF naming the tensor. With use_mmap = 1 the weights are read from the
+ * file mapping twice at most: GPU weights during this call, CPU weights by the first CPU
+ * context's copy (see moe_model_set_cpu_weight_copy). A file that shrank on disk before that
+ * copy makes moe_context_create fail with MOE_STATUS_IO_ERROR instead of faulting; a file
+ * shrinking while this call runs is not covered (use_mmap = 0 reads it with read()). */
 MOE_API moe_status moe_model_load(const char *path, const moe_model_params *params,
                                   moe_model **out_model);
 
@@ -232,8 +242,12 @@ MOE_API void moe_model_free(moe_model *model);
 
 /* CPU weights of a memory-mapped model: 1 (default) = the model's first CPU context copies
  * them once into 2 MiB huge pages shared by its contexts (decode reads ~25% faster; mapped
- * pages are released as they are copied, so resident memory holds the weights about once);
- * 0 = CPU kernels read the mapped file pages in place. Call before the first CPU context:
+ * pages are released as they are copied, so resident memory holds the weights about once;
+ * made in ordinary pages where the OS offers no huge pages), after which nothing reads the
+ * file: truncating or replacing it on disk cannot fault a decode;
+ * 0 = CPU kernels read the mapped file pages in place (then the file must stay unchanged
+ * while the model lives: a truncated file faults the process with SIGBUS on the next decode,
+ * as for any mapped file). Call before the first CPU context:
  * once the copy exists this returns MOE_STATUS_BUSY and changes nothing. Not thread-safe
  * against a concurrent moe_context_create on the same model. */
 MOE_API moe_status moe_model_set_cpu_weight_copy(moe_model *model, int32_t enabled);
