@@ -112,7 +112,7 @@ MOE_API const char *moe_version_string(void) { return MOEINFER_VERSION_STRING; }
 MOE_API uint32_t moe_abi_version(void) { return MOE_ABI_VERSION; }
 
 MOE_API void moe_set_log_callback(moe_log_callback callback, void *user_data) {
-  moe::set_log_callback(callback, user_data);  // takes a mutex only; cannot throw in practice
+  moe::set_log_callback(callback, user_data);  // never throws (errors are contained in it)
 }
 
 MOE_API moe_status moe_device_count(size_t *out_count) {

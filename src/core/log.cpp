@@ -36,27 +36,43 @@ void set_log_callback(LogCallback cb, void *user_data) {
   // Outside a callback, return only once no call of an earlier sink is still running on any
   // thread: the host may then free the old user_data. Inside a callback that wait could be on
   // this very thread (or on another thread waiting for this one), so it is skipped there.
-  if (t_in_callback == 0)
-    g_calls_done.wait(lock, [gen] { return g_in_flight.empty() || g_in_flight.begin()->first >= gen; });
+  if (t_in_callback == 0) {
+    try {
+      g_calls_done.wait(lock, [gen] { return g_in_flight.empty() || g_in_flight.begin()->first >= gen; });
+    } catch (...) {
+      // std::system_error from the wait: the sink is replaced; only the wait is lost.
+    }
+  }
 }
 
 void log_message(LogLevel level, const char *fmt, ...) {
   if (!g_have_cb.load(std::memory_order_acquire)) return;  // silent by default, no formatting cost
   if (t_in_callback > 0) return;                            // nested: dropped (see above)
+  // Logging never fails the operation that logs: a message that cannot be formatted or
+  // registered (out of memory) is dropped.
+  std::string msg;
+  LogCallback cb = nullptr;
+  void *user = nullptr;
+  uint64_t gen = 0;
   va_list ap;
   va_start(ap, fmt);
-  std::string msg = vstrfmt(fmt, ap);
+  bool formatted = true;
+  try {
+    msg = vstrfmt(fmt, ap);
+  } catch (...) {
+    formatted = false;
+  }
   va_end(ap);
-  LogCallback cb;
-  void *user;
-  uint64_t gen;
-  {
+  if (!formatted) return;
+  try {
     std::lock_guard<std::mutex> lock(g_log_mutex);
     cb = g_cb;
     user = g_user;
     gen = g_generation;
     if (!cb) return;
-    ++g_in_flight[gen];
+    ++g_in_flight[gen];  // last step that may throw: from here on the count is undone below
+  } catch (...) {
+    return;
   }
   ++t_in_callback;
   try {
