@@ -8,8 +8,8 @@ using namespace moe_c;
 
 namespace {
 
-// The first published layout ended before cpu_float_order: callers built against it pass this size.
-constexpr size_t kContextParamsV1 = offsetof(moe_context_params, cpu_float_order);
+// Fields of the first layout: it ends at cpu_float_order, whose bytes were its tail padding.
+constexpr size_t kContextParamsV1Fields = offsetof(moe_context_params, cpu_float_order);
 constexpr size_t kMaxBatchCapacity = size_t{1} << 24;
 
 moe_context_params default_context_params() {
@@ -25,6 +25,20 @@ moe_context_params default_context_params() {
   p.device = nullptr;
   p.flash_attn = 1;
   return p;
+}
+
+// Reads a caller's struct of one of the published layouts (by struct_size); a first-layout
+// caller's padding is never read, so cpu_float_order keeps its default for it.
+bool read_context_params(const moe_context_params *in, moe_context_params *out) {
+  *out = default_context_params();
+  if (!in) return true;
+  size_t fields = 0;
+  if (in->struct_size == MOE_CONTEXT_PARAMS_SIZE_V1) fields = kContextParamsV1Fields;
+  else if (in->struct_size == MOE_CONTEXT_PARAMS_SIZE_V2) fields = MOE_CONTEXT_PARAMS_SIZE_V2;
+  else return false;
+  std::memcpy(static_cast<void *>(out), in, fields);
+  out->struct_size = sizeof *out;
+  return true;
 }
 
 // Bridges the engine's bool(*)(void*) abort hook to the host's int(*)(void*).
@@ -73,7 +87,7 @@ moe_status ContextUse::enter(const moe_context *ctx, const char *fn, bool check_
 
 extern "C" {
 
-MOE_API moe_context_params moe_context_default_params(void) { return default_context_params(); }
+MOE_API moe_context_params moe_context_default_params_v2(void) { return default_context_params(); }
 
 MOE_API moe_status moe_context_create(moe_model *model, const moe_context_params *params, moe_context **out_ctx) {
   return guard([&] {
@@ -81,9 +95,9 @@ MOE_API moe_status moe_context_create(moe_model *model, const moe_context_params
     *out_ctx = nullptr;
     MOE_CHECK_ARG(model, "moe_context_create: model is NULL");
     moe_context_params p;
-    MOE_CHECK_ARG(read_params(params, default_context_params(), kContextParamsV1, &p),
-                  "moe_context_create: params->struct_size %zu invalid (expected %zu)",
-                  params ? params->struct_size : 0, sizeof(moe_context_params));
+    MOE_CHECK_ARG(read_context_params(params, &p),
+                  "moe_context_create: params->struct_size %zu invalid (expected %zu or %zu)",
+                  params ? params->struct_size : 0, MOE_CONTEXT_PARAMS_SIZE_V2, MOE_CONTEXT_PARAMS_SIZE_V1);
     MOE_CHECK_ARG(p.kv_type >= MOE_KV_TYPE_F32 && p.kv_type <= MOE_KV_TYPE_Q8_0, "moe_context_create: kv_type %d unknown",
                   p.kv_type);
     MOE_CHECK_ARG(p.n_threads >= 0 && p.n_threads <= 1024, "moe_context_create: n_threads %d out of range [0,1024]",
@@ -123,6 +137,9 @@ MOE_API uint32_t moe_context_n_ctx(const moe_context *ctx) { return ctx ? ctx->c
 MOE_API uint32_t moe_context_n_batch(const moe_context *ctx) { return ctx ? ctx->ctx->params().n_batch : 0; }
 MOE_API uint32_t moe_context_n_ubatch(const moe_context *ctx) { return ctx ? ctx->ctx->params().n_ubatch : 0; }
 MOE_API int32_t moe_context_n_vocab(const moe_context *ctx) { return ctx ? ctx->ctx->n_vocab() : 0; }
+MOE_API int32_t moe_context_cpu_float_order(const moe_context *ctx) {
+  return ctx && ctx->ctx->params().cpu_float_order ? 1 : 0;
+}
 
 MOE_API moe_status moe_context_set_abort_callback(moe_context *ctx, moe_abort_callback callback, void *user_data) {
   return guard([&] {
@@ -361,3 +378,31 @@ MOE_API moe_status moe_kv_used_cells(moe_context *ctx, uint32_t *out_cells) {
 }
 
 }  // extern "C"
+
+// Binaries built against the first header call moe_context_default_params and receive the
+// struct in memory they reserved for the first layout: the unversioned symbol keeps
+// returning exactly that layout (the header maps the name to moe_context_default_params_v2).
+struct moe_context_params_v1 {
+  size_t struct_size;
+  uint32_t n_ctx;
+  uint32_t n_batch;
+  uint32_t n_ubatch;
+  uint32_t n_seq_max;
+  int32_t kv_type;
+  int32_t n_threads;
+  const char *device;
+  int32_t flash_attn;
+};
+static_assert(sizeof(moe_context_params_v1) == MOE_CONTEXT_PARAMS_SIZE_V1, "the first layout's size");
+static_assert(offsetof(moe_context_params_v1, flash_attn) == offsetof(moe_context_params, flash_attn), "v1 prefix");
+
+#undef moe_context_default_params
+extern "C" MOE_API moe_context_params_v1 moe_context_default_params(void);
+extern "C" MOE_API moe_context_params_v1 moe_context_default_params(void) {
+  const moe_context_params full = default_context_params();
+  moe_context_params_v1 v1;
+  std::memset(static_cast<void *>(&v1), 0, sizeof v1);
+  std::memcpy(static_cast<void *>(&v1), &full, kContextParamsV1Fields);
+  v1.struct_size = sizeof v1;
+  return v1;
+}

@@ -52,7 +52,7 @@ static_assert(sizeof(moe_device_plan) == 80, "moe_device_plan v1 layout");
 static_assert(offsetof(moe_fit_plan, n_devices) == 32, "moe_fit_plan v1 layout");
 static_assert(offsetof(moe_fit_plan, devices) == 40, "moe_fit_plan v1 layout");
 static_assert(sizeof(moe_fit_plan) == 680, "moe_fit_plan v1 layout");
-static_assert(sizeof(moe_context_params) == 48, "moe_context_params v1 layout");
+static_assert(sizeof(moe_context_params) == 56, "moe_context_params v2 layout");
 static_assert(sizeof(moe_device_info) == 192, "moe_device_info v1 layout");
 static_assert(sizeof(moe_model_info) == 120, "moe_model_info v1 layout");
 static_assert(sizeof(moe_sampler_params) == 16, "moe_sampler_params v1 layout");

@@ -124,6 +124,8 @@ typedef struct moe_device_info {
   uint64_t memory_total;   /* bytes; 0 if unknown */
   uint64_t memory_free;    /* bytes available now; 0 if unknown */
 } moe_device_info;
+/* struct_size of the first layout (192 bytes on 64-bit targets). */
+#define MOE_DEVICE_INFO_SIZE_V1 (offsetof(moe_device_info, memory_free) + sizeof(uint64_t))
 
 /* Number of devices this build can use (the CPU is always device 0). */
 MOE_API moe_status moe_device_count(size_t *out_count);
@@ -182,7 +184,14 @@ typedef struct moe_model_params {
   int32_t fit_kv_type;                /* moe_kv_type of the KV cache; default MOE_KV_TYPE_F16 */
   int32_t fit_shrink_ctx;             /* 1: the fit may lower fit_n_ctx when nothing else fits (moe_fit_plan.n_ctx
                                        * says how far); 0 (default) = never */
+  int32_t unused_v2;                  /* never read: the second layout's tail padding, named so that the next
+                                       * layout's fields start at MOE_MODEL_PARAMS_SIZE_V2 */
 } moe_model_params;
+
+/* struct_size of each published layout (64 and 184 bytes on 64-bit targets); a size between
+ * them reads the fields it covers. */
+#define MOE_MODEL_PARAMS_SIZE_V1 offsetof(moe_model_params, cpu_moe)
+#define MOE_MODEL_PARAMS_SIZE_V2 (offsetof(moe_model_params, unused_v2) + sizeof(int32_t))
 
 /* Defaults of every field above, struct_size = sizeof(moe_model_params).
  * The library also exports moe_model_default_params itself, which returns the first
@@ -192,8 +201,9 @@ typedef struct moe_model_params {
 MOE_API moe_model_params moe_model_default_params(void);
 
 /* Loads a GGUF model. params may be NULL (defaults).
- * On success *out_model is the caller's; free with moe_model_free (after every context
- * created from it). On failure *out_model is set to NULL.
+ * On success *out_model is the caller's; free with moe_model_free (contexts created from it
+ * hold their own reference, so they may be freed before or after). On failure *out_model
+ * is set to NULL.
  * Untrusted files: a path that is not a regular file (FIFO, directory, device) is
  * MOE_STATUS_IO_ERROR at once; malformed GGUF, and metadata or a vocabulary that would take
  * more than 4x the file's size in memory (+16 MiB), is INVALID_GGUF / INVALID_VOCAB before it
@@ -229,6 +239,8 @@ typedef struct moe_fit_plan {
   size_t n_devices;        /* entries filled in devices (a plan over more than 8 devices lists its first 8) */
   moe_device_plan devices[8];
 } moe_fit_plan;
+/* struct_size of the first layout (680 bytes on 64-bit targets). */
+#define MOE_FIT_PLAN_SIZE_V1 (offsetof(moe_fit_plan, devices) + 8 * sizeof(moe_device_plan))
 
 /* Dry run of moe_model_load's placement: reads the file's metadata and tensor table (no
  * weights), resolves params' placement (fitting the unset values when params->fit is 1)
@@ -266,6 +278,8 @@ typedef struct moe_model_info {
   uint64_t weight_bytes;   /* total weight bytes as stored */
   char arch[64];           /* NUL-terminated general.architecture ("qwen3moe", ...) */
 } moe_model_info;
+/* struct_size of the first layout (120 bytes on 64-bit targets). */
+#define MOE_MODEL_INFO_SIZE_V1 (offsetof(moe_model_info, arch) + 64)
 
 /* Fills *out; out->struct_size must be set. */
 MOE_API moe_status moe_model_get_info(const moe_model *model, moe_model_info *out);
@@ -361,20 +375,39 @@ typedef struct moe_context_params {
   int32_t kv_type;         /* moe_kv_type of the KV cache; default MOE_KV_TYPE_F16 */
   int32_t n_threads;       /* CPU worker threads, 0..1024; 0 (default) = physical cores */
   const char *device;      /* "cpu", "cuda", "cuda0" or "auto"; NULL (default) = "auto"; borrowed during create */
-  int32_t flash_attn;      /* 1 (default): fused attention kernel; 0 = off (Q8_0 cache forces on) */
-  /* Appended after the first layout (callers passing that smaller struct_size get the
-   * default). GPU: 1 = products and F32-cache attention of 2..128-token batches sum in the
+  int32_t flash_attn;      /* ignored (kept for the layout): every backend always runs its fused attention
+                            * kernel; default 1 */
+  /* ---- Second layout (MOE_CONTEXT_PARAMS_SIZE_V2). A caller passing the first layout's
+   * size gets the defaults below: the 4 bytes cpu_float_order occupies were that layout's
+   * tail padding, so they are never read from such a caller. */
+  /* GPU: 1 = products and F32-cache attention of 2..128-token batches sum in the
    * CPU backend's float order, so a GPU context reproduces a CPU one bit for bit (prompts of
    * 16..128 tokens then run 3-8x slower); 0 (default) = the tensor-core kernels' own order
    * (differences of float rounding). No effect on a CPU context. */
   int32_t cpu_float_order;
+  uint64_t unused_v2;      /* never read: fills this layout to its end (no tail padding), so the
+                            * next layout's fields start at MOE_CONTEXT_PARAMS_SIZE_V2 */
 } moe_context_params;
 
+/* struct_size of each published layout (48 and 56 bytes on 64-bit targets); other sizes
+ * are MOE_STATUS_INVALID_ARGUMENT. V1 ends after flash_attn and its tail padding. */
+#define MOE_CONTEXT_PARAMS_SIZE_V1                                                     \
+  (offsetof(moe_context_params, cpu_float_order) +                                     \
+   offsetof(moe_context_params, cpu_float_order) % sizeof(void *))
+#define MOE_CONTEXT_PARAMS_SIZE_V2 (offsetof(moe_context_params, unused_v2) + sizeof(uint64_t))
+
+/* Defaults of every field above, struct_size = sizeof(moe_context_params).
+ * The library also exports moe_context_default_params itself, which returns the first
+ * layout (MOE_CONTEXT_PARAMS_SIZE_V1 bytes) to binaries built against that header; this
+ * header maps the name to moe_context_default_params_v2. */
+#define moe_context_default_params moe_context_default_params_v2
 MOE_API moe_context_params moe_context_default_params(void);
 
 /* Creates an inference context (KV cache, buffers) over model. params may be NULL.
- * The model is borrowed and must outlive the context. On success *out_ctx is the
- * caller's; free with moe_context_free. On failure *out_ctx is NULL. */
+ * The context holds its own reference to the model: moe_model_free may come before
+ * moe_context_free, and the model's memory is released when the last of the model handle
+ * and its contexts is freed. On success *out_ctx is the caller's; free with
+ * moe_context_free. On failure *out_ctx is NULL. */
 MOE_API moe_status moe_context_create(moe_model *model, const moe_context_params *params,
                                       moe_context **out_ctx);
 
@@ -387,6 +420,8 @@ MOE_API uint32_t moe_context_n_ctx(const moe_context *ctx);
 MOE_API uint32_t moe_context_n_batch(const moe_context *ctx);
 MOE_API uint32_t moe_context_n_ubatch(const moe_context *ctx);
 MOE_API int32_t moe_context_n_vocab(const moe_context *ctx);
+/* cpu_float_order in effect (0 or 1; 0 for NULL): what moe_context_create read from params. */
+MOE_API int32_t moe_context_cpu_float_order(const moe_context *ctx);
 
 /* Polled by the engine during a decode: after every operation on the CPU, between graph
  * segments (layers) on a GPU. Return nonzero to abort it (the decode then returns
@@ -507,6 +542,8 @@ typedef struct moe_sampler_params {
   size_t struct_size;      /* sizeof(moe_sampler_params); set by moe_sampler_default_params */
   uint64_t seed;           /* PRNG seed for dist; default 0x5EED; same seed + inputs = same tokens */
 } moe_sampler_params;
+/* struct_size of the first layout (16 bytes on 64-bit targets). */
+#define MOE_SAMPLER_PARAMS_SIZE_V1 (offsetof(moe_sampler_params, seed) + sizeof(uint64_t))
 
 MOE_API moe_sampler_params moe_sampler_default_params(void);
 

@@ -425,6 +425,19 @@ static void null_handles(void) {
   moe_batch_free(b);
 }
 
+/* What a binary built against the first header declares (48 bytes on 64-bit targets). */
+typedef struct old_context_params {
+  size_t struct_size;
+  uint32_t n_ctx;
+  uint32_t n_batch;
+  uint32_t n_ubatch;
+  uint32_t n_seq_max;
+  int32_t kv_type;
+  int32_t n_threads;
+  const char *device;
+  int32_t flash_attn;
+} old_context_params;
+
 static void with_model(const char *path) {
   moe_model *m = NULL;
   moe_context *c = NULL;
@@ -547,12 +560,35 @@ static void with_model(const char *path) {
   EXPECT(moe_model_set_cpu_weight_copy(m, 0), MOE_STATUS_OK); /* before the first CPU context */
   EXPECT(moe_model_set_cpu_weight_copy(m, 1), MOE_STATUS_OK);
   {
-    /* A caller built against the first layout (it ended before cpu_float_order) still creates. */
-    moe_context_params v1 = cp;
-    v1.struct_size = offsetof(moe_context_params, cpu_float_order);
-    EXPECT(moe_context_create(m, &v1, &c), MOE_STATUS_OK);
+    /* A caller built against the first layout: its struct is 48 bytes, the last 4 tail
+     * padding that may hold anything. The library must never read them as cpu_float_order. */
+    old_context_params v1;
+    moe_context_params v2 = cp;
+    memset(&v1, 0xFF, sizeof v1);
+    v1.struct_size = sizeof v1;
+    v1.n_ctx = cp.n_ctx;
+    v1.n_batch = cp.n_batch;
+    v1.n_ubatch = cp.n_ubatch;
+    v1.n_seq_max = cp.n_seq_max;
+    v1.kv_type = cp.kv_type;
+    v1.n_threads = cp.n_threads;
+    v1.device = "cpu";
+    v1.flash_attn = 1;
+    TRUE_(sizeof v1 == MOE_CONTEXT_PARAMS_SIZE_V1);
+    TRUE_(((const unsigned char *)&v1)[offsetof(moe_context_params, cpu_float_order)] == 0xFF);
+    EXPECT(moe_context_create(m, (const moe_context_params *)&v1, &c), MOE_STATUS_OK);
+    TRUE_(moe_context_cpu_float_order(c) == 0);
     moe_context_free(c);
     c = NULL;
+    /* The second layout reads the flag. */
+    v2.cpu_float_order = 1;
+    EXPECT(moe_context_create(m, &v2, &c), MOE_STATUS_OK);
+    TRUE_(moe_context_cpu_float_order(c) == 1);
+    moe_context_free(c);
+    c = NULL;
+    /* A size between the layouts is no layout. */
+    v2.struct_size = MOE_CONTEXT_PARAMS_SIZE_V1 + 4;
+    EXPECT_MSG(moe_context_create(m, &v2, &c), BAD, "struct_size");
   }
   EXPECT(moe_context_create(m, &cp, &c), MOE_STATUS_OK);
   if (!c) {
@@ -673,6 +709,8 @@ typedef struct old_model_params {
 /* Last in this file: from here on the name is the unversioned symbol such a binary calls. */
 #undef moe_model_default_params
 old_model_params moe_model_default_params(void);
+#undef moe_context_default_params
+old_context_params moe_context_default_params(void);
 
 /* An old binary's moe_model_default_params: the 64-byte layout with the same defaults, and
  * nothing written past it. */
@@ -694,6 +732,18 @@ static void first_layout_defaults(void) {
   TRUE_(intact);
   TRUE_(box.p.struct_size == sizeof(old_model_params) && box.p.use_mmap == 1 && box.p.vocab_only == 0);
   TRUE_(box.p.devices == NULL && box.p.n_devices == 0 && box.p.progress == NULL);
+  {
+    struct {
+      old_context_params p;
+      unsigned char canary[256];
+    } cbox;
+    memset(cbox.canary, 0xA5, sizeof cbox.canary);
+    cbox.p = moe_context_default_params();
+    intact = 1;
+    for (k = 0; k < sizeof cbox.canary; ++k) intact &= cbox.canary[k] == 0xA5;
+    TRUE_(intact);
+    TRUE_(cbox.p.struct_size == MOE_CONTEXT_PARAMS_SIZE_V1 && cbox.p.n_batch == 512 && cbox.p.n_seq_max == 1);
+  }
 }
 
 int main(int argc, char **argv) {
