@@ -520,6 +520,15 @@ MOE_API moe_status moe_get_logits(moe_context *ctx, int32_t i, const float **out
 /* Ranges are positions [p0, p1): p0 < 0 means from 0, p1 < 0 means to the end.
  * seq < 0 means every sequence (where noted). All return BUSY while a decode is in flight
  * (synchronous on another thread, or asynchronous until collected). */
+/* Models with recurrent layers (qwen3next, qwen35moe: gated DeltaNet) keep, besides the K/V
+ * cells of their attention layers, one state per sequence that summarises all its tokens:
+ * moe_kv_clear resets every state; moe_kv_seq_cp copies src's state (the range must cover all
+ * of src, and dst must be empty, else MOE_STATUS_UNSUPPORTED); moe_kv_seq_rm of every position
+ * of a sequence resets its state, of none is a no-op, and of only a part fails with
+ * MOE_STATUS_UNSUPPORTED (a state cannot be rewound: remove the sequence and decode its
+ * shorter prompt again); moe_kv_seq_keep resets the other states. A decode must continue a
+ * sequence after its last position (else MOE_STATUS_INVALID_ARGUMENT). A failed decode leaves
+ * the states as they were, like the cells. */
 
 MOE_API moe_status moe_kv_clear(moe_context *ctx);
 /* Removes [p0,p1) of seq (seq < 0: all sequences). */

@@ -481,7 +481,9 @@ bool Context::unusable(std::string *why) const {
 
 void Context::set_gpu_graphs(bool on) {
   impl_->params.gpu_graphs = on;
+    kv->end_ubatch();  // recurrent states: the next ubatch reads what this one wrote
   for (auto &e : impl_->executors) e->set_graphs_enabled(on);
 }
 
 }  // namespace moe
+  kv->commit_recurrent();  // the call succeeded: its recurrent states become current

@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "backends/backend.h"
 #include "core/status.h"
 
@@ -34,7 +36,20 @@ KvCache::KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<
     if (k_.back()) k_.back()->clear();
     if (v_.back()) v_.back()->clear();
     bytes_ += kb + vb;
+    rs_.push_back(nullptr);
+    if (d.recurrent() > 0) {
+      // The recurrent kernels exist for the CPU only; a state in device memory would be read
+      // by a host kernel. Placement has to keep these layers on the host for now.
+      if (!dev.host_memory())
+        fail(Status::Unsupported, "layer %zu is a recurrent (gated DeltaNet) layer: its state cannot live on %s yet (no GPU kernels); place it on the CPU",
+             l, dev.info().name.c_str());
+      rs_.back() = dev.alloc(recurrent_bytes(static_cast<int>(l)), "recurrent state");
+      rs_.back()->clear();
+      has_recurrent_ = true;
+    }
   }
+  rs_cur_.assign(n_seq_max, 0);
+  rs_written_.assign(n_seq_max, 0);
 }
 
 KvCache::~KvCache() = default;
@@ -52,6 +67,22 @@ bool KvCache::find_slots(uint32_t n, int32_t *out) const {
 }
 
 void KvCache::claim(const int32_t *cells, const int32_t *pos, const int32_t *seq, uint32_t n) {
+  if (has_recurrent_) {
+    // A recurrent state holds every earlier token of its sequence: a token can only follow
+    // them. Checked before anything changes.
+    std::vector<int32_t> last(n_seq_max_);
+    for (uint32_t s = 0; s < n_seq_max_; ++s) last[s] = seq_pos_max(static_cast<int32_t>(s));
+    for (uint32_t i = 0; i < n; ++i) {
+      int32_t &lp = last[static_cast<size_t>(seq[i])];
+      if (pos[i] <= lp)
+        fail(Status::InvalidArgument, "decode: position %d of sequence %d does not follow its last position %d (a model with recurrent layers cannot insert or rewrite earlier positions; remove the sequence first)",
+             pos[i], seq[i], lp);
+      lp = pos[i];
+    }
+    // The first ubatch of a call that touches a sequence reads its committed state; later
+    // ubatches of the same call read what the earlier ones wrote.
+    for (uint32_t i = 0; i < n; ++i) rs_written_[static_cast<size_t>(seq[i])] |= 2;
+  }
   for (uint32_t i = 0; i < n; ++i) {
     KvCell &c = cells_[static_cast<size_t>(cells[i])];
     c.pos = pos[i];
@@ -65,6 +96,46 @@ void KvCache::release(const int32_t *cells, uint32_t n) {
     KvCell &c = cells_[static_cast<size_t>(cells[i])];
     if (c.pos >= 0) { c.pos = -1; c.seq = 0; --used_; }
   }
+  // The states this call wrote are dropped; the committed ones stay current.
+  std::fill(rs_written_.begin(), rs_written_.end(), 0);
+}
+
+// rs_written_ bits: 2 = claimed by a ubatch of the running call (its kernels write the other
+// copy), 1 = an earlier ubatch of the call already wrote it (read the other copy).
+float *KvCache::rs_copy(int layer, int32_t seq, int which) const {
+  const size_t per = static_cast<size_t>(layers_[static_cast<size_t>(layer)].recurrent());
+  float *base = static_cast<float *>(rs_[static_cast<size_t>(layer)]->data());
+  return base + (static_cast<size_t>(which) * n_seq_max_ + static_cast<size_t>(seq)) * per;
+}
+
+const float *KvCache::recurrent_src(int layer, int32_t seq) const {
+  const size_t s = static_cast<size_t>(seq);
+  return rs_copy(layer, seq, (rs_written_[s] & 1) ? 1 - rs_cur_[s] : rs_cur_[s]);
+}
+
+float *KvCache::recurrent_dst(int layer, int32_t seq) const {
+  const size_t s = static_cast<size_t>(seq);
+  return rs_copy(layer, seq, 1 - rs_cur_[s]);
+}
+
+void KvCache::end_ubatch() {
+  for (uint8_t &w : rs_written_)
+    if (w & 2) w = 1;
+}
+
+void KvCache::commit_recurrent() {
+  end_ubatch();
+  for (size_t s = 0; s < rs_written_.size(); ++s)
+    if (rs_written_[s]) { rs_cur_[s] = static_cast<uint8_t>(1 - rs_cur_[s]); rs_written_[s] = 0; }
+}
+
+void KvCache::rs_zero(int32_t seq) {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const size_t per = static_cast<size_t>(layers_[l].recurrent());
+    if (!per) continue;
+    std::fill(rs_copy(static_cast<int>(l), seq, 0), rs_copy(static_cast<int>(l), seq, 0) + per, 0.0f);
+    std::fill(rs_copy(static_cast<int>(l), seq, 1), rs_copy(static_cast<int>(l), seq, 1) + per, 0.0f);
+  }
 }
 
 int32_t KvCache::n_kv() const {
@@ -76,6 +147,10 @@ int32_t KvCache::n_kv() const {
 void KvCache::clear() {
   for (auto &c : cells_) c = KvCell{};
   used_ = 0;
+  for (auto &b : rs_)
+    if (b) b->clear();
+  std::fill(rs_cur_.begin(), rs_cur_.end(), 0);
+  std::fill(rs_written_.begin(), rs_written_.end(), 0);
 }
 
 static bool in_range(int32_t pos, int32_t p0, int32_t p1) {
@@ -83,8 +158,34 @@ static bool in_range(int32_t pos, int32_t p0, int32_t p1) {
   return pos >= p0 && (p1 < 0 || pos < p1);
 }
 
+// How [p0, p1) meets the cells of seq: *all = every cell of seq is inside. Returns whether
+// any is.
+bool KvCache::seq_is_recurrent_range(int32_t seq, int32_t p0, int32_t p1, bool *all) const {
+  bool any = false;
+  *all = true;
+  for (const auto &c : cells_) {
+    if (c.pos < 0 || !(c.seq >> seq & 1)) continue;
+    if (in_range(c.pos, p0, p1)) any = true;
+    else *all = false;
+  }
+  return any;
+}
+
 bool KvCache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
   if (seq >= static_cast<int32_t>(n_seq_max_)) return false;
+  if (has_recurrent_) {
+    // All or nothing per sequence: checked for every sequence before anything changes.
+    std::vector<int32_t> emptied;
+    for (int32_t s = seq < 0 ? 0 : seq; s < (seq < 0 ? static_cast<int32_t>(n_seq_max_) : seq + 1); ++s) {
+      bool all = false;
+      if (!seq_is_recurrent_range(s, p0, p1, &all)) continue;
+      if (!all)
+        fail(Status::Unsupported, "kv_seq_rm: positions [%d, %d) of sequence %d: a model with recurrent layers can only remove a whole sequence "
+             "or nothing (its state cannot be rewound to an earlier position)", p0, p1, s);
+      emptied.push_back(s);
+    }
+    for (int32_t s : emptied) rs_zero(s);
+  }
   for (auto &c : cells_) {
     if (c.pos < 0 || !in_range(c.pos, p0, p1)) continue;
     if (seq < 0) c.seq = 0;
@@ -97,12 +198,29 @@ bool KvCache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
 void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
   if (src < 0 || dst < 0 || src >= static_cast<int32_t>(n_seq_max_) || dst >= static_cast<int32_t>(n_seq_max_))
     fail(Status::InvalidArgument, "seq_cp: sequence ids %d -> %d out of range [0, %u)", src, dst, n_seq_max_);
+  if (has_recurrent_ && src != dst) {
+    bool all = false;
+    if (!seq_is_recurrent_range(src, p0, p1, &all)) return;  // nothing to copy
+    if (!all)
+      fail(Status::Unsupported, "kv_seq_cp: positions [%d, %d) of sequence %d: a model with recurrent layers can only copy a whole sequence", p0, p1, src);
+    if (seq_pos_max(dst) >= 0)
+      fail(Status::Unsupported, "kv_seq_cp: sequence %d is not empty: with recurrent layers the destination's state would be replaced; remove it first", dst);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const size_t per = static_cast<size_t>(layers_[l].recurrent());
+      if (!per) continue;
+      const float *from = rs_copy(static_cast<int>(l), src, rs_cur_[static_cast<size_t>(src)]);
+      std::copy(from, from + per, rs_copy(static_cast<int>(l), dst, rs_cur_[static_cast<size_t>(dst)]));
+    }
+  }
   for (auto &c : cells_)
     if (c.pos >= 0 && (c.seq >> src & 1) && in_range(c.pos, p0, p1)) c.seq |= 1ull << dst;
 }
 
 void KvCache::seq_keep(int32_t seq) {
   if (seq < 0 || seq >= static_cast<int32_t>(n_seq_max_)) fail(Status::InvalidArgument, "seq_keep: sequence id %d out of range", seq);
+  if (has_recurrent_)
+    for (int32_t s = 0; s < static_cast<int32_t>(n_seq_max_); ++s)
+      if (s != seq) rs_zero(s);
   for (auto &c : cells_) {
     if (c.pos < 0) continue;
     c.seq &= 1ull << seq;

@@ -1,6 +1,13 @@
-// KV cache: n_cells slots shared by all sequences, each slot holding one token's K and V
-// rows for every layer. A cell records its position and the set of sequences that see it,
-// so sequences can share a prefix (kv_seq_cp) and attention masks by (sequence, position).
+// Sequence state: n_cells slots shared by all sequences, each slot holding one token's K and V
+// rows for every attention layer. A cell records its position and the set of sequences that see
+// it, so sequences can share a prefix (kv_seq_cp) and attention masks by (sequence, position).
+// Recurrent layers (gated DeltaNet) keep instead one fixed-size F32 state per sequence (the
+// convolution tail and the matrix state), declared by the architecture in KvLayerDims.
+//
+// Recurrent states are double-buffered per sequence: a decode call reads the committed copy and
+// writes the other one (kernels: recurrent_src / recurrent_dst); commit_recurrent() at the end
+// of a successful call makes the written copy current, release() (a failed call) drops it, so a
+// failed decode leaves every sequence's state as it was.
 //
 //   KvCache kv(n_cells, n_seq_max, type, layer_dims, backend);
 //   std::vector<int32_t> cells;
@@ -37,6 +44,10 @@ struct UbatchInfo {
 struct KvLayerDims {
   int64_t k_row = 0;  // K values per token (all kv heads)
   int64_t v_row = 0;  // V values per token
+  // Recurrent layers: F32 values per sequence, independent of the number of tokens.
+  int64_t conv_state = 0;  // causal convolution tail ((kernel - 1) x channels)
+  int64_t ssm_state = 0;   // DeltaNet matrix state (value heads x d x d)
+  int64_t recurrent() const { return conv_state + ssm_state; }
 };
 
 class KvCache {
@@ -51,8 +62,13 @@ public:
   KvType kv_type() const { return type_; }
   size_t bytes() const { return bytes_; }
   size_t layer_bytes(int layer) const {
-    return (k_row_bytes(layer) + v_row_bytes(layer)) * cells_.size();
+    return (k_row_bytes(layer) + v_row_bytes(layer)) * cells_.size() + recurrent_bytes(layer);
   }
+  // Both copies of every sequence's recurrent state of a layer (0 for attention layers).
+  size_t recurrent_bytes(int layer) const {
+    return 2 * n_seq_max_ * static_cast<size_t>(layers_[static_cast<size_t>(layer)].recurrent()) * sizeof(float);
+  }
+  bool has_recurrent() const { return has_recurrent_; }
   int n_layer() const { return static_cast<int>(layers_.size()); }
   size_t bytes_per_token() const;
 
@@ -70,10 +86,22 @@ public:
   int32_t n_kv() const;  // 1 + highest used cell index
 
   const KvCell *cells() const { return cells_.data(); }
+  // Sequence operations. On recurrent layers: clear zeroes every state; seq_cp copies the state
+  // when [p0, p1) covers all of src (a partial copy is Unsupported); seq_rm of every position of
+  // a sequence zeroes its state, of no position is a no-op, of anything else is Unsupported (a
+  // recurrent state cannot be rewound); seq_keep zeroes the other sequences' states.
   void clear();
   bool seq_rm(int32_t seq, int32_t p0, int32_t p1);
   void seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
   void seq_keep(int32_t seq);
+  // Recurrent state of (layer, seq): the copy a kernel reads (committed, or the one written by
+  // an earlier ubatch of the same call) and the copy it writes. conv values first, then ssm.
+  const float *recurrent_src(int layer, int32_t seq) const;
+  float *recurrent_dst(int layer, int32_t seq) const;
+  // A ubatch ran: later ubatches of the call read the states it wrote.
+  void end_ubatch();
+  // A decode call succeeded: the states it wrote become the committed ones.
+  void commit_recurrent();
   int32_t seq_pos_max(int32_t seq) const;
   bool seq_has_pos(int32_t seq, int32_t pos) const;
   uint32_t used() const { return used_; }
@@ -87,6 +115,14 @@ private:
   std::vector<KvLayerDims> layers_;
   std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;
   size_t bytes_ = 0;
+  // Recurrent states: per layer [2 copies][n_seq_max][recurrent()] floats (host memory).
+  std::vector<std::unique_ptr<DeviceBuffer>> rs_;
+  bool has_recurrent_ = false;
+  std::vector<uint8_t> rs_cur_;      // per sequence: the committed copy (0 or 1)
+  std::vector<uint8_t> rs_written_;  // per sequence: this call wrote the other copy
+  float *rs_copy(int layer, int32_t seq, int which) const;
+  void rs_zero(int32_t seq);
+  bool seq_is_recurrent_range(int32_t seq, int32_t p0, int32_t p1, bool *all) const;
 };
 
 DType kv_dtype(KvType t);
