@@ -9,7 +9,8 @@ const char *op_name(Op op) {
   static const char *names[] = {"leaf", "view", "get_rows", "matmul", "matmul_id", "rms_norm", "mul",
                                 "add", "scale", "rope", "softmax", "sigmoid", "top_k", "gather_cols",
                                 "norm_sum", "swiglu", "moe_combine", "kv_store", "attention", "copy",
-                                "slice", "concat", "matmul_heads", "grouped_top_k", "add_id", "swiglu_oai", "transfer"};
+                                "slice", "concat", "matmul_heads", "grouped_top_k", "add_id", "swiglu_oai", "transfer",
+                                "ssm_conv", "l2_norm", "softplus", "delta_net"};
   static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(Op::Count), "op names");
   return names[static_cast<size_t>(op)];
 }
@@ -347,6 +348,45 @@ int Graph::swiglu_oai(int gate, int up, float alpha, float limit) {
   n.src[1] = up;
   n.fp[0] = alpha;
   n.fp[1] = limit;
+  return push(std::move(n));
+}
+
+int Graph::ssm_conv(int x, int w, int layer) {
+  const Node &a = node(x), &b = node(w);
+  if (a.type != DType::F32 || a.ne[2] != 1 || a.ne[3] != 1) shape_fail("ssm_conv", a, b, "input must be f32 [channels, tokens]");
+  if (b.type != DType::F32 || b.ne[1] != a.ne[0] || b.ne[0] < 1 || b.ne[0] > 64 || b.ne[2] != 1)
+    shape_fail("ssm_conv", a, b, "kernel must be f32 [width 1..64, channels]");
+  Node n = unary(Op::SsmConv, a, x);
+  n.src[1] = w;
+  n.kv_layer = layer;
+  n.ip[0] = static_cast<int32_t>(b.ne[0]);
+  return push(std::move(n));
+}
+
+int Graph::l2_norm(int x, float eps) {
+  Node n = unary(Op::L2Norm, node(x), x);
+  n.fp[0] = eps;
+  return push(std::move(n));
+}
+
+int Graph::softplus(int x) { return push(unary(Op::Softplus, node(x), x)); }
+
+int Graph::delta_net(int q, int k, int v, int g_beta, int layer, int head_map, float scale) {
+  const Node &a = node(q), &b = node(k), &c = node(v), &gb = node(g_beta);
+  for (int d = 0; d < 4; ++d)
+    if (a.ne[d] != b.ne[d]) shape_fail("delta_net", a, b, "q and k shapes differ");
+  if (c.ne[0] != a.ne[0] || c.ne[2] != a.ne[2] || a.ne[3] != 1 || c.ne[1] % a.ne[1]) shape_fail("delta_net", a, c, "v must be [d, a multiple of the key heads, T]");
+  if (gb.ne[0] != 2 * c.ne[1] || gb.ne[1] != c.ne[2] || gb.ne[2] != 1) shape_fail("delta_net", c, gb, "gates must be [2 x value heads, T]");
+  for (const Node *t : {&a, &b, &c, &gb})
+    if (t->type != DType::F32 || !t->is_contiguous()) shape_fail("delta_net", *t, *t, "operands must be contiguous f32");
+  Node n = unary(Op::DeltaNet, c, v);
+  n.src[0] = q;
+  n.src[1] = k;
+  n.src[2] = v;
+  n.src[3] = g_beta;
+  n.kv_layer = layer;
+  n.ip[0] = head_map;
+  n.fp[0] = scale;
   return push(std::move(n));
 }
 

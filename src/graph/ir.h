@@ -58,6 +58,16 @@ enum class Op : uint8_t {
   SwiGLUOai,   // gpt-oss clamped SwiGLU: min(g, lim) * sigmoid(alpha * min(g, lim)) * (clamp(u, -lim, lim) + 1)
   Transfer,    // copy of src0 (contiguous bytes, any type) from another device's memory into this
                // node's device (Node::device); inserted by the compiler at device boundaries only
+  // Recurrent (gated DeltaNet) layers; kv_layer names the layer whose per-sequence state
+  // (KvCache::recurrent_src/dst) the op reads and advances, token by token in batch order.
+  SsmConv,     // src0 F32 [C, T], src1 weight F32 [K, C] -> silu(causal depthwise conv over the
+               // sequence's last K-1 inputs and this one) [C, T]; state: conv tail (K-1) x C
+  L2Norm,      // x / max(||x||, f[0]) over ne0
+  Softplus,    // log(1 + exp(x)), x for x > 20
+  DeltaNet,    // gated delta rule: src0 q [d, n_k, T], src1 k [d, n_k, T] (both L2-normalised),
+               // src2 v [d, n_v, T], src3 [2 n_v, T] = (log decay g, beta) -> [d, n_v, T];
+               // f[0] = output scale; i[0] = value head -> key head: 0 h / (n_v / n_k), 1 h % n_k;
+               // state: n_v matrices d x d after the layer's conv tail
   Count
 };
 const char *op_name(Op op);
@@ -161,6 +171,11 @@ public:
   void mark_output(int id, const std::string &name);
   // The compiler's rewrite (placement inserts Transfer nodes): the new node list and outputs.
   void replace_nodes(std::vector<Node> nodes, std::vector<int> outputs) { nodes_ = std::move(nodes); outputs_ = std::move(outputs); }
+  // Gated DeltaNet pieces (see Op::SsmConv / DeltaNet); layer = the state's layer.
+  int ssm_conv(int x, int w, int layer);
+  int l2_norm(int x, float eps);
+  int softplus(int x);
+  int delta_net(int q, int k, int v, int g_beta, int layer, int head_map, float scale);
   void set_segment(int s) { segment_ = s; }
   void name(int id, const std::string &n) { nodes_[static_cast<size_t>(id)].name = n; }
 

@@ -44,6 +44,10 @@ CpuKernel cpu_kernel_for(Op op) {
     case Op::AddId: return cpu_add_id;
     case Op::SwiGLUOai: return cpu_swiglu_oai;
     default: return nullptr;
+    case Op::SsmConv: return cpu_ssm_conv;
+    case Op::L2Norm: return cpu_l2_norm;
+    case Op::Softplus: return cpu_softplus;
+    case Op::DeltaNet: return cpu_delta_net;
   }
 }
 

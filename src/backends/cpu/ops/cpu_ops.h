@@ -54,6 +54,10 @@ void cpu_matmul_heads(const CpuKernelArgs &a);
 void cpu_grouped_top_k(const CpuKernelArgs &a);
 void cpu_add_id(const CpuKernelArgs &a);
 void cpu_swiglu_oai(const CpuKernelArgs &a);
+void cpu_ssm_conv(const CpuKernelArgs &a);   // ops/delta_net.cpp
+void cpu_l2_norm(const CpuKernelArgs &a);
+void cpu_softplus(const CpuKernelArgs &a);
+void cpu_delta_net(const CpuKernelArgs &a);
 size_t cpu_matmul_heads_work(const Graph &g, const Node &n);
 size_t cpu_grouped_top_k_work(const Node &n, int n_threads);
 

@@ -1,0 +1,141 @@
+// Gated DeltaNet kernels (qwen3next / qwen35moe linear-attention layers): the causal
+// convolution with its per-sequence tail, L2 norm, softplus and the gated delta rule over a
+// per-sequence matrix state. Both stateful kernels walk the ubatch's tokens in order and
+// advance the state of each token's sequence (KvCache::recurrent_src -> recurrent_dst: the first
+// token of a sequence in the ubatch copies the committed state into the copy being written).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernels/ref_math.h"
+#include "backends/cpu/ops/cpu_ops.h"
+#include "kv/kv_cache.h"
+
+namespace moe {
+
+static const float *col_f32(const Node &n, int64_t i1, int64_t i2 = 0) {
+  return reinterpret_cast<const float *>(static_cast<const uint8_t *>(n.data) + i1 * n.nb[1] + i2 * n.nb[2]);
+}
+static float *col_f32_mut(const Node &n, int64_t i1, int64_t i2 = 0) {
+  return reinterpret_cast<float *>(static_cast<uint8_t *>(n.data) + i1 * n.nb[1] + i2 * n.nb[2]);
+}
+
+// Sequences met so far in this thread's walk over the ubatch (ids < 64).
+struct SeenSeqs {
+  uint64_t bits = 0;
+  bool first(int32_t s) {
+    const uint64_t b = 1ull << s;
+    const bool f = !(bits & b);
+    bits |= b;
+    return f;
+  }
+};
+
+void cpu_ssm_conv(const CpuKernelArgs &a) {
+  const Node &x = a.src(0), &w = a.src(1);
+  const UbatchInfo &ub = *a.env.ub;
+  KvCache &kv = *a.env.kv;
+  const int layer = a.n.kv_layer;
+  const int64_t C = x.ne[0], K = a.n.ip[0], T = x.ne[1];
+  float win[64];
+  int64_t c0, c1;
+  split_rows(C, a.ith, a.nth, c0, c1);
+  for (int64_t c = c0; c < c1; ++c) {
+    const float *wc = static_cast<const float *>(w.data) + c * K;
+    SeenSeqs seen;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t s = ub.seq[t];
+      float *st = kv.recurrent_dst(layer, s);  // tail [K-1][C], oldest first
+      if (seen.first(s)) {
+        const float *from = kv.recurrent_src(layer, s);
+        if (from != st)
+          for (int64_t j = 0; j + 1 < K; ++j) st[j * C + c] = from[j * C + c];
+      }
+      for (int64_t j = 0; j + 1 < K; ++j) win[j] = st[j * C + c];
+      win[K - 1] = col_f32(x, t)[c];
+      float sum = 0.0f;  // oldest to newest, as the reference sums
+      for (int64_t j = 0; j < K; ++j) sum += win[j] * wc[j];
+      col_f32_mut(a.n, t)[c] = refmath::silu_v(sum);
+      for (int64_t j = 0; j + 1 < K; ++j) st[j * C + c] = win[j + 1];
+    }
+  }
+}
+
+void cpu_l2_norm(const CpuKernelArgs &a) {
+  const Node &x = a.src(0);
+  const int64_t n = a.n.ne[0], rows = a.n.ne[1] * a.n.ne[2] * a.n.ne[3];
+  const float eps = a.n.fp[0];
+  int64_t r0, r1;
+  split_rows(rows, a.ith, a.nth, r0, r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float *src = col_f32(x, r % x.ne[1], r / x.ne[1]);
+    float *dst = col_f32_mut(a.n, r % a.n.ne[1], r / a.n.ne[1]);
+    double sum = 0.0;  // the reference accumulates in double
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(src[i] * src[i]);
+    const float scale = 1.0f / std::max(std::sqrt(static_cast<float>(sum)), eps);
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+  }
+}
+
+void cpu_softplus(const CpuKernelArgs &a) {
+  const Node &x = a.src(0);
+  const int64_t n = a.n.ne[0], rows = a.n.ne[1] * a.n.ne[2] * a.n.ne[3];
+  int64_t r0, r1;
+  split_rows(rows, a.ith, a.nth, r0, r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float *src = col_f32(x, r % x.ne[1], r / x.ne[1]);
+    float *dst = col_f32_mut(a.n, r % a.n.ne[1], r / a.n.ne[1]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i] > 20.0f ? src[i] : std::log(1.0f + std::exp(src[i]));
+  }
+}
+
+// One token of one value head: S (d rows j of d floats i, S[j][i] = S_ij) decays by exp(g),
+// takes the delta-rule update with key k, value v and rate beta, then o = scale * S^T q.
+// Each row j is independent, so the whole step is one pass over the state.
+static void delta_step(float *S, int64_t d, const float *q, const float *k, const float *v, float decay, float beta,
+                       float scale, float *o) {
+  for (int64_t j = 0; j < d; ++j) {
+    float *row = S + j * d;
+    float kv = 0.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      row[i] *= decay;
+      kv += row[i] * k[i];
+    }
+    const float delta = beta * (v[j] - kv);
+    float out = 0.0f;
+    for (int64_t i = 0; i < d; ++i) {
+      row[i] += k[i] * delta;
+      out += row[i] * q[i];
+    }
+    o[j] = out * scale;
+  }
+}
+
+void cpu_delta_net(const CpuKernelArgs &a) {
+  const Node &q = a.src(0), &k = a.src(1), &v = a.src(2), &gb = a.src(3);
+  const UbatchInfo &ub = *a.env.ub;
+  KvCache &kv = *a.env.kv;
+  const int layer = a.n.kv_layer;
+  const int64_t d = v.ne[0], n_v = v.ne[1], n_k = q.ne[1], T = v.ne[2], r = n_v / n_k;
+  const int64_t conv = kv.dims(layer).conv_state, dd = d * d;
+  const float scale = a.n.fp[0];
+  int64_t h0, h1;
+  split_rows(n_v, a.ith, a.nth, h0, h1);
+  for (int64_t h = h0; h < h1; ++h) {
+    const int64_t kh = a.n.ip[0] == 0 ? h / r : h % n_k;
+    SeenSeqs seen;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t s = ub.seq[t];
+      float *S = kv.recurrent_dst(layer, s) + conv + h * dd;
+      if (seen.first(s)) {
+        const float *from = kv.recurrent_src(layer, s) + conv + h * dd;
+        if (from != S) std::memcpy(S, from, static_cast<size_t>(dd) * sizeof(float));
+      }
+      const float *g = col_f32(gb, t);
+      delta_step(S, d, col_f32(q, kh, t), col_f32(k, kh, t), col_f32(v, h, t), std::exp(g[h]), g[n_v + h], scale,
+                 col_f32_mut(a.n, h, t));
+    }
+  }
+}
+
+}  // namespace moe
