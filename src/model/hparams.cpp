@@ -69,6 +69,12 @@ Hparams Hparams::from_gguf(const GgufFile &f) {
   h.head_dim_k_mla = u32("attention.key_length_mla", 0);
   h.head_dim_v_mla = u32("attention.value_length_mla", 0);
   h.sliding_window = u32("attention.sliding_window", 0);
+  h.ssm_d_conv = u32("ssm.conv_kernel", 0);
+  h.ssm_d_inner = u32("ssm.inner_size", 0);
+  h.ssm_d_state = u32("ssm.state_size", 0);
+  h.ssm_n_v_heads = u32("ssm.time_step_rank", 0);
+  h.ssm_n_k_heads = u32("ssm.group_count", 0);
+  h.full_attn_interval = u32("full_attention_interval", 4);
   if (h.n_expert && (h.n_expert_used == 0 || h.n_expert_used > h.n_expert))
     fail(Status::InvalidModel, "%sexpert_used_count = %u but expert_count = %u", a.c_str(), h.n_expert_used, h.n_expert);
   if (h.n_head_kv == 0 || h.n_head % h.n_head_kv)

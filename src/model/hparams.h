@@ -56,6 +56,14 @@ struct Hparams {
   uint32_t sliding_window = 0;
   std::vector<bool> swa_layers;    // per layer: sliding-window attention
   bool tied_output = false;        // no output.weight: LM head = token_embd
+  // qwen3next / qwen35moe: gated DeltaNet layers ("ssm.*"), full attention every
+  // full_attention_interval-th layer
+  uint32_t ssm_d_conv = 0;         // ssm.conv_kernel
+  uint32_t ssm_d_inner = 0;        // ssm.inner_size (value heads x state size)
+  uint32_t ssm_d_state = 0;        // ssm.state_size (head size of q, k, v)
+  uint32_t ssm_n_v_heads = 0;      // ssm.time_step_rank
+  uint32_t ssm_n_k_heads = 0;      // ssm.group_count
+  uint32_t full_attn_interval = 4; // full_attention_interval
 
   // Reads "<arch>.*" keys; throws InvalidModel naming the key on missing/inconsistent values.
   static Hparams from_gguf(const GgufFile &f);

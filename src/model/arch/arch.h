@@ -37,5 +37,7 @@ std::string supported_archs();  // "qwen3moe, ..." for error messages
 extern const ArchSpec kArchQwen3Moe;
 extern const ArchSpec kArchDeepseek2;
 extern const ArchSpec kArchGptOss;
+extern const ArchSpec kArchQwen3Next;
+extern const ArchSpec kArchQwen35Moe;
 
 }  // namespace moe

@@ -6,6 +6,8 @@ static const ArchSpec *const kArchs[] = {
     &kArchQwen3Moe,
     &kArchDeepseek2,
     &kArchGptOss,
+    &kArchQwen3Next,
+    &kArchQwen35Moe,
 };
 
 const ArchSpec *find_arch(const std::string &name) {
