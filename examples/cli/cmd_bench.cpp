@@ -32,43 +32,51 @@ void usage(FILE *out) {
   std::fprintf(out,
                "usage: moeinfer-cli bench -m FILE [options]\n"
                "  -m, --model FILE     GGUF model\n"
-               "  -p N[,N..]           prompt tokens per pp test (default 512; 0 = no pp test)\n"
-               "  -n N[,N..]           generated tokens per tg test (default 128; 0 = no tg test)\n"
+               "  -p N[,N..]           prompt tokens per pp test, 0..1048576 (default 512; 0 = no pp test)\n"
+               "  -n N[,N..]           generated tokens per tg test, 0..1048576 (default 128; 0 = no tg test)\n"
                "  -d N[,N..]           depth: tokens already in the KV cache before the test (default 0)\n"
                "  -b N                 tokens per decode() call (default 2048)\n"
                "  -ub N                tokens per graph run (default 512)\n"
-               "  -r N                 timed repetitions after one warm-up run (default 5)\n"
+               "  -r N                 timed repetitions after one warm-up run, >= 1 (default 5)\n"
                "  --device DEV         cpu | cuda | cuda0 | auto (default auto)\n"
-               "  -t, --threads N      CPU threads (default: physical cores)\n"
+               "  -t, --threads N      CPU threads 0..1024; 0 = physical cores (default)\n"
                "  --kv-type TYPE       f32 | f16 | q8_0 (default f16)\n"
                "  -fa 0|1              flash attention (default 1)\n"
                "  --no-mmap            read weights into memory instead of mapping the file\n"
                "  --no-gpu-graphs      run GPU steps eagerly instead of replaying a captured CUDA graph\n"
                "  --cpu-order          GPU: batches of 2..128 tokens in the CPU's float order (slower prompts)\n"
-               "  --stream-min-tokens N  CPU-resident weights + a GPU: ubatches of >= N tokens copy them to the GPU and\n"
-               "                       multiply there (default -1 = auto, 0 = never)\n"
-               "  --no-pdl             GPU kernels wait for the previous one to finish before they start\n"
-               "  --cpu-order-head     GPU: the LM head in the CPU's float order (as before session 5)\n"
-               "  --no-lean-groups     GPU: one-token mat-vec groups in 16-warp blocks (as before session 5)\n"
-               "  --norm-tails N       GPU: norms in the last block of the mat-vec before them: 1 down (attention / output\n"
-               "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default: slower in session 6)\n"
-               "  --decode-split R,C   GPU decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
-               "  --prefill-attn-blocks N  GPU prefill attention: split cells until ~N blocks per SM (default 2)\n"
-               "  --blas-min-tokens N  GPU: dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"
-               "                       0: no cuBLAS at all, routers included)\n"
                "  --no-weight-copy     CPU: read the mapped file pages in place (default: one copy in huge pages)\n"
                "  --override-kv K=T:V  metadata override, e.g. tokenizer.ggml.pre=str:gpt2 (repeatable)\n"
                "  --seed S             seed of the random prompt tokens (default 1)\n"
-               "  -o md|json           output format (default md)\n");
+               "  -o md|json           output format (default md)\n"
+               "  --help-dev           GPU tuning switches for kernel development\n");
   std::fputs(cli::placement_help(), out);
 }
 
-std::vector<int> int_list(const char *s, const char *opt) {
+// Switches that select alternative GPU kernels or launch settings, for measuring them.
+void usage_dev(FILE *out) {
+  std::fprintf(out,
+               "GPU tuning switches of moeinfer-cli bench (defaults are the fastest measured settings):\n"
+               "  --stream-min-tokens N  CPU-resident weights + a GPU: ubatches of >= N tokens copy them to the GPU and\n"
+               "                       multiply there (default -1 = auto, 0 = never)\n"
+               "  --direct-expert-slots N  experts on the CPU + a GPU: N of each token's routed experts run on the GPU,\n"
+               "                       read over the bus, in one-token steps (default -1 = auto, 0 = off)\n"
+               "  --no-pdl             kernels wait for the previous one to finish before they start\n"
+               "                       (no programmatic dependent launch)\n"
+               "  --cpu-order-head     the LM head in the CPU's float order\n"
+               "  --no-lean-groups     one-token mat-vec groups in 16-warp blocks\n"
+               "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
+               "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
+               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
+               "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
+               "  --blas-min-tokens N  dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"
+               "                       0: no cuBLAS at all, routers included)\n");
+}
+
+// "512,1024": every item an integer in [lo, hi].
+std::vector<int> int_list(const char *s, const char *opt, long long lo, long long hi) {
   std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(static_cast<int>(cli::to_int(item.c_str(), opt)));
-  if (v.empty()) { std::fprintf(stderr, "option %s: empty list\n", opt); std::exit(2); }
+  for (long long x : cli::to_int_list(s, opt, lo, hi)) v.push_back(static_cast<int>(x));
   return v;
 }
 
@@ -186,65 +194,68 @@ void stats(Test &t) {
 }  // namespace
 
 int cmd_bench(int argc, char **argv) {
+  constexpr long long kMaxTokens = 1 << 20;  // prompt, generation and depth lengths
   std::string model_path, device = "auto", format = "md";
   std::vector<int> ps = {512}, ns = {128}, ds = {0};
   int n_batch = 2048, n_ubatch = 512, reps = 5, threads = 0;
   unsigned seed = 1;
   bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
   int stream_min = -1;
+  int direct_slots = -1;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   cli::PlacementArgs placement;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    auto val = [&]() { return cli::value(argc, argv, i); };
     if (const int r = placement.take(argc, argv, i)) { if (r < 0) return placement.fail("bench"); }
-    else if (a == "-m" || a == "--model") model_path = cli::value(argc, argv, i);
-    else if (a == "-p" || a == "--n-prompt") ps = int_list(cli::value(argc, argv, i), "-p");
-    else if (a == "-n" || a == "--n-gen") ns = int_list(cli::value(argc, argv, i), "-n");
-    else if (a == "-d" || a == "--n-depth") ds = int_list(cli::value(argc, argv, i), "-d");
-    else if (a == "-b" || a == "--batch-size") n_batch = int(cli::to_int(cli::value(argc, argv, i), "-b"));
-    else if (a == "-ub" || a == "--ubatch-size") n_ubatch = int(cli::to_int(cli::value(argc, argv, i), "-ub"));
-    else if (a == "-r" || a == "--repetitions") reps = int(cli::to_int(cli::value(argc, argv, i), "-r"));
-    else if (a == "--device") device = cli::value(argc, argv, i);
-    else if (a == "-t" || a == "--threads") threads = int(cli::to_int(cli::value(argc, argv, i), "--threads"));
-    else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(cli::value(argc, argv, i), "-fa") != 0;
+    else if (a == "-m" || a == "--model") model_path = val();
+    else if (a == "-p" || a == "--n-prompt") ps = int_list(val(), "-p", 0, kMaxTokens);
+    else if (a == "-n" || a == "--n-gen") ns = int_list(val(), "-n", 0, kMaxTokens);
+    else if (a == "-d" || a == "--n-depth") ds = int_list(val(), "-d", 0, kMaxTokens);
+    else if (a == "-b" || a == "--batch-size") n_batch = int(cli::to_int(val(), "-b", 1, kMaxBatchTokens));
+    else if (a == "-ub" || a == "--ubatch-size") n_ubatch = int(cli::to_int(val(), "-ub", 1, kMaxUbatchTokens));
+    else if (a == "-r" || a == "--repetitions") reps = int(cli::to_int(val(), "-r", 1, 1000000));
+    else if (a == "--device") device = cli::device_name(val());
+    else if (a == "-t" || a == "--threads") threads = int(cli::to_int(val(), "--threads", 0, kMaxThreads));
+    else if (a == "-fa" || a == "--flash-attn") fa = cli::to_int(val(), "-fa", 0, 1) != 0;
     else if (a == "--no-mmap") mmap = false;
     else if (a == "--no-gpu-graphs") gpu_graphs = false;
     else if (a == "--cpu-order") cpu_order = true;
-    else if (a == "--stream-min-tokens") stream_min = int(cli::to_int(cli::value(argc, argv, i), "--stream-min-tokens"));
+    else if (a == "--stream-min-tokens") stream_min = int(cli::to_int(val(), "--stream-min-tokens", -1, kMaxTokens));
+    else if (a == "--direct-expert-slots") direct_slots = int(cli::to_int(val(), "--direct-expert-slots", -1, 64));
     else if (a == "--no-pdl") moe::set_gpu_dependent_launch(false);
     else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
     else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);
-    else if (a == "--norm-tails") moe::set_gpu_norm_tails(unsigned(cli::to_int(cli::value(argc, argv, i), "--norm-tails")));
+    else if (a == "--norm-tails") moe::set_gpu_norm_tails(unsigned(cli::to_int(val(), "--norm-tails", 0, 3)));
     else if (a == "--decode-split") {
-      const std::vector<int> v = int_list(cli::value(argc, argv, i), "--decode-split");
+      const std::vector<int> v = int_list(val(), "--decode-split", 1, kMaxTokens);
       moe::set_gpu_decode_split(v.at(0), v.size() > 1 ? v[1] : 64);
     }
     else if (a == "--prefill-attn-blocks")
-      moe::set_gpu_prefill_attn_blocks(int(cli::to_int(cli::value(argc, argv, i), "--prefill-attn-blocks")));
+      moe::set_gpu_prefill_attn_blocks(int(cli::to_int(val(), "--prefill-attn-blocks", 1, 1024)));
     else if (a == "--blas-min-tokens")
-      moe::set_gpu_blas_min_tokens(int(cli::to_int(cli::value(argc, argv, i), "--blas-min-tokens")));
+      moe::set_gpu_blas_min_tokens(int(cli::to_int(val(), "--blas-min-tokens", 0, kMaxTokens)));
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
-    else if (a == "--seed") seed = unsigned(cli::to_int(cli::value(argc, argv, i), "--seed"));
-    else if (a == "-o" || a == "--output") format = cli::value(argc, argv, i);
+    else if (a == "--seed") seed = unsigned(cli::to_int(val(), "--seed", 0, UINT32_MAX));
+    else if (a == "-o" || a == "--output") format = val();
     else if (a == "--kv-type") {
       const char *v = cli::value(argc, argv, i);
-      if (!kv_type_from_name(v, &kv)) { std::fprintf(stderr, "--kv-type: '%s' is not f32, f16 or q8_0\n", v); return 2; }
+      if (!kv_type_from_name(v, &kv)) return cli::report(2, std::string("option --kv-type: '") + v + "' is not f32, f16 or q8_0");
     } else if (a == "-h" || a == "--help") { usage(stdout); return 0; }
-    else { std::fprintf(stderr, "bench: unknown option '%s'\n\n", a.c_str()); usage(stderr); return 2; }
+    else if (a == "--help-dev") { usage_dev(stdout); return 0; }
+    else return cli::report(2, "unknown option '" + a + "' (see moeinfer-cli bench --help)");
   }
-  if (model_path.empty() || (format != "md" && format != "json") || reps < 1 || n_batch < 1 || n_ubatch < 1) {
-    usage(stderr);
-    return 2;
-  }
+  if (model_path.empty()) return cli::report(2, "-m MODEL is required (the GGUF file to measure)");
+  if (format != "md" && format != "json") return cli::report(2, "option -o: '" + format + "' is not md or json");
 
   std::vector<Test> tests;
   for (int d : ds) {
     for (int p : ps) if (p > 0) { Test t; t.n_prompt = p; t.depth = d; tests.push_back(t); }
     for (int n : ns) if (n > 0) { Test t; t.n_gen = n; t.depth = d; tests.push_back(t); }
   }
-  if (tests.empty()) { std::fprintf(stderr, "bench: no test selected (-p and -n are all 0)\n"); return 2; }
+  if (tests.empty()) return cli::report(2, "no test selected: -p and -n are all 0");
 
   try {
     ModelLoadParams mp;
@@ -270,13 +281,14 @@ int cmd_bench(int argc, char **argv) {
     cp.gpu_graphs = gpu_graphs;
     cp.cpu_float_order = cpu_order;
     cp.stream_min_tokens = stream_min;
+    cp.direct_expert_slots = direct_slots;
     t0 = std::chrono::steady_clock::now();
     auto ctx = Context::create(*model, cp);
     const double ctx_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     Runner r{*ctx, std::mt19937(seed), ctx->n_vocab(), ctx->params().n_batch};
     for (auto &t : tests) {
-      std::fprintf(stderr, "bench: %s ...\n", t.name().c_str());
+      std::fprintf(stderr, "%s: %s ...\n", cli::program().c_str(), t.name().c_str());
       Test warm = t;  // llama-bench warms up with the same shape (tg: one token)
       if (warm.n_gen) warm.n_gen = 1;
       r.run(warm);
@@ -384,8 +396,7 @@ int cmd_bench(int argc, char **argv) {
                   double(d.weights) / (1 << 20), double(d.kv_cache) / (1 << 20), double(d.activations) / (1 << 20),
                   double(d.other) / (1 << 20));
   } catch (const Error &e) {
-    std::fprintf(stderr, "bench: %s: %s\n", status_name(e.code()), e.what());
-    return 1;
+    return cli::report(1, std::string(e.what()) + " [" + status_name(e.code()) + "]");
   }
   return 0;
 }

@@ -90,7 +90,7 @@ int print_fit(const std::string &path, const ModelLoadParams &mp, bool json) {
 int cmd_info(int argc, char **argv) {
   std::string path, device = "cpu";
   bool json = false, device_set = false;
-  long ctx = 4096, n_ubatch = 512;
+  long long ctx = 4096, n_ubatch = 512;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   cli::PlacementArgs placement;
@@ -99,20 +99,19 @@ int cmd_info(int argc, char **argv) {
     if (const int r = placement.take(argc, argv, i)) { if (r < 0) return placement.fail("info"); }
     else if (a == "-m" || a == "--model") path = cli::value(argc, argv, i);
     else if (a == "--json") json = true;
-    else if (a == "--ctx" || a == "-c" || a == "--ctx-size") ctx = cli::to_int(cli::value(argc, argv, i), "--ctx");
-    else if (a == "-ub" || a == "--ubatch-size") n_ubatch = cli::to_int(cli::value(argc, argv, i), "-ub");
-    else if (a == "--device") { device = cli::value(argc, argv, i); device_set = true; }
+    else if (a == "--ctx" || a == "-c" || a == "--ctx-size") ctx = cli::to_int(cli::value(argc, argv, i), "--ctx", 1, kMaxContextCells);
+    else if (a == "-ub" || a == "--ubatch-size") n_ubatch = cli::to_int(cli::value(argc, argv, i), "-ub", 1, kMaxUbatchTokens);
+    else if (a == "--device") { device = cli::device_name(cli::value(argc, argv, i)); device_set = true; }
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--kv-type") {
       const char *v = cli::value(argc, argv, i);
-      if (!kv_type_from_name(v, &kv)) { std::fprintf(stderr, "--kv-type: '%s' is not f32, f16 or q8_0\n", v); return 2; }
+      if (!kv_type_from_name(v, &kv)) return cli::report(2, std::string("option --kv-type: '") + v + "' is not f32, f16 or q8_0");
     } else if (a == "-h" || a == "--help") {
       usage();
       return 0;
-    } else { std::fprintf(stderr, "info: unknown option '%s'\n", a.c_str()); return 2; }
+    } else return cli::report(2, "unknown option '" + a + "' (see moeinfer-cli info --help)");
   }
-  if (path.empty()) { std::fprintf(stderr, "info: -m MODEL is required\n"); return 2; }
-  if (ctx < 1 || n_ubatch < 1) { std::fprintf(stderr, "info: --ctx and -ub must be >= 1\n"); return 2; }
+  if (path.empty()) return cli::report(2, "-m MODEL is required (the GGUF file to describe)");
   try {
     ModelLoadParams mp;
     mp.kv_overrides = overrides;
@@ -159,7 +158,6 @@ int cmd_info(int argc, char **argv) {
     std::printf("\nmemory plan  : n_ctx %u, KV %s\n%s", c->params().n_ctx, kv_type_name(c->params().kv_type), mr.to_text().c_str());
     return 0;
   } catch (const Error &e) {
-    std::fprintf(stderr, "info: %s (%s)\n", e.what(), status_name(e.code()));
-    return 1;
+    return cli::report(1, std::string(e.what()) + " [" + status_name(e.code()) + "]");
   }
 }

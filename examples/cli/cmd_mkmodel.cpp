@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "model/synth/synth_model.h"
@@ -78,29 +79,23 @@ int cmd_mkmodel(int argc, char **argv) {
   bool dry = false, quiet = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&](const char *what) -> const char * {
-      if (i + 1 >= argc) { std::fprintf(stderr, "mkmodel: %s needs a value\n", what); std::exit(2); }
-      return argv[++i];
-    };
+    auto next = [&](const char *) { return cli::value(argc, argv, i); };
     if (a == "-h" || a == "--help") { usage(stdout); return 0; }
     else if (a == "--preset") spec.preset = next("--preset");
     else if (a == "--type") spec.type_mix = next("--type");
     else if (a == "-o" || a == "--output") out = next("-o");
     else if (a == "--vocab") { spec.vocab_json = next("--vocab"); spec.synthetic_vocab = false; }
     else if (a == "--synthetic-vocab") { spec.vocab_json.clear(); spec.synthetic_vocab = true; }
-    else if (a == "--seed") spec.seed = std::strtoull(next("--seed"), nullptr, 0);
-    else if (a == "--threads") spec.n_threads = std::atoi(next("--threads"));
-    else if (a == "--layers") {
-      const long n = std::strtol(next("--layers"), nullptr, 10);
-      if (n < 1 || n > 1024) { std::fprintf(stderr, "mkmodel: --layers must be 1..1024\n"); return 2; }
-      spec.n_layer = static_cast<uint32_t>(n);
-    }
+    else if (a == "--seed") spec.seed = static_cast<uint64_t>(cli::to_int(next("--seed"), "--seed", 0, LLONG_MAX));
+    else if (a == "--threads") spec.n_threads = static_cast<int>(cli::to_int(next("--threads"), "--threads", 0, 1024));
+    else if (a == "--layers") spec.n_layer = static_cast<uint32_t>(cli::to_int(next("--layers"), "--layers", 1, 1024));
     else if (a == "--exact") spec.fast = false;
     else if (a == "--dry-run") dry = true;
     else if (a == "--quiet") quiet = true;
-    else { std::fprintf(stderr, "mkmodel: unknown option '%s'\n\n", a.c_str()); usage(stderr); return 2; }
+    else return cli::report(2, "unknown option '" + a + "' (see moeinfer-cli mkmodel --help)");
   }
-  if (spec.preset.empty() || (!dry && out.empty())) { usage(stderr); return 2; }
+  if (spec.preset.empty()) return cli::report(2, "--preset NAME is required (see moeinfer-cli mkmodel --help)");
+  if (!dry && out.empty()) return cli::report(2, "-o FILE is required (or --dry-run)");
   try {
     if (dry) { size_report(spec, stdout); return 0; }
     if (!quiet) size_report(spec, stderr);
@@ -120,8 +115,7 @@ int cmd_mkmodel(int argc, char **argv) {
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!quiet) std::fprintf(stderr, "\nmkmodel: wrote %s in %.1f s\n", out.c_str(), s);
   } catch (const moe::Error &e) {
-    std::fprintf(stderr, "\nmkmodel: %s\n", e.what());
-    return 1;
+    return cli::report(1, std::string(e.what()) + " [" + moe::status_name(e.code()) + "]");
   }
   return 0;
 }

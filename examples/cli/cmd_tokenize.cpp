@@ -1,7 +1,10 @@
-// moeinfer-cli tokenize: JSON lines in, token ids out (one line per input line, in order).
+// moeinfer-cli tokenize: one line in, one line of token ids out, in order. A line that parses
+// as a JSON object is the contract {"text","add_special","parse_special"}; any other line is
+// plain text (add_special true, parse_special false).
 //
 //   echo '{"text": "Hello", "add_special": true, "parse_special": false}' | moeinfer-cli tokenize -m model.gguf
 //   -> {"ids":[9707]}
+//   echo 'Hello' | moeinfer-cli tokenize -m model.gguf
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -9,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/status.h"
 #include "gguf/gguf_reader.h"
@@ -20,8 +24,9 @@ namespace {
 void usage(FILE *out) {
   std::fprintf(out,
                "usage: moeinfer-cli tokenize -m MODEL.gguf [--allow-unknown-pre] [--words]\n\n"
-               "Reads JSON lines {\"text\": str, \"add_special\": bool, \"parse_special\": bool} on stdin and\n"
-               "prints one line {\"ids\": [...]} per input line. Only the GGUF metadata is read.\n\n"
+               "Reads lines on stdin and prints one line {\"ids\": [...]} per non-blank input line. A line that is\n"
+               "a JSON object is {\"text\": str, \"add_special\": bool, \"parse_special\": bool}; any other line is\n"
+               "plain text (special tokens added, special-token text not parsed). Only the GGUF metadata is read.\n\n"
                "  -m, --model PATH        GGUF file whose tokenizer.ggml.* vocabulary is used\n"
                "  --allow-unknown-pre     fall back to the gpt2 pre-tokenizer for an unknown tokenizer.ggml.pre\n"
                "  --words                 print the pre-tokenizer's words {\"words\": [...]} instead of ids\n"
@@ -62,35 +67,27 @@ int cmd_tokenize(int argc, char **argv) {
     if (!std::strcmp(a, "-h") || !std::strcmp(a, "--help")) {
       usage(stdout);
       return 0;
-    } else if ((!std::strcmp(a, "-m") || !std::strcmp(a, "--model")) && i + 1 < argc) {
-      model = argv[++i];
+    } else if (!std::strcmp(a, "-m") || !std::strcmp(a, "--model")) {
+      model = cli::value(argc, argv, i);
     } else if (!std::strcmp(a, "--allow-unknown-pre")) {
       allow_unknown_pre = true;
     } else if (!std::strcmp(a, "--words")) {
       words_mode = true;
     } else {
-      std::fprintf(stderr, "moeinfer-cli tokenize: unknown or incomplete option '%s'\n\n", a);
-      usage(stderr);
-      return 2;
+      return cli::report(2, std::string("unknown option '") + a + "' (see moeinfer-cli tokenize --help)");
     }
   }
-  if (model.empty()) {
-    std::fprintf(stderr, "moeinfer-cli tokenize: -m MODEL is required\n\n");
-    usage(stderr);
-    return 2;
-  }
+  if (model.empty()) return cli::report(2, "-m MODEL is required (the GGUF file whose vocabulary is used)");
 
   std::unique_ptr<moe::Vocab> vocab;
   try {
     auto f = moe::GgufFile::open(model);
     vocab = moe::Vocab::from_gguf(*f, allow_unknown_pre);
   } catch (const moe::Error &e) {
-    std::fprintf(stderr, "moeinfer-cli tokenize: %s: %s (%s)\n", model.c_str(), e.what(), moe::status_name(e.code()));
-    return 1;
+    return cli::report(1, std::string(e.what()) + " [" + moe::status_name(e.code()) + "]");
   }
   if (!vocab) {
-    std::fprintf(stderr, "moeinfer-cli tokenize: %s has no tokenizer (tokenizer.ggml.model missing)\n", model.c_str());
-    return 1;
+    return cli::report(1, model + " has no tokenizer (tokenizer.ggml.model missing): pass a model with a vocabulary");
   }
 
   std::string line, out;
@@ -100,9 +97,10 @@ int cmd_tokenize(int argc, char **argv) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line: nothing to answer
     std::vector<int32_t> ids;
     try {
-      nlohmann::json j = nlohmann::json::parse(line);
-      if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-        throw std::runtime_error("expected an object with a string \"text\"");
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions*/ false);
+      if (!j.is_object()) j = {{"text", line}, {"add_special", true}, {"parse_special", false}};  // plain text
+      if (!j.contains("text") || !j["text"].is_string())
+        throw std::runtime_error("a JSON line needs a string \"text\"");
       if (words_mode) {
         std::cout << nlohmann::json{{"words", split_words(*vocab, j["text"].get_ref<const std::string &>())}}.dump()
                   << "\n";
@@ -112,8 +110,7 @@ int cmd_tokenize(int argc, char **argv) {
       bool parse_special = j.value("parse_special", false);
       ids = vocab->encode(j["text"].get_ref<const std::string &>(), add_special, parse_special);
     } catch (const std::exception &e) {
-      std::fprintf(stderr, "moeinfer-cli tokenize: line %zu: %s\n", line_no, e.what());
-      return 1;
+      return cli::report(1, "line " + std::to_string(line_no) + ": " + e.what());
     }
     out = "{\"ids\":[";
     for (size_t k = 0; k < ids.size(); ++k) {

@@ -1,9 +1,11 @@
 #include "cli/demo_model.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "model/synth/synth_model.h"
 
@@ -16,7 +18,9 @@ std::string demo_model_path() {
   spec.preset = "tiny";
   spec.type_mix = "f16";
   spec.seed = 1;
-  const std::string part = path + ".part";
+  // A name of its own per process, then an atomic rename: concurrent first runs cannot
+  // write into one file.
+  const std::string part = path + "." + std::to_string(getpid()) + ".part";
   moe::write_synthetic_model(spec, part);
   std::rename(part.c_str(), path.c_str());
   return path;

@@ -9,7 +9,7 @@
 //   pl.set_fit_context(n_ctx, n_ubatch, kv);          // the context the fit leaves room for
 //   mp.placement = pl.params;
 //
-// Header-only (no exits, errors come back as text) so tests/cli_smoke can check the parsing
+// Header-only (no exits, errors come back as text in args.h's style) so tests/cli_smoke can check the parsing
 // without a model.
 #pragma once
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "engine/engine.h"
 
 namespace cli {
@@ -98,19 +99,16 @@ struct PlacementArgs {
       v = argv[++i];
       return true;
     };
-    auto integer = [&](long lo, long *out) {
+    auto integer = [&](long long lo, long long *out) {
+      constexpr long long kMax = 1000000;  // layers, MiB: far above any real model
       if (!need()) return false;
-      char *end = nullptr;
-      errno = 0;
-      const long x = std::strtol(v, &end, 10);
-      if (!*v || *end || errno || x < lo || x > 1000000) {
-        error = "option " + a + ": '" + v + "' is not an integer >= " + std::to_string(lo);
+      if (!parse_int(v, lo, kMax, out)) {
+        error = int_error(a, v, lo, kMax);
         return false;
       }
-      *out = x;
       return true;
     };
-    long n = 0;
+    long long n = 0;
     if (a == "--twin-device") {  // tests: a second instance of one device (hidden)
       if (!need()) return -1;
       params.twin_device = device_name(v);
@@ -178,11 +176,8 @@ struct PlacementArgs {
     params.fit_kv_type = static_cast<int>(kv);
   }
 
-  // Prints "<cmd>: <error>" and returns the usage-error exit code.
-  int fail(const char *cmd) const {
-    std::fprintf(stderr, "%s: %s\n", cmd, error.c_str());
-    return 2;
-  }
+  // Prints the error in the common style (args.h) and returns the usage-error exit code.
+  int fail(const char * /*cmd: named by cli::program()*/) const { return report(2, error); }
 
 private:
   // "3,1" or "3/1": one non-negative share per GPU.
@@ -192,9 +187,8 @@ private:
     while (p <= s.size()) {
       const size_t q = std::min(s.find_first_of(",/", p), s.size());
       const std::string item = s.substr(p, q - p);
-      char *end = nullptr;
-      const double x = item.empty() ? -1.0 : std::strtod(item.c_str(), &end);
-      if (item.empty() || *end || !std::isfinite(x) || x < 0.0) {
+      double x = 0.0;
+      if (!parse_float(item.c_str(), 0.0, 1e6, &x)) {
         error = "option -ts: '" + s + "' is not a list of shares >= 0 (e.g. 3,1)";
         return false;
       }

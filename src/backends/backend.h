@@ -133,15 +133,15 @@ std::unique_ptr<Backend> make_cpu_backend(const std::string &name = "cpu", bool 
 // Process-wide GPU debugging switch: programmatic dependent launch (a kernel's start overlaps
 // the previous kernel's tail; on by default, sm_90+). No effect without CUDA.
 void set_gpu_dependent_launch(bool on);
-// Process-wide GPU switches of session-5 changes, for measuring them against the old launch
-// (default on; no effect without CUDA): the LM head (a final output) in the GPU's own float
+// Process-wide GPU switches of the 2026-11-30 evening changes (9751c32, docs/perf/cuda.md), for
+// measuring them against the previous launch (default on; no effect without CUDA): the LM head (a final output) in the GPU's own float
 // order, and the lean 8-warp kernel for one-token mat-vec groups of 2..3 blocks per SM.
 void set_gpu_own_order_head(bool on);
 void set_gpu_lean_groups(bool on);
-// Session 6: a one-token mat-vec group's last block runs the RmsNorm -> Mul of its output row
+// Norm tails: a one-token mat-vec group's last block runs the RmsNorm -> Mul of its output row
 // (cuda_fusion.h: norm tails). kinds: 1 down + combine + residual (the next attention norm,
 // the output norm), 2 out-proj + residual (the ffn norm), 3 both, 0 none (default: measured
-// slower in session 6).
+// slower on 2026-11-30, docs/perf/cuda.md).
 void set_gpu_norm_tails(unsigned kinds);
 // Decode attention: at most max_ranges cell ranges of >= min_chunk cells (default 32, 64).
 void set_gpu_decode_split(int max_ranges, int min_chunk);
@@ -149,9 +149,9 @@ void set_gpu_decode_split(int max_ranges, int min_chunk);
 void set_gpu_prefill_attn_blocks(int per_sm);
 // Dense quantized products of >= tokens columns on cuBLAS over f16-dequantized weights (0: no
 // cuBLAS at all, the F32 router products included);
-// before loading a model. Default 128: measured faster than the int8 MMQ from 64 tokens (session
-// 9; full file pp64 +2%, pp128 +6%), but below 128 the int8 kernels' exact integer products keep
-// the default float order as close to the reference as session 8 had it (conformance prompts
+// before loading a model. Default 128: measured faster than the int8 MMQ from 64 tokens
+// (2026-12-01; full file pp64 +2%, pp128 +6%), but below 128 the int8 kernels' exact integer products
+// keep the default float order as close to the reference as at 14f7e41 (conformance prompts
 // are 10-84 tokens; with 64, prompt 4 of qwen3moe-q4_k_m took another greedy step).
 constexpr int kGpuBlasMinTokens = 128;
 void set_gpu_blas_min_tokens(int tokens);
@@ -163,3 +163,6 @@ std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &na
 #endif
 
 }  // namespace moe
+// Why no GPU backend is listed, for device errors: "" when one is; else whether CUDA is not
+// compiled into this build or no device/driver answered (the two have different fixes).
+std::string gpu_unavailable_reason();

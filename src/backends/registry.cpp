@@ -33,6 +33,20 @@ BackendRegistry::BackendRegistry(const std::string &twin) {
 
 BackendRegistry::~BackendRegistry() = default;
 
+std::string gpu_unavailable_reason() {
+#ifdef MOEINFER_WITH_CUDA
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess && n > 0) return "";
+  (void)cudaGetLastError();
+  return std::string("CUDA is compiled in but no GPU is usable (") +
+         (e == cudaSuccess ? "no CUDA device found" : cudaGetErrorString(e)) +
+         "); check the GPU and its driver with nvidia-smi";
+#else
+  return "this build has no CUDA backend: CUDA was not compiled in (configure with -DMOEINFER_CUDA=ON)";
+#endif
+}
+
 void set_gpu_dependent_launch(bool on) {
 #ifdef MOEINFER_WITH_CUDA
   cuda_pdl_enable(on);

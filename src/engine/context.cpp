@@ -28,7 +28,10 @@ static Backend *pick_device(const BackendRegistry &reg, const std::string &want)
   if (!b) {
     std::string names;
     for (size_t i = 0; i < reg.size(); ++i) names += (i ? ", " : "") + reg.at(i)->info().name;
-    fail(Status::InvalidArgument, "device '%s' is not available (devices: %s)", want.c_str(), names.c_str());
+    // A GPU name: say whether CUDA is missing from the build or no GPU answered.
+    const std::string why = want.compare(0, 4, "cuda") == 0 ? gpu_unavailable_reason() : "";
+    fail(Status::InvalidArgument, "device '%s' is not available (devices: %s)%s%s", want.c_str(), names.c_str(),
+         why.empty() ? "" : "; ", why.c_str());
   }
   return b;
 }

@@ -109,7 +109,7 @@ if has sanall; then
   # a time (the sanitizers are host bound, so cases run side by side on the one GPU). A case is
   # selected by its name up to the first character Catch2 treats specially, plus '*'.
   # SAN_CASES (a file of such patterns, one per line) replaces the list: e.g. the four cases that
-  # ran past 440 s under racecheck in session 7 (docs/perf/cuda.md), alone with SAN_S=580.
+  # ran past 440 s under racecheck on 2026-11-30 (docs/perf/cuda.md), alone with SAN_S=580.
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   mkdir -p "$OUT/san"
   if [ -n "${SAN_CASES:-}" ]; then grep -v '^ *$' "$SAN_CASES" > "$OUT/san/cases.txt"
@@ -202,7 +202,7 @@ if has ncudeep; then
   # (NCU_BENCH_ARGS="-p 512 -n 0" with NCU_KERNELS=mmq_q4k looks at the prefill GEMM instead),
   # plus the per-SASS-instruction counts and stall samples (ncu_source.csv; summarise one launch
   # with tests/cuda/ncu_source_summary.py). NCU_SKIP counts matching launches only: keep it below
-  # their number in the run (session 6's 300 skipped past every expert launch of 8 layers x 8 steps).
+  # their number in the run (300, as used on 2026-11-30, skipped past every expert launch of 8 layers x 8 steps).
   [ -n "$MK_PID" ] && wait $MK_PID
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   timeout 200 "$NCU" --set full --import-source yes --clock-control none -k "regex:${NCU_KERNELS:-attn_decode|matvec}" --launch-skip ${NCU_SKIP:-40} \

@@ -2,7 +2,7 @@
 """Per-opcode instruction mix and warp-stall samples of one kernel launch from an Nsight Compute
 source-page export (`ncu -i REPORT --page source --csv --print-source sass > src.csv`, the report
 taken with `--set full --import-source yes`): where a kernel's instructions and stalls go, e.g.
-the prefill MMQ's integer unpack against its mma (docs/perf/cuda.md, session 7).
+the prefill MMQ's integer unpack against its mma (docs/perf/cuda.md, 2026-11-30 night).
 The export lists each launch twice (consecutive indices, the same counts).
 Usage: ncu_source_summary.py src.csv            (lists the launches: index, instructions, name)
        ncu_source_summary.py src.csv INDEX [N]  (the top N opcodes of launch INDEX, default 24)"""

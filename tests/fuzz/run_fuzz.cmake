@@ -1,5 +1,5 @@
-# Configure + build the clang fuzz project (tests/fuzz as top level), then run a bounded
-# session. Usage: cmake -DCXX=clang++ -DSRC=tests/fuzz -DBIN=out -DRUNS=20000 -DSEED=1 -P run_fuzz.cmake
+# Configure + build the clang fuzz project (tests/fuzz as top level), then fuzz for a bounded
+# number of runs. Usage: cmake -DCXX=clang++ -DSRC=tests/fuzz -DBIN=out -DRUNS=20000 -DSEED=1 -P run_fuzz.cmake
 if("${SEED}" STREQUAL "")
   set(SEED 1)  # "-seed=" alone would stop libFuzzer; 0 (a random seed) must be asked for explicitly
 endif()

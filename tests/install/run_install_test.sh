@@ -17,6 +17,19 @@ has_static=0; [ -e "$prefix/$libdir/libmoeinfer.a" ] && has_static=1
 has_shared=0; [ -e "$prefix/$libdir/libmoeinfer.so.1" ] && has_shared=1
 [ $has_shared = 1 ] || [ $has_static = 1 ] || { echo "no library installed"; exit 1; }
 export PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig"
+# A shared build installs the static library too (MOEINFER_STATIC_LIB, CUDA or not).
+if [ "${MOEINFER_EXPECT_STATIC:-0}" = 1 ] && [ $has_static = 0 ]; then echo "libmoeinfer.a not installed"; exit 1; fi
+# cudart is linked statically: the shared library's .pc names no CUDA library at all, the
+# static one cudart_static (never the shared -lcudart).
+pc_shared=$(pkg-config --libs --static moeinfer)
+if [ $has_shared = 1 ] && printf '%s' "$pc_shared" | grep -q cuda; then echo "moeinfer.pc names CUDA: $pc_shared"; exit 1; fi
+if [ $has_static = 1 ]; then
+  pc_static=$(pkg-config --libs --static moeinfer-static)
+  if printf '%s' "$pc_static" | grep -Eq -- '-lcudart( |$)'; then echo "moeinfer-static.pc names -lcudart: $pc_static"; exit 1; fi
+  if [ "${MOEINFER_HAVE_CUDA:-OFF}" = ON ] && ! printf '%s' "$pc_static" | grep -q -- -lcudart_static; then
+    echo "moeinfer-static.pc lacks -lcudart_static: $pc_static"; exit 1
+  fi
+fi
 run() {  # run BINARY: prints and checks the output
   echo "== $*"
   LD_LIBRARY_PATH="$prefix/$libdir" "$@" $model

@@ -168,7 +168,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
                                          "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum"};
         std::vector<std::string> want_out = {"fused:rms_norm+mul"};  // output norm
         if (cuda_fused_matvec_available()) {
-          // Norm tails (session 6): out-proj + residual takes the ffn norm (the router then
+          // Norm tails (cuda_fusion.h): out-proj + residual takes the ffn norm (the router then
           // starts at its mat-vec), down + combine + residual the next layer's attention norm
           // (layer 0's follows the embedding: a row chain) or, in the last layer, the output norm.
           want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",

@@ -165,7 +165,7 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
     // Fed one token at a time (the decode path: one-token mat-vecs, RoPE table, reference-order
     // attention), CUDA follows the CPU step by step up to the LM head. Measured on the H200
     // with the LM head in the CPU's order too: 3e-5..5e-5 (about the last ulp of logits near
-    // 130, not growing over the steps); before the session-4 decode changes it was 1.4..2.4,
+    // 130, not growing over the steps); before the 2026-11-30 afternoon decode changes (ff270d2) it was 1.4..2.4,
     // which failed the K-quant conformance files. The LM head now takes CUDA's own order (a
     // final output: no rounding follows it): its sums differ from the CPU's by float rounding,
     // ~1e-7 of the logit scale. Bound: 1e-5 of the largest |logit| (~1.3e-3 at logits near

@@ -23,6 +23,7 @@
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
+#include "support/temp_files.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_kernel_errors.h"
 #include "backends/cuda/cuda_ops.h"
@@ -40,8 +41,7 @@ using moe_test::WeightStore;
 namespace {
 
 std::string write_tiny_model(const char *tag) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            (std::string("moe-cuda-robust-") + tag + "-" + std::to_string(::getpid()) + ".gguf")).string();
+  const std::string path = moe_test::temp_path(std::string("cuda-robust-") + tag + ".gguf");
   SynthSpec spec;
   spec.preset = "tiny";
   spec.type_mix = "q8_0";

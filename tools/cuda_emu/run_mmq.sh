@@ -9,8 +9,8 @@ REPO=$(cd "$HERE/../.." && pwd)
 OUT=${OUT:-/tmp/moe-cuda-emu-mmq}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$OUT"
-# The kernel of revision OLD (default: the session-3 kernel, register-staged) is built
-# beside the working tree's; every output must match it bit for bit.
+# The kernel of revision OLD (default: 5993875, the register-staged kernel of 2026-11-30
+# morning) is built beside the working tree's; every output must match it bit for bit.
 git -C "$REPO" show "${OLD:-5993875}:src/backends/cuda/ops/matmul_mmq_i8.cu" > "$OUT/old_mmq_i8.cu"
 python3 "$HERE/gen_mmq.py" "$REPO" "$OUT"
 SAN=""

@@ -9,7 +9,7 @@ namespace moe {
 namespace {
 
 std::atomic<bool> g_fusion{true};
-// Norm tails are off by default: measured on the H200 (session 6, Qwen3-30B-A3B Q4_K_M, graphs
+// Norm tails are off by default: measured on the H200 (2026-11-30, Qwen3-30B-A3B Q4_K_M, graphs
 // on), tg128 278.5 t/s without, 275.9 with the down tail, 268.2 with the out-proj tail, 266.4
 // with both: the last-block tail adds ~3 us (down) / ~5 us (out-proj) to its launch, more than
 // the row-chain launch it removes costs inside a PDL graph. Kept as a switch (bench

@@ -66,7 +66,7 @@ struct FusionPlan {
 void cuda_fusion_enable(bool on);
 bool cuda_fusion_enabled();
 // Process-wide switch for norm tails (FusedGroup::norm_tail), a mask of the producer kinds that
-// take them (default: none, measured slower in session 6: cuda_fusion.cpp); a kind left out
+// take them (default: none, measured slower on 2026-11-30: cuda_fusion.cpp); a kind left out
 // plans those norms as before (a row chain, or inside the router). Part of the executor's plan
 // cache key.
 constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm

@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     for (int e = 0; e < 4; ++e) o[nd][e] = 0.0f;
   // Running max and this thread's share of the row sums (its 2 columns per block). expf, not
   // exp2 of prescaled scores: the probabilities are rounded to f16 for P V, and the default
-  // float order's conformance greedy checks moved (session 9) when their last bits changed.
+  // float order's conformance greedy checks moved (2026-12-01) when their last bits changed.
   float M[2] = {-INFINITY, -INFINITY};
   float S[2] = {0.0f, 0.0f};
 

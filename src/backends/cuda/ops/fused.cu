@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kRcThreads) row_chains_warp_kernel(const __gri
   for (int c = 0; c < a.n; ++c) stride = a.ch[c].in.ne[0] > stride ? a.ch[c].in.ne[0] : stride;
   float *row = s_rows + warp * stride;
   // The block's rows, chain after chain, dealt to the warps in turn. 32-bit index math and a
-  // 4-deep staging loop (rows are a grid index; a row fits shared memory): session 8 counted
+  // 4-deep staging loop (rows are a grid index; a row fits shared memory): ncu counted (2026-11-30)
   // ~920 warp instructions per row here, mostly 64-bit divisions, loop control and the
   // predicated slots of a 16-deep staging batch sized for 512-value rows.
   int item = warp;

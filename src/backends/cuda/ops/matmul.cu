@@ -92,7 +92,7 @@ __global__ void act_round_kernel(TView x, int64_t K, int vdt, void *out, bool ou
 // Q8_K (K % 256 == 0, as every K-quant row is): the outputs act_round_kernel describes, a warp
 // per 256-element block and 4 blocks per launch block. Why: act_round_kernel's Q8_K branch (256
 // threads per block, a barrier and a second load of the largest value) took 17.7 us per launch
-// on the prompt products' inputs (session 8, pp512) for a few MB of traffic; this takes 4.8.
+// on the prompt products' inputs (2026-11-30, pp512) for a few MB of traffic; this takes 4.8.
 constexpr int kRoundWarps = 4;
 __global__ void __launch_bounds__(kRoundWarps * 32) act_round_q8k_kernel(TView x, int K, int64_t units, void *out, bool out_f16,
                                                                          void *q_out, bool q_int8, float2 *s_out) {
@@ -145,7 +145,7 @@ struct RouteTables {
 // route_kernel: one block of kRouteThreads threads (>= E, checked by placement), thread e owns
 // expert slot e in the scans. Entry i = t n_used + j of ids is (token t, slot j): a thread keeps
 // one slot and steps over tokens (tokens_per_round = kRouteThreads / n_used per round, kRouteIds
-// rounds' loads in flight together), so no entry needs a division. Why this shape: session 8's
+// rounds' loads in flight together), so no entry needs a division. Why this shape: the 2026-11-30
 // profile of the previous kernel (11.4 us at pp512) counted 1,750 dependent instructions per
 // warp, most of them a 9-round Hillis-Steele scan over 512 slots (two barriers a round) and two
 // divisions per entry; the scans are now warp shuffles plus one pass over 16 warp totals.
@@ -712,7 +712,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
                         n_col_tiles);
     } else if (s.sgemm && c.blas && g_blas_min_tokens.load() > 0 && w.nb[1] % 4 == 0) {
       // F32 weights (routers): cuBLAS's f32 GEMM, unless cuBLAS is switched off (blas min 0).
-      // Session 9: 29.7 us per router call at 512 tokens on the split-K kernel below + its sum.
+      // Measured 2026-12-01: 29.7 us per router call at 512 tokens on the split-K kernel below + its sum.
       cuda_blas_gemm_f32(c.blas, static_cast<int>(s.M), ncols, static_cast<int>(s.K), reinterpret_cast<const float *>(W),
                          static_cast<int>(w.nb[1] / 4), xr, static_cast<int>(s.K), Y, static_cast<int>(s.M));
     } else if (s.sgemm) {

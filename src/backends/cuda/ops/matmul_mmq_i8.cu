@@ -24,7 +24,7 @@
 // in place. Also a K split over several blocks for dense grids that would leave SMs idle,
 // and narrow column tiles (<= 32) shared by the two warp groups along K (SubRange).
 // Host-checked by tools/cuda_emu/run_mmq.sh (bit for bit against the register-staged
-// kernel of session 3, which this one reproduces: same integers, same folds).
+// kernel of 5993875, which this one reproduces: same integers, same folds).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/mma_common.cuh"
@@ -461,7 +461,7 @@ void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, i
   if constexpr (T == DType::Q6_K)
     if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes, false);
   // mmq_i8_kernel reads Q4_K / Q5_K nibbles as 16-byte vectors too (mmq_i8_weights.cuh): a
-  // tensor placed otherwise (a session-9 test at a 2-byte offset) would fault the context.
+  // tensor placed otherwise (a test at a 2-byte offset, 2026-12-01) would fault the context.
   if constexpr (T == DType::Q4_K || T == DType::Q5_K)
     if ((reinterpret_cast<uintptr_t>(W) & 15u) != 0) fail(Status::Internal, "CUDA int8 MMQ: %s weights at %p are not 16-byte aligned", dtype_name(T), static_cast<const void *>(W));
   go(mmq_i8_kernel<T>, I8Smem<T>::kBytes, false);

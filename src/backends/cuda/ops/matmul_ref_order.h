@@ -18,7 +18,7 @@ class Graph;
 // attention_ref_order.cu. Why: the K-quant conformance files are chaotic (a 1-ulp change
 // flips a Q8_K activation rounding and moves logits by ~1), their prompts and teacher-forced
 // records are batches of 10..92 tokens, and the tensor-core kernels sum in another order.
-// Cost: prompts of 16..128 tokens run on these warp-per-row kernels (session 8, H200, the
+// Cost: prompts of 16..128 tokens run on these warp-per-row kernels (2026-11-30, H200, the
 // Qwen3-30B-A3B shape: pp128 813 t/s against pp512 12,630), so it is opt-in per context
 // (moe_context_params.cpu_float_order -> Graph::cpu_float_order); longer batches always take
 // the tensor cores.

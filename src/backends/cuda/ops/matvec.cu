@@ -87,7 +87,7 @@ struct MvArgs {
 // Above 128 bytes of kernel parameters nvcc stops loading MvArgs into registers at entry and
 // reads it through the parameter's address everywhere (ld.param [reg + offset]: 20 -> 51 in the
 // row-pair kernel's PTX at 136 bytes); that coincided with the o-proj going 6.8 -> 8.5 us on
-// the H200 (docs/perf/cuda.md, session 5).
+// the H200 (docs/perf/cuda.md, 2026-11-30 evening).
 static_assert(sizeof(MvArgs) <= 128, "MvArgs: keep the kernel parameters within 128 bytes");
 
 constexpr DType act_type(DType t) {
@@ -781,8 +781,8 @@ __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_ker
   else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
-// Down + combine in 16-warp blocks at up to 128 registers, one warp per row: session 4's
-// geometry, which the H200 ran faster for Qwen3-30B-A3B's 8 slots (ncu, 8-layer model: Q6_K
+// Down + combine in 16-warp blocks at up to 128 registers, one warp per row: the geometry
+// of ff270d2 (2026-11-30), which the H200 ran faster for Qwen3-30B-A3B's 8 slots (ncu, 8-layer model: Q6_K
 // 14.3 us, Q4_K 11.6) than the 8-warp expert kernel with two warps per row (17.1 / 15.9).
 template <DType T, int J, int CH, int P>
 __global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a, const __grid_constant__ RowTail tail) {

@@ -43,7 +43,7 @@ __device__ __forceinline__ float ref_swiglu(float g, float u, int64_t i, int64_t
 // row in global memory; x: shared or global. Every lane of the warp must call it; all get the
 // result.
 // The weights of U steps are loaded before their first fma (2U loads in flight per lane: a
-// 2048-long row in one round trip; session 7, was two at U = 16), the fold order is unchanged.
+// 2048-long row in one round trip since 2026-11-30, was two at U = 16), the fold order is unchanged.
 __device__ __forceinline__ float ref_dot_f32_row(const float *w, const float *x, int n) {
   constexpr int U = 32;
   const int lane = threadIdx.x & 31, np = n & ~63;
