@@ -621,6 +621,60 @@ MOE_API moe_status moe_sampler_reset(moe_sampler *sampler);
 /* Replaces the seed and restarts the PRNG from it. */
 MOE_API moe_status moe_sampler_set_seed(moe_sampler *sampler, uint64_t seed);
 
+/* ------------------------------------------------------------------ chat templates */
+/* A conversation rendered into a prompt with the model's own Jinja chat template
+ * (GGUF tokenizer.chat_template) by moeinfer's interpreter; docs/chat.md lists the Jinja
+ * features it covers. A template using anything else fails with MOE_STATUS_UNSUPPORTED and
+ * a message naming the feature, line and column: never a silently different prompt. */
+
+/* One message. Strings are UTF-8, NUL-terminated, borrowed for the call. NULL = absent.
+ * The layout is fixed: later fields come with a new function, never by appending here. */
+typedef struct moe_chat_message {
+  const char *role;              /* required: "system", "user", "assistant", "tool", "developer", ... */
+  const char *content;           /* NULL renders as none (e.g. an assistant turn with only tool calls) */
+  const char *reasoning_content; /* earlier thinking of an assistant turn; also shown to templates as
+                                  * `thinking` (the name gpt-oss reads) */
+  const char *tool_calls;        /* JSON array [{"type":"function","id":..,"function":{"name":..,
+                                  * "arguments":{..}}}], given to the template as parsed; whether
+                                  * arguments is an object or JSON text is the template's choice */
+  const char *tool_call_id;      /* tool results: the call they answer */
+  const char *name;              /* tool results: the tool's name */
+} moe_chat_message;
+
+typedef struct moe_chat_params {
+  size_t struct_size;            /* sizeof(moe_chat_params); set by moe_chat_default_params */
+  const char *template_text;     /* a template to use instead of the model's; default NULL */
+  const char *template_name;     /* NULL (default): tokenizer.chat_template; else the named variant
+                                  * tokenizer.chat_template.<name> (e.g. "tool_use") */
+  int32_t add_generation_prompt; /* nonzero: end with the opening of the assistant's turn; default 1 */
+  int32_t enable_thinking;       /* -1 (default): not passed, the template's default applies;
+                                  * 0 / 1: enable_thinking = false / true */
+  const char *tools;             /* JSON array of tool definitions ({"type":"function","function":{..}});
+                                  * default NULL (no tools) */
+  const char *extra_context;     /* JSON object whose members become template variables
+                                  * (reasoning_effort, clear_thinking, ...); default NULL */
+  const char *bos_token;         /* NULL (default): the model's BOS text ("" without a model) */
+  const char *eos_token;         /* NULL (default): the model's EOS text ("" without a model) */
+  int64_t now_unix;              /* seconds since the epoch that strftime_now() formats (UTC);
+                                  * 0 (default): the current time */
+} moe_chat_params;
+/* struct_size of the first layout (72 bytes on 64-bit targets). */
+#define MOE_CHAT_PARAMS_SIZE_V1 (offsetof(moe_chat_params, now_unix) + sizeof(int64_t))
+
+MOE_API moe_chat_params moe_chat_default_params(void);
+
+/* Renders messages[0..n_messages) into buf (NUL-terminated) with the moe buffer protocol:
+ * *out_len receives the prompt's length in bytes (without the NUL) even when buf is too
+ * small (MOE_STATUS_BUFFER_TOO_SMALL; pass NULL/0 to query). model may be NULL when
+ * params->template_text is set. params may be NULL (defaults).
+ * INVALID_ARGUMENT: a NULL role, bad JSON in tool_calls/tools/extra_context, a template
+ * error or the template's raise_exception() (its message is in moe_last_error), or a model
+ * without the requested template. UNSUPPORTED: the template uses a Jinja feature moeinfer
+ * does not implement. */
+MOE_API moe_status moe_chat_apply_template(const moe_model *model, const moe_chat_message *messages,
+                                           size_t n_messages, const moe_chat_params *params, char *buf,
+                                           size_t buf_size, size_t *out_len);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif
