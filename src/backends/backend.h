@@ -36,6 +36,9 @@ struct DeviceInfo {
 class HostRegistration {
 public:
   virtual ~HostRegistration() = default;
+  // The device's kernels may read the range through its host addresses (unified addressing
+  // of registered memory), so a product can run on the GPU over weights left in host memory.
+  virtual bool readable_in_place() const { return false; }
 };
 
 class DeviceBuffer {
@@ -77,6 +80,11 @@ public:
   virtual void flush() {}
   virtual void host_wait() {}
   virtual void wait_for(Executor &other) { (void)other; }
+  // mark: flush, then remember this point of the submitted work; host_wait_mark blocks until
+  //   the work up to the mark is done, while later work (an overlapped stretch) may still
+  //   run. CPU executors: nothing to wait for.
+  virtual void mark() {}
+  virtual void host_wait_mark() {}
   // After the step's host synchronisation (the logits download): throws DeviceError when a
   // kernel of an earlier pass met a bad index (GPU executors; never waits: a report whose
   // copy has not landed yet, after a step without a download, comes at a later check).
@@ -155,6 +163,9 @@ void set_gpu_prefill_attn_blocks(int per_sm);
 // are 10-84 tokens; with 64, prompt 4 of qwen3moe-q4_k_m took another greedy step).
 constexpr int kGpuBlasMinTokens = 128;
 void set_gpu_blas_min_tokens(int tokens);
+// Why no GPU backend is listed, for device errors: "" when one is; else whether CUDA is not
+// compiled into this build or no device/driver answered (the two have different fixes).
+std::string gpu_unavailable_reason();
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);
@@ -163,6 +174,3 @@ std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &na
 #endif
 
 }  // namespace moe
-// Why no GPU backend is listed, for device errors: "" when one is; else whether CUDA is not
-// compiled into this build or no device/driver answered (the two have different fixes).
-std::string gpu_unavailable_reason();

@@ -9,6 +9,7 @@
 #include "core/alloc_test_hook.h"
 #include "core/log.h"
 #include "engine/context_impl.h"
+#include "core/step_profile.h"
 #include "gguf/gguf_reader.h"
 #include "model/arch/arch.h"
 #include "model/model_impl.h"
@@ -105,10 +106,14 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
     if (c.devices[d]->host_memory()) { m.ensure_cpu_copy(); break; }
   // Host weights a GPU copies (prompt streaming) must be page-locked: pageable copies are
   // staged by the driver at a fraction of the bus speed and cannot be captured in graphs.
-  c.stream_gpu = -1;
-  if (c.mixed && c.model_placement && p.stream_min_tokens != 0)
-    for (size_t d = 0; d < c.devices.size() && c.stream_gpu < 0; ++d)
-      if (!c.devices[d]->host_memory() && m.pin_cpu_weights(*c.devices[d])) c.stream_gpu = static_cast<int>(d);
+  // Direct expert reads need them page-locked too (and readable in place).
+  c.pinned_gpu = -1;
+  if (c.mixed && c.model_placement && (p.stream_min_tokens != 0 || p.direct_expert_slots != 0))
+    for (size_t d = 0; d < c.devices.size() && c.pinned_gpu < 0; ++d)
+      if (!c.devices[d]->host_memory() && m.pin_cpu_weights(*c.devices[d])) c.pinned_gpu = static_cast<int>(d);
+  c.stream_gpu = p.stream_min_tokens != 0 ? c.pinned_gpu : -1;
+  c.marked.assign(c.executors.size(), false);
+  c.plan_direct_slots();
   c.arenas.resize(c.devices.size());
   c.arena_bytes.assign(c.devices.size(), 0);
   {
@@ -145,6 +150,7 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   gp.kv_type = params.kv_type;
   Graph g;
   g.cpu_float_order = params.cpu_float_order;
+  if (n_tokens == 1) g.moe_direct_slots_by_layer = direct_slots;
   m.arch->build(m, gp, g);
   building_tokens = n_tokens;
   auto plan = compile_graph(std::move(g), compile_options());
@@ -213,7 +219,36 @@ CompileOptions Context::Impl::compile_options() const {
       return d >= 0 && !devs[static_cast<size_t>(d)]->host_memory() ? d : fallback;
     };
   }
+  if (!direct_slots.empty()) {
+    const std::vector<Backend *> devs = devices;
+    co.direct_device = [pl, devs](int layer) {
+      const int d = layer >= 0 && layer < static_cast<int>(pl->kv_device.size()) ? pl->kv_device[static_cast<size_t>(layer)] : -1;
+      return d >= 0 && !devs[static_cast<size_t>(d)]->host_memory() ? d : -1;
+    };
+  }
   return co;
+}
+
+void Context::Impl::plan_direct_slots() {
+  direct_slots.clear();
+  const Model::Impl &m = model->impl();
+  if (pinned_gpu < 0 || params.direct_expert_slots == 0 || !m.cpu_copy_pin || !m.cpu_copy_pin->readable_in_place()) return;
+  const int n_used = static_cast<int>(m.hp.n_expert_used);
+  int slots = params.direct_expert_slots > 0 ? params.direct_expert_slots : (kDirectExpertSlotsAuto * n_used + 4) / 8;
+  slots = std::min(slots, n_used - 1);
+  if (slots <= 0) return;
+  const Placement &pl = m.placement;
+  bool any = false;
+  std::vector<int> per_layer(m.hp.n_layer, 0);
+  for (uint32_t l = 0; l < m.hp.n_layer; ++l) {
+    const GgufTensorInfo *t = m.find("blk." + std::to_string(l) + ".ffn_gate_exps.weight");
+    const int kd = l < pl.kv_device.size() ? pl.kv_device[l] : -1;
+    if (!t || kd < 0 || devices[static_cast<size_t>(kd)]->host_memory()) continue;
+    if (!devices[static_cast<size_t>(pl.device_of(t))]->host_memory()) continue;  // experts on a GPU already
+    per_layer[l] = slots;
+    any = true;
+  }
+  if (any) direct_slots = std::move(per_layer);
 }
 
 // A host arena that GPU streams copy to and from is pinned (copies from pageable memory
@@ -262,6 +297,22 @@ void Context::Impl::wait_pending() {
     if (pending[k]) executors[k]->flush();
   for (size_t k = 0; k < executors.size(); ++k)
     if (pending[k]) { executors[k]->host_wait(); pending[k] = false; }
+  std::fill(marked.begin(), marked.end(), false);
+}
+
+void Context::Impl::wait_for_host_segment() {
+  for (size_t k = 0; k < executors.size(); ++k)
+    if (pending[k]) executors[k]->flush();
+  for (size_t k = 0; k < executors.size(); ++k) {
+    if (!pending[k]) continue;
+    if (marked[k]) {
+      executors[k]->host_wait_mark();  // the overlapped stretch keeps running: still pending
+    } else {
+      executors[k]->host_wait();
+      pending[k] = false;
+    }
+    marked[k] = false;
+  }
 }
 
 int Context::Impl::kv_device_of(int layer) const {
@@ -281,17 +332,28 @@ void Context::Impl::run_segments(const CompiledPlan &plan, const ExecEnv &env) {
   for (const Segment &s : plan.segments) {
     if (abort_cb && abort_cb(abort_data)) fail(Status::Aborted, "decode aborted by the abort callback (layer %d)", s.layer);
     const size_t d = static_cast<size_t>(s.device);
+    double t0 = MOE_PROF_NOW();
+    if (s.overlap && !devices[d]->host_memory()) {
+      // The host segments that follow do not read this stretch: their wait stops before it.
+      executors[d]->mark();
+      marked[d] = true;
+    } else if (marked[d]) {
+      marked[d] = false;  // later work on this GPU may feed the host: wait for all of it
+    }
     if (prev >= 0 && prev != s.device) {
       Executor &pe = *executors[static_cast<size_t>(prev)];
       if (devices[d]->host_memory()) {
-        wait_pending();
+        wait_for_host_segment();
+        MOE_PROF_ADD("switch: host waits for GPU", t0);
       } else if (!devices[static_cast<size_t>(prev)]->host_memory()) {
         executors[d]->wait_for(pe);
       } else {
         pe.flush();
       }
     }
+    t0 = MOE_PROF_NOW();
     executors[d]->run(g, s.begin, s.end, env);
+    MOE_PROF_ADD(devices[d]->host_memory() ? "segment: CPU runs" : "segment: GPU enqueue", t0);
     if (!devices[d]->host_memory()) pending[d] = true;
     prev = s.device;
   }
@@ -419,11 +481,13 @@ void Context::Impl::decode_batch(const BatchToken *toks, size_t n_tokens) {
   for (size_t b = 0; b < n_tokens; b += params.n_ubatch) {
     const int32_t n = static_cast<int32_t>(std::min<size_t>(params.n_ubatch, n_tokens - b));
     run_ubatch(toks + b, n, out_base, b);
+    kv->end_ubatch();  // recurrent states: the next ubatch reads what this one wrote
     for (int32_t i = 0; i < n; ++i)
       logit_row[b + static_cast<size_t>(i)] = toks[b + static_cast<size_t>(i)].logits ? out_base++ : -1;
   }
   for (size_t i = n_tokens; i < logit_row.size(); ++i) logit_row[i] = -1;
   n_outputs = out_base;
+  kv->commit_recurrent();  // the call succeeded: its recurrent states become current
   claimed.clear();
 }
 
@@ -484,9 +548,7 @@ bool Context::unusable(std::string *why) const {
 
 void Context::set_gpu_graphs(bool on) {
   impl_->params.gpu_graphs = on;
-    kv->end_ubatch();  // recurrent states: the next ubatch reads what this one wrote
   for (auto &e : impl_->executors) e->set_graphs_enabled(on);
 }
 
 }  // namespace moe
-  kv->commit_recurrent();  // the call succeeded: its recurrent states become current

@@ -20,6 +20,9 @@ namespace moe {
 // 15 threads): CPU 137 / 198 / 231 t/s at pp32 / pp128 / pp512, streaming 85 / 332 / 1310;
 // the crossover lies near 64 (docs/perf/placement.md).
 constexpr int kStreamMinTokensAuto = 64;
+// ContextParams::direct_expert_slots = -1: of 8 routed experts, this many run on the GPU
+// (docs/perf/placement.md: the bus and the CPU cores read host memory at comparable rates).
+constexpr int kDirectExpertSlotsAuto = 3;
 
 struct Context::Impl {
   const Model *model = nullptr;
@@ -72,8 +75,13 @@ struct Context::Impl {
   std::vector<bool> pending;  // run_segments: GPU executors with work since the host last waited
   bool mixed = false;         // host and GPU devices both run parts of the plan
   int stream_gpu = -1;        // a GPU the host weights stream to for big ubatches (they are pinned for it), or -1
+  int pinned_gpu = -1;        // the GPU the host weights are page-locked for, or -1
+  std::vector<int> direct_slots;  // per layer: Graph::moe_direct_slots_by_layer of one-token plans
+  std::vector<bool> marked;   // run_segments: GPU executors whose host wait stops at their mark
   int64_t building_tokens = 0;  // compile_options(): the ubatch size of the plan being compiled
   void wait_pending();
+  void wait_for_host_segment();  // before a CPU segment: the GPU work it may read is done
+  void plan_direct_slots();      // direct_slots from the placement and ContextParams
 };
 
 }  // namespace moe

@@ -130,6 +130,11 @@ struct ContextParams {
   // stream over the bus once per ubatch) instead of computing on the CPU; -1 = auto (64,
   // docs/perf/placement.md), 0 = never.
   int stream_min_tokens = -1;
+  // Placed models with a layer's experts on the CPU and a GPU that reads page-locked host
+  // memory in place: in a one-token step, this many of each token's routed experts are
+  // computed by the layer's GPU over the bus while the CPU computes the others (their memory
+  // bandwidths add); -1 = auto (kDirectExpertSlotsAuto of 8, scaled to the model), 0 = off.
+  int direct_expert_slots = -1;
 };
 
 struct BatchToken {

@@ -42,7 +42,10 @@ void place(Graph &g, const CompileOptions &o) {
       const int layer_dev = o.kv_device && nd.segment >= 1 ? o.kv_device(nd.segment - 1) : -1;
       for (int s : nd.src)
         if (s >= 0 && g.node(s).leaf == LeafKind::Weight) { d = g.node(s).device; break; }
-      if (d >= 0 && on_host(o, d) && o.stream_device && is_product(nd.op)) {
+      if (d >= 0 && on_host(o, d) && nd.direct_read && o.direct_device) {
+        const int dd = o.direct_device(nd.segment - 1);
+        if (dd >= 0 && o.devices[static_cast<size_t>(dd)]->supports(g, i)) d = dd;
+      } else if (d >= 0 && on_host(o, d) && o.stream_device && is_product(nd.op)) {
         const int sd = o.stream_device(nd.segment - 1);
         if (sd >= 0 && o.devices[static_cast<size_t>(sd)]->supports(g, i)) d = sd;
       }
@@ -86,6 +89,11 @@ void place(Graph &g, const CompileOptions &o) {
     if (g.node(i).op == Op::View) g.node(i).device = g.node(g.node(i).src[0]).device;
 }
 
+// A direct-read product on a GPU reads its weight where it is, in page-locked host memory.
+bool reads_in_place(const CompileOptions &o, const Node &reader, const Node &src) {
+  return reader.direct_read && src.leaf == LeafKind::Weight && on_host(o, src.device) && !on_host(o, reader.device);
+}
+
 // Every read of a value on another device goes through one Transfer node per (value,
 // device), placed right after the value is computed (a GPU -> CPU copy then leaves in the
 // GPU stretch that made it, so a layer's CPU part needs one host wait, not one per reader);
@@ -99,7 +107,7 @@ int insert_transfers(Graph &g, const CompileOptions &o) {
     for (int s : nd.src) {
       if (s < 0 || nd.op == Op::View) continue;
       const Node &src = old[static_cast<size_t>(s)];
-      if (src.device == nd.device) continue;
+      if (src.device == nd.device || reads_in_place(o, nd, src)) continue;
       auto &w = wanted[static_cast<size_t>(s)];
       if (std::find(w.begin(), w.end(), nd.device) == w.end()) w.push_back(nd.device);
     }
@@ -112,6 +120,7 @@ int insert_transfers(Graph &g, const CompileOptions &o) {
     Node nd = old[i];
     for (int &s : nd.src) {
       if (s < 0) continue;
+      if (reads_in_place(o, nd, old[static_cast<size_t>(s)])) { s = remap[static_cast<size_t>(s)]; continue; }
       auto it = xfer.find(std::make_pair(s, nd.device));
       s = it != xfer.end() && nd.op != Op::View ? it->second : remap[static_cast<size_t>(s)];
     }
@@ -156,6 +165,7 @@ void validate(const Graph &g, const CompileOptions &o) {
     for (int s : n.src) {
       if (s < 0) continue;
       const bool same = g.node(s).device == n.device;
+      if (n.op != Op::Transfer && reads_in_place(o, n, g.node(s))) continue;
       if (n.op == Op::Transfer ? same : !same)
         fail(Status::Internal, "placed graph: %s node '%s' on %s reads '%s' on %s", op_name(n.op), n.name.c_str(), dev_name(o, n.device),
              g.node(s).name.c_str(), dev_name(o, g.node(s).device));
@@ -188,13 +198,26 @@ void schedule(CompiledPlan &p, const CompileOptions &o) {
     if (nd.op != Op::Leaf && nd.op != Op::View) next = exec_device(g, nd, o);
     ed[static_cast<size_t>(i)] = next;
   }
+  // A GPU stretch of direct-read products starts a segment of its own (see Segment::overlap).
+  auto direct_gpu = [&](int i) { return g.node(i).direct_read && !on_host(o, ed[static_cast<size_t>(i)]); };
   int begin = 0;
   for (int i = 1; i <= n; ++i) {
     const Node &b = g.node(begin);
-    if (i == n || ed[static_cast<size_t>(i)] != ed[static_cast<size_t>(begin)] || g.node(i).segment != b.segment) {
+    if (i == n || ed[static_cast<size_t>(i)] != ed[static_cast<size_t>(begin)] || g.node(i).segment != b.segment ||
+        (direct_gpu(i) && !direct_gpu(i - 1) && !direct_gpu(begin))) {
       p.segments.push_back({ed[static_cast<size_t>(begin)], begin, i, b.segment});
       begin = i;
     }
+  }
+  // Overlap holds when no host segment before this device's next segment reads what the
+  // stretch computes: it copies nothing to the host and a host reader needs a Transfer.
+  for (size_t k = 0; k < p.segments.size(); ++k) {
+    Segment &sg = p.segments[k];
+    if (!direct_gpu(sg.begin)) continue;
+    bool sends_to_host = false;
+    for (int i = sg.begin; i < sg.end; ++i)
+      if (g.node(i).op == Op::Transfer && on_host(o, g.node(i).device)) sends_to_host = true;
+    sg.overlap = !sends_to_host;
   }
 }
 

@@ -39,12 +39,18 @@ struct CompileOptions {
   // GPU; -1 = none) instead, its weight copied there by a Transfer (big batches: the bus
   // moves the matrix faster than the CPU multiplies it).
   std::function<int(int layer)> stream_device;
+  // Direct reads: a Node::direct_read product runs on direct_device(layer) (a GPU that can
+  // read the page-locked host weights in place; -1 = none: it stays with its weight).
+  std::function<int(int layer)> direct_device;
 };
 
 struct Segment {
   int device;      // the executor that runs it
   int begin, end;  // node range [begin, end)
   int layer;       // Node::segment of its nodes
+  // A GPU stretch of direct-read products that the host segments after it do not read: the
+  // host waits for the GPU work before it, not for it, so the two run at the same time.
+  bool overlap = false;
 };
 
 struct CompiledPlan {

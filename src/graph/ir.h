@@ -67,6 +67,7 @@ enum class Op : uint8_t {
   DeltaNet,    // gated delta rule: src0 q [d, n_k, T], src1 k [d, n_k, T] (both L2-normalised),
                // src2 v [d, n_v, T], src3 [2 n_v, T] = (log decay g, beta) -> [d, n_v, T];
                // f[0] = output scale; i[0] = value head -> key head: 0 h / (n_v / n_k), 1 h % n_k;
+               // i[1] = 1: chunked form (same recurrence, chunks of tokens per sequence);
                // state: n_v matrices d x d after the layer's conv tail
   Count
 };
@@ -127,6 +128,10 @@ struct Node {
   // A graph output that no node reads (the LM head's logits): nothing rounds it further, so a
   // backend may compute it in its own float order instead of the CPU's (CUDA: cuda_own_order_product).
   bool final_output = false;
+  // A product the graph builder split off to run on its layer's GPU while its weight stays
+  // in page-locked host memory, read there in place over the bus (no Transfer of the
+  // weight); see Graph::moe_direct_slots. Placed on CompileOptions::direct_device.
+  bool direct_read = false;
 
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   size_t nbytes() const;
@@ -167,15 +172,15 @@ public:
   int grouped_top_k(int x, int k, int n_groups, int n_groups_used);
   int add_id(int x, int bias, int ids);
   int swiglu_oai(int gate, int up, float alpha, float limit);
-
-  void mark_output(int id, const std::string &name);
-  // The compiler's rewrite (placement inserts Transfer nodes): the new node list and outputs.
-  void replace_nodes(std::vector<Node> nodes, std::vector<int> outputs) { nodes_ = std::move(nodes); outputs_ = std::move(outputs); }
   // Gated DeltaNet pieces (see Op::SsmConv / DeltaNet); layer = the state's layer.
   int ssm_conv(int x, int w, int layer);
   int l2_norm(int x, float eps);
   int softplus(int x);
-  int delta_net(int q, int k, int v, int g_beta, int layer, int head_map, float scale);
+  int delta_net(int q, int k, int v, int g_beta, int layer, int head_map, float scale, bool chunked = false);
+
+  void mark_output(int id, const std::string &name);
+  // The compiler's rewrite (placement inserts Transfer nodes): the new node list and outputs.
+  void replace_nodes(std::vector<Node> nodes, std::vector<int> outputs) { nodes_ = std::move(nodes); outputs_ = std::move(outputs); }
   void set_segment(int s) { segment_ = s; }
   void name(int id, const std::string &n) { nodes_[static_cast<size_t>(id)].name = n; }
 
@@ -192,6 +197,16 @@ public:
   // for graphs built by hand (op tests compare backends bit for bit); a Context sets it from
   // ContextParams::cpu_float_order (default off: prompts of 16..128 tokens ~10x faster).
   bool cpu_float_order = true;
+
+  // Decode with a layer's experts in host memory: that many of each token's routed experts
+  // are computed by the layer's GPU, reading the host copy in place, while the CPU computes
+  // the rest (the two read memory through different paths, so their bandwidths add).
+  // Indexed by layer; empty or 0 = no split. Set by the Context before the build.
+  std::vector<int> moe_direct_slots_by_layer;
+  int moe_direct_slots() const {  // for the layer being built (segment_ = layer + 1)
+    const size_t l = static_cast<size_t>(segment_ - 1);
+    return segment_ >= 1 && l < moe_direct_slots_by_layer.size() ? moe_direct_slots_by_layer[l] : 0;
+  }
 
 private:
   int push(Node n);

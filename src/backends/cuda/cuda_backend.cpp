@@ -134,23 +134,32 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc_mapped_host(size_t bytes) { ret
 namespace {
 class CudaHostRegistration final : public HostRegistration {
 public:
-  explicit CudaHostRegistration(void *p) : p_(p) {}
+  CudaHostRegistration(void *p, bool in_place) : p_(p), in_place_(in_place) {}
   ~CudaHostRegistration() override { (void)cudaHostUnregister(p_); }
+  bool readable_in_place() const override { return in_place_; }
 
 private:
   void *p_;
+  bool in_place_;
 };
 }  // namespace
 
 std::unique_ptr<HostRegistration> CudaBackend::register_host(void *p, size_t bytes) {
   set_current();
-  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     MOE_LOG_WARN("cudaHostRegister of %zu bytes failed (%s): CPU weights stay pageable", bytes, cudaGetErrorString(e));
     return nullptr;
   }
-  return std::make_unique<CudaHostRegistration>(p);
+  // Kernels may take the host address itself only when the device maps registered memory
+  // at the same address (then direct-read products need no pointer translation).
+  int same = 0;
+  void *dev = nullptr;
+  const bool in_place = cudaDeviceGetAttribute(&same, cudaDevAttrCanUseHostPointerForRegisteredMem, device_) == cudaSuccess && same &&
+                        cudaHostGetDevicePointer(&dev, p, 0) == cudaSuccess && dev == p;
+  (void)cudaGetLastError();
+  return std::make_unique<CudaHostRegistration>(p, in_place);
 }
 
 std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &name) {

@@ -102,6 +102,7 @@ public:
     if (sync_dev_) (void)cudaFree(sync_dev_);
     for (cudaEvent_t e : prof_ev_) (void)cudaEventDestroy(e);
     if (done_ev_) (void)cudaEventDestroy(done_ev_);
+    if (mark_ev_) (void)cudaEventDestroy(mark_ev_);
     cuda_blas_destroy(blas_);
   }
 
@@ -148,6 +149,19 @@ public:
     if (!done_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
     MOE_CUDA_CHECK(cudaEventRecord(done_ev_, be_.stream()));
     cuda_sync_event(done_ev_, SyncWhy::Executor);
+  }
+
+  void mark() override {
+    flush();
+    be_.set_current();
+    if (!mark_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&mark_ev_, cudaEventDisableTiming));
+    MOE_CUDA_CHECK(cudaEventRecord(mark_ev_, be_.stream()));
+  }
+
+  void host_wait_mark() override {
+    flush();  // the overlapped stretch is launched before the host blocks
+    be_.set_current();
+    if (mark_ev_) cuda_sync_event(mark_ev_, SyncWhy::Executor);
   }
 
   void wait_for(Executor &other) override {
@@ -456,6 +470,7 @@ private:
   CudaRopeTables rope_;  // host index of the ubatch's RoPE tables (DevUbatch::rope)
   DevUbatch ub_;
   uint64_t replays_ = 0;
+  cudaEvent_t mark_ev_ = nullptr;  // host_wait_mark: the work submitted before an overlapped stretch
   cudaEvent_t done_ev_ = nullptr;  // end of the flushed work (host_wait, another GPU's wait_for)
   bool readback_due_ = false;      // a stretch ran since the last error-word readback
   bool ub_uploaded_ = false;

@@ -55,14 +55,34 @@ void set_attention_cache(Graph &g, int attention, const GraphBuildParams &p) {
   n.kv_type = kv_dtype(p.kv_type);
 }
 
-int moe_experts(Graph &g, int x, const MoeWeights &w, int ids, int weights) {
-  const int64_t E = g.node(x).ne[0], T = g.node(x).ne[1];
-  int x3 = g.view(x, {E, 1, T});
+namespace {
+int expert_products(Graph &g, int x3, const MoeWeights &w, int ids, int weights, bool direct) {
+  const size_t first = g.nodes().size();
   int up = g.matmul_id(w.up, x3, ids);
   int gate = g.matmul_id(w.gate, x3, ids);
   int act = g.swiglu(gate, up);
   int down = g.matmul_id(w.down, act, ids);
+  if (direct)
+    for (size_t i = first; i < g.nodes().size(); ++i)
+      if (g.nodes()[i].op == Op::MatMulId) g.nodes()[i].direct_read = true;
   return g.moe_combine(down, weights);
+}
+}  // namespace
+
+int moe_experts(Graph &g, int x, const MoeWeights &w, int ids, int weights) {
+  const int64_t E = g.node(x).ne[0], T = g.node(x).ne[1];
+  int x3 = g.view(x, {E, 1, T});
+  const int64_t n_used = g.node(ids).ne[0];
+  const int64_t s = g.moe_direct_slots();
+  if (T != 1 || s <= 0 || s >= n_used) return expert_products(g, x3, w, ids, weights, false);
+  // One token: slots [0, s) on the GPU (built first, so it is launched before the host
+  // waits for the CPU's inputs), slots [s, n_used) on the host; ids and weights are
+  // contiguous [n_used] columns, so each part is a plain view.
+  const int ids_gpu = g.view(ids, {s, 1}), ids_host = g.view(ids, {n_used - s, 1}, static_cast<size_t>(s) * 4);
+  const int w_gpu = g.view(weights, {s, 1}), w_host = g.view(weights, {n_used - s, 1}, static_cast<size_t>(s) * 4);
+  const int on_gpu = expert_products(g, x3, w, ids_gpu, w_gpu, true);
+  const int on_host = expert_products(g, x3, w, ids_host, w_host, false);
+  return g.add(on_gpu, on_host);
 }
 
 int moe_ffn_softmax(Graph &g, int x, const MoeWeights &w, int n_used, bool norm_weights) {
