@@ -2,6 +2,9 @@
 #include <cmath>
 
 #include "c_api_internal.h"
+#include "sampler/grammar_sampler.h"
+#include "sampler/json_schema.h"
+#include "tokenizer/vocab.h"
 
 using namespace moe_c;
 
@@ -169,6 +172,48 @@ MOE_API moe_status moe_sampler_set_seed(moe_sampler *sampler, uint64_t seed) {
     sampler->seed = seed;
     sampler->chain->set_seed(seed);
     return MOE_STATUS_OK;
+  });
+}
+
+}  // extern "C"
+
+// ---- grammar-constrained sampling
+
+namespace {
+
+moe_status add_grammar_stage(moe_sampler *sampler, const moe_model *model, const std::string &gbnf,
+                             const std::string &root, const char *fn) {
+  MOE_CHECK_ARG(sampler, "%s: sampler is NULL", fn);
+  MOE_CHECK_ARG(model, "%s: model is NULL", fn);
+  const moe::Vocab *vocab = model->model->vocab();
+  if (!vocab) return fail(MOE_STATUS_INVALID_VOCAB, "%s: the model has no tokenizer", fn);
+  sampler->chain->add(std::make_unique<moe::GrammarStage>(moe::parse_gbnf(gbnf, root), *vocab));
+  return MOE_STATUS_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+MOE_API moe_status moe_sampler_add_grammar(moe_sampler *sampler, const moe_model *model, const char *grammar,
+                                           const char *root) {
+  return guard([&] {
+    MOE_CHECK_ARG(grammar, "moe_sampler_add_grammar: grammar is NULL");
+    return add_grammar_stage(sampler, model, grammar, root ? root : "root", "moe_sampler_add_grammar");
+  });
+}
+
+MOE_API moe_status moe_sampler_add_json_schema(moe_sampler *sampler, const moe_model *model, const char *schema) {
+  return guard([&] {
+    MOE_CHECK_ARG(schema, "moe_sampler_add_json_schema: schema is NULL");
+    return add_grammar_stage(sampler, model, moe::json_schema_to_gbnf(schema), "root", "moe_sampler_add_json_schema");
+  });
+}
+
+MOE_API moe_status moe_json_schema_to_grammar(const char *schema, char *buf, size_t buf_size, size_t *out_len) {
+  return guard([&] {
+    MOE_CHECK_ARG(schema, "moe_json_schema_to_grammar: schema is NULL");
+    return copy_string(moe::json_schema_to_gbnf(schema), buf, buf_size, out_len);
   });
 }
 

@@ -603,6 +603,37 @@ typedef struct moe_logit_bias {
 MOE_API moe_status moe_sampler_add_logit_bias(moe_sampler *sampler, const moe_logit_bias *biases,
                                               size_t n_biases);
 
+/* Constrains sampling to a GBNF grammar (the reference engine's syntax: `name ::= ...`
+ * rules, | alternation, ( ) grouping, * + ? {m} {m,} {m,n} repetition, "literals",
+ * [a-z] / [^...] classes, `.`, escapes \n \r \t \xHH \uHHHH \UHHHHHHHH, # comments) starting
+ * at rule root (NULL = "root"). Tokens are matched over their bytes in model's vocabulary:
+ * a token that would break the grammar gets -INFINITY, control tokens never qualify, and
+ * end-of-generation tokens qualify exactly when the grammar is complete (so once nothing
+ * but the end can follow, only they remain). Each sampled or accepted token advances the
+ * grammar; accepting a token it does not allow is INVALID_ARGUMENT (so accept a prompt's
+ * tokens before adding this stage). Add it before stages that drop candidates (top-k,
+ * top-p, ...); sampling fails with INVALID_ARGUMENT when no candidate is allowed.
+ * moe_sampler_reset restarts the grammar. grammar, root and model are borrowed for the
+ * call (the stage copies what it needs). A syntax error, an undefined rule or left
+ * recursion is INVALID_ARGUMENT naming the rule and line; INVALID_VOCAB when model has no
+ * tokenizer. */
+MOE_API moe_status moe_sampler_add_grammar(moe_sampler *sampler, const moe_model *model, const char *grammar,
+                                           const char *root);
+
+/* moe_sampler_add_grammar with the grammar of a JSON Schema (moe_json_schema_to_grammar).
+ * The output is a JSON document valid against the schema. */
+MOE_API moe_status moe_sampler_add_json_schema(moe_sampler *sampler, const moe_model *model, const char *schema);
+
+/* GBNF grammar (root rule "root") of a JSON Schema: type (string, number, integer,
+ * boolean, null, object, array, or a list of them), properties, required, additionalProperties
+ * (absent or false: no other members; true or a schema: more members after the listed
+ * ones), items, minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf and
+ * local $ref. Listed properties come in schema order. A keyword that would constrain values
+ * further (pattern, format, minimum, allOf, ...) is MOE_STATUS_UNSUPPORTED naming it,
+ * never a looser grammar. Written to buf with the buffer protocol (*out_len = length
+ * without the NUL). */
+MOE_API moe_status moe_json_schema_to_grammar(const char *schema, char *buf, size_t buf_size, size_t *out_len);
+
 /* Samples a token from logits[0..n_vocab) into *out_token and records it in the history
  * (as moe_sampler_accept). */
 MOE_API moe_status moe_sampler_sample(moe_sampler *sampler, const float *logits, int32_t n_vocab,

@@ -431,6 +431,14 @@ public:
   Ret<void> add_logit_bias(const moe_logit_bias *biases, size_t n) {
     return detail::done(moe_sampler_add_logit_bias(get(), biases, n));
   }
+  // Grammar-constrained output (GBNF text, start rule root) over model's vocabulary.
+  Ret<void> add_grammar(const Model &model, const std::string &gbnf, const std::string &root = "root") {
+    return detail::done(moe_sampler_add_grammar(get(), model.get(), gbnf.c_str(), root.c_str()));
+  }
+  // Output constrained to JSON valid against schema (JSON Schema text).
+  Ret<void> add_json_schema(const Model &model, const std::string &schema) {
+    return detail::done(moe_sampler_add_json_schema(get(), model.get(), schema.c_str()));
+  }
   Ret<int32_t> sample(const float *logits, int32_t n_vocab) {
     int32_t t = -1;
     moe_status s = moe_sampler_sample(get(), logits, n_vocab, &t);
