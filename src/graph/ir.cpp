@@ -371,7 +371,7 @@ int Graph::l2_norm(int x, float eps) {
 
 int Graph::softplus(int x) { return push(unary(Op::Softplus, node(x), x)); }
 
-int Graph::delta_net(int q, int k, int v, int g_beta, int layer, int head_map, float scale) {
+int Graph::delta_net(int q, int k, int v, int g_beta, int layer, int head_map, float scale, bool chunked) {
   const Node &a = node(q), &b = node(k), &c = node(v), &gb = node(g_beta);
   for (int d = 0; d < 4; ++d)
     if (a.ne[d] != b.ne[d]) shape_fail("delta_net", a, b, "q and k shapes differ");
@@ -386,6 +386,7 @@ int Graph::delta_net(int q, int k, int v, int g_beta, int layer, int head_map, f
   n.src[3] = g_beta;
   n.kv_layer = layer;
   n.ip[0] = head_map;
+  n.ip[1] = chunked ? 1 : 0;
   n.fp[0] = scale;
   return push(std::move(n));
 }

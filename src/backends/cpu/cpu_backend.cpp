@@ -71,6 +71,7 @@ size_t cpu_work_size(const Graph &g, int id, int n_threads) {
     case Op::MatMulHeads: return cpu_matmul_heads_work(g, n);
     case Op::GroupedTopK: return cpu_grouped_top_k_work(n, n_threads);
     default: return 0;
+    case Op::DeltaNet: return cpu_delta_net_work(n, n_threads);
   }
 }
 

@@ -58,6 +58,8 @@ void cpu_ssm_conv(const CpuKernelArgs &a);   // ops/delta_net.cpp
 void cpu_l2_norm(const CpuKernelArgs &a);
 void cpu_softplus(const CpuKernelArgs &a);
 void cpu_delta_net(const CpuKernelArgs &a);
+constexpr int64_t kDeltaNetChunk = 64;  // tokens per chunk of the chunked delta rule (DeltaNet i[1] = 1)
+size_t cpu_delta_net_work(const Node &n, int n_threads);
 size_t cpu_matmul_heads_work(const Graph &g, const Node &n);
 size_t cpu_grouped_top_k_work(const Node &n, int n_threads);
 

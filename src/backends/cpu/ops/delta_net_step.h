@@ -1,0 +1,14 @@
+// One token of the gated delta rule for one value head (ops/delta_net.cpp): the state S
+// (d rows j of d floats i, S[j][i] = S_ij) decays by `decay`, takes the delta-rule update with
+// key k, value v and rate beta, then o = scale * S^T q. Scalar and AVX2 versions.
+#pragma once
+#include <cstdint>
+
+namespace moe {
+
+void delta_step_scalar(float *S, int64_t d, const float *q, const float *k, const float *v, float decay, float beta, float scale, float *o);
+#if defined(MOEINFER_X86)
+void delta_step_avx2(float *S, int64_t d, const float *q, const float *k, const float *v, float decay, float beta, float scale, float *o);
+#endif
+
+}  // namespace moe
