@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/demo_model.h"
 #include "cli/placement_args.h"
@@ -32,6 +33,7 @@ void usage() {
       "  -m MODEL            GGUF file (default: a built-in demo model with random weights)\n"
       "  -p TEXT             prompt text (tokenized with the model's vocabulary, special tokens parsed)\n"
       "  --prompt-ids LIST   prompt as comma-separated token ids (instead of -p)\n"
+      "  --chat              -p is one user turn in the model's chat template (--system TEXT: a system turn)\n"
       "  --feed-ids LIST     tokens decoded one at a time after the prompt batch, before generating\n"
       "                      (--json: the first line is the last fed token's; n_past counts them)\n"
       "  -n N                most tokens to generate, 0.." "2147483647 (default 32)\n"
@@ -60,6 +62,8 @@ struct Options {
   uint32_t ctx = 0;
   double temp = 0.0;
   uint32_t seed = 1;
+  bool chat = false;
+  std::string system;
   bool json = false, mmap = true, weight_copy = true, cpu_order = false, ignore_eos = false;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
@@ -81,6 +85,8 @@ int parse(int argc, char **argv, Options &o) {
     else if (a == "-m" || a == "--model") o.model_path = val();
     else if (a == "-p" || a == "--prompt") { o.prompt = val(); o.has_prompt = true; }
     else if (a == "--prompt-ids") { o.prompt_ids = id_list(val(), "--prompt-ids"); o.has_prompt_ids = true; }
+    else if (a == "--chat") o.chat = true;
+    else if (a == "--system") o.system = val();
     else if (a == "--feed-ids") o.feed_ids = id_list(val(), "--feed-ids");
     else if (a == "-n" || a == "--n-predict") o.n_gen = static_cast<int>(cli::to_int(val(), "-n", 0, INT32_MAX));
     else if (a == "--ignore-eos") o.ignore_eos = true;
@@ -101,6 +107,7 @@ int parse(int argc, char **argv, Options &o) {
     } else if (a == "-h" || a == "--help") { usage(); return 0; }
     else return cli::report(2, "unknown option '" + a + "' (see moeinfer-cli generate --help)");
   }
+  if (o.chat && o.has_prompt_ids) return cli::report(2, "--chat templates -p TEXT: it does not apply to --prompt-ids");
   if (o.has_prompt && o.has_prompt_ids) return cli::report(2, "-p and --prompt-ids both give the prompt: use one of them");
   if (o.has_top_logits && !o.json) return cli::report(2, "--top-logits applies to --json output only: add --json or drop it");
   return -1;
@@ -167,6 +174,7 @@ int run(Options &o) {
   o.placement.set_fit_context(o.ctx, 512, o.kv);
   mp.placement = o.placement.params;
   auto model = Model::load(o.model_path, mp);
+  if (o.chat) o.prompt = cli::one_shot_chat_prompt(*model, o.system, o.prompt);
   std::vector<int32_t> ids = o.prompt_ids;
   if (!o.has_prompt_ids) {
     if (!model->vocab()) return cli::report(2, "the model has no tokenizer: give the prompt with --prompt-ids");

@@ -12,6 +12,7 @@ struct Command {
   const char *summary;
 };
 const Command kCommands[] = {
+    {"chat", cmd_chat, "interactive chat with the model's chat template (stdin: one message per line)"},
     {"generate", cmd_generate, "run a model on a prompt and print the continuation (--json: per-step logits)"},
     {"tokenize", cmd_tokenize, "tokenize stdin: plain text or JSON lines ({\"text\",\"add_special\",\"parse_special\"})"},
     {"info", cmd_info, "print architecture, hyperparameters, tensor types and the memory plan (--fit: the placement fit)"},

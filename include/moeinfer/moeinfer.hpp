@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -461,6 +462,42 @@ static_assert(sizeof(Context) == sizeof(void *), "owners are one pointer");
 static_assert(sizeof(Batch) == sizeof(void *), "owners are one pointer");
 static_assert(sizeof(Sampler) == sizeof(void *), "owners are one pointer");
 static_assert(sizeof(Detokenizer) == sizeof(void *), "owners are one pointer");
+
+// ---------------------------------------------------------------- chat templates
+
+// One message of a conversation; an empty optional is absent (content: rendered as none).
+struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::optional<std::string> c = std::nullopt) : role(std::move(r)), content(std::move(c)) {}
+  std::string role;
+  std::optional<std::string> content;
+  std::optional<std::string> reasoning_content;
+  std::optional<std::string> tool_calls;  // JSON array (see moe_chat_message)
+  std::optional<std::string> tool_call_id;
+  std::optional<std::string> name;
+};
+
+// moe_chat_apply_template: renders messages with the model's chat template (or
+// params.template_text; model may then be nullptr).
+inline Ret<std::string> apply_chat_template(const Model *model, const std::vector<ChatMessage> &messages,
+                                            const moe_chat_params &params = moe_chat_default_params()) {
+  auto c_str = [](const std::optional<std::string> &s) { return s ? s->c_str() : nullptr; };
+  std::vector<moe_chat_message> c(messages.size());
+  for (size_t k = 0; k < messages.size(); ++k) {
+    const ChatMessage &m = messages[k];
+    c[k] = {m.role.c_str(), c_str(m.content), c_str(m.reasoning_content), c_str(m.tool_calls),
+            c_str(m.tool_call_id), c_str(m.name)};
+  }
+  const moe_model *h = model ? model->get() : nullptr;
+  size_t n = 0;
+  moe_status s = moe_chat_apply_template(h, c.data(), c.size(), &params, nullptr, 0, &n);
+  if (s != MOE_STATUS_BUFFER_TOO_SMALL) return detail::fail<std::string>(s == MOE_STATUS_OK ? MOE_STATUS_INTERNAL : s);
+  std::string out(n + 1, '\0');
+  s = moe_chat_apply_template(h, c.data(), c.size(), &params, &out[0], out.size(), &n);
+  if (s != MOE_STATUS_OK) return detail::fail<std::string>(s);
+  out.resize(n);
+  return out;
+}
 
 }  // namespace moeinfer
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chat/jinja_value.h"
@@ -19,6 +20,8 @@
 namespace moe::chat {
 
 struct Message {
+  Message() = default;
+  Message(std::string r, std::optional<std::string> c) : role(std::move(r)), content(std::move(c)) {}
   std::string role;
   std::optional<std::string> content;            // absent: none
   std::optional<std::string> reasoning_content;  // also exposed as `thinking` (gpt-oss reads that)

@@ -10,6 +10,7 @@
 #include "chat/chat_template.h"
 #include "core/status.h"
 #include "moeinfer/moeinfer.h"
+#include "moeinfer/moeinfer.hpp"
 
 namespace {
 
@@ -230,4 +231,15 @@ TEST_CASE("the ChatML fallback template renders the documented format", "[chat]"
   const std::string out = moe::chat::apply_template(moe::chat::chatml_template(),
                                                     {{"system", std::string("S")}, {"user", std::string("U")}}, opt);
   CHECK(out == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_CASE("the C++ wrapper renders owned messages", "[chat]") {
+  moe_chat_params p = moe_chat_default_params();
+  p.template_text = "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}{{ add_generation_prompt }}";
+  const std::string out =
+      moeinfer::apply_chat_template(nullptr, {{"user", std::string("a")}, {"assistant", std::nullopt}}, p);
+  CHECK(out == "user:a;assistant:None;True");
+  p.template_text = "{{ raise_exception('nope') }}";
+  CHECK_THROWS_WITH(moeinfer::apply_chat_template(nullptr, {{"user", std::string("a")}}, p),
+                    Catch::Contains("nope"));
 }
