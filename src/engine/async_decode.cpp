@@ -83,7 +83,7 @@ void AsyncDecoder::submit(std::vector<BatchToken> tokens) {
   if (!worker_.joinable()) worker_ = std::thread(&AsyncDecoder::worker_main, this);
   job_ = std::move(tokens);
   cancel_.store(false);
-  state_ = State::Running;
+  set_state(State::Running);
   lock.unlock();
   cv_job_.notify_one();
 }
@@ -100,7 +100,7 @@ void AsyncDecoder::worker_main() {
       run_decode(job.data(), job.size(), &r);
       lock.lock();
       result_ = std::move(r);
-      state_ = State::Done;
+      set_state(State::Done);
       cv_done_.notify_all();
       continue;
     }
@@ -120,12 +120,16 @@ void AsyncDecoder::end_lease() {
   leased_ = false;
 }
 
-AsyncDecoder::State AsyncDecoder::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_;
+void AsyncDecoder::set_state(State s) {
+  state_ = s;
+  state_seen_.store(s, std::memory_order_release);
 }
 
+AsyncDecoder::State AsyncDecoder::state() const { return state_seen_.load(std::memory_order_acquire); }
+
 bool AsyncDecoder::wait(int64_t timeout_ms, AsyncResult *out) {
+  // "Just check" never queues behind the mutex (a game loop calls it every frame).
+  if (timeout_ms == 0 && state() == State::Running) return false;
   std::unique_lock<std::mutex> lock(mu_);
   if (state_ == State::Idle) throw Error(Status::InvalidArgument, "no asynchronous decode was submitted");
   auto finished = [&] { return state_ != State::Running; };
@@ -139,7 +143,7 @@ bool AsyncDecoder::wait(int64_t timeout_ms, AsyncResult *out) {
   if (state_ == State::Idle) throw Error(Status::InvalidArgument, "the result was collected by another wait");
   if (out) *out = std::move(result_);
   result_ = AsyncResult{};
-  state_ = State::Idle;
+  set_state(State::Idle);
   cv_done_.notify_all();
   return true;
 }

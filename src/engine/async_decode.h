@@ -54,6 +54,7 @@ public:
   // Queues a decode of `tokens` (moved in) on the worker. Throws Busy unless Idle.
   void submit(std::vector<BatchToken> tokens);
 
+  // Lock-free: poll and wait(0) never wait for the worker.
   State state() const;
   bool idle() const { return state() == State::Idle; }
 
@@ -76,12 +77,14 @@ private:
   static bool abort_trampoline(void *self);
   void worker_main();
   void run_decode(const BatchToken *tokens, size_t n, AsyncResult *out);
+  void set_state(State s);  // under mu_
 
   Context &ctx_;
   mutable std::mutex mu_;
   std::condition_variable cv_job_;   // worker waits for a job / stop
   std::condition_variable cv_done_;  // waiters wait for Done
   State state_ = State::Idle;
+  std::atomic<State> state_seen_{State::Idle};  // state_, readable without mu_
   bool sync_running_ = false;
   bool leased_ = false;
   bool stop_ = false;

@@ -26,9 +26,13 @@
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
 #include "moeinfer/moeinfer.h"
+#include "reliability/reliability_support.h"
 #include "support/tiny_model.h"
 
 using namespace moe;
+using moe_rel::CModel;
+using moe_rel::contains;
+using moe_rel::tokens;
 
 namespace {
 
@@ -45,12 +49,6 @@ std::unique_ptr<Context> cpu_ctx(const Model &m, uint32_t n_ctx = 256, int threa
   cp.n_threads = threads;
   cp.device = "cpu";
   return Context::create(m, cp);
-}
-
-std::vector<BatchToken> tokens(int n, int pos0, bool all_logits, int32_t tok0 = 3) {
-  std::vector<BatchToken> b;
-  for (int i = 0; i < n; ++i) b.push_back({(tok0 + 37 * i) % 500, pos0 + i, 0, all_logits || i + 1 == n});
-  return b;
 }
 
 Status decode_status(Context &c, const std::vector<BatchToken> &b) {
@@ -100,41 +98,6 @@ std::string nan_token_model(int32_t token) {
   io.write(reinterpret_cast<const char *>(nans.data()), static_cast<std::streamsize>(row));
   return path;
 }
-
-// A C ABI context over the tiny model on the CPU.
-struct CModel {
-  moe_model *m = nullptr;
-  moe_context *c = nullptr;
-  moe_batch *b = nullptr;
-  explicit CModel(const std::string &path, uint32_t n_ctx = 256, uint32_t n_batch = 512, uint32_t n_ubatch = 512) {
-    REQUIRE(moe_model_load(path.c_str(), nullptr, &m) == MOE_STATUS_OK);
-    moe_context_params cp = moe_context_default_params();
-    cp.n_ctx = n_ctx;
-    cp.n_batch = n_batch;
-    cp.n_ubatch = n_ubatch;
-    cp.n_threads = 2;
-    cp.kv_type = MOE_KV_TYPE_F32;
-    cp.device = "cpu";
-    REQUIRE(moe_context_create(m, &cp, &c) == MOE_STATUS_OK);
-    REQUIRE(moe_batch_create(1024, &b) == MOE_STATUS_OK);
-  }
-  ~CModel() {
-    moe_batch_free(b);
-    moe_context_free(c);
-    moe_model_free(m);
-  }
-  void fill(int n, int pos0, bool all_logits, int32_t tok0 = 3) {
-    moe_batch_clear(b);
-    for (const BatchToken &t : tokens(n, pos0, all_logits, tok0)) moe_batch_add(b, t.token, t.pos, t.seq_id, t.logits);
-  }
-  uint32_t used() {
-    uint32_t n = 0;
-    REQUIRE(moe_kv_used_cells(c, &n) == MOE_STATUS_OK);
-    return n;
-  }
-};
-
-bool contains(const char *s, const char *part) { return s && std::strstr(s, part) != nullptr; }
 
 }  // namespace
 

@@ -114,7 +114,8 @@ bool cpu_node_serial(const Graph &g, const Node &n) {
 class CpuExecutor final : public Executor {
 public:
   explicit CpuExecutor(int n_threads) : pool_(n_threads) {}
-  // Thread 0 (the decoding thread) polls env.abort after each node it runs; a stop is
+  // Thread 0 (the decoding thread) polls env.abort after each node it runs (and inside
+  // kernels that share work through ThreadPool::take_items, which then stop early); a stop is
   // published before the next barrier as that node's index, and every thread leaves the
   // node loop right after that barrier (threads between two barriers never disagree). A
   // kernel that throws on any thread ends the job on all of them; the pool rethrows here.
@@ -131,6 +132,13 @@ public:
     serial_.resize(g.nodes().size());
     for (int i = begin; i < end; ++i) serial_[static_cast<size_t>(i)] = pool_.size() > 1 && cpu_node_serial(g, g.node(i));
     const std::vector<char> *serial = &serial_;
+    // Long kernels poll too (thread 0, inside the pool's work sharing): a cancel then waits
+    // for a fraction of a millisecond, not for a whole matmul over a long batch.
+    pool_.set_stop_poll(env.abort, env.abort_data);
+    struct NoPoll {
+      ThreadPool &p;
+      ~NoPoll() { p.set_stop_poll(nullptr, nullptr); }
+    } no_poll{pool_};
     pool_.run([jp, serial](int ith, int nth) {
       const Graph &gr = *jp->g;
       const ExecEnv &ev = *jp->env;
@@ -142,7 +150,7 @@ public:
           if (ith == 0 && !stop) {
             CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
             cpu_kernel_for(n.op)(args);
-            stop = ev.abort && ev.abort(ev.abort_data);
+            stop = jp->pool->stop_requested() || (ev.abort && ev.abort(ev.abort_data));
           }
           int next = i + 1;  // the next node that runs: no barrier while the serial run goes on
           while (next < jp->end && (gr.node(next).op == Op::Leaf || gr.node(next).op == Op::View)) ++next;
@@ -150,7 +158,7 @@ public:
         } else {
           CpuKernelArgs args{gr, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
           cpu_kernel_for(n.op)(args);
-          if (ith == 0) stop = ev.abort && ev.abort(ev.abort_data);
+          if (ith == 0) stop = jp->pool->stop_requested() || (ev.abort && ev.abort(ev.abort_data));
         }
         if (stop) jp->stop_at.store(i, std::memory_order_relaxed);  // published by the barrier
         jp->pool->barrier();

@@ -1,5 +1,6 @@
 #include "backends/cpu/thread_pool.h"
 
+#include <chrono>
 #include <climits>
 #include <fstream>
 #include <set>
@@ -57,7 +58,24 @@ void ThreadPool::call_job(const std::function<void(int, int)> &fn, int ith) noex
   }
 }
 
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void ThreadPool::poll_stop() {
+  const int64_t now = steady_ns();
+  if (now < next_poll_ns_) return;
+  next_poll_ns_ = now + kStopPollIntervalNs;
+  if (stop_poll_(stop_data_)) stop_requested_.store(true, std::memory_order_relaxed);
+}
+
 void ThreadPool::run(const std::function<void(int, int)> &fn) {
+  // Published to the workers by the generation change below.
+  stop_requested_.store(false, std::memory_order_relaxed);
+  caller_ = std::this_thread::get_id();
+  next_poll_ns_ = stop_poll_ ? steady_ns() + kStopPollIntervalNs : 0;
   if (n_ == 1) { fn(0, 1); return; }
   job_ = &fn;
   done_.store(0, std::memory_order_relaxed);

@@ -9,9 +9,16 @@
 // kept, threads waiting in (or later reaching) a barrier of that job leave it by an internal
 // unwind, and run() rethrows the kept exception on the calling thread once all threads are
 // out of the job. The pool stays usable.
+//
+// Stop polling: with set_stop_poll(poll, data) the calling thread (thread 0) calls
+// poll(data) from take_items() at most every kStopPollInterval while a job runs; once it
+// returns true take_items() hands out no more items, so every kernel that shares its work
+// through it (the matmuls, the MoE experts) ends early on every thread. Worker threads
+// only read the resulting flag; they never call poll.
 #pragma once
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -39,13 +46,34 @@ public:
   // one past its last item (and then must pass a barrier before the counter is used again).
   // A descheduled thread then delays the step by its current item only, not by a fixed
   // share (2 threads on a busy host otherwise lost to 1).
-  int64_t take_items(int64_t n = 1) { return items_.fetch_add(n, std::memory_order_relaxed); }
+  // After a stop (see set_stop_poll) it returns kNoMoreItems, past any item count.
+  int64_t take_items(int64_t n = 1) {
+    if (stop_requested_.load(std::memory_order_relaxed)) return kNoMoreItems;
+    if (stop_poll_ && std::this_thread::get_id() == caller_) poll_stop();
+    return items_.fetch_add(n, std::memory_order_relaxed);
+  }
+  // For kernels that split their rows statically: call per row (group); true = stop now.
+  bool stop_point(int ith) {
+    if (ith == 0 && stop_poll_) poll_stop();
+    return stop_requested_.load(std::memory_order_relaxed);
+  }
+  static constexpr int64_t kNoMoreItems = INT64_MAX / 4;
+  static constexpr int64_t kStopPollIntervalNs = 250000;  // 0.25 ms between polls inside a kernel
+
+  // The stop poll of the following jobs (nullptr: none). Set between jobs only.
+  void set_stop_poll(bool (*poll)(void *), void *data) {
+    stop_poll_ = poll;
+    stop_data_ = data;
+  }
+  // A poll inside take_items() said stop during the current (or last) job.
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
 
 private:
   void worker(int ith);
   void call_job(const std::function<void(int, int)> &fn, int ith) noexcept;
   void abort_job();
   [[noreturn]] void leave_job();
+  void poll_stop();
   int n_;
   std::vector<std::thread> threads_;
   const std::function<void(int, int)> *job_ = nullptr;
@@ -63,6 +91,13 @@ private:
   // The job failed: set by the first thread that threw; barriers then release everyone.
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;  // the first exception of the current job (written by the thread that set failed_)
+  // Stop polling: poll and data set between jobs; caller_ and next_poll_ns_ are written by
+  // run() before the job is published and then used by thread 0 only.
+  bool (*stop_poll_)(void *) = nullptr;
+  void *stop_data_ = nullptr;
+  std::thread::id caller_;
+  int64_t next_poll_ns_ = 0;
+  alignas(64) std::atomic<bool> stop_requested_{false};
 };
 
 // Number of physical cores (default thread count).

@@ -147,6 +147,7 @@ void cpu_attention(const CpuKernelArgs &a) {
     int64_t g0, g1;
     split_rows(T * n_head_kv, a.ith, a.nth, g0, g1);
     for (int64_t r = g0; r < g1; ++r) {
+      if (a.pool.stop_point(a.ith)) break;  // a cancel (the decode fails; the rows left do not matter)
       const int64_t t = r / n_head_kv, hk = r % n_head_kv;
       const uint64_t seq_bit = 1ull << ub.seq[t];
       const int32_t pos = ub.pos[t];
@@ -206,6 +207,7 @@ void cpu_attention(const CpuKernelArgs &a) {
   int64_t r0, r1;
   split_rows(T * n_head, a.ith, a.nth, r0, r1);
   for (int64_t r = r0; r < r1; ++r) {
+    if (a.pool.stop_point(a.ith)) break;
     const int64_t t = r / n_head, h = r % n_head, hk = h / group;
     const float *qrow = reinterpret_cast<const float *>(static_cast<const uint8_t *>(q.data) + h * q.nb[1] + t * q.nb[2]);
     float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(a.n.data) + h * a.n.nb[1] + t * a.n.nb[2]);
