@@ -92,13 +92,14 @@ void cpu_softplus(const CpuKernelArgs &a) {
 }
 
 // Each state row j is independent, so the whole step is one pass over the state.
-void delta_step_scalar(float *S, int64_t d, const float *q, const float *k, const float *v, float decay, float beta, float scale,
-                       float *o) {
+void delta_step_scalar(float *S, const float *S_in, int64_t d, const float *q, const float *k, const float *v, float decay, float beta,
+                       float scale, float *o) {
   for (int64_t j = 0; j < d; ++j) {
     float *row = S + j * d;
+    const float *in = S_in + j * d;
     float kv = 0.0f;
     for (int64_t i = 0; i < d; ++i) {
-      row[i] *= decay;
+      row[i] = in[i] * decay;
       kv += row[i] * k[i];
     }
     const float delta = beta * (v[j] - kv);
@@ -209,7 +210,7 @@ static void delta_net_chunked_head(const CpuKernelArgs &a, int64_t h, int64_t kh
   }
 }
 
-using DeltaStep = void (*)(float *, int64_t, const float *, const float *, const float *, float, float, float, float *);
+using DeltaStep = void (*)(float *, const float *, int64_t, const float *, const float *, const float *, float, float, float, float *);
 static DeltaStep delta_step_for_isa() {
 #if defined(MOEINFER_X86)
   if (active_cpu_isa() == CpuIsa::Avx2 || active_cpu_isa() == CpuIsa::Avx512) return delta_step_avx2;
@@ -239,12 +240,9 @@ void cpu_delta_net(const CpuKernelArgs &a) {
     for (int64_t t = 0; t < T; ++t) {
       const int32_t s = ub.seq[t];
       float *S = kv.recurrent_dst(layer, s) + conv + h * dd;
-      if (seen.first(s)) {
-        const float *from = kv.recurrent_src(layer, s) + conv + h * dd;
-        if (from != S) std::memcpy(S, from, static_cast<size_t>(dd) * sizeof(float));
-      }
+      const float *S_in = seen.first(s) ? kv.recurrent_src(layer, s) + conv + h * dd : S;
       const float *g = col_f32(gb, t);
-      step(S, d, col_f32(q, kh, t), col_f32(k, kh, t), col_f32(v, h, t), std::exp(g[h]), g[n_v + h], scale,
+      step(S, S_in, d, col_f32(q, kh, t), col_f32(k, kh, t), col_f32(v, h, t), std::exp(g[h]), g[n_v + h], scale,
                  col_f32_mut(a.n, h, t));
     }
   }

@@ -15,20 +15,22 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-void delta_step_avx2(float *S, int64_t d, const float *q, const float *k, const float *v, float decay, float beta, float scale, float *o) {
+void delta_step_avx2(float *S, const float *S_in, int64_t d, const float *q, const float *k, const float *v, float decay, float beta,
+                     float scale, float *o) {
   const int64_t d8 = d / 8 * 8;
   const __m256 vdecay = _mm256_set1_ps(decay);
   for (int64_t j = 0; j < d; ++j) {
     float *row = S + j * d;
+    const float *in = S_in + j * d;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < d8; i += 8) {
-      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(row + i), vdecay);
+      const __m256 r = _mm256_mul_ps(_mm256_loadu_ps(in + i), vdecay);
       _mm256_storeu_ps(row + i, r);
       acc = _mm256_fmadd_ps(r, _mm256_loadu_ps(k + i), acc);
     }
     float kv = hsum(acc);
     for (int64_t i = d8; i < d; ++i) {
-      row[i] *= decay;
+      row[i] = in[i] * decay;
       kv += row[i] * k[i];
     }
     const float delta = beta * (v[j] - kv);
