@@ -145,7 +145,7 @@ std::vector<std::string> sweep_models(bool all) {
   std::vector<std::string> out;
   const std::string dir = std::string(MOEINFER_CONFORMANCE_DIR) + "/models/";
   const char *names[] = {"qwen3moe-q4_k_m.gguf", "deepseek2-f16.gguf", "gpt-oss-f16.gguf", "qwen3moe-q8_0.gguf", "qwen3moe-f16.gguf",
-                         "qwen3moe-q5_k_m.gguf"};
+                         "qwen3moe-q5_k_m.gguf", "qwen3next-f16.gguf", "qwen35moe-f16.gguf"};
   for (const char *n : names)
     if (std::filesystem::exists(dir + n) && (all || out.empty())) out.push_back(dir + n);
   out.push_back(moe_test::tiny_model("q8_0"));  // the suite stands alone without the conformance set
@@ -164,6 +164,10 @@ void sweep(bool all_models) {
     ref_mp.devices = {"cpu"};
     auto ref_model = Model::load(path, ref_mp);
     const int L = static_cast<int>(ref_model->hparams().n_layer);
+    if (gpu && ref_model->hparams().ssm_d_state) {  // the CPU twin covers them; cuda0 cannot hold their layers yet
+      WARN(path << ": skipped on CUDA: recurrent (gated DeltaNet) layers have no GPU kernels yet");
+      continue;
+    }
     std::vector<int32_t> pr = prompt;
     for (int32_t &t : pr) t %= ref_model->n_vocab();
     const Run ref = greedy(*ref_model, pr, 8, "cpu");
