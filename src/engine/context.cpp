@@ -13,6 +13,7 @@
 #include "gguf/gguf_reader.h"
 #include "model/arch/arch.h"
 #include "model/model_impl.h"
+#include "placement/placed_compile.h"
 
 namespace moe {
 
@@ -152,8 +153,7 @@ CompiledPlan &Context::Impl::plan_for(int64_t n_tokens, int64_t n_outputs) {
   g.cpu_float_order = params.cpu_float_order;
   if (n_tokens == 1) g.moe_direct_slots_by_layer = direct_slots;
   m.arch->build(m, gp, g);
-  building_tokens = n_tokens;
-  auto plan = compile_graph(std::move(g), compile_options());
+  auto plan = compile_graph(std::move(g), compile_options(n_tokens));
   if (plan->input_tokens < 0 || plan->input_pos < 0 || plan->input_out_ids < 0 || plan->output_logits < 0)
     fail(Status::Internal, "%s graph lacks tokens/pos/out_ids inputs or logits output", m.hp.arch.c_str());
   // All or nothing: allocate every larger arena and bind the new plan to the arenas it
@@ -197,36 +197,26 @@ void Context::Impl::rebind_all() {
   update_report();
 }
 
-CompileOptions Context::Impl::compile_options() const {
+CompileOptions Context::Impl::compile_options(int64_t n_tokens) const {
   const Model::Impl &m = model->impl();
-  CompileOptions co;
-  co.devices = devices;
-  co.n_threads = params.n_threads;
-  co.allow_fallback = m.placement_params.allow_fallback;
-  if (!model_placement) return co;  // everything on devices[0]
+  if (!model_placement) {  // everything on devices[0]
+    CompileOptions co;
+    co.devices = devices;
+    co.n_threads = params.n_threads;
+    co.allow_fallback = m.placement_params.allow_fallback;
+    return co;
+  }
   // The model's placement indices are this context's device indices (same order).
-  const Placement *pl = &m.placement;
-  co.weight_device = [pl](const GgufTensorInfo *t) { return pl->device_of(t); };
-  co.kv_device = [pl](int layer) { return layer >= 0 && layer < static_cast<int>(pl->kv_device.size()) ? pl->kv_device[static_cast<size_t>(layer)] : pl->output_device; };
-  co.default_device = pl->output_device;
+  PlacedCompile pc;
+  pc.placement = &m.placement;
+  pc.devices = devices;
+  pc.n_threads = params.n_threads;
+  pc.allow_fallback = m.placement_params.allow_fallback;
   const int min_tokens = params.stream_min_tokens < 0 ? kStreamMinTokensAuto : params.stream_min_tokens;
-  if (stream_gpu >= 0 && min_tokens > 0 && building_tokens >= min_tokens) {
-    // Each layer's host matrices go to the GPU of its attention, or the first one.
-    const int fallback = stream_gpu;
-    const std::vector<Backend *> devs = devices;
-    co.stream_device = [pl, fallback, devs](int layer) {
-      const int d = layer >= 0 && layer < static_cast<int>(pl->kv_device.size()) ? pl->kv_device[static_cast<size_t>(layer)] : -1;
-      return d >= 0 && !devs[static_cast<size_t>(d)]->host_memory() ? d : fallback;
-    };
-  }
-  if (!direct_slots.empty()) {
-    const std::vector<Backend *> devs = devices;
-    co.direct_device = [pl, devs](int layer) {
-      const int d = layer >= 0 && layer < static_cast<int>(pl->kv_device.size()) ? pl->kv_device[static_cast<size_t>(layer)] : -1;
-      return d >= 0 && !devs[static_cast<size_t>(d)]->host_memory() ? d : -1;
-    };
-  }
-  return co;
+  pc.stream = min_tokens > 0 && n_tokens >= min_tokens;
+  pc.stream_fallback_gpu = stream_gpu;
+  pc.direct_reads = !direct_slots.empty();
+  return placed_compile_options(pc);
 }
 
 void Context::Impl::plan_direct_slots() {

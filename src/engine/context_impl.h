@@ -68,7 +68,7 @@ struct Context::Impl {
   void *weight_addr(const Node &n) const;  // device copy for GPU nodes, else the host mapping
   void run_ubatch(const BatchToken *toks, int32_t n, int32_t out_base, size_t batch_base);
   void update_report();
-  CompileOptions compile_options() const;
+  CompileOptions compile_options(int64_t n_tokens) const;  // for a ubatch of n_tokens
   void run_segments(const CompiledPlan &plan, const ExecEnv &env);
   std::unique_ptr<DeviceBuffer> alloc_arena(size_t d, size_t bytes);
   int kv_device_of(int layer) const;
@@ -78,7 +78,6 @@ struct Context::Impl {
   int pinned_gpu = -1;        // the GPU the host weights are page-locked for, or -1
   std::vector<int> direct_slots;  // per layer: Graph::moe_direct_slots_by_layer of one-token plans
   std::vector<bool> marked;   // run_segments: GPU executors whose host wait stops at their mark
-  int64_t building_tokens = 0;  // compile_options(): the ubatch size of the plan being compiled
   void wait_pending();
   void wait_for_host_segment();  // before a CPU segment: the GPU work it may read is done
   void plan_direct_slots();      // direct_slots from the placement and ContextParams

@@ -1,4 +1,5 @@
 #include "placement/fit.h"
+#include "placement/placed_compile.h"
 
 #include <algorithm>
 #include <cctype>
@@ -142,12 +143,13 @@ static std::vector<DevicePlan> evaluate_plan(const Model::Impl &m, const Placeme
   const Placement pl = resolve_placement(*m.gguf, m.hp, pp, avail, m.devices);
   std::vector<DevicePlan> out(pl.devices.size());
   const std::vector<uint64_t> wb = pl.weight_bytes();
-  CompileOptions co;
+  PlacedCompile pc;
+  pc.placement = &pl;
   for (size_t d = 0; d < pl.devices.size(); ++d) {
     out[d].device = pl.devices[d];
     out[d].weights = wb[d];
     Backend *b = m.registry->find(pl.devices[d]);
-    co.devices.push_back(b);
+    pc.devices.push_back(b);
     uint64_t budget = 0;
     bool set = false;
     for (const auto &bd : budgets)
@@ -164,24 +166,16 @@ static std::vector<DevicePlan> evaluate_plan(const Model::Impl &m, const Placeme
     const int d = l < pl.kv_device.size() ? pl.kv_device[l] : pl.output_device;
     out[static_cast<size_t>(d)].kv_cache += (row_size(kt, layout[l].k_row) + row_size(kt, layout[l].v_row)) * n_ctx;
   }
-  co.n_threads = physical_core_count();
-  co.allow_fallback = pp.allow_fallback;
-  co.weight_device = [&pl](const GgufTensorInfo *t) { return pl.device_of(t); };
-  co.kv_device = [&pl](int l) { return l >= 0 && l < static_cast<int>(pl.kv_device.size()) ? pl.kv_device[static_cast<size_t>(l)] : pl.output_device; };
-  co.default_device = pl.output_device;
+  pc.n_threads = physical_core_count();
+  pc.allow_fallback = pp.allow_fallback;
   std::vector<uint64_t> arena(pl.devices.size(), 0), work(pl.devices.size(), 0);
-  int first_gpu = -1;
-  for (size_t d = 0; d < pl.devices.size() && first_gpu < 0; ++d)
-    if (pl.is_gpu[d] && !co.devices[d]->host_memory()) first_gpu = static_cast<int>(d);
+  for (size_t d = 0; d < pl.devices.size() && pc.stream_fallback_gpu < 0; ++d)
+    if (pl.is_gpu[d] && !pc.devices[d]->host_memory()) pc.stream_fallback_gpu = static_cast<int>(d);
   for (uint32_t nt : {std::max<uint32_t>(1, std::min(pp.fit_n_ubatch, n_ctx)), 1u}) {
     // A context streams host weights to a GPU for big ubatches (ContextParams::stream_min_tokens):
     // their copies take GPU arena space, so the plan counts them.
-    co.stream_device = nullptr;
-    if (first_gpu >= 0 && static_cast<int>(nt) >= kStreamMinTokensAuto)
-      co.stream_device = [&pl, &co, first_gpu](int l) {
-        const int d = l >= 0 && l < static_cast<int>(pl.kv_device.size()) ? pl.kv_device[static_cast<size_t>(l)] : -1;
-        return d >= 0 && !co.devices[static_cast<size_t>(d)]->host_memory() ? d : first_gpu;
-      };
+    pc.stream = static_cast<int>(nt) >= kStreamMinTokensAuto;
+    const CompileOptions co = placed_compile_options(pc);
     GraphBuildParams gp;
     gp.n_tokens = nt;
     gp.n_outputs = 1;

@@ -36,6 +36,11 @@ struct Placement {
   int output_device = 0;
 
   int device_of(const GgufTensorInfo *t) const;  // InvalidArgument for a tensor of another file
+  // Where layer's attention and KV cache run; the output device for a layer index outside
+  // the model (the embedding's -1, the head's n_layer).
+  int kv_device_for(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(kv_device.size()) ? kv_device[static_cast<size_t>(layer)] : output_device;
+  }
   int find(const std::string &name) const;       // -1 when absent
   int cpu() const { return find("cpu"); }
   // Bytes of weights per device (256-byte aligned each, as DeviceWeights stores them).

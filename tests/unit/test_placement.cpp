@@ -4,6 +4,7 @@
 // its error for an impossible budget, and the one-host-round-trip-per-layer bound on CUDA.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -340,5 +341,26 @@ TEST_CASE("placement on CUDA: experts on the CPU keep GPU stretches in graphs, a
       CHECK(launches == 0);                          // every GPU stretch replayed from its CUDA graph
     }
   }
+  // Direct expert reads (on by default here: the GPU computes some of each token's experts
+  // over the bus) against the same steps with every expert on the CPU.
+  const CompiledPlan &pl = ctx->impl().plan_for(1, 1);
+  int direct = 0, overlapped = 0;
+  for (const Node &n : pl.graph.nodes()) direct += n.direct_read && n.device != 0 ? 1 : 0;
+  for (const Segment &sg : pl.segments) overlapped += sg.overlap ? 1 : 0;
+  INFO("direct-read products on a GPU: " << direct << ", overlapped stretches: " << overlapped);
+  CHECK(direct == 3 * L);
+  CHECK(overlapped == L);
+  cp.direct_expert_slots = 0;
+  auto plain = Context::create(*model, cp);
+  plain->decode(prompt.data(), prompt.size());
+  for (int step = 0; step < 8; ++step) {
+    BatchToken t{(step * 11 + 3) % model->n_vocab(), 6 + step, 0, true};
+    plain->decode(&t, 1);
+  }
+  const float *got = ctx->logits(0), *want = plain->logits(0);
+  double worst = 0;
+  for (int32_t i = 0; i < model->n_vocab(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+  INFO("largest logit difference, direct reads vs all experts on the CPU: " << worst);
+  CHECK(worst < 0.05);
 #endif
 }
