@@ -77,6 +77,10 @@ public:
   // Low-level access for the vocabulary walk: state ids, -1 = dead.
   int32_t state() const { return state_; }
   int32_t step(int32_t state, uint8_t byte);
+  // The transition cache: entry state * 256 + byte is the next state, -1 dead, kNotComputed
+  // unknown (then call step). Read it afresh after step(): it grows with new states.
+  const std::vector<int32_t> &transitions() const;
+  static constexpr int32_t kNotComputed = -2;
   bool state_complete(int32_t state) const;
   size_t n_states() const;
 

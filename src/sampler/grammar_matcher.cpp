@@ -20,7 +20,7 @@ using StackSet = std::vector<Stack>;  // sorted, unique
 // Limits that keep a pathological grammar a clear error instead of unbounded memory.
 constexpr size_t kMaxStacks = 8192;
 constexpr size_t kMaxStates = 1 << 16;
-constexpr int32_t kUnknown = -2;
+constexpr int32_t kUnknown = GrammarMatcher::kNotComputed;
 constexpr int32_t kDead = -1;
 
 }  // namespace
@@ -50,6 +50,7 @@ public:
     return slot;
   }
 
+  const std::vector<int32_t> &transitions() const { return trans_; }
   bool complete(int32_t state) const { return states_[size_t(state)].complete; }
   bool only_end(int32_t state) const { return states_[size_t(state)].only_end; }
   size_t n_states() const { return states_.size(); }
@@ -190,5 +191,6 @@ void GrammarMatcher::reset() { state_ = initial_; }
 int32_t GrammarMatcher::step(int32_t state, uint8_t byte) { return a_->step(state, byte); }
 bool GrammarMatcher::state_complete(int32_t state) const { return a_->complete(state); }
 size_t GrammarMatcher::n_states() const { return a_->n_states(); }
+const std::vector<int32_t> &GrammarMatcher::transitions() const { return a_->transitions(); }
 
 }  // namespace moe

@@ -14,10 +14,13 @@ TokenTrie::TokenTrie(const std::vector<std::string> &pieces) {
   std::vector<int32_t> order;
   for (size_t i = 0; i < pieces.size(); ++i)
     if (!pieces[i].empty()) order.push_back(int32_t(i));
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return pieces[size_t(a)] < pieces[size_t(b)] || (pieces[size_t(a)] == pieces[size_t(b)] && a < b); });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const std::string &pa = pieces[size_t(a)], &pb = pieces[size_t(b)];
+    return pa < pb || (pa == pb && a < b);
+  });
   // In sorted order each string adds the nodes of its bytes after the prefix it shares with
-  // the previous one; that sequence of nodes is the trie's preorder.
+  // the previous one; that sequence of nodes is the trie's preorder, and the tokens ending
+  // at each node come in the same order.
   std::vector<uint32_t> path;  // node index per depth of the previous string
   const std::string *prev = nullptr;
   for (int32_t id : order) {
@@ -28,40 +31,69 @@ TokenTrie::TokenTrie(const std::vector<std::string> &pieces) {
     path.resize(common);
     for (size_t d = common; d < s.size(); ++d) {
       path.push_back(uint32_t(nodes_.size()));
-      nodes_.push_back(Node{0, 0, 0, uint32_t(d + 1), static_cast<uint8_t>(s[d])});
+      nodes_.push_back(Node{0, 0, uint32_t(tokens_.size()), uint32_t(d + 1), static_cast<uint8_t>(s[d])});
     }
-    Node &last = nodes_[path.back()];
-    if (last.tok_begin == last.tok_end) last.tok_begin = last.tok_end = uint32_t(tokens_.size());
     tokens_.push_back(id);
-    last.tok_end = uint32_t(tokens_.size());
     max_depth_ = std::max(max_depth_, uint32_t(s.size()));
     prev = &s;
   }
-  // Subtree ends: a node's subtree stops at the next node no deeper than itself.
+  // Subtree ends (the next node no deeper) and the byte groups below each node.
   std::vector<uint32_t> open;
+  auto close = [&](uint32_t at) {
+    Node &done = nodes_[open.back()];
+    done.end = at;
+    open.pop_back();
+    if (!open.empty()) nodes_[open.back()].below |= done.below | (uint64_t(1) << byte_group(done.byte));
+  };
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    while (!open.empty() && nodes_[open.back()].depth >= nodes_[i].depth) {
-      nodes_[open.back()].end = i;
-      open.pop_back();
-    }
+    while (!open.empty() && nodes_[open.back()].depth >= nodes_[i].depth) close(i);
     open.push_back(i);
   }
-  for (uint32_t i : open) nodes_[i].end = uint32_t(nodes_.size());
+  while (!open.empty()) close(uint32_t(nodes_.size()));
+  nodes_.push_back(Node{0, 0, uint32_t(tokens_.size()), 0, 0});  // sentinel
+}
+
+uint64_t TokenTrie::self_loops(GrammarMatcher &m, int32_t state) const {
+  const size_t at = size_t(state) * 2;
+  if (self_groups_.size() < at + 2) self_groups_.resize(at + 2, 0);
+  if (self_groups_[at + 1]) return self_groups_[at];
+  uint64_t groups = 0;
+  for (uint32_t g = 1; g < 64; ++g)
+    if (m.step(state, uint8_t(2 * g)) == state && m.step(state, uint8_t(2 * g + 1)) == state) groups |= uint64_t(1) << g;
+  self_groups_[at] = groups;
+  self_groups_[at + 1] = 1;
+  return groups;
 }
 
 void TokenTrie::walk(GrammarMatcher &m, int32_t state, uint8_t *allowed) const {
   std::vector<int32_t> at(max_depth_ + 1);
   at[0] = state;
-  const uint32_t n = uint32_t(nodes_.size());
+  const uint32_t n = uint32_t(nodes_.size() - 1);
+  const std::vector<int32_t> &table = m.transitions();
+  int32_t loop_state = -1;  // the state whose self-loop groups are in loops
+  uint64_t loops = 0;
   for (uint32_t i = 0; i < n;) {
     const Node &node = nodes_[i];
-    const int32_t s = m.step(at[node.depth - 1], node.byte);
+    const int32_t from = at[node.depth - 1];
+    int32_t s = table[size_t(from) * 256 + node.byte];  // cached after the first steps
+    if (s == GrammarMatcher::kNotComputed) s = m.step(from, node.byte);
     if (s < 0) {
       i = node.end;
       continue;
     }
+    if (node.below != 0) {
+      if (s != loop_state) {
+        loops = self_loops(m, s);
+        loop_state = s;
+      }
+      if ((node.below & ~loops) == 0) {  // everything below stays in s: all allowed
+        for (uint32_t t = node.tok_begin; t < nodes_[node.end].tok_begin; ++t) allowed[tokens_[t]] = 1;
+        i = node.end;
+        continue;
+      }
+    }
     at[node.depth] = s;
-    for (uint32_t t = node.tok_begin; t < node.tok_end; ++t) allowed[tokens_[t]] = 1;
+    for (uint32_t t = node.tok_begin; t < nodes_[i + 1].tok_begin; ++t) allowed[tokens_[t]] = 1;
     ++i;
   }
 }
@@ -79,7 +111,11 @@ std::vector<std::string> vocab_pieces(const Vocab &v) {
 
 GrammarStage::GrammarStage(const Grammar &g, const Vocab &vocab)
     : matcher_(g), pieces_(vocab_pieces(vocab)), eog_(size_t(vocab.n_tokens()), 0), trie_(pieces_) {
-  for (int32_t id : vocab.eog_ids()) eog_[size_t(id)] = 1;
+  for (int32_t id : vocab.eog_ids())
+    if (id >= 0 && id < vocab.n_tokens()) {
+      eog_[size_t(id)] = 1;
+      eog_ids_.push_back(id);
+    }
 }
 
 bool GrammarStage::token_allowed(int32_t id) {
@@ -96,11 +132,18 @@ bool GrammarStage::token_allowed(int32_t id) {
 }
 
 void GrammarStage::allowed_tokens(std::vector<uint8_t> &allowed) {
+  const int32_t state = matcher_.state();
+  for (const auto &cached : mask_cache_)
+    if (cached.first == state) {
+      allowed = cached.second;
+      return;
+    }
   allowed.assign(pieces_.size(), 0);
-  trie_.walk(matcher_, matcher_.state(), allowed.data());
-  const bool complete = matcher_.is_complete();
-  for (size_t i = 0; i < eog_.size(); ++i)
-    if (eog_[i]) allowed[i] = complete ? 1 : 0;
+  trie_.walk(matcher_, state, allowed.data());
+  const uint8_t eog_ok = matcher_.is_complete() ? 1 : 0;
+  for (int32_t id : eog_ids_) allowed[size_t(id)] = eog_ok;
+  if (mask_cache_.size() < kMaskCacheSize) mask_cache_.emplace_back(state, allowed);
+  else mask_cache_[mask_cache_next_++ % kMaskCacheSize] = {state, allowed};
 }
 
 void GrammarStage::apply(Candidates &c, Rng & /*rng*/) {

@@ -31,16 +31,25 @@ public:
 
 private:
   struct Node {
+    uint64_t below;      // byte groups (byte_group) of every node below this one
     uint32_t end;        // index after this node's subtree
-    uint32_t tok_begin;  // tokens ending here: tokens_[tok_begin, tok_end)
-    uint32_t tok_end;
+    uint32_t tok_begin;  // tokens ending here: tokens_[tok_begin, next node's tok_begin)
     uint32_t depth;      // 1 for a first byte
     uint8_t byte;
   };
-  std::vector<Node> nodes_;
+  std::vector<Node> nodes_;  // + a sentinel whose tok_begin is tokens_.size()
   std::vector<int32_t> tokens_;
   uint32_t max_depth_ = 0;
+  // Per automaton state: byte groups whose bytes all lead back to the state itself (bit 63
+  // of the entry's second word says it was computed). A subtree whose bytes all loop is
+  // allowed whole without walking it: most of a vocabulary inside a JSON string.
+  mutable std::vector<uint64_t> self_groups_;
+  uint64_t self_loops(GrammarMatcher &m, int32_t state) const;
 };
+
+// 64 groups: ASCII byte pairs (b >> 1); every byte >= 0x80 shares group 0 with NUL and
+// U+0001, which no grammar lets loop, so subtrees holding multi-byte characters are walked.
+inline uint32_t byte_group(uint8_t b) { return b < 0x80 ? b >> 1 : 0; }
 
 class GrammarStage : public SamplerStage {
 public:
@@ -58,8 +67,13 @@ private:
   GrammarMatcher matcher_;
   std::vector<std::string> pieces_;
   std::vector<uint8_t> eog_;
+  std::vector<int32_t> eog_ids_;
   TokenTrie trie_;
   std::vector<uint8_t> mask_;
+  // Masks of recently seen states (a long string or number revisits one state per token).
+  static constexpr size_t kMaskCacheSize = 8;
+  std::vector<std::pair<int32_t, std::vector<uint8_t>>> mask_cache_;
+  size_t mask_cache_next_ = 0;
 
   bool token_allowed(int32_t id);
 };
