@@ -38,12 +38,15 @@ KvCache::KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<
     bytes_ += kb + vb;
     rs_.push_back(nullptr);
     if (d.recurrent() > 0) {
-      // The recurrent kernels exist for the CPU only; a state in device memory would be read
-      // by a host kernel. Placement has to keep these layers on the host for now.
-      if (!dev.host_memory())
-        fail(Status::Unsupported, "layer %zu is a recurrent (gated DeltaNet) layer: its state cannot live on %s yet (no GPU kernels); place it on the CPU",
-             l, dev.info().name.c_str());
-      rs_.back() = dev.alloc(recurrent_bytes(static_cast<int>(l)), "recurrent state");
+      // The recurrent kernels exist for the CPU only: the state lives in host memory whatever
+      // the layer's device. A GPU placement then fails to compile its recurrent ops (clear
+      // Unsupported error) unless fallback runs them on the CPU, where this memory is.
+      Backend *home = &dev;
+      if (!dev.host_memory()) {
+        if (!host_) host_ = make_cpu_backend();
+        home = host_.get();
+      }
+      rs_.back() = home->alloc(recurrent_bytes(static_cast<int>(l)), "recurrent state");
       rs_.back()->clear();
       has_recurrent_ = true;
     }

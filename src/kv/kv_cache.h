@@ -115,7 +115,9 @@ private:
   std::vector<KvLayerDims> layers_;
   std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;
   size_t bytes_ = 0;
-  // Recurrent states: per layer [2 copies][n_seq_max][recurrent()] floats (host memory).
+  // Recurrent states: per layer [2 copies][n_seq_max][recurrent()] floats, always in host
+  // memory (host_ allocates them for layers placed on a GPU).
+  std::unique_ptr<Backend> host_;
   std::vector<std::unique_ptr<DeviceBuffer>> rs_;
   bool has_recurrent_ = false;
   std::vector<uint8_t> rs_cur_;      // per sequence: the committed copy (0 or 1)
