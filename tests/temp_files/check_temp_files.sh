@@ -7,8 +7,8 @@
 set -u
 tests=$1; dir=$2
 run() {  # run TMPDIR: the two test cases, output in $dir.log
-  TMPDIR="$1" "$tests" "engine: sequences share the cache without seeing each other" \
-    "engine: the CPU huge-page weight copy gives the mapped weights' logits bit for bit" > "$dir.log" 2>&1
+  TMPDIR="$1" "$tests" "engine: sequences share the cache without seeing each other,engine: the CPU huge-page weight copy gives the mapped weights' logits bit for bit" \
+    > "$dir.log" 2>&1
 }
 rm -rf "$dir"; mkdir -p "$dir"
 run "$dir" || { cat "$dir.log"; echo "FAIL: the unit tests failed with TMPDIR=$dir"; exit 1; }
