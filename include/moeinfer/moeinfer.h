@@ -543,6 +543,28 @@ MOE_API moe_status moe_kv_seq_pos_max(moe_context *ctx, int32_t seq, int32_t *ou
 /* KV cells in use into *out_cells. */
 MOE_API moe_status moe_kv_used_cells(moe_context *ctx, uint32_t *out_cells);
 
+/* ------------------------------------------------------------------ sequence state */
+/* One sequence's state (its KV cells and, for recurrent layers, its recurrent state) as a
+ * versioned blob carrying a fingerprint of the model (hyperparameters and every tensor's
+ * name, type and shape). It restores into any context of the same model (also one created
+ * after the model was freed and loaded again) with the same KV cache type, into any
+ * sequence id. Logits are not part of the state: decode the next token after a restore.
+ * Restoring validates the whole blob first; a corrupt or truncated blob, one from another
+ * model or cache type, or a sequence id out of range is MOE_STATUS_INVALID_ARGUMENT
+ * (another format version: UNSUPPORTED; not enough free cells: CONTEXT_FULL) with the
+ * reason in moe_last_error(), and the context is unchanged. Contexts whose KV cache is in
+ * GPU memory return MOE_STATUS_UNSUPPORTED. BUSY while a decode is in flight. */
+
+/* Writes seq's state to buf; *out_size receives its size. A NULL buf or a buf_size below
+ * it returns MOE_STATUS_BUFFER_TOO_SMALL (the size query). */
+MOE_API moe_status moe_state_seq_save(moe_context *ctx, int32_t seq, void *buf, size_t buf_size, size_t *out_size);
+/* Replaces seq's cells (and recurrent state) with a state from moe_state_seq_save. data is
+ * borrowed for the call. */
+MOE_API moe_status moe_state_seq_load(moe_context *ctx, int32_t seq, const void *data, size_t size);
+/* The same through a file (created or truncated; IO_ERROR when it cannot be written/read). */
+MOE_API moe_status moe_state_seq_save_file(moe_context *ctx, int32_t seq, const char *path);
+MOE_API moe_status moe_state_seq_load_file(moe_context *ctx, int32_t seq, const char *path);
+
 /* ------------------------------------------------------------------ sampling */
 
 typedef struct moe_sampler moe_sampler;

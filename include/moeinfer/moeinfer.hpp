@@ -404,6 +404,25 @@ public:
     if (s != MOE_STATUS_OK) return detail::fail<int32_t>(s);
     return p;
   }
+  // Sequence state (moe_state_seq_*): save to bytes or a file, restore into this context.
+  Ret<std::vector<uint8_t>> save_seq_state(int32_t seq) {
+    size_t n = 0;
+    moe_status s = moe_state_seq_save(get(), seq, nullptr, 0, &n);
+    if (s != MOE_STATUS_BUFFER_TOO_SMALL) return detail::fail<std::vector<uint8_t>>(s == MOE_STATUS_OK ? MOE_STATUS_INTERNAL : s);
+    std::vector<uint8_t> out(n);
+    s = moe_state_seq_save(get(), seq, out.data(), out.size(), &n);
+    if (s != MOE_STATUS_OK) return detail::fail<std::vector<uint8_t>>(s);
+    return out;
+  }
+  Ret<void> load_seq_state(int32_t seq, const std::vector<uint8_t> &state) {
+    return detail::done(moe_state_seq_load(get(), seq, state.data(), state.size()));
+  }
+  Ret<void> save_seq_state_file(int32_t seq, const std::string &path) {
+    return detail::done(moe_state_seq_save_file(get(), seq, path.c_str()));
+  }
+  Ret<void> load_seq_state_file(int32_t seq, const std::string &path) {
+    return detail::done(moe_state_seq_load_file(get(), seq, path.c_str()));
+  }
 };
 
 class Sampler : public detail::Handle<moe_sampler, moe_sampler_free> {
