@@ -6,6 +6,7 @@
 // --verbose reports per turn on stderr: "[turn N] prompt P tokens: R reused, D decoded; G generated".
 #include <algorithm>
 #include <climits>
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -254,8 +255,14 @@ int cmd_chat(int argc, char **argv) {
     auto model = Model::load(o.model_path, mp);
     if (!model->vocab()) return cli::report(2, "the model has no tokenizer: chat needs one");
     ChatSession chat(o, std::move(model));
+    const bool terminal = isatty(STDIN_FILENO) != 0;  // a prompt marker only for people typing
     std::string line;
-    while (std::getline(std::cin, line)) {
+    for (;;) {
+      if (terminal) {
+        std::fputs("> ", stdout);
+        std::fflush(stdout);
+      }
+      if (!std::getline(std::cin, line)) break;
       if (line == "/exit" || line == "/quit") break;
       if (line == "/reset") {
         chat.reset();

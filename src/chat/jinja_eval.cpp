@@ -14,9 +14,11 @@ struct Scope {
   std::shared_ptr<Scope> parent;
 };
 
+// A macro sees the scope it was defined in. Weak: that scope holds the macro itself, and a
+// strong reference would be a cycle that is never freed.
 struct Macro {
   const Stmt *def;
-  std::shared_ptr<Scope> closure;
+  std::weak_ptr<Scope> closure;
 };
 
 [[noreturn]] void fail_at(Status s, int line, int col, const std::string &why) {
@@ -226,7 +228,8 @@ private:
       fail_at(Status::InvalidArgument, def.line, def.col, "macro recursion too deep in '" + def.text + "'");
     }
     auto scope = std::make_shared<Scope>();
-    scope->parent = m.closure;
+    scope->parent = m.closure.lock();
+    if (!scope->parent) scope->parent = root_;
     for (size_t k = 0; k < def.params.size(); ++k) {
       const auto &param = def.params[k];
       Value v = a.get(k, param.first.c_str());

@@ -21,6 +21,20 @@ private:
   const std::vector<Token> &t_;
   size_t p_ = 0;
   std::string stop_;  // the statement keyword that ended the last block()
+  int depth_ = 0;     // nesting of statements and expressions being parsed
+
+  // Bounds the parser's (and so the evaluator's) recursion: a template is untrusted data.
+  class Nest {
+  public:
+    explicit Nest(Parser &p) : p_(p) {
+      if (++p_.depth_ > 200) p_.fail_here("template nested more than 200 levels deep");
+    }
+    ~Nest() { --p_.depth_; }
+    Nest(const Nest &) = delete;
+    Nest &operator=(const Nest &) = delete;
+  private:
+    Parser &p_;
+  };
 
   const Token &cur() const { return t_[p_]; }
   const Token &peek(size_t n = 1) const { return t_[std::min(p_ + n, t_.size() - 1)]; }
@@ -93,6 +107,7 @@ private:
   }
 
   StmtPtr statement() {
+    Nest nest(*this);
     const Token &kw = cur();
     const std::string name = kw.text;
     ++p_;
@@ -207,6 +222,7 @@ private:
   }
 
   ExprPtr expression() {
+    Nest nest(*this);
     ExprPtr e = or_expr();
     if (is_name("if")) {
       const Token &at = cur();
@@ -243,6 +259,7 @@ private:
     return e;
   }
   ExprPtr not_expr() {
+    Nest nest(*this);
     if (is_name("not")) {
       const Token &at = cur();
       ++p_;
@@ -311,6 +328,7 @@ private:
     return e;
   }
   ExprPtr unary() {
+    Nest nest(*this);
     if (is_op("-") || is_op("+")) {
       const Token &at = cur();
       ++p_;

@@ -130,7 +130,7 @@ std::string float_repr(double d) {
   return s;
 }
 
-static std::string repr(const Value &v);
+static std::string repr(const Value &v, int depth = 0);
 
 std::string to_str(const Value &v) {
   switch (v.kind) {
@@ -144,7 +144,8 @@ std::string to_str(const Value &v) {
   }
 }
 
-static std::string repr(const Value &v) {
+static std::string repr(const Value &v, int depth) {
+  if (depth > 256) throw Error(Status::InvalidArgument, "value nested more than 256 levels (a cycle?)");
   if (v.is_string()) {
     std::string out = "'";
     for (char c : v.s) out += (c == '\'' || c == '\\') ? std::string("\\") + c : std::string(1, c);
@@ -152,13 +153,13 @@ static std::string repr(const Value &v) {
   }
   if (v.is_array()) {
     std::string out = "[";
-    for (size_t k = 0; k < v.arr->size(); ++k) out += (k ? ", " : "") + repr((*v.arr)[k]);
+    for (size_t k = 0; k < v.arr->size(); ++k) out += (k ? ", " : "") + repr((*v.arr)[k], depth + 1);
     return out + "]";
   }
   if (v.is_object()) {
     std::string out = "{";
     for (size_t k = 0; k < v.obj->items.size(); ++k)
-      out += (k ? ", " : "") + repr(Value(v.obj->items[k].first)) + ": " + repr(v.obj->items[k].second);
+      out += (k ? ", " : "") + repr(Value(v.obj->items[k].first), depth + 1) + ": " + repr(v.obj->items[k].second, depth + 1);
     return out + "}";
   }
   return to_str(v);
@@ -189,6 +190,7 @@ static void json_string(const std::string &s, std::string &out) {
 }
 
 static void json_write(const Value &v, int indent, int depth, std::string &out) {
+  if (depth > 256) throw Error(Status::InvalidArgument, "tojson: value nested more than 256 levels (a cycle?)");
   const std::string nl = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * (depth + 1)), ' ') : "";
   const std::string nl_end = indent >= 0 ? "\n" + std::string(static_cast<size_t>(indent * depth), ' ') : "";
   const char *sep = indent >= 0 ? "," : ", ";

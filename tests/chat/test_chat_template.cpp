@@ -137,6 +137,10 @@ TEST_CASE("chat template errors are statuses with the template's words", "[chat]
   CHECK(render_status("{{ 'a' + 1 }}") == MOE_STATUS_INVALID_ARGUMENT);
   CHECK(render_status("{{ undefined_thing.attr }}") == MOE_STATUS_INVALID_ARGUMENT);
   CHECK(render_status("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}") == MOE_STATUS_INVALID_ARGUMENT);
+  // Untrusted templates cannot exhaust the stack.
+  CHECK(render_status("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}") == MOE_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(moe_last_error()).find("nested") != std::string::npos);
+  CHECK(render_status("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns | tojson }}") == MOE_STATUS_INVALID_ARGUMENT);
 }
 
 TEST_CASE("moe_chat_apply_template passes messages, tools and flags to the template", "[chat]") {
