@@ -14,6 +14,9 @@ struct ChatTemplate {
   bool fallback = false;  // the model has none: ChatML
 };
 
+// The whole file; throws Error(IoError) naming `what` and the path.
+std::string read_text_file(const std::string &path, const char *what);
+
 // template_file non-empty: that file's text; else the model's template; else ChatML.
 ChatTemplate chat_template_for(const moe::Model &model, const std::string &template_file);
 

@@ -23,6 +23,8 @@
 #include "core/status.h"
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
+#include "sampler/grammar_sampler.h"
+#include "sampler/json_schema.h"
 #include "sampler/sampler.h"
 #include "tokenizer/stream_detokenizer.h"
 #include "tokenizer/vocab.h"
@@ -31,14 +33,16 @@ using namespace moe;
 
 namespace cli {
 
+std::string read_text_file(const std::string &path, const char *what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Status::IoError, std::string("cannot read the ") + what + " file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 ChatTemplate chat_template_for(const Model &model, const std::string &template_file) {
-  if (!template_file.empty()) {
-    std::ifstream in(template_file, std::ios::binary);
-    if (!in) throw Error(Status::IoError, "cannot read the template file '" + template_file + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return {ss.str(), false};
-  }
+  if (!template_file.empty()) return {read_text_file(template_file, "template"), false};
   const GgufValue *v = model.gguf().find("tokenizer.chat_template");
   if (v && v->type == GgufType::STRING) return {v->str, false};
   return {chat::chatml_template(), true};
@@ -76,7 +80,8 @@ void usage() {
       "  --template FILE     Jinja chat template to use instead of the model's (default: the\n"
       "                      model's tokenizer.chat_template; ChatML when it has none)\n"
       "  --think on|off      the template's enable_thinking switch (default: the template's own)\n"
-      "  --json-schema FILE  constrain replies to a JSON Schema\n"
+      "  --json-schema FILE  every reply is JSON valid under this JSON Schema (grammar-constrained\n"
+      "                      sampling; a reply cut by -n may be incomplete)\n"
       "  -n N                most tokens per reply, 1..2147483647 (default 256)\n"
       "  --temp T            temperature 0..100; 0 = greedy (default 0.7)\n"
       "  --seed S            sampling seed 0..4294967295 (default 1)\n"
@@ -117,8 +122,6 @@ int parse(int argc, char **argv, Options &o) {
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else return cli::report(2, "unknown option '" + a + "' (see moeinfer-cli chat --help)");
   }
-  if (!o.schema_file.empty())
-    return cli::report(2, "--json-schema is not available yet: this build has no grammar-constrained sampler");
   return -1;
 }
 
@@ -142,6 +145,11 @@ public:
     cp.n_threads = o.threads;
     cp.device = o.device;
     ctx_ = Context::create(*model_, cp);
+    if (!o.schema_file.empty()) {  // first in the chain: the grammar masks before anything selects
+      const std::string schema = cli::read_text_file(o.schema_file, "JSON Schema");
+      chain_.add(std::make_unique<GrammarStage>(parse_gbnf(json_schema_to_gbnf(schema)), *model_->vocab()));
+      constrained_ = true;
+    }
     if (o.temp > 0) {
       chain_.add(std::make_unique<TemperatureStage>(static_cast<float>(o.temp)));
       chain_.add(std::make_unique<DistStage>());
@@ -192,7 +200,8 @@ private:
   std::vector<chat::Message> history_;
   std::vector<int32_t> cached_;  // the tokens whose KV cells are in the cache, positions 0..
   size_t turns_ = 0;
-  size_t generated_ = 0;  // tokens sampled in the last reply (an end-of-generation token excluded)
+  size_t generated_ = 0;
+  bool constrained_ = false;  // a JSON-schema grammar leads the chain: restart it per reply  // tokens sampled in the last reply (an end-of-generation token excluded)
 
   // Drops cached positions past the longest prefix shared with ids; returns its length.
   // At least one token is left to decode, so the last position has fresh logits.
@@ -221,6 +230,7 @@ private:
     StreamDetokenizer detok(vocab, false);
     std::string reply;
     generated_ = 0;
+    if (constrained_) chain_.reset();
     const uint32_t n_ctx = ctx_->params().n_ctx;
     for (int step = 0; step < o_.n_gen; ++step) {
       const int32_t next = chain_.sample(ctx_->logits(-1), model_->n_vocab());

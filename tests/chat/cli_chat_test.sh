@@ -2,7 +2,7 @@
 # moeinfer-cli chat on the demo model, driven through stdin: the transcript has one reply per
 # turn and the reset marker, turn 2 reuses every cached token of turn 1's prompt and decodes
 # only the rest, the turn after /reset starts from an empty cache; generate --chat renders
-# ChatML (the demo model's template) around -p; --json-schema is refused while unavailable.
+# ChatML (the demo model's template) around -p; --json-schema replies are the schema's JSON.
 # usage: cli_chat_test.sh MOEINFER_CLI WORK_DIR
 set -u
 cli=$1 work=$2
@@ -32,7 +32,16 @@ printf '<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_st
 head -c "$(wc -c <"$work/gen.expected")" "$work/gen.out" | cmp -s - "$work/gen.expected" ||
   fail "generate --chat did not render the ChatML prompt: $(head -c 200 "$work/gen.out")"
 
-echo x | "$cli" chat --json-schema /dev/null >/dev/null 2>"$work/schema.err"
-rc=$?
-[ $rc -eq 2 ] && grep -q "not available yet" "$work/schema.err" || fail "--json-schema: exit $rc, $(cat "$work/schema.err")"
+# --json-schema: the reply is JSON valid under the schema (whitespace aside), ended by the grammar
+# (an end-of-generation token once the object is complete), not by -n.
+printf '{"type":"object","properties":{"ok":{"type":"boolean"},"n":{"type":"integer"}},"required":["ok","n"]}' \
+  >"$work/schema.json"
+echo "Reply in JSON" | "$cli" chat -n 64 --temp 0 --verbose --json-schema "$work/schema.json" \
+  >"$work/schema.out" 2>"$work/schema.err" || fail "chat --json-schema exited with $? ($(cat "$work/schema.err"))"
+compact=$(tr -d ' \t\n' <"$work/schema.out")
+echo "$compact" | grep -Eq '^\{"ok":(true|false),"n":-?[0-9]+\}$' || fail "reply is not the schema's JSON: $(cat "$work/schema.out")"
+gen=$(sed -n 's/^\[turn 1\] .*; \([0-9]*\) generated$/\1/p' "$work/schema.err")
+[ "$gen" -lt 64 ] || fail "the constrained reply was cut by -n ($gen tokens), not ended by the grammar"
+echo x | "$cli" chat --json-schema "$work/missing.json" >/dev/null 2>"$work/missing.err" && fail "a missing schema file was accepted"
+grep -q "missing.json" "$work/missing.err" || fail "the error does not name the schema file: $(cat "$work/missing.err")"
 echo PASS
