@@ -25,7 +25,8 @@ ChatTemplate chat_template_for(const moe::Model &model, const std::string &templ
 std::string render_chat(const moe::Model &model, const ChatTemplate &tmpl,
                         const std::vector<moe::chat::Message> &messages, int enable_thinking);
 
-// One system (optional) + one user turn, for `generate --chat`.
+// One system (optional) + one user turn, for `generate --chat` (which tokenizes with the
+// vocabulary's BOS: a leading BOS text from the template is left out so it is not doubled).
 std::string one_shot_chat_prompt(const moe::Model &model, const std::string &system, const std::string &user);
 
 }  // namespace cli

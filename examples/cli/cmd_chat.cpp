@@ -63,7 +63,12 @@ std::string one_shot_chat_prompt(const Model &model, const std::string &system, 
   std::vector<chat::Message> msgs;
   if (!system.empty()) msgs.push_back({"system", system});
   msgs.push_back({"user", user});
-  return render_chat(model, chat_template_for(model, ""), msgs, -1);
+  std::string prompt = render_chat(model, chat_template_for(model, ""), msgs, -1);
+  // generate tokenizes with the vocabulary's own BOS: a template's BOS text would double it.
+  const Vocab *v = model.vocab();
+  if (v && v->add_bos() && v->bos() >= 0 && prompt.rfind(v->token_text(v->bos()), 0) == 0)
+    prompt.erase(0, v->token_text(v->bos()).size());
+  return prompt;
 }
 
 }  // namespace cli
