@@ -60,7 +60,7 @@ void usage_dev(FILE *out) {
                "  --stream-min-tokens N  CPU-resident weights + a GPU: ubatches of >= N tokens copy them to the GPU and\n"
                "                       multiply there (default -1 = auto, 0 = never)\n"
                "  --direct-expert-slots N  experts on the CPU + a GPU: N of each token's routed experts run on the GPU,\n"
-               "                       read over the bus, in one-token steps (default -1 = auto, 0 = off)\n"
+               "                       read over the bus, in one-token steps (default 0 = off)\n"
                "  --no-pdl             kernels wait for the previous one to finish before they start\n"
                "                       (no programmatic dependent launch)\n"
                "  --cpu-order-head     the LM head in the CPU's float order\n"
@@ -201,7 +201,7 @@ int cmd_bench(int argc, char **argv) {
   unsigned seed = 1;
   bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
   int stream_min = -1;
-  int direct_slots = -1;
+  int direct_slots = 0;
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   cli::PlacementArgs placement;
@@ -223,7 +223,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-gpu-graphs") gpu_graphs = false;
     else if (a == "--cpu-order") cpu_order = true;
     else if (a == "--stream-min-tokens") stream_min = int(cli::to_int(val(), "--stream-min-tokens", -1, kMaxTokens));
-    else if (a == "--direct-expert-slots") direct_slots = int(cli::to_int(val(), "--direct-expert-slots", -1, 64));
+    else if (a == "--direct-expert-slots") direct_slots = int(cli::to_int(val(), "--direct-expert-slots", 0, 64));
     else if (a == "--no-pdl") moe::set_gpu_dependent_launch(false);
     else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
     else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);

@@ -109,7 +109,7 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
   // staged by the driver at a fraction of the bus speed and cannot be captured in graphs.
   // Direct expert reads need them page-locked too (and readable in place).
   c.pinned_gpu = -1;
-  if (c.mixed && c.model_placement && (p.stream_min_tokens != 0 || p.direct_expert_slots != 0))
+  if (c.mixed && c.model_placement && (p.stream_min_tokens != 0 || p.direct_expert_slots > 0))
     for (size_t d = 0; d < c.devices.size() && c.pinned_gpu < 0; ++d)
       if (!c.devices[d]->host_memory() && m.pin_cpu_weights(*c.devices[d])) c.pinned_gpu = static_cast<int>(d);
   c.stream_gpu = p.stream_min_tokens != 0 ? c.pinned_gpu : -1;
@@ -222,10 +222,8 @@ CompileOptions Context::Impl::compile_options(int64_t n_tokens) const {
 void Context::Impl::plan_direct_slots() {
   direct_slots.clear();
   const Model::Impl &m = model->impl();
-  if (pinned_gpu < 0 || params.direct_expert_slots == 0 || !m.cpu_copy_pin || !m.cpu_copy_pin->readable_in_place()) return;
-  const int n_used = static_cast<int>(m.hp.n_expert_used);
-  int slots = params.direct_expert_slots > 0 ? params.direct_expert_slots : (kDirectExpertSlotsAuto * n_used + 4) / 8;
-  slots = std::min(slots, n_used - 1);
+  if (pinned_gpu < 0 || params.direct_expert_slots <= 0 || !m.cpu_copy_pin || !m.cpu_copy_pin->readable_in_place()) return;
+  const int slots = std::min(params.direct_expert_slots, static_cast<int>(m.hp.n_expert_used) - 1);
   if (slots <= 0) return;
   const Placement &pl = m.placement;
   bool any = false;

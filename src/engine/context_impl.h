@@ -20,9 +20,6 @@ namespace moe {
 // 15 threads): CPU 137 / 198 / 231 t/s at pp32 / pp128 / pp512, streaming 85 / 332 / 1310;
 // the crossover lies near 64 (docs/perf/placement.md).
 constexpr int kStreamMinTokensAuto = 64;
-// ContextParams::direct_expert_slots = -1: of 8 routed experts, this many run on the GPU
-// (docs/perf/placement.md: the bus and the CPU cores read host memory at comparable rates).
-constexpr int kDirectExpertSlotsAuto = 3;
 
 struct Context::Impl {
   const Model *model = nullptr;

@@ -132,9 +132,10 @@ struct ContextParams {
   int stream_min_tokens = -1;
   // Placed models with a layer's experts on the CPU and a GPU that reads page-locked host
   // memory in place: in a one-token step, this many of each token's routed experts are
-  // computed by the layer's GPU over the bus while the CPU computes the others (their memory
-  // bandwidths add); -1 = auto (kDirectExpertSlotsAuto of 8, scaled to the model), 0 = off.
-  int direct_expert_slots = -1;
+  // computed by the layer's GPU over the bus while the CPU computes the others; 0 = off (the
+  // default: on the H200 host the bus reads slowed the cores' own reads 2-3x instead of
+  // adding bandwidth, docs/perf/placement.md). Clamped to n_expert_used - 1.
+  int direct_expert_slots = 0;
 };
 
 struct BatchToken {

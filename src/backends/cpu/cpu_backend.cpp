@@ -10,6 +10,7 @@
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "backends/cpu/read_bandwidth.h"
+#include "core/step_profile.h"
 #include "backends/cpu/thread_pool.h"
 #include "core/alloc_test_hook.h"
 #include "core/status.h"
@@ -43,11 +44,11 @@ CpuKernel cpu_kernel_for(Op op) {
     case Op::GroupedTopK: return cpu_grouped_top_k;
     case Op::AddId: return cpu_add_id;
     case Op::SwiGLUOai: return cpu_swiglu_oai;
-    default: return nullptr;
     case Op::SsmConv: return cpu_ssm_conv;
     case Op::L2Norm: return cpu_l2_norm;
     case Op::Softplus: return cpu_softplus;
     case Op::DeltaNet: return cpu_delta_net;
+    default: return nullptr;
   }
 }
 
@@ -70,8 +71,8 @@ size_t cpu_work_size(const Graph &g, int id, int n_threads) {
     case Op::Attention: return cpu_attention_work(g, n, n_threads);
     case Op::MatMulHeads: return cpu_matmul_heads_work(g, n);
     case Op::GroupedTopK: return cpu_grouped_top_k_work(n, n_threads);
-    default: return 0;
     case Op::DeltaNet: return cpu_delta_net_work(n, n_threads);
+    default: return 0;
   }
 }
 
@@ -146,6 +147,7 @@ public:
       for (int i = jp->begin; i < jp->end; ++i) {
         const Node &n = gr.node(i);
         if (n.op == Op::Leaf || n.op == Op::View) continue;
+        const double t0 = ith == 0 ? MOE_PROF_NOW() : 0.0;
         if ((*serial)[static_cast<size_t>(i)]) {
           if (ith == 0 && !stop) {
             CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
@@ -154,7 +156,10 @@ public:
           }
           int next = i + 1;  // the next node that runs: no barrier while the serial run goes on
           while (next < jp->end && (gr.node(next).op == Op::Leaf || gr.node(next).op == Op::View)) ++next;
-          if (next < jp->end && (*serial)[static_cast<size_t>(next)]) continue;
+          if (next < jp->end && (*serial)[static_cast<size_t>(next)]) {
+            if (ith == 0) MOE_PROF_ADD(op_name(n.op), t0);
+            continue;
+          }
         } else {
           CpuKernelArgs args{gr, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
           cpu_kernel_for(n.op)(args);
@@ -162,6 +167,7 @@ public:
         }
         if (stop) jp->stop_at.store(i, std::memory_order_relaxed);  // published by the barrier
         jp->pool->barrier();
+        if (ith == 0) MOE_PROF_ADD(op_name(n.op), t0);
         if (jp->stop_at.load(std::memory_order_relaxed) <= i) break;
       }
     });
