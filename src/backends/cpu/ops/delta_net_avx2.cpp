@@ -1,10 +1,12 @@
 // AVX2 + FMA one-token step of the gated delta rule (ops/delta_net.cpp picks it at run time):
 // per state row, the decay, the k product, the update and the q product in one pass, 8 lanes.
+#include "backends/cpu/ops/delta_net_step.h"
+
+// Built with -mavx2 -mfma on x86 (src/CMakeLists.txt); empty elsewhere (an aarch64 build).
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
 #include <cstdint>
-
-#include "backends/cpu/ops/delta_net_step.h"
 
 namespace moe {
 
@@ -51,3 +53,4 @@ void delta_step_avx2(float *S, const float *S_in, int64_t d, const float *q, con
 }
 
 }  // namespace moe
+#endif
