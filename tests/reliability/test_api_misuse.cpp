@@ -433,6 +433,34 @@ std::map<std::string, Case> misuse_cases() {
     EXPECT_FAIL(moe_kv_used_cells(nullptr, &n), MOE_STATUS_INVALID_ARGUMENT);
     EXPECT_FAIL(moe_kv_used_cells(f.c, nullptr), MOE_STATUS_INVALID_ARGUMENT);
   };
+  // ---- sequence state
+  k["moe_state_seq_save"] = [](Fixture &f) {
+    size_t n = 0;
+    char small[4];
+    EXPECT_FAIL(moe_state_seq_save(nullptr, 0, nullptr, 0, &n), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_save(f.c, 0, nullptr, 0, nullptr), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_save(f.c, 1000, nullptr, 0, &n), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_save(f.c, 0, small, sizeof small, &n), MOE_STATUS_BUFFER_TOO_SMALL);
+    CHECK(n > sizeof small);
+  };
+  k["moe_state_seq_load"] = [](Fixture &f) {
+    const char junk[64] = {1, 2, 3};
+    EXPECT_FAIL(moe_state_seq_load(nullptr, 0, junk, sizeof junk), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_load(f.c, 0, nullptr, 16), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_load(f.c, 0, junk, sizeof junk), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_load(f.c, 0, junk, 3), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_load(f.c, -7, junk, sizeof junk), MOE_STATUS_INVALID_ARGUMENT);
+  };
+  k["moe_state_seq_save_file"] = [](Fixture &f) {
+    EXPECT_FAIL(moe_state_seq_save_file(nullptr, 0, "/tmp/x"), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_save_file(f.c, 0, nullptr), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_save_file(f.c, 0, "/nonexistent/dir/state"), MOE_STATUS_IO_ERROR);
+  };
+  k["moe_state_seq_load_file"] = [](Fixture &f) {
+    EXPECT_FAIL(moe_state_seq_load_file(nullptr, 0, "/tmp/x"), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_load_file(f.c, 0, nullptr), MOE_STATUS_INVALID_ARGUMENT);
+    EXPECT_FAIL(moe_state_seq_load_file(f.c, 0, "/nonexistent/dir/state"), MOE_STATUS_IO_ERROR);
+  };
   // ---- sampling
   k["moe_sampler_default_params"] = [](Fixture &) { CHECK(moe_sampler_default_params().struct_size == sizeof(moe_sampler_params)); };
   k["moe_sampler_create"] = [](Fixture &) {

@@ -59,6 +59,10 @@ struct BusyCalls {
         {"moe_context_set_gpu_graphs", [this] { return moe_context_set_gpu_graphs(c, 0); }},
         {"moe_context_check", [this] { return moe_context_check(c); }},
         {"moe_sampler_sample_context", [this] { int32_t t = 0; return moe_sampler_sample_context(smp, c, -1, &t); }},
+        {"moe_state_seq_save", [this] { size_t n = 0; return moe_state_seq_save(c, 0, nullptr, 0, &n); }},
+        {"moe_state_seq_load", [this] { const char junk[16] = {}; return moe_state_seq_load(c, 0, junk, sizeof junk); }},
+        {"moe_state_seq_save_file", [this] { return moe_state_seq_save_file(c, 0, "/nonexistent/dir/state"); }},
+        {"moe_state_seq_load_file", [this] { return moe_state_seq_load_file(c, 0, "/nonexistent/dir/state"); }},
     };
   }
 };
@@ -125,7 +129,7 @@ TEST_CASE("reliability: every context call is BUSY during a synchronous decode a
     moe_status decoded = MOE_STATUS_INTERNAL;
     std::thread t([&] { decoded = moe_decode(cm.c, cm.b); });
     while (gate.entered.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    CHECK(check_all_busy(bc, 3) == 3 * 13);
+    CHECK(check_all_busy(bc, 3) == 3 * static_cast<int>(bc.calls().size()));
     gate.go = true;
     t.join();
     CHECK(decoded == MOE_STATUS_OK);

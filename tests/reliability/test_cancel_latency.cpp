@@ -24,7 +24,7 @@ using moe_rel::ms_since;
 namespace {
 
 constexpr double kMaxCancelMs = 5.0;
-constexpr int kRuns = 7;
+constexpr int kRuns = moe_rel::kSanitized ? 3 : 7;  // sanitizers: status and retry only, fewer runs
 constexpr int kThreads = 2;
 
 double process_cpu_ms() {
