@@ -36,7 +36,9 @@ struct TensorCoreBatches {
   ~TensorCoreBatches() { moe::cuda_set_ref_order_max_tokens(moe::kRefOrderMaxTokens); }
 };
 #else
-struct TensorCoreBatches {};
+struct TensorCoreBatches {
+  TensorCoreBatches() {}  // user-provided: a guard object, not an unused value
+};
 #endif
 // Dense quantized products of >= tokens columns on cuBLAS (0: none) while it lives; plans
 // made inside it are sized for that choice.

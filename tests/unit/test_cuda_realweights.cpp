@@ -33,7 +33,7 @@ using moe_test::run_on;
 
 namespace {
 
-std::string conformance_model(const std::string &name) {
+[[maybe_unused]] std::string conformance_model(const std::string &name) {
   for (std::string dir : {std::string(MOEINFER_CONFORMANCE_DIR), std::string(".devdata/conformance")}) {
     const std::string p = dir + "/models/" + name;
     if (std::filesystem::exists(p)) return p;
