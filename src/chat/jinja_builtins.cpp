@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <climits>
 #include <cmath>
 
 #include "chat/jinja_eval.h"
@@ -256,6 +257,7 @@ bool apply_filter(const std::string &name, const Value &in, CallArgs &a, Value &
                      [](const Value &x, const Value &y) { return (*x.arr)[0].s < (*y.arr)[0].s; });
     out = result;
   } else if (name == "int") {
+    if (in.kind == Value::Kind::Float && !(std::fabs(in.f) < 9.2e18)) bad("int: value out of range");
     if (in.kind == Value::Kind::Float) out = Value(static_cast<int64_t>(in.f));
     else if (in.kind == Value::Kind::Int || in.kind == Value::Kind::Bool) out = Value(static_cast<int64_t>(in.as_double()));
     else if (in.is_string()) out = Value(static_cast<int64_t>(std::strtoll(in.s.c_str(), nullptr, 10)));
@@ -263,6 +265,7 @@ bool apply_filter(const std::string &name, const Value &in, CallArgs &a, Value &
   } else if (name == "float") {
     out = in.is_string() ? Value(std::strtod(in.s.c_str(), nullptr)) : Value(in.is_number() ? in.as_double() : 0.0);
   } else if (name == "abs") {
+    if (in.kind == Value::Kind::Int && in.i == INT64_MIN) bad("abs: integer overflow");
     if (in.kind == Value::Kind::Int) out = Value(in.i < 0 ? -in.i : in.i);
     else if (in.kind == Value::Kind::Float) out = Value(std::fabs(in.f));
     else bad("abs: expected a number");

@@ -1,5 +1,6 @@
 #include "chat/jinja_eval.h"
 
+#include <climits>
 #include <cmath>
 #include <ctime>
 #include <unordered_map>
@@ -100,7 +101,8 @@ private:
         stop = a.args[1].i;
       }
       if (a.args.size() >= 3) step = a.args[2].i;
-      if (step == 0 || (stop - start) / step > 100000) throw Error(Status::InvalidArgument, "range: bad arguments");
+      const double count = (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step ? step : 1);
+      if (step == 0 || count > 100000) throw Error(Status::InvalidArgument, "range: a step of 0 or more than 100000 items");
       Value out = Value::array();
       for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push(Value(k));
       return out;
@@ -288,7 +290,10 @@ private:
       case Expr::Kind::Unary: {
         const Value v = eval(*e.kids[0], scope);
         if (e.name == "not") return Value(!truthy(v));
-        if (v.kind == Value::Kind::Int) return Value(e.name == "-" ? -v.i : v.i);
+        if (v.kind == Value::Kind::Int) {
+          if (e.name == "-" && v.i == INT64_MIN) fail_at(Status::InvalidArgument, e.line, e.col, "integer overflow in unary -");
+          return Value(e.name == "-" ? -v.i : v.i);
+        }
         if (v.kind == Value::Kind::Float) return Value(e.name == "-" ? -v.f : v.f);
         fail_at(Status::InvalidArgument, e.line, e.col, strfmt("bad operand type for unary %s: %s", e.name.c_str(), kind_name(v.kind)));
       }
@@ -444,18 +449,33 @@ private:
     if (!nums) bad_operands(e, a, b);
     const bool ints = a.kind == Value::Kind::Int && b.kind == Value::Kind::Int;
     const double x = a.as_double(), y = b.as_double();
-    if (op == "+") return ints ? Value(a.i + b.i) : Value(x + y);
-    if (op == "-") return ints ? Value(a.i - b.i) : Value(x - y);
-    if (op == "*") return ints ? Value(a.i * b.i) : Value(x * y);
-    if (op == "**") return ints && b.i >= 0 ? Value(static_cast<int64_t>(std::pow(x, y))) : Value(std::pow(x, y));
+    int64_t r = 0;
+    const bool overflow = ints && ((op == "+" && __builtin_add_overflow(a.i, b.i, &r)) ||
+                                   (op == "-" && __builtin_sub_overflow(a.i, b.i, &r)) ||
+                                   (op == "*" && __builtin_mul_overflow(a.i, b.i, &r)));
+    if (overflow) fail_at(Status::InvalidArgument, e.line, e.col, "integer overflow in " + op);
+    if (op == "+" || op == "-" || op == "*") return ints ? Value(r) : Value(op == "+" ? x + y : op == "-" ? x - y : x * y);
+    if (op == "**") {
+      const double p = std::pow(x, y);
+      if (ints && b.i >= 0) {
+        if (!(std::fabs(p) < 9.2e18)) fail_at(Status::InvalidArgument, e.line, e.col, "integer overflow in **");
+        return Value(static_cast<int64_t>(p));
+      }
+      return Value(p);
+    }
     if (y == 0) fail_at(Status::InvalidArgument, e.line, e.col, "division by zero");
+    if (ints && b.i == -1 && a.i == INT64_MIN) fail_at(Status::InvalidArgument, e.line, e.col, "integer overflow in " + op);
     if (op == "/") return Value(x / y);
-    if (op == "//") return ints ? Value(static_cast<int64_t>(std::floor(x / y))) : Value(std::floor(x / y));
+    if (op == "//") {
+      if (!ints) return Value(std::floor(x / y));
+      const int64_t q = a.i / b.i;
+      return Value((a.i % b.i != 0 && ((a.i < 0) != (b.i < 0))) ? q - 1 : q);
+    }
     if (op == "%") {
       if (ints) {
-        int64_t r = a.i % b.i;
-        if (r != 0 && ((r < 0) != (b.i < 0))) r += b.i;
-        return Value(r);
+        int64_t rem = a.i % b.i;
+        if (rem != 0 && ((rem < 0) != (b.i < 0))) rem += b.i;
+        return Value(rem);
       }
       return Value(x - y * std::floor(x / y));
     }

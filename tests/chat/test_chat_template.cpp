@@ -85,7 +85,7 @@ TEST_CASE("chat template macros with defaults and keyword arguments", "[chat]") 
 
 TEST_CASE("chat template expressions, filters, tests and methods", "[chat]") {
   CHECK(render("{{ [1, 2, 3][::-1] }}{{ 'hello'[1:3] }}{{ [1, 2, 3][-1] }}") == "[3, 2, 1]el3");
-  CHECK(render("{{ 'a' ~ 1 ~ none }}{{ 7 // 2 }}{{ 7 % 3 }}{{ 1 + 2 * 3 }}{{ 7 / 2 }}{{ -7 // 2 }}") == "a1None3173.5-4");
+  CHECK(render("{{ 'a' ~ 1 ~ none }}{{ 7 // 2 }}{{ 7 % 3 }}{{ 1 + 2 * 3 }}{{ 7 / 2 }}{{ -7 // 2 }}{{ -7 % 3 }}{{ 2 ** 10 }}") == "a1None3173.5-421024");
   CHECK(render("{{ 'ab' in 'xaby' }}{{ 3 not in [1, 2] }}{{ 'k' in {'k': 1} }}") == "TrueTrueTrue");
   CHECK(render("{{ x is defined }}{{ none is none }}{{ 's' is string }}{{ {} is mapping }}{{ [] is iterable }}") ==
         "FalseTrueTrueTrueTrue");
@@ -135,6 +135,9 @@ TEST_CASE("chat template errors are statuses with the template's words", "[chat]
   CHECK(render_status("{% if true %}no end") == MOE_STATUS_INVALID_ARGUMENT);
   CHECK(std::string(moe_last_error()).find("endif") != std::string::npos);
   CHECK(render_status("{{ 'a' + 1 }}") == MOE_STATUS_INVALID_ARGUMENT);
+  CHECK(render_status("{{ 9223372036854775807 + 1 }}") == MOE_STATUS_INVALID_ARGUMENT);
+  CHECK(std::string(moe_last_error()).find("overflow") != std::string::npos);
+  CHECK(render_status("{{ 1 // 0 }}") == MOE_STATUS_INVALID_ARGUMENT);
   CHECK(render_status("{{ undefined_thing.attr }}") == MOE_STATUS_INVALID_ARGUMENT);
   CHECK(render_status("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}") == MOE_STATUS_INVALID_ARGUMENT);
   // Untrusted templates cannot exhaust the stack.
