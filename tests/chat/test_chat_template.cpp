@@ -231,6 +231,18 @@ TEST_CASE("moe_chat_apply_template reads the template and special tokens from th
   CHECK(moe_chat_apply_template(model, msgs, 2, &p, buf, sizeof buf, &len) == MOE_STATUS_INVALID_ARGUMENT);
   CHECK(std::string(moe_last_error()).find("tokenizer.chat_template.tool_use") != std::string::npos);
   moe_model_free(model);
+
+  // A named variant (added here as a metadata override) is chosen by template_name.
+  const char *overrides[] = {"tokenizer.chat_template.tool_use=str:TOOLS {{ messages[1].content }}"};
+  mp.kv_overrides = overrides;
+  mp.n_kv_overrides = 1;
+  REQUIRE(moe_model_load(path.c_str(), &mp, &model) == MOE_STATUS_OK);
+  REQUIRE(moe_chat_apply_template(model, msgs, 2, &p, buf, sizeof buf, &len) == MOE_STATUS_OK);
+  CHECK(std::string(buf) == "TOOLS Hi");
+  p.template_name = nullptr;
+  REQUIRE(moe_chat_apply_template(model, msgs, 2, &p, buf, sizeof buf, &len) == MOE_STATUS_OK);
+  CHECK(std::string(buf).rfind("<|im_start|>system\nBe brief.", 0) == 0);
+  moe_model_free(model);
 }
 
 TEST_CASE("the ChatML fallback template renders the documented format", "[chat]") {
