@@ -21,17 +21,19 @@ rm -rf "$work/ours" "$work/ref" && mkdir -p "$work/ours" "$work/ref"
 "$tool" "$src/cases.json" "$src/templates" "$work/ours" || { echo "FAIL: moeinfer renderer exited with $?"; exit 1; }
 TZ=UTC NPM_PREFIX=$prefix node "$src/reference_render.mjs" "$src/cases.json" "$src/templates" "$work/ref" ||
   { echo "FAIL: reference renderer exited with $?"; exit 1; }
-node -e "for (const c of require('$src/cases.json')) console.log(c.family + ' ' + c.id)" >"$work/ids.txt" ||
+node -e "for (const c of require('$src/cases.json')) console.log(c.family + ' ' + c.id + ' ' + (c.expect_error ? 1 : 0))" >"$work/ids.txt" ||
   { echo "FAIL: cannot list the cases"; exit 1; }
 [ -s "$work/ids.txt" ] || { echo "FAIL: no cases"; exit 1; }
 fail=0 all=0
 for fam in $(cut -d' ' -f1 "$work/ids.txt" | uniq); do
   total=0 ok=0
-  for id in $(awk -v f="$fam" '$1 == f { print $2 }' "$work/ids.txt"); do
+  for entry in $(awk -v f="$fam" '$1 == f { print $2 ":" $3 }' "$work/ids.txt"); do
+    id=${entry%:*} expect_error=${entry##*:}
     total=$((total + 1))
-    if [ -f "$work/ref/$id.txt" ] && [ -f "$work/ours/$id.txt" ] && cmp -s "$work/ref/$id.txt" "$work/ours/$id.txt"; then
+    if [ "$expect_error" = 0 ] && [ -f "$work/ref/$id.txt" ] && [ -f "$work/ours/$id.txt" ] &&
+       cmp -s "$work/ref/$id.txt" "$work/ours/$id.txt"; then
       ok=$((ok + 1))
-    elif [ -f "$work/ref/$id.error" ] && grep -q "raise_exception" "$work/ours/$id.error" 2>/dev/null; then
+    elif [ "$expect_error" = 1 ] && [ -f "$work/ref/$id.error" ] && grep -q "raise_exception" "$work/ours/$id.error" 2>/dev/null; then
       ok=$((ok + 1))  # both refuse the conversation: the template's raise_exception()
     else
       fail=1
