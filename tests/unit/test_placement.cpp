@@ -19,6 +19,7 @@
 #include "model/hparams.h"
 #include "model/model_impl.h"
 #include "placement/fit.h"
+#include "support/forwarding_backend.h"
 #include "support/tiny_model.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
@@ -29,18 +30,12 @@ using namespace moe;
 namespace {
 
 // A CPU backend that refuses one op (placement must then fail, or fall back when allowed).
-class RefusingBackend final : public Backend {
+class RefusingBackend final : public moe_test::ForwardingBackend {
 public:
-  RefusingBackend(std::unique_ptr<Backend> cpu, Op refused) : cpu_(std::move(cpu)), refused_(refused) {}
-  const DeviceInfo &info() const override { return cpu_->info(); }
-  bool supports(const Graph &g, int node) const override { return g.node(node).op != refused_ && cpu_->supports(g, node); }
-  bool host_memory() const override { return true; }
-  std::unique_ptr<DeviceBuffer> alloc(size_t b, const char *p) override { return cpu_->alloc(b, p); }
-  size_t work_size(const Graph &g, int node, int t) const override { return cpu_->work_size(g, node, t); }
-  std::unique_ptr<Executor> make_executor(int t) override { return cpu_->make_executor(t); }
+  RefusingBackend(std::unique_ptr<Backend> cpu, Op refused) : ForwardingBackend(std::move(cpu)), refused_(refused) {}
+  bool supports(const Graph &g, int node) const override { return g.node(node).op != refused_ && ForwardingBackend::supports(g, node); }
 
 private:
-  std::unique_ptr<Backend> cpu_;
   Op refused_;
 };
 

@@ -15,6 +15,7 @@
 #include "backends/backend.h"
 #include "graph/compiler.h"
 #include "model/arch/blocks.h"
+#include "support/forwarding_backend.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
 
@@ -24,22 +25,17 @@ namespace {
 
 // The CPU backend presented as a GPU (memory of its own, so reads from the CPU need a
 // Transfer unless a product reads its weight in place).
-class StandInGpu final : public Backend {
+class StandInGpu final : public moe_test::ForwardingBackend {
 public:
-  explicit StandInGpu(std::unique_ptr<Backend> cpu) : cpu_(std::move(cpu)) {
-    info_ = cpu_->info();
+  explicit StandInGpu(std::unique_ptr<Backend> cpu) : ForwardingBackend(std::move(cpu)) {
+    info_ = ForwardingBackend::info();
     info_.name = "standin_gpu";
     info_.is_gpu = true;
   }
   const DeviceInfo &info() const override { return info_; }
-  bool supports(const Graph &g, int node) const override { return cpu_->supports(g, node); }
   bool host_memory() const override { return false; }
-  std::unique_ptr<DeviceBuffer> alloc(size_t b, const char *p) override { return cpu_->alloc(b, p); }
-  size_t work_size(const Graph &g, int node, int t) const override { return cpu_->work_size(g, node, t); }
-  std::unique_ptr<Executor> make_executor(int t) override { return cpu_->make_executor(t); }
 
 private:
-  std::unique_ptr<Backend> cpu_;
   DeviceInfo info_;
 };
 
