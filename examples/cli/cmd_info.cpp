@@ -142,6 +142,13 @@ int cmd_info(int argc, char **argv) {
                     {"n_expert", h.n_expert}, {"n_expert_used", h.n_expert_used}, {"n_ff_exp", h.n_ff_exp},
                     {"n_ff", h.n_ff}, {"rope_theta", h.rope_theta}, {"rms_eps", h.rms_eps}, {"tied_output", h.tied_output}};
     j["tensor_types"] = types;
+    const GgufFile &g = model->gguf();
+    std::vector<size_t> part_tensors(g.n_parts(), 0);
+    for (const auto &t : g.tensors()) part_tensors[t.part]++;
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < g.n_parts(); ++i)
+      files.push_back({{"path", g.part_path(i)}, {"bytes", g.part(i).file_size()}, {"tensors", part_tensors[i]}});
+    j["files"] = files;
     nlohmann::ordered_json mem = nlohmann::ordered_json::array();
     for (const auto &d : mr.devices)
       mem.push_back({{"device", d.device}, {"weights", d.weights}, {"kv_cache", d.kv_cache}, {"activations", d.activations}, {"other", d.other}});
@@ -153,6 +160,9 @@ int cmd_info(int argc, char **argv) {
     std::printf("architecture : %s (%s)\n", h.arch.c_str(), j["name"].get<std::string>().c_str());
     std::printf("parameters   : %.3f B, %.2f MiB as stored\n", model->n_params() / 1e9, model->weight_bytes() / 1048576.0);
     std::printf("hparams      : %s\n", j["hparams"].dump().c_str());
+    std::printf("files        : %zu%s\n", g.n_parts(), g.n_parts() > 1 ? " parts (split model)" : "");
+    for (size_t i = 0; i < g.n_parts(); ++i)
+      std::printf("  %s: %zu tensors, %s MiB\n", g.part_path(i).c_str(), part_tensors[i], mib(g.part(i).file_size()).c_str());
     std::printf("tensor types :");
     for (auto &t : types) std::printf(" %s x%d", t.first.c_str(), t.second);
     std::printf("\nmemory plan  : n_ctx %u, KV %s\n%s", c->params().n_ctx, kv_type_name(c->params().kv_type), mr.to_text().c_str());

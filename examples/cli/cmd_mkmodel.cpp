@@ -29,6 +29,9 @@ void usage(FILE *out) {
                "  --seed S             weight seed (default 1); same seed, same bytes\n"
                "  --threads N          quantization threads (default: all cores)\n"
                "  --layers N           N layers instead of the preset's (same shapes per layer)\n"
+               "  --split-max-size N   write a split model: FILE-00001-of-0000K.gguf, ... with at most N bytes of\n"
+               "                       tensor data per part (suffix K, M, G: 10^3, 10^6, 10^9, as gguf-split);\n"
+               "                       load the first part\n"
                "  --exact              quantize every row of big tensors (slow) instead of tiling\n"
                "                       them from a pool of pre-quantized random blocks\n"
                "  --dry-run            print the size report only, write nothing\n"
@@ -71,6 +74,18 @@ void size_report(const moe::SynthSpec &spec, FILE *out) {
                tensor_bytes, 8.0 * double(tensor_bytes) / double(params), file, human(file).c_str());
 }
 
+// "4G", "500M", "64K" (powers of 1000, like the reference's gguf-split) or plain bytes.
+uint64_t split_size(const char *s) {
+  const std::string v = s;
+  const char unit = v.empty() ? 0 : v.back();
+  const uint64_t mul = unit == 'K' ? 1000ull : unit == 'M' ? 1000000ull : unit == 'G' ? 1000000000ull : 1;
+  const std::string digits = mul == 1 ? v : v.substr(0, v.size() - 1);
+  long long n = 0;
+  if (!cli::parse_int(digits.c_str(), 1, LLONG_MAX / 1000000000ll, &n))
+    cli::usage_error("option --split-max-size: '" + v + "' is not a positive size (bytes, or a number with K, M or G)");
+  return static_cast<uint64_t>(n) * mul;
+}
+
 }  // namespace
 
 int cmd_mkmodel(int argc, char **argv) {
@@ -89,6 +104,7 @@ int cmd_mkmodel(int argc, char **argv) {
     else if (a == "--seed") spec.seed = static_cast<uint64_t>(cli::to_int(next("--seed"), "--seed", 0, LLONG_MAX));
     else if (a == "--threads") spec.n_threads = static_cast<int>(cli::to_int(next("--threads"), "--threads", 0, 1024));
     else if (a == "--layers") spec.n_layer = static_cast<uint32_t>(cli::to_int(next("--layers"), "--layers", 1, 1024));
+    else if (a == "--split-max-size") spec.split_max_bytes = split_size(next("--split-max-size"));
     else if (a == "--exact") spec.fast = false;
     else if (a == "--dry-run") dry = true;
     else if (a == "--quiet") quiet = true;
@@ -111,9 +127,13 @@ int cmd_mkmodel(int argc, char **argv) {
       std::fflush(stderr);
       return true;
     };
-    moe::write_synthetic_model(spec, out, progress);
+    const std::vector<std::string> files = moe::write_synthetic_model(spec, out, progress);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!quiet) std::fprintf(stderr, "\nmkmodel: wrote %s in %.1f s\n", out.c_str(), s);
+    if (!quiet) {
+      std::fprintf(stderr, "\nmkmodel: wrote %s in %.1f s\n", files.size() == 1 ? files[0].c_str() : (std::to_string(files.size()) + " parts").c_str(), s);
+      if (files.size() > 1)
+        for (const auto &f : files) std::fprintf(stderr, "  %s\n", f.c_str());
+    }
   } catch (const moe::Error &e) {
     return cli::report(1, std::string(e.what()) + " [" + moe::status_name(e.code()) + "]");
   }

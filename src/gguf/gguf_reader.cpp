@@ -37,6 +37,8 @@ const char *gguf_errc_name(GgufErrc e) {
     case GgufErrc::MissingKey: return "missing key";
     case GgufErrc::MemoryLimit: return "metadata too large for its file";
     case GgufErrc::NotRegularFile: return "not a regular file";
+    case GgufErrc::MissingPart: return "missing part of a split model";
+    case GgufErrc::BadSplit: return "inconsistent split model";
   }
   return "?";
 }
@@ -222,6 +224,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
   }
   ::close(fd);
   f->parse();
+  if (!opts.single_part) f->open_parts(opts);  // before the overrides: the parts' metadata is compared as stored
   for (const auto &o : opts.overrides) f->apply_override(o);
   return f;
 }

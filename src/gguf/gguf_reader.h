@@ -8,6 +8,15 @@
 //
 // Every malformed input throws GgufError (status InvalidGguf) with a specific GgufErrc and a
 // message naming the key or tensor; nothing is read out of bounds.
+//
+// Split models (the reference engine's layout, written by its gguf-split and by
+// `moeinfer-cli mkmodel --split-max-size`): "NAME-00001-of-00003.gguf" holds all metadata plus
+// "split.no" = 0, "split.count" = 3, "split.tensors.count" = total tensors; the later parts
+// hold the split keys and their own tensors. open() of the first part opens every part (each
+// validated like a single file) and lists all tensors, each with `data` in its own part's
+// mapping and `part` naming that part. Opening a later part directly is an InvalidModel error
+// that names the first part (as the reference does); GgufOpenOptions::single_part opens just
+// that file.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -46,6 +55,8 @@ enum class GgufErrc : int {
   MissingKey,
   MemoryLimit,         // parsed metadata would take more memory than kMemPerFileByte x file size (+ slack)
   NotRegularFile,      // the path is a FIFO, directory, device or socket (status IoError)
+  MissingPart,         // a part of a split model cannot be opened (status IoError)
+  BadSplit,            // parts that do not form one model (status InvalidModel)
 };
 const char *gguf_errc_name(GgufErrc e);
 
@@ -73,13 +84,22 @@ struct GgufTensorInfo {
   uint64_t offset = 0;           // relative to the data section
   size_t nbytes = 0;
   const uint8_t *data = nullptr; // into the mapping (or owned buffer); valid while the file lives
+  uint16_t part = 0;             // split models: the part holding the data (GgufFile::part_path)
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
 struct GgufOpenOptions {
   bool use_mmap = true;                 // false: read the whole file into owned memory
   std::vector<std::string> overrides;   // "key=type:value", type in int|float|bool|str|u32|...
+  bool single_part = false;             // a split model's part: open only this file
 };
+
+// The reference engine's split metadata keys and part names.
+extern const char *const kGgufSplitNo;            // "split.no" (u16, 0-based)
+extern const char *const kGgufSplitCount;         // "split.count" (u16)
+extern const char *const kGgufSplitTensorsCount;  // "split.tensors.count" (i32, all parts)
+// "PREFIX-%05d-of-%05d.gguf" with the part number counted from 1 (index + 1).
+std::string gguf_split_path(const std::string &prefix, int index, int count);
 
 class GgufFile {
 public:
@@ -116,12 +136,19 @@ public:
   // Apply "key=type:value" (also done for GgufOpenOptions::overrides at open).
   void apply_override(const std::string &spec);
 
+  // Every tensor (of every part of a split model).
   const std::vector<GgufTensorInfo> &tensors() const { return tensors_; }
   const GgufTensorInfo *tensor(const std::string &name) const;
+
+  // Split models: the parts, the first being this file (a single file is one part).
+  size_t n_parts() const { return 1 + parts_.size(); }
+  const GgufFile &part(size_t i) const { return i == 0 ? *this : *parts_[i - 1]; }
+  const std::string &part_path(size_t i) const { return part(i).path(); }
 
 private:
   GgufFile() = default;
   void parse();
+  void open_parts(const GgufOpenOptions &opts);  // gguf_split.cpp
   void set_value(const std::string &key, GgufValue v);
 
   std::string path_;
@@ -137,6 +164,7 @@ private:
   std::unordered_map<std::string, size_t> kv_index_;
   std::vector<GgufTensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
+  std::vector<std::unique_ptr<GgufFile>> parts_;  // the later parts of a split model
 };
 
 }  // namespace moe

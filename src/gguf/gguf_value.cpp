@@ -80,6 +80,7 @@ double GgufValue::elem_f64(uint64_t k) const {
   return static_cast<double>(elem_i64(k));
 }
 
+GgufValue GgufValue::make_u16(uint16_t v) { GgufValue x; x.type = GgufType::U16; x.u = v; x.i = v; x.f = v; return x; }
 GgufValue GgufValue::make_u32(uint32_t v) { GgufValue x; x.type = GgufType::U32; x.u = v; x.i = v; x.f = v; return x; }
 GgufValue GgufValue::make_i32(int32_t v) { GgufValue x; x.type = GgufType::I32; x.i = v; x.u = static_cast<uint64_t>(v); x.f = v; return x; }
 GgufValue GgufValue::make_u64(uint64_t v) { GgufValue x; x.type = GgufType::U64; x.u = v; x.i = static_cast<int64_t>(v); x.f = static_cast<double>(v); return x; }

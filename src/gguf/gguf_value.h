@@ -34,6 +34,7 @@ struct GgufValue {
   int64_t elem_i64(uint64_t k) const;
   double elem_f64(uint64_t k) const;
 
+  static GgufValue make_u16(uint16_t v);
   static GgufValue make_u32(uint32_t v);
   static GgufValue make_i32(int32_t v);
   static GgufValue make_u64(uint64_t v);

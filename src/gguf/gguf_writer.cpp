@@ -1,10 +1,13 @@
 #include "gguf/gguf_writer.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
 #include "core/status.h"
+#include "gguf/gguf_reader.h"
 
 namespace moe {
 
@@ -68,70 +71,76 @@ static size_t tensor_bytes(const std::string &name, DType type, const std::vecto
 void GgufWriter::add_tensor(const std::string &name, DType type, std::vector<int64_t> ne, const void *data, size_t nbytes) {
   size_t want = tensor_bytes(name, type, ne);
   if (nbytes != want) fail(Status::InvalidArgument, "tensor '%s': %zu bytes given, shape needs %zu", name.c_str(), nbytes, want);
-  Tensor t{name, type, std::move(ne), nbytes, 0, {}, nullptr};
+  Tensor t{name, type, std::move(ne), nbytes, {}, nullptr};
   const uint8_t *p = static_cast<const uint8_t *>(data);
   t.data.assign(p, p + nbytes);
-  t.offset = data_size_;
-  data_size_ += (nbytes + alignment_ - 1) / alignment_ * alignment_;
+  data_size_ += padded(nbytes);
   tensors_.push_back(std::move(t));
 }
 
 void GgufWriter::add_tensor_streamed(const std::string &name, DType type, std::vector<int64_t> ne, FillFn fill) {
   size_t nbytes = tensor_bytes(name, type, ne);
-  Tensor t{name, type, std::move(ne), nbytes, data_size_, {}, std::move(fill)};
-  data_size_ += (nbytes + alignment_ - 1) / alignment_ * alignment_;
+  Tensor t{name, type, std::move(ne), nbytes, {}, std::move(fill)};
+  data_size_ += padded(nbytes);
   tensors_.push_back(std::move(t));
 }
 
-std::vector<uint8_t> GgufWriter::header() const {
+std::vector<const GgufWriter::Tensor *> GgufWriter::all_tensors() const {
+  std::vector<const Tensor *> ts;
+  for (const Tensor &t : tensors_) ts.push_back(&t);
+  return ts;
+}
+
+std::vector<uint8_t> GgufWriter::header(const Metadata &kv, const std::vector<const Tensor *> &ts) const {
   std::vector<uint8_t> head;
   put<uint32_t>(head, 0x46554747u);
   put<uint32_t>(head, 3);
-  put<uint64_t>(head, tensors_.size());
+  put<uint64_t>(head, ts.size());
   bool has_align = false;
-  for (auto &kv : kv_) has_align |= kv.first == "general.alignment";
-  put<uint64_t>(head, kv_.size() + ((alignment_ != 32 && !has_align) ? 1 : 0));
-  for (auto &kv : kv_) {
-    gguf_append_string(head, kv.first);
-    gguf_append_value(head, kv.second);
+  for (auto &e : kv) has_align |= e.first == "general.alignment";
+  put<uint64_t>(head, kv.size() + ((alignment_ != 32 && !has_align) ? 1 : 0));
+  for (auto &e : kv) {
+    gguf_append_string(head, e.first);
+    gguf_append_value(head, e.second);
   }
   if (alignment_ != 32 && !has_align) {
     gguf_append_string(head, "general.alignment");
     gguf_append_value(head, GgufValue::make_u32(alignment_));
   }
-  for (auto &t : tensors_) {
-    gguf_append_string(head, t.name);
-    put<uint32_t>(head, static_cast<uint32_t>(t.ne.size()));
-    for (int64_t d : t.ne) put<uint64_t>(head, static_cast<uint64_t>(d));
-    put<uint32_t>(head, static_cast<uint32_t>(t.type));
-    put<uint64_t>(head, t.offset);
+  uint64_t offset = 0;
+  for (const Tensor *t : ts) {
+    gguf_append_string(head, t->name);
+    put<uint32_t>(head, static_cast<uint32_t>(t->ne.size()));
+    for (int64_t d : t->ne) put<uint64_t>(head, static_cast<uint64_t>(d));
+    put<uint32_t>(head, static_cast<uint32_t>(t->type));
+    put<uint64_t>(head, offset);
+    offset += padded(t->nbytes);
   }
   head.resize((head.size() + alignment_ - 1) / alignment_ * alignment_, 0);
   return head;
 }
 
-void GgufWriter::write_to(const std::function<void(const void *, size_t)> &sink, const ProgressFn &progress) const {
-  std::vector<uint8_t> head = header();
+void GgufWriter::write_to(const Sink &sink, const Metadata &kv, const std::vector<const Tensor *> &ts, const ProgressFn &progress, uint64_t &done,
+                          uint64_t total) const {
+  std::vector<uint8_t> head = header(kv, ts);
   sink(head.data(), head.size());
-  const uint64_t total = data_size_;
-  uint64_t done = 0;
   std::vector<uint8_t> chunk;
   const size_t kChunk = 8u << 20;
-  for (auto &t : tensors_) {
-    if (t.fill) {
-      for (size_t off = 0; off < t.nbytes; off += kChunk) {
-        size_t n = std::min(kChunk, t.nbytes - off);
+  for (const Tensor *t : ts) {
+    if (t->fill) {
+      for (size_t off = 0; off < t->nbytes; off += kChunk) {
+        size_t n = std::min(kChunk, t->nbytes - off);
         chunk.assign(n, 0);
-        t.fill(chunk.data(), off, n);
+        t->fill(chunk.data(), off, n);
         sink(chunk.data(), n);
         done += n;
         if (progress && !progress(done, total)) fail(Status::Aborted, "GGUF write cancelled");
       }
     } else {
-      sink(t.data.data(), t.nbytes);
-      done += t.nbytes;
+      sink(t->data.data(), t->nbytes);
+      done += t->nbytes;
     }
-    size_t pad = (t.nbytes + alignment_ - 1) / alignment_ * alignment_ - t.nbytes;
+    size_t pad = padded(t->nbytes) - t->nbytes;
     static const uint8_t zeros[256] = {0};
     while (pad) { size_t k = std::min(pad, sizeof zeros); sink(zeros, k); pad -= k; done += k; }
     if (progress && !progress(done, total)) fail(Status::Aborted, "GGUF write cancelled");
@@ -139,28 +148,76 @@ void GgufWriter::write_to(const std::function<void(const void *, size_t)> &sink,
 }
 
 uint64_t GgufWriter::total_bytes() const {
-  return header().size() + data_size_;
+  return header(kv_, all_tensors()).size() + data_size_;
 }
 
 std::vector<uint8_t> GgufWriter::write_memory() const {
   std::vector<uint8_t> out;
-  write_to([&](const void *p, size_t n) { const uint8_t *b = static_cast<const uint8_t *>(p); out.insert(out.end(), b, b + n); }, nullptr);
+  uint64_t done = 0;
+  write_to([&](const void *p, size_t n) { const uint8_t *b = static_cast<const uint8_t *>(p); out.insert(out.end(), b, b + n); }, kv_, all_tensors(),
+           nullptr, done, data_size_);
   return out;
 }
 
-void GgufWriter::write_file(const std::string &path, const ProgressFn &progress) const {
+void GgufWriter::write_one(const std::string &path, const Metadata &kv, const std::vector<const Tensor *> &ts, const ProgressFn &progress,
+                           uint64_t &done) const {
   std::FILE *f = std::fopen(path.c_str(), "wb");
   if (!f) fail(Status::IoError, "cannot create '%s': %s", path.c_str(), std::strerror(errno));
   try {
     write_to([&](const void *p, size_t n) {
       if (std::fwrite(p, 1, n, f) != n) fail(Status::IoError, "write to '%s' failed: %s", path.c_str(), std::strerror(errno));
-    }, progress);
+    }, kv, ts, progress, done, data_size_);
   } catch (...) {
     std::fclose(f);
     std::remove(path.c_str());
     throw;
   }
   if (std::fclose(f) != 0) fail(Status::IoError, "closing '%s' failed", path.c_str());
+}
+
+void GgufWriter::write_file(const std::string &path, const ProgressFn &progress) const {
+  uint64_t done = 0;
+  write_one(path, kv_, all_tensors(), progress, done);
+}
+
+std::vector<std::string> GgufWriter::write_split(const std::string &prefix, uint64_t max_part_bytes, const ProgressFn &progress) const {
+  if (max_part_bytes == 0) fail(Status::InvalidArgument, "split GGUF: the maximum part size must be above 0");
+  std::vector<std::vector<const Tensor *>> parts(1);
+  uint64_t part_bytes = 0;
+  for (const Tensor &t : tensors_) {
+    if (!parts.back().empty() && part_bytes + padded(t.nbytes) > max_part_bytes) {
+      parts.emplace_back();
+      part_bytes = 0;
+    }
+    parts.back().push_back(&t);
+    part_bytes += padded(t.nbytes);
+  }
+  const size_t n = parts.size();
+  if (n > 65535) fail(Status::InvalidArgument, "split GGUF: %zu parts (at most 65535: the split keys are 16-bit)", n);
+  if (tensors_.size() > INT32_MAX) fail(Status::InvalidArgument, "split GGUF: too many tensors");
+  auto split_keys = [&](size_t i) {
+    return Metadata{{kGgufSplitNo, GgufValue::make_u16(static_cast<uint16_t>(i))},
+                    {kGgufSplitCount, GgufValue::make_u16(static_cast<uint16_t>(n))},
+                    {kGgufSplitTensorsCount, GgufValue::make_i32(static_cast<int32_t>(tensors_.size()))}};
+  };
+  std::vector<std::string> paths;
+  uint64_t done = 0;
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      Metadata kv = split_keys(i);
+      if (i == 0) {
+        for (const auto &e : kv_)
+          if (e.first.compare(0, 6, "split.") != 0) kv.push_back(e);
+        std::rotate(kv.begin(), kv.begin() + 3, kv.end());  // the model's own keys first, as in a single file
+      }
+      paths.push_back(gguf_split_path(prefix, static_cast<int>(i), static_cast<int>(n)));
+      write_one(paths.back(), kv, parts[i], progress, done);
+    }
+  } catch (...) {
+    for (size_t i = 0; i + 1 < paths.size(); ++i) std::remove(paths[i].c_str());  // the failed one removed itself
+    throw;
+  }
+  return paths;
 }
 
 }  // namespace moe

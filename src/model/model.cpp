@@ -78,7 +78,7 @@ void Model::Impl::ensure_cpu_copy() const {
       const size_t n = t->nbytes - o < kSlice ? t->nbytes - o : kSlice;
       if (!copy_from_mapping(b.data() + off[t] + o, t->data + o, n))
         fail(Status::IoError, "reading tensor '%s' from '%s' failed (SIGBUS): the file shrank or was replaced on disk after the model was loaded",
-             t->name.c_str(), gguf->path().c_str());
+             t->name.c_str(), gguf->part_path(t->part).c_str());  // a split model's own part
       release_mapped(t->data + o, n);
     }
   cpu_copy = std::move(b);
@@ -172,8 +172,8 @@ std::unique_ptr<Model> open_model(const std::string &path, const ModelLoadParams
     m.metadata_only = !upload;
   }
   progress(1.0f);
-  MOE_LOG_INFO("loaded %s (%s): %zu tensors, %.2f MiB", path.c_str(), m.hp.arch.c_str(), m.gguf->tensors().size(),
-               static_cast<double>(m.weight_bytes) / 1048576.0);
+  MOE_LOG_INFO("loaded %s (%s): %zu tensors in %zu file(s), %.2f MiB", path.c_str(), m.hp.arch.c_str(), m.gguf->tensors().size(),
+               m.gguf->n_parts(), static_cast<double>(m.weight_bytes) / 1048576.0);
   return model;
 }
 

@@ -299,8 +299,8 @@ std::vector<std::string> synthetic_model_keys(const SynthSpec &spec) {
   return keys;
 }
 
-void write_synthetic_model(const SynthSpec &spec, const std::string &path,
-                           const std::function<bool(uint64_t, uint64_t)> &progress) {
+std::vector<std::string> write_synthetic_model(const SynthSpec &spec, const std::string &path,
+                                               const std::function<bool(uint64_t, uint64_t)> &progress) {
   Prepared pr = prepare(spec);
   // Quantized types whose quantizer is missing fail here, before any byte is written.
   for (const auto &t : pr.tensors)
@@ -311,5 +311,10 @@ void write_synthetic_model(const SynthSpec &spec, const std::string &path,
   build_writer(w, spec, pr, true);
   w.write_file(path, progress);
 }
+  if (spec.split_max_bytes > 0) {
+    const bool ext = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+    return w.write_split(ext ? path.substr(0, path.size() - 5) : path, spec.split_max_bytes, progress);
+  }
 
+  return {path};
 }  // namespace moe

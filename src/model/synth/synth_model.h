@@ -3,6 +3,7 @@
 //
 //   SynthSpec s;  s.preset = "tiny";  s.type_mix = "q8_0";  s.seed = 7;
 //   write_synthetic_model(s, "/tmp/tiny.gguf");                 // throws moe::Error
+//   s.split_max_bytes = 1 << 20;  write_synthetic_model(s, "/tmp/tiny.gguf");  // tiny-00001-of-0000N.gguf ...
 //   uint64_t bytes = synthetic_model_size(s);                  // dry run, writes nothing
 //   for (auto &t : synthetic_model_plan(s)) ...                 // names, types, shapes
 //
@@ -31,6 +32,8 @@ struct SynthSpec {
   int n_threads = 0;               // quantization threads; 0 = hardware concurrency
   uint32_t n_layer = 0;            // > 0: this many layers instead of the preset's (per-layer
                                    // profiles of a big shape without writing the whole file)
+  uint64_t split_max_bytes = 0;    // > 0: write a split model, parts of at most this much tensor
+                                   // data (GgufWriter::write_split; named from the path less ".gguf")
 };
 
 struct SynthTensorInfo {
@@ -49,8 +52,9 @@ std::vector<std::string> synthetic_type_mixes();
 std::vector<SynthTensorInfo> synthetic_model_plan(const SynthSpec &spec);
 
 // progress(done_bytes, total_bytes); return false to cancel (throws Error(Aborted)).
-void write_synthetic_model(const SynthSpec &spec, const std::string &path,
-                           const std::function<bool(uint64_t, uint64_t)> &progress = nullptr);
+// Returns the files written: `path`, or the parts of a split model (the first loads it).
+std::vector<std::string> write_synthetic_model(const SynthSpec &spec, const std::string &path,
+                                               const std::function<bool(uint64_t, uint64_t)> &progress = nullptr);
 uint64_t synthetic_model_size(const SynthSpec &spec);  // exact file size, no writing
 // Metadata keys the file will carry, in file order.
 std::vector<std::string> synthetic_model_keys(const SynthSpec &spec);
