@@ -14,6 +14,7 @@
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "model/synth/synth_model.h"
+#include "moeinfer/moeinfer.h"
 #include "support/temp_files.h"
 
 using namespace moe;
@@ -94,11 +95,13 @@ std::vector<float> greedy_logits(const std::string &path, bool use_mmap, std::ve
   return all;
 }
 
-// Loading `path` fails with `status` and a message containing every one of `parts`.
-void expect_load_error(const std::string &path, Status status, const std::vector<std::string> &parts) {
+// Opening `path` (a GgufFile, or a Model when load_model) fails with `status` and a message
+// containing every one of `parts`.
+void expect_open_error(const std::string &path, Status status, const std::vector<std::string> &parts, bool load_model = false) {
   try {
-    Model::load(path, ModelLoadParams{});
-    FAIL("loaded " << path);
+    if (load_model) Model::load(path, ModelLoadParams{});
+    else GgufFile::open(path);
+    FAIL("opened " << path);
   } catch (const Error &e) {
     INFO(e.what());
     CHECK(e.code() == status);
@@ -186,7 +189,11 @@ TEST_CASE("gguf split: parts that do not form one model are refused, naming the 
   REQUIRE(files.size() == 3);
 
   SECTION("a later part loaded directly names the first part") {
-    expect_load_error(files[1], Status::InvalidModel, {files[1], "part 2 of 3", files[0]});
+    expect_open_error(files[1], Status::InvalidModel, {files[1], "part 2 of 3", files[0]}, true);
+    moe_model *m = nullptr;  // the same through the C ABI
+    CHECK(moe_model_load(files[1].c_str(), nullptr, &m) == MOE_STATUS_INVALID_MODEL);
+    CHECK(m == nullptr);
+    CHECK(std::string(moe_last_error()).find(files[0]) != std::string::npos);
     GgufOpenOptions one;
     one.single_part = true;
     CHECK(GgufFile::open(files[1], one)->n_parts() == 1);  // the part alone still opens
@@ -194,7 +201,10 @@ TEST_CASE("gguf split: parts that do not form one model are refused, naming the 
   SECTION("a missing part") {
     const std::string kept = files[2] + ".kept";
     REQUIRE(std::rename(files[2].c_str(), kept.c_str()) == 0);
-    expect_load_error(files[0], Status::IoError, {files[2], "part 3 of 3"});
+    expect_open_error(files[0], Status::IoError, {files[2], "part 3 of 3"}, true);
+    moe_model *m = nullptr;
+    CHECK(moe_model_load(files[0].c_str(), nullptr, &m) == MOE_STATUS_IO_ERROR);
+    CHECK(std::string(moe_last_error()).find(files[2]) != std::string::npos);
     REQUIRE(std::rename(kept.c_str(), files[2].c_str()) == 0);
     CHECK(Model::load(files[0], ModelLoadParams{})->n_vocab() > 0);  // whole again: loads
   }
@@ -202,12 +212,12 @@ TEST_CASE("gguf split: parts that do not form one model are refused, naming the 
     const std::string bad = temp_path("split-bad-00001-of-00003.gguf"), bad2 = temp_path("split-bad-00002-of-00003.gguf");
     copy_file(files[0], bad);
     std::ofstream(bad2, std::ios::binary) << "GGUF";  // ends after the magic
-    expect_load_error(bad, Status::InvalidGguf, {bad2, "file ends while reading version"});
+    expect_open_error(bad, Status::InvalidGguf, {bad2, "file ends while reading version"}, true);
   }
   SECTION("the first part renamed: its parts cannot be found") {
     const std::string renamed = temp_path("split-renamed.gguf");
     copy_file(files[0], renamed);
-    expect_load_error(renamed, Status::InvalidModel, {renamed, "-00001-of-00003.gguf"});
+    expect_open_error(renamed, Status::InvalidModel, {renamed, "-00001-of-00003.gguf"}, true);
   }
   SECTION("a part of another model with the same number of parts") {
     const auto other = write_model(tiny_spec(1), "split-other.gguf", max_size_for(synthetic_model_plan(tiny_spec(1)), 3));
@@ -216,22 +226,12 @@ TEST_CASE("gguf split: parts that do not form one model are refused, naming the 
     copy_file(files[0], mixed);
     copy_file(files[1], temp_path("split-mixed-00002-of-00003.gguf"));
     copy_file(other[2], temp_path("split-mixed-00003-of-00003.gguf"));
-    expect_load_error(mixed, Status::InvalidModel, {temp_name("split-mixed-00003-of-00003.gguf"), "another model", "split.tensors.count"});
+    expect_open_error(mixed, Status::InvalidModel, {temp_name("split-mixed-00003-of-00003.gguf"), "another model", "split.tensors.count"}, true);
   }
 }
 
 TEST_CASE("gguf split: split keys that disagree are refused, naming the part", "[gguf][split]") {
   const std::string p1 = temp_name("split-keys-00001-of-00002.gguf"), p2 = temp_name("split-keys-00002-of-00002.gguf");
-  auto open_err = [&](Status status, const std::vector<std::string> &parts) {
-    try {
-      GgufFile::open(p1);
-      FAIL("opened " << p1);
-    } catch (const Error &e) {
-      INFO(e.what());
-      CHECK(e.code() == status);
-      for (const auto &p : parts) CHECK(std::string(e.what()).find(p) != std::string::npos);
-    }
-  };
   write_part(p1, 0, 2, 3, {"a", "b"});
   SECTION("consistent parts open with every tensor") {
     write_part(p2, 1, 2, 3, {"c"});
@@ -245,27 +245,27 @@ TEST_CASE("gguf split: split keys that disagree are refused, naming the part", "
   }
   SECTION("a tensor in two parts") {
     write_part(p2, 1, 2, 3, {"b"});
-    open_err(Status::InvalidModel, {"'b'", p1, p2});
+    expect_open_error(p1, Status::InvalidModel, {"'b'", p1, p2});
   }
   SECTION("a part whose split.count differs") {
     write_part(p2, 1, 3, 3, {"c"});
-    open_err(Status::InvalidModel, {p2, "split.count = 3", "says 2"});
+    expect_open_error(p1, Status::InvalidModel, {p2, "split.count = 3", "says 2"});
   }
   SECTION("a part whose split.no is not its place") {
     write_part(p2, 0, 2, 3, {"c"});
-    open_err(Status::InvalidModel, {p2, "split.no = 0"});
+    expect_open_error(p1, Status::InvalidModel, {p2, "split.no = 0"});
   }
   SECTION("fewer tensors than split.tensors.count") {
     write_part(p1, 0, 2, 4, {"a", "b"});
     write_part(p2, 1, 2, 4, {"c"});
-    open_err(Status::InvalidModel, {p1, "4 tensors", "hold 3"});
+    expect_open_error(p1, Status::InvalidModel, {p1, "4 tensors", "hold 3"});
   }
   SECTION("a single file without split keys is a part of nothing") {
     GgufWriter w;
     const float d[4] = {0, 0, 0, 0};
     w.add_tensor("c", DType::F32, {4}, d, sizeof d);
     w.write_file(p2);
-    open_err(Status::InvalidModel, {p2, "not a part of a split model"});
+    expect_open_error(p1, Status::InvalidModel, {p2, "not a part of a split model"});
   }
   std::remove(p2.c_str());
 }
