@@ -32,6 +32,8 @@ struct CharClass {
   bool contains(uint32_t cp) const;
   // Whether some code point in [lo, hi] is in the class (partial UTF-8 characters).
   bool intersects(uint32_t lo, uint32_t hi) const;
+  // Whether every code point in [lo, hi] except surrogates is in the class.
+  bool covers(uint32_t lo, uint32_t hi) const;
 };
 
 // Compiled grammar: every rule is a list of alternatives laid out in `elems`, each a sequence
@@ -80,6 +82,9 @@ public:
   // The transition cache: entry state * 256 + byte is the next state, -1 dead, kNotComputed
   // unknown (then call step). Read it afresh after step(): it grows with new states.
   const std::vector<int32_t> &transitions() const;
+  // Whether every non-ASCII character does the same thing from state (each parse's next
+  // class holds all of them or none), so one character tells what all of them do.
+  bool non_ascii_uniform(int32_t state) const;
   static constexpr int32_t kNotComputed = -2;
   bool state_complete(int32_t state) const;
   size_t n_states() const;

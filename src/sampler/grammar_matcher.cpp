@@ -51,6 +51,16 @@ public:
   }
 
   const std::vector<int32_t> &transitions() const { return trans_; }
+  bool non_ascii_uniform(int32_t state) const {
+    const State &st = states_[size_t(state)];
+    if (st.remaining) return false;
+    for (const Stack &s : *sets_[size_t(st.set)]) {
+      if (s.empty()) continue;
+      const CharClass &c = top_class(s);
+      if (c.intersects(0x80, 0x10FFFF) && !c.covers(0x80, 0x10FFFF)) return false;
+    }
+    return true;
+  }
   bool complete(int32_t state) const { return states_[size_t(state)].complete; }
   bool only_end(int32_t state) const { return states_[size_t(state)].only_end; }
   size_t n_states() const { return states_.size(); }
@@ -192,5 +202,6 @@ int32_t GrammarMatcher::step(int32_t state, uint8_t byte) { return a_->step(stat
 bool GrammarMatcher::state_complete(int32_t state) const { return a_->complete(state); }
 size_t GrammarMatcher::n_states() const { return a_->n_states(); }
 const std::vector<int32_t> &GrammarMatcher::transitions() const { return a_->transitions(); }
+bool GrammarMatcher::non_ascii_uniform(int32_t state) const { return a_->non_ascii_uniform(state); }
 
 }  // namespace moe

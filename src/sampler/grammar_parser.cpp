@@ -400,6 +400,26 @@ bool CharClass::intersects(uint32_t lo, uint32_t hi) const {
   return true;
 }
 
+bool CharClass::covers(uint32_t lo, uint32_t hi) const {
+  // Merge the ranges (minus surrogates, which no character is) and look for a gap in [lo, hi].
+  std::vector<std::pair<uint32_t, uint32_t>> r = ranges;
+  r.emplace_back(0xD800, 0xDFFF);
+  std::sort(r.begin(), r.end());
+  uint32_t next = lo;  // first code point not yet known to be covered (by the ranges, or by their absence if negated)
+  if (!negated) {
+    for (const auto &x : r) {
+      if (x.first > next) break;
+      if (x.second >= next) next = x.second + 1;
+      if (next > hi) return true;
+    }
+    return next > hi;
+  }
+  // Negated: covered when no range other than the surrogates touches [lo, hi].
+  for (const auto &x : ranges)
+    if (x.first <= hi && x.second >= lo) return false;
+  return true;
+}
+
 Grammar parse_gbnf(const std::string &text, const std::string &root) {
   Parser p(text);
   p.parse_all();

@@ -31,7 +31,7 @@ TokenTrie::TokenTrie(const std::vector<std::string> &pieces) {
     path.resize(common);
     for (size_t d = common; d < s.size(); ++d) {
       path.push_back(uint32_t(nodes_.size()));
-      nodes_.push_back(Node{0, 0, uint32_t(tokens_.size()), uint32_t(d + 1), static_cast<uint8_t>(s[d])});
+      nodes_.push_back(Node{0, 0, uint32_t(tokens_.size()), uint32_t(d + 1), static_cast<uint8_t>(s[d]), false});
     }
     tokens_.push_back(id);
     max_depth_ = std::max(max_depth_, uint32_t(s.size()));
@@ -50,19 +50,84 @@ TokenTrie::TokenTrie(const std::vector<std::string> &pieces) {
     open.push_back(i);
   }
   while (!open.empty()) close(uint32_t(nodes_.size()));
-  nodes_.push_back(Node{0, 0, uint32_t(tokens_.size()), 0, 0});  // sentinel
+  nodes_.push_back(Node{0, 0, uint32_t(tokens_.size()), 0, 0, false});  // sentinel
+  mark_utf8();
 }
 
-uint64_t TokenTrie::self_loops(GrammarMatcher &m, int32_t state) const {
+namespace {
+
+// UTF-8 validation as a small automaton over bytes: the boundary state, "n continuation
+// bytes to go", and the four leads whose second byte has a narrower range (E0: no overlong
+// forms, ED: no surrogates, F0: no overlong forms, F4: nothing above U+10FFFF).
+enum Utf8State : uint8_t { kBoundary, kNeed1, kNeed2, kNeed3, kAfterE0, kAfterED, kAfterF0, kAfterF4, kUtf8States };
+
+int utf8_next(int st, uint8_t b) {  // -1 = invalid
+  const bool cont = (b & 0xC0) == 0x80;
+  switch (st) {
+    case kBoundary:
+      if (b < 0x80) return kBoundary;
+      if (b >= 0xC2 && b <= 0xDF) return kNeed1;
+      if (b == 0xE0) return kAfterE0;
+      if (b == 0xED) return kAfterED;
+      if (b >= 0xE1 && b <= 0xEF) return kNeed2;
+      if (b == 0xF0) return kAfterF0;
+      if (b == 0xF4) return kAfterF4;
+      if (b >= 0xF1 && b <= 0xF3) return kNeed3;
+      return -1;
+    case kNeed1: return cont ? kBoundary : -1;
+    case kNeed2: return cont ? kNeed1 : -1;
+    case kNeed3: return cont ? kNeed2 : -1;
+    case kAfterE0: return b >= 0xA0 && b <= 0xBF ? kNeed1 : -1;
+    case kAfterED: return b >= 0x80 && b <= 0x9F ? kNeed1 : -1;
+    case kAfterF0: return b >= 0x90 && b <= 0xBF ? kNeed2 : -1;
+    case kAfterF4: return b >= 0x80 && b <= 0x8F ? kNeed2 : -1;
+    default: return -1;
+  }
+}
+
+}  // namespace
+
+// Bottom-up (reverse preorder): ok(node, d) = the node's byte is valid in UTF-8 state d and
+// every child is ok from the state after it; utf8_below = every child ok from a boundary.
+void TokenTrie::mark_utf8() {
+  const size_t n = nodes_.size() - 1;
+  std::vector<uint8_t> child_and(max_depth_ + 2, 0xFF);  // per depth: AND of ok-masks of the children seen
+  for (size_t i = n; i-- > 0;) {
+    Node &node = nodes_[i];
+    const uint8_t kids = child_and[node.depth + 1];
+    child_and[node.depth + 1] = 0xFF;
+    node.utf8_below = (kids >> kBoundary) & 1;
+    uint8_t ok = 0;
+    for (int d = 0; d < kUtf8States; ++d) {
+      const int next = utf8_next(d, node.byte);
+      if (next >= 0 && ((kids >> next) & 1)) ok |= uint8_t(1u << d);
+    }
+    child_and[node.depth] &= ok;
+  }
+}
+
+const uint64_t *TokenTrie::self_loops(GrammarMatcher &m, int32_t state) const {
   const size_t at = size_t(state) * 2;
   if (self_groups_.size() < at + 2) self_groups_.resize(at + 2, 0);
-  if (self_groups_[at + 1]) return self_groups_[at];
+  if (self_groups_[at + 1] & kComputed) return &self_groups_[at];
   uint64_t groups = 0;
-  for (uint32_t g = 1; g < 64; ++g)
-    if (m.step(state, uint8_t(2 * g)) == state && m.step(state, uint8_t(2 * g + 1)) == state) groups |= uint64_t(1) << g;
+  auto loops = [&](uint32_t b0, uint32_t b1) {
+    for (uint32_t b = b0; b <= b1; ++b)
+      if (m.step(state, uint8_t(b)) != state) return false;
+    return true;
+  };
+  if (loops(0, 3)) groups |= uint64_t(1) << 1;
+  for (uint32_t g = 2; g < 64; ++g)
+    if (loops(2 * g, 2 * g + 1)) groups |= uint64_t(1) << g;
+  uint64_t flags = kComputed;
+  // One non-ASCII character (U+00E9) stands for all of them when they all act alike.
+  if (m.non_ascii_uniform(state)) {
+    const int32_t mid = m.step(state, 0xC3);
+    if (mid >= 0 && m.step(mid, 0xA9) == state) flags |= kTransparent;
+  }
   self_groups_[at] = groups;
-  self_groups_[at + 1] = 1;
-  return groups;
+  self_groups_[at + 1] = flags;
+  return &self_groups_[at];
 }
 
 void TokenTrie::walk(GrammarMatcher &m, int32_t state, uint8_t *allowed) const {
@@ -72,6 +137,7 @@ void TokenTrie::walk(GrammarMatcher &m, int32_t state, uint8_t *allowed) const {
   const std::vector<int32_t> &table = m.transitions();
   int32_t loop_state = -1;  // the state whose self-loop groups are in loops
   uint64_t loops = 0;
+  bool transparent = false;
   for (uint32_t i = 0; i < n;) {
     const Node &node = nodes_[i];
     const int32_t from = at[node.depth - 1];
@@ -83,10 +149,16 @@ void TokenTrie::walk(GrammarMatcher &m, int32_t state, uint8_t *allowed) const {
     }
     if (node.below != 0) {
       if (s != loop_state) {
-        loops = self_loops(m, s);
+        const uint64_t *sl = self_loops(m, s);
+        loops = sl[0];
+        transparent = (sl[1] & kTransparent) != 0;
         loop_state = s;
       }
-      if ((node.below & ~loops) == 0) {  // everything below stays in s: all allowed
+      // Everything below stays in s (ASCII bytes that loop; whole characters when s takes
+      // every one and the bytes below are valid UTF-8): all allowed.
+      const uint64_t ascii_below = node.below & ~uint64_t(1);
+      const bool high_ok = !(node.below & 1) || (transparent && node.utf8_below);
+      if ((ascii_below & ~loops) == 0 && high_ok) {
         for (uint32_t t = node.tok_begin; t < nodes_[node.end].tok_begin; ++t) allowed[tokens_[t]] = 1;
         i = node.end;
         continue;

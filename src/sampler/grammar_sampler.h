@@ -36,20 +36,25 @@ private:
     uint32_t tok_begin;  // tokens ending here: tokens_[tok_begin, next node's tok_begin)
     uint32_t depth;      // 1 for a first byte
     uint8_t byte;
+    bool utf8_below;     // every byte string below, read from a character boundary, is valid
+                         // UTF-8 (a last character may be unfinished)
   };
   std::vector<Node> nodes_;  // + a sentinel whose tok_begin is tokens_.size()
   std::vector<int32_t> tokens_;
   uint32_t max_depth_ = 0;
-  // Per automaton state: byte groups whose bytes all lead back to the state itself (bit 63
-  // of the entry's second word says it was computed). A subtree whose bytes all loop is
-  // allowed whole without walking it: most of a vocabulary inside a JSON string.
+  // Per automaton state (two words): the byte groups whose bytes all lead back to the state,
+  // and flags (kComputed; kTransparent: every non-ASCII character leads back too). A subtree
+  // whose bytes all come back to the state is allowed whole without walking it: most of a
+  // vocabulary inside a JSON string.
+  static constexpr uint64_t kComputed = 1, kTransparent = 2;
   mutable std::vector<uint64_t> self_groups_;
-  uint64_t self_loops(GrammarMatcher &m, int32_t state) const;
+  const uint64_t *self_loops(GrammarMatcher &m, int32_t state) const;
+  void mark_utf8();
 };
 
-// 64 groups: ASCII byte pairs (b >> 1); every byte >= 0x80 shares group 0 with NUL and
-// U+0001, which no grammar lets loop, so subtrees holding multi-byte characters are walked.
-inline uint32_t byte_group(uint8_t b) { return b < 0x80 ? b >> 1 : 0; }
+// 64 groups: group 0 = every byte >= 0x80 (multi-byte characters, see kTransparent);
+// group 1 = bytes 0x00-0x03; other ASCII bytes in pairs (b >> 1).
+inline uint32_t byte_group(uint8_t b) { return b >= 0x80 ? 0 : b < 4 ? 1 : b >> 1; }
 
 class GrammarStage : public SamplerStage {
 public:

@@ -190,52 +190,56 @@ TEST_CASE("grammar stage: trie mask equals a token-by-token check on the Qwen3 v
   auto file = GgufFile::open(path);
   auto vocab = Vocab::from_gguf(*file);
   REQUIRE(vocab);
-  const std::string g = R"(
-    root ::= "{\"name\": \"" [^"\\]{0,12} "\", \"n\": " [0-9]+ ", \"ok\": " ("true" | "false") "}"
-  )";
-  const Grammar grammar = parse_gbnf(g);
   // Byte-level vocabulary: every byte is a token of its own, so any prefix can be fed.
   std::vector<int32_t> byte_token(256, -1);
   for (int32_t id = 0; id < vocab->n_tokens(); ++id) {
     const std::string piece = vocab->is_eog(id) ? std::string() : vocab->token_to_piece(id, false);
     if (piece.size() == 1 && byte_token[static_cast<uint8_t>(piece[0])] < 0) byte_token[static_cast<uint8_t>(piece[0])] = id;
   }
-  // Positions inside the literal, the string (one inside a character), the number, and after the end.
-  for (const std::string prefix : {"", "{\"na", "{\"name\": \"Zo\xC3", "{\"name\": \"x\", \"n\": 4",
-                                   "{\"name\": \"\", \"n\": 0, \"ok\": true}"}) {
-    GrammarStage stage(grammar, *vocab);
-    GrammarMatcher probe(grammar);
-    REQUIRE(probe.accept_bytes(prefix));
-    for (char c : prefix) {
-      REQUIRE(byte_token[static_cast<uint8_t>(c)] >= 0);
-      stage.accept(byte_token[static_cast<uint8_t>(c)]);
-    }
-    std::vector<uint8_t> mask;
-    stage.allowed_tokens(mask);
-    size_t n_allowed = 0, mismatches = 0;
-    for (int32_t id = 0; id < vocab->n_tokens(); ++id) {
-      bool expect;
-      if (vocab->is_eog(id)) {
-        expect = probe.is_complete();
-      } else {
-        const std::string piece = vocab->token_to_piece(id, false);
-        int32_t st = probe.state();
-        for (size_t k = 0; k < piece.size() && st >= 0; ++k) st = probe.step(st, static_cast<uint8_t>(piece[k]));
-        expect = !piece.empty() && st >= 0;
+  // The string takes any character, or all but a few non-ASCII ones (then a subtree with
+  // multi-byte characters cannot be taken whole).
+  for (const char *chars : {R"([^"\\])", R"([^"\\\u00e9\u4e00-\u4eff])"}) {
+    const std::string g = std::string(R"(root ::= "{\"name\": \"" )") + chars +
+                          R"({0,12} "\", \"n\": " [0-9]+ ", \"ok\": " ("true" | "false") "}")";
+    INFO("grammar " << g);
+    const Grammar grammar = parse_gbnf(g);
+    // Positions inside the literal, the string (one inside a character), the number, and after the end.
+    for (const std::string prefix : {"", "{\"na", "{\"name\": \"Zo\xC3", "{\"name\": \"Zo\xC3\xA4", "{\"name\": \"x\", \"n\": 4",
+                                     "{\"name\": \"\", \"n\": 0, \"ok\": true}"}) {
+      GrammarStage stage(grammar, *vocab);
+      GrammarMatcher probe(grammar);
+      REQUIRE(probe.accept_bytes(prefix));
+      for (char c : prefix) {
+        REQUIRE(byte_token[static_cast<uint8_t>(c)] >= 0);
+        stage.accept(byte_token[static_cast<uint8_t>(c)]);
       }
-      n_allowed += mask[size_t(id)];
-      mismatches += (mask[size_t(id)] != 0) != expect;
+      std::vector<uint8_t> mask;
+      stage.allowed_tokens(mask);
+      size_t n_allowed = 0, mismatches = 0;
+      for (int32_t id = 0; id < vocab->n_tokens(); ++id) {
+        bool expect;
+        if (vocab->is_eog(id)) {
+          expect = probe.is_complete();
+        } else {
+          const std::string piece = vocab->token_to_piece(id, false);
+          int32_t st = probe.state();
+          for (size_t k = 0; k < piece.size() && st >= 0; ++k) st = probe.step(st, static_cast<uint8_t>(piece[k]));
+          expect = !piece.empty() && st >= 0;
+        }
+        n_allowed += mask[size_t(id)];
+        mismatches += (mask[size_t(id)] != 0) != expect;
+      }
+      INFO("prefix '" << prefix << "': " << n_allowed << " allowed");
+      CHECK(mismatches == 0);
+      CHECK(n_allowed > 0);
     }
-    INFO("prefix '" << prefix << "': " << n_allowed << " allowed");
-    CHECK(mismatches == 0);
-    CHECK(n_allowed > 0);
+    // After the closing brace only end-of-generation tokens remain.
+    GrammarStage done(grammar, *vocab);
+    for (char c : std::string("{\"name\": \"\", \"n\": 0, \"ok\": true}")) done.accept(byte_token[static_cast<uint8_t>(c)]);
+    std::vector<uint8_t> mask;
+    done.allowed_tokens(mask);
+    size_t wrong = 0;
+    for (int32_t id = 0; id < vocab->n_tokens(); ++id) wrong += (mask[size_t(id)] != 0) != vocab->is_eog(id);
+    CHECK(wrong == 0);
   }
-  // After the closing brace only end-of-generation tokens remain.
-  GrammarStage done(grammar, *vocab);
-  for (char c : std::string("{\"name\": \"\", \"n\": 0, \"ok\": true}")) done.accept(byte_token[static_cast<uint8_t>(c)]);
-  std::vector<uint8_t> mask;
-  done.allowed_tokens(mask);
-  size_t wrong = 0;
-  for (int32_t id = 0; id < vocab->n_tokens(); ++id) wrong += (mask[size_t(id)] != 0) != vocab->is_eog(id);
-  CHECK(wrong == 0);
 }
