@@ -16,6 +16,8 @@ namespace moe {
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
+  IQ4_XS = 23, IQ1_M = 29,
   I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30, MXFP4 = 39,
 };
 
@@ -47,6 +49,7 @@ constexpr int QK8_0 = 32;
 constexpr int QK_K = 256;
 constexpr int K_SCALE_SIZE = 12;
 constexpr int QK_MXFP4 = 32;
+constexpr int QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_1 = 32, QK4_NL = 32;
 
 // GGML block layouts (little endian; d/dmin are IEEE half unless noted).
 struct BlockQ4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
@@ -58,6 +61,21 @@ struct BlockQ5_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uint
 struct BlockQ6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 struct BlockQ8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 struct BlockMXFP4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };  // e: E8M0 shared exponent
+struct BlockQ4_1 { uint16_t d; uint16_t m; uint8_t qs[QK4_1 / 2]; };
+struct BlockQ5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };  // qh: bit j = 5th bit of element j
+struct BlockQ5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
+struct BlockQ8_1 { uint16_t d; uint16_t s; int8_t qs[QK8_1]; };  // s = d * sum(qs)
+struct BlockIQ4_NL { uint16_t d; uint8_t qs[QK4_NL / 2]; };
+struct BlockIQ4_XS { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+// I-quants (super-blocks of 256; grids in quant/iq_grids.h). IQ1_M keeps its f16 scale in the
+// top nibbles of the four 16-bit words of scales.
+struct BlockIQ2_XXS { uint16_t d; uint16_t qs[QK_K / 8]; };
+struct BlockIQ2_XS { uint16_t d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; };
+struct BlockIQ2_S { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; };
+struct BlockIQ3_XXS { uint16_t d; uint8_t qs[3 * QK_K / 8]; };
+struct BlockIQ3_S { uint16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t signs[QK_K / 8]; uint8_t scales[QK_K / 64]; };
+struct BlockIQ1_S { uint16_t d; uint8_t qs[QK_K / 8]; uint16_t qh[QK_K / 32]; };
+struct BlockIQ1_M { uint8_t qs[QK_K / 8]; uint8_t qh[QK_K / 16]; uint8_t scales[QK_K / 32]; };
 
 static_assert(sizeof(BlockQ4_0) == 18, "q4_0 layout");
 static_assert(sizeof(BlockQ8_0) == 34, "q8_0 layout");
@@ -68,5 +86,18 @@ static_assert(sizeof(BlockQ5_K) == 176, "q5_K layout");
 static_assert(sizeof(BlockQ6_K) == 210, "q6_K layout");
 static_assert(sizeof(BlockQ8_K) == 292, "q8_K layout");
 static_assert(sizeof(BlockMXFP4) == 17, "mxfp4 layout");
+static_assert(sizeof(BlockQ4_1) == 20, "q4_1 layout");
+static_assert(sizeof(BlockQ5_0) == 22, "q5_0 layout");
+static_assert(sizeof(BlockQ5_1) == 24, "q5_1 layout");
+static_assert(sizeof(BlockQ8_1) == 36, "q8_1 layout");
+static_assert(sizeof(BlockIQ4_NL) == 18, "iq4_nl layout");
+static_assert(sizeof(BlockIQ4_XS) == 136, "iq4_xs layout");
+static_assert(sizeof(BlockIQ2_XXS) == 66, "iq2_xxs layout");
+static_assert(sizeof(BlockIQ2_XS) == 74, "iq2_xs layout");
+static_assert(sizeof(BlockIQ2_S) == 82, "iq2_s layout");
+static_assert(sizeof(BlockIQ3_XXS) == 98, "iq3_xxs layout");
+static_assert(sizeof(BlockIQ3_S) == 110, "iq3_s layout");
+static_assert(sizeof(BlockIQ1_S) == 50, "iq1_s layout");
+static_assert(sizeof(BlockIQ1_M) == 56, "iq1_m layout");
 
 }  // namespace moe

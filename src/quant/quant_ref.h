@@ -26,5 +26,19 @@ void dequantize_row_q8_K(const BlockQ8_K *x, float *y, int64_t n);
 void quantize_row_q8_K_ref(const float *x, BlockQ8_K *y, int64_t n);
 void dequantize_row_mxfp4(const BlockMXFP4 *x, float *y, int64_t n);
 void quantize_row_mxfp4_ref(const float *x, BlockMXFP4 *y, int64_t n);
+void dequantize_row_q4_1(const BlockQ4_1 *x, float *y, int64_t n);
+void quantize_row_q4_1_ref(const float *x, BlockQ4_1 *y, int64_t n);
+void dequantize_row_q5_0(const BlockQ5_0 *x, float *y, int64_t n);
+void quantize_row_q5_0_ref(const float *x, BlockQ5_0 *y, int64_t n);
+void dequantize_row_q5_1(const BlockQ5_1 *x, float *y, int64_t n);
+void quantize_row_q5_1_ref(const float *x, BlockQ5_1 *y, int64_t n);
+void dequantize_row_q8_1(const BlockQ8_1 *x, float *y, int64_t n);
+void quantize_row_q8_1_ref(const float *x, BlockQ8_1 *y, int64_t n);
+// IQ4_NL/IQ4_XS quantize as GGML's quantize_iq4_nl/quantize_iq4_xs without an importance
+// matrix (what its quantize tool writes), not as its *_ref variants (which skip the search).
+void dequantize_row_iq4_nl(const BlockIQ4_NL *x, float *y, int64_t n);
+void quantize_row_iq4_nl(const float *x, BlockIQ4_NL *y, int64_t n);
+void dequantize_row_iq4_xs(const BlockIQ4_XS *x, float *y, int64_t n);
+void quantize_row_iq4_xs(const float *x, BlockIQ4_XS *y, int64_t n);
 
 }  // namespace moe

@@ -61,6 +61,14 @@ inline void unpack_q3k_scales(const uint8_t *q, int8_t *out) {
 // E2M1 code -> 2x its value (GGML stores doubled values and halves the E8M0 scale instead).
 constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// IQ4_NL / IQ4_XS code -> value (GGML's kvalues_iq4nl).
+constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// IQ4_XS: 6-bit sub-scale g (0..7) of a super-block, still biased by 32.
+inline int iq4xs_scale(const uint8_t *scales_l, uint16_t scales_h, int g) {
+  return ((scales_l[g / 2] >> (4 * (g % 2))) & 0xF) | (((scales_h >> (2 * g)) & 3) << 4);
+}
+
 // 2^(e-127) / 2, exact, including the two subnormal results for e = 0 and 1.
 inline float e8m0_to_fp32_half(uint8_t e) {
   const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);

@@ -184,9 +184,9 @@ TEST_CASE("reliability: weight type ids outside the type table are rejected at l
   const std::string name = "blk.0.attn_q.weight";
   const size_t at = type_id_offset(good, name);
   struct Case { uint32_t id; moe_status want; };
-  // 77 and 5 (a gap in the table) are no type at all; 3 (q4_1) is known but not implemented.
+  // 77 and 5 (a gap in the table) are no type at all; 24 (i8) is known but not implemented.
   for (const Case &c : {Case{77, MOE_STATUS_INVALID_GGUF}, Case{5, MOE_STATUS_INVALID_GGUF}, Case{0xFFFFFFFFu, MOE_STATUS_INVALID_GGUF},
-                        Case{3, MOE_STATUS_UNSUPPORTED}}) {
+                        Case{24, MOE_STATUS_UNSUPPORTED}}) {
     INFO("type id " << c.id);
     std::vector<uint8_t> bad = good;
     std::memcpy(bad.data() + at, &c.id, 4);

@@ -14,6 +14,10 @@ const MixInfo kMixes[] = {
     {"f32", 0, DType::F32},    {"f16", 1, DType::F16},    {"bf16", 32, DType::BF16},
     {"q4_0", 2, DType::Q4_0},  {"q8_0", 7, DType::Q8_0},  {"q4_k_m", 15, DType::Q4_K},
     {"q5_k_m", 17, DType::Q5_K}, {"q6_k", 18, DType::Q6_K}, {"mxfp4", 38, DType::Q8_0},
+    {"q4_1", 3, DType::Q4_1},  {"q5_0", 8, DType::Q5_0},  {"q5_1", 9, DType::Q5_1},
+    {"iq4_nl", 25, DType::IQ4_NL}, {"iq4_xs", 30, DType::IQ4_XS}, {"iq3_s", 26, DType::IQ3_S},
+    {"iq3_xxs", 23, DType::IQ3_XXS}, {"iq2_s", 28, DType::IQ2_S}, {"iq2_xs", 20, DType::IQ2_XS},
+    {"iq2_xxs", 19, DType::IQ2_XXS}, {"iq1_m", 31, DType::IQ1_M}, {"iq1_s", 24, DType::IQ1_S},
 };
 
 const MixInfo &mix_info(const std::string &mix) {
@@ -46,6 +50,8 @@ DType fallback(DType t, int64_t ne0) {
   DType f = DType::F16;
   switch (t) {
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q4_0: f = DType::Q8_0; break;
+    case DType::IQ4_XS: case DType::IQ3_S: case DType::IQ3_XXS: case DType::IQ2_S: case DType::IQ2_XS:
+    case DType::IQ2_XXS: case DType::IQ1_M: case DType::IQ1_S: f = DType::IQ4_NL; break;
     default: f = DType::F16; break;
   }
   if (ne0 % type_traits(f).block_size != 0) f = DType::F16;

@@ -29,6 +29,7 @@ void from_bf16(const float *x, void *y, int64_t n) {
 }
 void from_q8_0(const float *x, void *y, int64_t n) { quantize_row_q8_0_ref(x, static_cast<BlockQ8_0 *>(y), n); }
 void from_q8_K(const float *x, void *y, int64_t n) { quantize_row_q8_K_ref(x, static_cast<BlockQ8_K *>(y), n); }
+void from_q8_1(const float *x, void *y, int64_t n) { quantize_row_q8_1_ref(x, static_cast<BlockQ8_1 *>(y), n); }
 
 FromFloatFn scalar_from_float(DType act) {
   switch (act) {
@@ -37,6 +38,7 @@ FromFloatFn scalar_from_float(DType act) {
     case DType::BF16: return from_bf16;
     case DType::Q8_0: return from_q8_0;
     case DType::Q8_K: return from_q8_K;
+    case DType::Q8_1: return from_q8_1;
     default: return nullptr;
   }
 }

@@ -12,6 +12,10 @@ VecDotFn vec_dot_kernel_scalar(DType t);
 VecDotFn vec_dot_kernel_avx2(DType t);    // nullptr everywhere on non-x86 builds
 VecDotFn vec_dot_kernel_avx512(DType t);  // nullptr everywhere on non-x86 builds
 VecDotFn vec_dot_kernel_neon(DType t);    // nullptr everywhere on non-aarch64 builds
+// Q4_1, Q5_0, Q5_1 and the i-quants (vec_dot_extra_*.cpp); each ISA table above ends in these.
+VecDotFn vec_dot_extra_kernel_scalar(DType t);
+VecDotFn vec_dot_extra_kernel_avx2(DType t);
+VecDotFn vec_dot_extra_kernel_neon(DType t);
 
 // e8m0_to_fp32_half(e) for every e: one L1 load instead of the branchy bit construction
 // in the MXFP4 inner loops.

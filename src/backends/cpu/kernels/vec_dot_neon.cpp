@@ -208,7 +208,7 @@ VecDotFn vec_dot_kernel_neon(DType t) {
     case DType::Q4_K: return dot_q45_K<false>;
     case DType::Q5_K: return dot_q45_K<true>;
     case DType::Q6_K: return dot_q6_K;
-    default: return nullptr;
+    default: return vec_dot_extra_kernel_neon(t);
   }
 }
 
