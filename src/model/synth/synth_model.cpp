@@ -35,7 +35,9 @@ bool is_synthetic_preset(const std::string &name) {
 }
 
 std::vector<std::string> synthetic_type_mixes() {
-  return {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "mxfp4"};
+  return {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k", "mxfp4",
+          "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs", "iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m",
+          "iq1_s"};
 }
 
 namespace {
