@@ -16,7 +16,9 @@
 // validated like a single file) and lists all tensors, each with `data` in its own part's
 // mapping and `part` naming that part. Opening a later part directly is an InvalidModel error
 // that names the first part (as the reference does); GgufOpenOptions::single_part opens just
-// that file.
+// that file. A part is matched to the first by its split keys and by any metadata key the two
+// share; the reference's keys carry no model identity, so a part of another model with the
+// same part count and tensor count is caught only by the architecture's shape checks.
 #pragma once
 #include <cstdint>
 #include <memory>
