@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -170,6 +171,7 @@ TEST_CASE("reliability: seeded GGUF mutations load cleanly or fail with a status
   const std::string path = "/tmp/moeinfer-test-mutated-" + std::to_string(getpid()) + ".gguf";
   std::mt19937_64 rng(seed);
   int loaded = 0, decoded = 0;
+  std::map<std::string, int> statuses;  // load results, printed
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < n_mutations; ++i) {
     std::string what;
@@ -180,6 +182,7 @@ TEST_CASE("reliability: seeded GGUF mutations load cleanly or fail with a status
     mp.use_mmap = static_cast<int32_t>(i % 2);
     moe_model *m = nullptr;
     const moe_status st = moe_model_load(path.c_str(), &mp, &m);
+    ++statuses[moe_status_string(st)];
     if (st != MOE_STATUS_OK) {
       CHECK(clean_load_error(st));
       CHECK(std::strlen(moe_last_error()) > 0);
@@ -211,6 +214,7 @@ TEST_CASE("reliability: seeded GGUF mutations load cleanly or fail with a status
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("GGUF mutations: %d (seed %llu), %d loaded, %d decoded, %.1f s\n", n_mutations,
               static_cast<unsigned long long>(seed), loaded, decoded, s);
+  for (const auto &kv : statuses) std::printf("  %s: %d\n", kv.first.c_str(), kv.second);
   CHECK(loaded < n_mutations);  // the mutations do reach the checks
   CHECK(s < 60.0);
 }
