@@ -35,6 +35,8 @@ void usage(FILE *out) {
                "  -p N[,N..]           prompt tokens per pp test, 0..1048576 (default 512; 0 = no pp test)\n"
                "  -n N[,N..]           generated tokens per tg test, 0..1048576 (default 128; 0 = no tg test)\n"
                "  -d N[,N..]           depth: tokens already in the KV cache before the test (default 0)\n"
+               "  -np, --parallel B[,B..]  aggregate decode of B sequences at once: each gets its own prompt of\n"
+               "                       -p tokens, then -n steps decode one token of every sequence (t/s: all of them)\n"
                "  -b N                 tokens per decode() call (default 2048)\n"
                "  -ub N                tokens per graph run (default 512)\n"
                "  -r N                 timed repetitions after one warm-up run, >= 1 (default 5)\n"
@@ -127,11 +129,15 @@ const char *ftype_name(uint32_t ft) {
 
 struct Test {
   int n_prompt = 0, n_gen = 0, depth = 0;
+  int n_seq = 0;  // --parallel: sequences decoding together (each a prompt of depth tokens first)
   std::string name() const {
     std::string s = n_prompt ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+    if (n_seq) s += " x" + std::to_string(n_seq);
     if (depth) s += " @ d" + std::to_string(depth);
     return s;
   }
+  // Tokens a timed run produces: every sequence's, for the aggregate rate.
+  int tokens() const { return (n_prompt ? n_prompt : n_gen) * (n_seq ? n_seq : 1); }
   std::vector<double> samples_ns;
   double mean_ts = 0, sd_ts = 0, mean_ns = 0, sd_ns = 0;
 };
@@ -145,13 +151,13 @@ struct Runner {
 
   // n tokens from position pos0 in decode() calls of n_batch; logits for the last token of
   // each call (what llama-bench's llama_batch_get_one asks for).
-  void prompt(int32_t pos0, int n) {
+  void prompt(int32_t pos0, int n, int32_t seq = 0) {
     std::vector<BatchToken> batch;
     for (int done = 0; done < n;) {
       int k = std::min<int>(int(n_batch), n - done);
       batch.clear();
       for (int j = 0; j < k; ++j)
-        batch.push_back({random_token(), pos0 + done + j, 0, j == k - 1});
+        batch.push_back({random_token(), pos0 + done + j, seq, j == k - 1});
       ctx.decode(batch.data(), batch.size());
       done += k;
     }
@@ -162,8 +168,24 @@ struct Runner {
       ctx.decode(&t, 1);
     }
   }
+  // n_seq sequences, each its own random prompt of depth tokens (not timed), then n_gen
+  // steps of one batch holding a token of every sequence (timed): the aggregate decode rate
+  // of many users, as the reference's batched bench measures it.
+  double run_parallel(const Test &t) {
+    ctx.kv_clear();
+    for (int s = 0; s < t.n_seq; ++s) prompt(0, t.depth, s);
+    std::vector<BatchToken> batch(static_cast<size_t>(t.n_seq));
+    auto t0 = std::chrono::steady_clock::now();
+    for (int j = 0; j < t.n_gen; ++j) {
+      for (int s = 0; s < t.n_seq; ++s) batch[static_cast<size_t>(s)] = {random_token(), t.depth + j, s, true};
+      ctx.decode(batch.data(), batch.size());
+    }
+    (void)ctx.logits(-1);
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  }
   // One run of a test; returns the timed nanoseconds (depth fill excluded).
   double run(const Test &t) {
+    if (t.n_seq) return run_parallel(t);
     ctx.kv_clear();
     if (t.depth) prompt(0, t.depth);
     auto t0 = std::chrono::steady_clock::now();
@@ -175,7 +197,7 @@ struct Runner {
 };
 
 void stats(Test &t) {
-  const int n_tok = t.n_prompt ? t.n_prompt : t.n_gen;
+  const int n_tok = t.tokens();
   std::vector<double> ts;
   for (double ns : t.samples_ns) ts.push_back(1e9 * n_tok / ns);
   auto mean_sd = [](const std::vector<double> &v, double &mean, double &sd) {
@@ -196,7 +218,7 @@ void stats(Test &t) {
 int cmd_bench(int argc, char **argv) {
   constexpr long long kMaxTokens = 1 << 20;  // prompt, generation and depth lengths
   std::string model_path, device = "auto", format = "md";
-  std::vector<int> ps = {512}, ns = {128}, ds = {0};
+  std::vector<int> ps = {512}, ns = {128}, ds = {0}, parallel;
   int n_batch = 2048, n_ubatch = 512, reps = 5, threads = 0;
   unsigned seed = 1;
   bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
@@ -213,6 +235,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "-p" || a == "--n-prompt") ps = int_list(val(), "-p", 0, kMaxTokens);
     else if (a == "-n" || a == "--n-gen") ns = int_list(val(), "-n", 0, kMaxTokens);
     else if (a == "-d" || a == "--n-depth") ds = int_list(val(), "-d", 0, kMaxTokens);
+    else if (a == "-np" || a == "--parallel") parallel = int_list(val(), "--parallel", 1, kMaxSequences);
     else if (a == "-b" || a == "--batch-size") n_batch = int(cli::to_int(val(), "-b", 1, kMaxBatchTokens));
     else if (a == "-ub" || a == "--ubatch-size") n_ubatch = int(cli::to_int(val(), "-ub", 1, kMaxUbatchTokens));
     else if (a == "-r" || a == "--repetitions") reps = int(cli::to_int(val(), "-r", 1, 1000000));
@@ -251,9 +274,15 @@ int cmd_bench(int argc, char **argv) {
   if (format != "md" && format != "json") return cli::report(2, "option -o: '" + format + "' is not md or json");
 
   std::vector<Test> tests;
-  for (int d : ds) {
-    for (int p : ps) if (p > 0) { Test t; t.n_prompt = p; t.depth = d; tests.push_back(t); }
-    for (int n : ns) if (n > 0) { Test t; t.n_gen = n; t.depth = d; tests.push_back(t); }
+  if (!parallel.empty()) {  // each sequence: a prompt of p tokens, then n generated
+    for (int b : parallel)
+      for (int p : ps)
+        for (int n : ns) if (n > 0) { Test t; t.n_gen = n; t.depth = p; t.n_seq = b; tests.push_back(t); }
+  } else {
+    for (int d : ds) {
+      for (int p : ps) if (p > 0) { Test t; t.n_prompt = p; t.depth = d; tests.push_back(t); }
+      for (int n : ns) if (n > 0) { Test t; t.n_gen = n; t.depth = d; tests.push_back(t); }
+    }
   }
   if (tests.empty()) return cli::report(2, "no test selected: -p and -n are all 0");
 
@@ -262,8 +291,11 @@ int cmd_bench(int argc, char **argv) {
     mp.use_mmap = mmap;
     mp.cpu_weight_copy = weight_copy;
     mp.kv_overrides = overrides;
-    uint32_t need = 0;
-    for (const auto &t : tests) need = std::max<uint32_t>(need, uint32_t(t.depth + t.n_prompt + t.n_gen));
+    uint32_t need = 0, n_seq = 1;
+    for (const auto &t : tests) {
+      need = std::max<uint32_t>(need, uint32_t(t.depth + t.n_prompt + t.n_gen) * uint32_t(t.n_seq ? t.n_seq : 1));
+      n_seq = std::max<uint32_t>(n_seq, uint32_t(t.n_seq));
+    }
     placement.set_fit_context(need, uint32_t(std::min(n_ubatch, n_batch)), kv);
     mp.placement = placement.params;
     auto t0 = std::chrono::steady_clock::now();
@@ -272,6 +304,7 @@ int cmd_bench(int argc, char **argv) {
 
     ContextParams cp;
     cp.n_ctx = need;
+    cp.n_seq_max = n_seq;
     cp.n_batch = uint32_t(n_batch);
     cp.n_ubatch = uint32_t(std::min(n_ubatch, n_batch));
     cp.n_threads = threads;
@@ -291,6 +324,7 @@ int cmd_bench(int argc, char **argv) {
       std::fprintf(stderr, "%s: %s ...\n", cli::program().c_str(), t.name().c_str());
       Test warm = t;  // llama-bench warms up with the same shape (tg: one token)
       if (warm.n_gen) warm.n_gen = 1;
+      if (warm.n_seq) warm.depth = 1;
       r.run(warm);
       for (int k = 0; k < reps; ++k) t.samples_ns.push_back(r.run(t));
       stats(t);
@@ -330,13 +364,14 @@ int cmd_bench(int argc, char **argv) {
         j["n_prompt"] = t.n_prompt;
         j["n_gen"] = t.n_gen;
         j["n_depth"] = t.depth;
+        j["n_seq"] = t.n_seq ? t.n_seq : 1;
         j["avg_ns"] = t.mean_ns;
         j["stddev_ns"] = t.sd_ns;
         j["avg_ts"] = t.mean_ts;
         j["stddev_ts"] = t.sd_ts;
         j["samples_ns"] = t.samples_ns;
         std::vector<double> samples_ts;
-        for (double ns : t.samples_ns) samples_ts.push_back(1e9 * (t.n_prompt ? t.n_prompt : t.n_gen) / ns);
+        for (double ns : t.samples_ns) samples_ts.push_back(1e9 * t.tokens() / ns);
         j["samples_ts"] = samples_ts;
         j["load_ms"] = load_ms;
         j["context_ms"] = ctx_ms;
@@ -346,7 +381,7 @@ int cmd_bench(int argc, char **argv) {
           devs.push_back({{"device", d.device}, {"weights", d.weights}, {"kv_cache", d.kv_cache},
                           {"activations", d.activations}, {"other", d.other}, {"total", d.total()}});
         j["memory"] = devs;
-        if (t.n_prompt == 0 && roof.tokens_per_s() > 0) {
+        if (t.n_prompt == 0 && !t.n_seq && roof.tokens_per_s() > 0) {
           j["decode_read_bytes"] = roof.bytes_per_token;
           j["read_bandwidth"] = roof.bandwidth;
           j["roofline_ts"] = roof.tokens_per_s();
@@ -374,7 +409,7 @@ int cmd_bench(int argc, char **argv) {
     std::printf("\n");
     for (const auto &t : tests) {
       std::vector<double> ts;
-      for (double ns : t.samples_ns) ts.push_back(1e9 * (t.n_prompt ? t.n_prompt : t.n_gen) / ns);
+      for (double ns : t.samples_ns) ts.push_back(1e9 * t.tokens() / ns);
       std::string list;
       for (double v : ts) list += (list.empty() ? "" : ", ") + std::to_string(static_cast<long long>(std::llround(v)));
       std::sort(ts.begin(), ts.end());
@@ -386,7 +421,7 @@ int cmd_bench(int argc, char **argv) {
       std::printf("\ndecode roofline: %.1f MB of weights read per token, %s reads %.0f GB/s (measured) -> %.0f t/s\n",
                   roof.bytes_per_token / 1e6, roof.device.c_str(), roof.bandwidth / 1e9, roof.tokens_per_s());
       for (const auto &t : tests)
-        if (t.n_prompt == 0 && t.n_gen > 0)
+        if (t.n_prompt == 0 && t.n_gen > 0 && !t.n_seq)  // (sequences decoding together share the weight reads)
           std::printf("  %-15s %.2f t/s = %.1f%% of the roofline\n", t.name().c_str(), t.mean_ts, 100.0 * t.mean_ts / roof.tokens_per_s());
     }
     std::printf("\nload %.0f ms, context %.0f ms; peak host RSS %.1f MiB (VmHWM)\n", load_ms, ctx_ms,
