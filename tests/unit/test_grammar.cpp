@@ -192,8 +192,9 @@ TEST_CASE("grammar stage: trie mask equals a token-by-token check on the Qwen3 v
   REQUIRE(vocab);
   // Byte-level vocabulary: every byte is a token of its own, so any prefix can be fed.
   std::vector<int32_t> byte_token(256, -1);
+  std::vector<std::string> pieces(size_t(vocab->n_tokens()));
   for (int32_t id = 0; id < vocab->n_tokens(); ++id) {
-    const std::string piece = vocab->is_eog(id) ? std::string() : vocab->token_to_piece(id, false);
+    const std::string &piece = pieces[size_t(id)] = vocab->is_eog(id) ? std::string() : vocab->token_to_piece(id, false);
     if (piece.size() == 1 && byte_token[static_cast<uint8_t>(piece[0])] < 0) byte_token[static_cast<uint8_t>(piece[0])] = id;
   }
   // The string takes any character, or all but a few non-ASCII ones (then a subtree with
@@ -221,7 +222,7 @@ TEST_CASE("grammar stage: trie mask equals a token-by-token check on the Qwen3 v
         if (vocab->is_eog(id)) {
           expect = probe.is_complete();
         } else {
-          const std::string piece = vocab->token_to_piece(id, false);
+          const std::string &piece = pieces[size_t(id)];
           int32_t st = probe.state();
           for (size_t k = 0; k < piece.size() && st >= 0; ++k) st = probe.step(st, static_cast<uint8_t>(piece[k]));
           expect = !piece.empty() && st >= 0;
