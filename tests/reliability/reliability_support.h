@@ -1,9 +1,11 @@
 // Shared pieces of the reliability tests (issue 19): a C ABI context over a synthetic model,
 // the synthetic models themselves, and whether a sanitizer slows this build down.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -16,6 +18,19 @@
 #include <catch2/catch.hpp>
 
 namespace moe_rel {
+
+// An abort callback that holds the first decode inside it until go is set: another thread
+// then calls into the context while the decode is certainly running.
+struct Gate {
+  std::atomic<int> entered{0};
+  std::atomic<bool> go{false};
+};
+inline int gate_abort(void *p) {
+  auto *g = static_cast<Gate *>(p);
+  if (g->entered.fetch_add(1) == 0)
+    while (!g->go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return 0;
+}
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;

@@ -81,16 +81,8 @@ int check_all_busy(BusyCalls &bc, int rounds) {
 }
 
 // Blocks the decode inside its first abort poll until released.
-struct Gate {
-  std::atomic<int> entered{0};
-  std::atomic<bool> go{false};
-};
-int gate_abort(void *p) {
-  auto *g = static_cast<Gate *>(p);
-  if (g->entered.fetch_add(1) == 0)
-    while (!g->go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return 0;
-}
+using moe_rel::Gate;
+using moe_rel::gate_abort;
 
 }  // namespace
 

@@ -345,16 +345,8 @@ TEST_CASE("reliability: context sizes beyond their limits are INVALID_ARGUMENT n
 
 namespace {
 // Blocks the decoding thread inside its first abort poll until the test says go.
-struct Gate {
-  std::atomic<int> entered{0};
-  std::atomic<bool> go{false};
-};
-int gate_abort(void *p) {
-  auto *g = static_cast<Gate *>(p);
-  if (g->entered.fetch_add(1) == 0)
-    while (!g->go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return 0;
-}
+using moe_rel::Gate;
+using moe_rel::gate_abort;
 }  // namespace
 
 TEST_CASE("reliability: while a synchronous decode runs, every other call on the context is BUSY",

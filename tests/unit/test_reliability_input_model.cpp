@@ -29,6 +29,7 @@
 #include "moeinfer/moeinfer.h"
 #include "support/tiny_model.h"
 #include "tokenizer/vocab.h"
+#include "reliability/reliability_support.h"
 
 using namespace moe;
 
@@ -315,17 +316,7 @@ double seconds_to_parse(const std::vector<uint8_t> &b) {
   return best;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using moe_rel::kSanitized;
 
 // Parses `b` in a child process whose address space may grow by at most `limit` bytes: 0 =
 // parsed, 1 = GgufError, 2 = other Error, 3 = out of memory (the limit was hit).
