@@ -6,7 +6,8 @@
 //   moe::test_fail_allocation_after(-1);  // off again (the default)
 //
 // Allocation points (`allocation_point`) are the host buffers of the CPU backend (arenas,
-// KV cache, mapped host memory) and the logits buffer of Context::decode. The countdown is
+// KV cache, mapped host memory), every huge-page buffer (the CPU weight copy, a model file
+// read without mmap), the model file's mapping and the logits buffer of Context::decode. The countdown is
 // process-wide (all threads); it costs one relaxed atomic load per point while off.
 #pragma once
 #include <cstddef>

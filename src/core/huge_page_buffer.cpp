@@ -1,4 +1,5 @@
 #include "core/huge_page_buffer.h"
+#include "core/alloc_test_hook.h"
 
 #include <sys/mman.h>
 
@@ -19,6 +20,7 @@ HugePageBuffer::HugePageBuffer(size_t bytes) {
   // Over-allocate one huge page so the data can start on a 2 MiB boundary, then round the
   // length up so the last page is whole (a partial huge page falls back to 4 KiB pages).
   const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  allocation_point(bytes, "host memory (huge pages)");
   map_size_ = len + kHugePage;
   void *p = mmap(nullptr, map_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {

@@ -1,5 +1,7 @@
 #include "gguf/gguf_reader.h"
 
+#include "core/alloc_test_hook.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -199,6 +201,13 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
     ::close(fd);
     gguf_fail(GgufErrc::Truncated, strfmt("'%s' is empty", path.c_str()));
   }
+  try {  // an allocation the test hook fails (or a real out-of-memory) must not leak the descriptor
+    allocation_point(f->size_, opts.use_mmap ? "the model file's mapping" : "the model file's copy");
+    if (!opts.use_mmap) f->owned_ = HugePageBuffer(f->size_);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   if (opts.use_mmap) {
     void *p = mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -209,7 +218,6 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
     f->base_ = static_cast<const uint8_t *>(p);
     f->mapped_ = true;
   } else {
-    f->owned_ = HugePageBuffer(f->size_);
     size_t got = 0;
     while (got < f->size_) {
       ssize_t r = ::read(fd, f->owned_.data() + got, f->size_ - got);
