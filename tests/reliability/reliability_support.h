@@ -48,13 +48,14 @@ constexpr bool kSanitized = false;
 // largest model the tests build; a 256-token batch takes long enough per node to measure
 // cancel latency. Written once per process.
 inline std::string small_model() {
-  const std::string path = "/tmp/moeinfer-test-small-f32-" + std::to_string(getpid()) + ".gguf";
+  const std::string path = moe_test::temp_name("small-f32.gguf");
   if (access(path.c_str(), R_OK) != 0) {
     moe::SynthSpec s;
     s.preset = "small";
     s.type_mix = "f32";
     s.seed = 11;
     moe::write_synthetic_model(s, path);
+    moe_test::remove_at_exit(path);
   }
   return path;
 }

@@ -18,6 +18,7 @@
 
 #include "gguf/gguf_reader.h"
 #include "reliability/reliability_support.h"
+#include "support/temp_files.h"
 
 namespace {
 
@@ -168,7 +169,7 @@ TEST_CASE("reliability: seeded GGUF mutations load cleanly or fail with a status
   locate(orig, *gf, &tf, &key_lens);
   REQUIRE(tf.size() == gf->tensors().size());
   gf.reset();
-  const std::string path = "/tmp/moeinfer-test-mutated-" + std::to_string(getpid()) + ".gguf";
+  const std::string path = moe_test::temp_path("mutated.gguf");
   std::mt19937_64 rng(seed);
   int loaded = 0, decoded = 0;
   std::map<std::string, int> statuses;  // load results, printed

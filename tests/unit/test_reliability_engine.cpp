@@ -28,6 +28,7 @@
 #include "moeinfer/moeinfer.h"
 #include "reliability/reliability_support.h"
 #include "support/tiny_model.h"
+#include "support/temp_files.h"
 
 using namespace moe;
 using moe_rel::CModel;
@@ -70,7 +71,7 @@ bool arenas_cover_sizes(const Context &c) {
 }
 
 std::string copy_file(const std::string &from, const std::string &tag) {
-  const std::string to = "/tmp/moeinfer-test-rel-" + tag + "-" + std::to_string(getpid()) + ".gguf";
+  const std::string to = moe_test::temp_path("rel-" + tag + ".gguf");
   std::ifstream in(from, std::ios::binary);
   std::ofstream out(to, std::ios::binary);
   out << in.rdbuf();

@@ -30,12 +30,13 @@
 #include "support/tiny_model.h"
 #include "tokenizer/vocab.h"
 #include "reliability/reliability_support.h"
+#include "support/temp_files.h"
 
 using namespace moe;
 
 namespace {
 
-std::string tmp_path(const std::string &name) { return "/tmp/moeinfer-rel-input-" + std::to_string(getpid()) + "-" + name; }
+std::string tmp_path(const std::string &name) { return moe_test::temp_path("rel-input-" + name); }
 
 std::vector<uint8_t> read_all(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
