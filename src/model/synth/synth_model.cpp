@@ -311,12 +311,12 @@ std::vector<std::string> write_synthetic_model(const SynthSpec &spec, const std:
            spec.type_mix.c_str(), t.info.name.c_str(), dtype_name(t.info.type));
   GgufWriter w;
   build_writer(w, spec, pr, true);
-  w.write_file(path, progress);
-}
   if (spec.split_max_bytes > 0) {
     const bool ext = path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
     return w.write_split(ext ? path.substr(0, path.size() - 5) : path, spec.split_max_bytes, progress);
   }
-
+  w.write_file(path, progress);
   return {path};
+}
+
 }  // namespace moe
