@@ -56,6 +56,14 @@ public:
     install_globals();
   }
 
+  // A namespace may hold itself (`{% set ns.me = ns %}`): a reference cycle. Its attributes
+  // are dropped once the render is over, so every value it held is freed.
+  ~Evaluator() {
+    for (Value &ns : namespaces_) ns.obj->items.clear();
+  }
+  Evaluator(const Evaluator &) = delete;
+  Evaluator &operator=(const Evaluator &) = delete;
+
   std::string run(const Body &program) {
     std::string out;
     exec(program, root_, out);
@@ -65,6 +73,7 @@ public:
 private:
   RenderOptions opts_;
   std::shared_ptr<Scope> root_;
+  std::vector<Value> namespaces_;  // every namespace() this render made
   int depth_ = 0;
 
   void define_global(const char *name, Function f) {
@@ -72,11 +81,12 @@ private:
   }
 
   void install_globals() {
-    define_global("namespace", [](CallArgs &a) {
+    define_global("namespace", [this](CallArgs &a) {
       Value ns = Value::namespace_object();
       if (!a.args.empty() && a.args[0].is_object())
         for (const auto &kv : a.args[0].obj->items) ns.set(kv.first, kv.second);
       for (auto &kv : a.kwargs) ns.set(kv.first, kv.second);
+      namespaces_.push_back(ns);
       return ns;
     });
     define_global("raise_exception", [](CallArgs &a) -> Value {
