@@ -202,8 +202,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string &path, const GgufOpen
     gguf_fail(GgufErrc::Truncated, strfmt("'%s' is empty", path.c_str()));
   }
   try {  // an allocation the test hook fails (or a real out-of-memory) must not leak the descriptor
-    allocation_point(f->size_, opts.use_mmap ? "the model file's mapping" : "the model file's copy");
-    if (!opts.use_mmap) f->owned_ = HugePageBuffer(f->size_);
+    if (opts.use_mmap) allocation_point(f->size_, "the model file's mapping");
+    else f->owned_ = HugePageBuffer(f->size_);  // (an allocation point of its own)
   } catch (...) {
     ::close(fd);
     throw;
