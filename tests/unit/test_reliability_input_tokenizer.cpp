@@ -293,14 +293,15 @@ TEST_CASE("reliability: long SentencePiece texts give the reference merge order"
 
 TEST_CASE("reliability: a 1 MB word tokenizes in time linear in its length", "[reliability][tokenizer]") {
   // Linear is 10. The merge over every pair of the word measured 25-33 here (its heap
-  // outgrows the caches; 11 s for a 10 MB word of one letter). Bound: 20.
+  // outgrows the caches; 11 s for a 10 MB word of one letter). The linear merge measured up
+  // to 21 on a 2-core VM (2026-12-02: the 1 MB word's state outgrows its caches too). Bound: 24.
   const BpeSpec spec = runs_spec();
   auto v = load_vocab(spec.write());
   REQUIRE(v);
   for (const char *alphabet : {"a", "ab", "abc"}) {
     const double r = ratio_1mb_to_100kb(*v, alphabet, 17);
     INFO("BPE, alphabet " << alphabet << ": ratio " << r);
-    CHECK(r < 20.0);
+    CHECK(r < 24.0);
   }
   const SpmSpec sspec = runs_spm(false);
   auto sv = load_vocab(sspec.write());
@@ -308,6 +309,6 @@ TEST_CASE("reliability: a 1 MB word tokenizes in time linear in its length", "[r
   for (const char *alphabet : {"a", "abc", "ab c"}) {
     const double r = ratio_1mb_to_100kb(*sv, alphabet, 19);
     INFO("SentencePiece, alphabet '" << alphabet << "': ratio " << r);
-    CHECK(r < 20.0);
+    CHECK(r < 24.0);
   }
 }
