@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/placement_args.h"
+#include "core/step_profile.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
@@ -424,6 +425,9 @@ int cmd_bench(int argc, char **argv) {
         if (t.n_prompt == 0 && t.n_gen > 0 && !t.n_seq)  // (sequences decoding together share the weight reads)
           std::printf("  %-15s %.2f t/s = %.1f%% of the roofline\n", t.name().c_str(), t.mean_ts, 100.0 * t.mean_ts / roof.tokens_per_s());
     }
+#ifdef MOEINFER_STEP_PROFILE
+    std::fputs(moe::step_profile::report().c_str(), stderr);  // diagnostic builds (docs/perf/placement.md)
+#endif
     std::printf("\nload %.0f ms, context %.0f ms; peak host RSS %.1f MiB (VmHWM)\n", load_ms, ctx_ms,
                 double(rss) / double(1 << 20));
     for (const auto &d : mem.devices)
