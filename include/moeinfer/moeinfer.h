@@ -552,8 +552,9 @@ MOE_API moe_status moe_kv_used_cells(moe_context *ctx, uint32_t *out_cells);
  * Restoring validates the whole blob first; a corrupt or truncated blob, one from another
  * model or cache type, or a sequence id out of range is MOE_STATUS_INVALID_ARGUMENT
  * (another format version: UNSUPPORTED; not enough free cells: CONTEXT_FULL) with the
- * reason in moe_last_error(), and the context is unchanged. Contexts whose KV cache is in
- * GPU memory return MOE_STATUS_UNSUPPORTED. BUSY while a decode is in flight. */
+ * reason in moe_last_error(), and the context is unchanged. The blob does not depend on the
+ * device: a state saved from a context whose cache is in GPU memory restores into a CPU
+ * context and the reverse. BUSY while a decode is in flight. */
 
 /* Writes seq's state to buf; *out_size receives its size. A NULL buf or a buf_size below
  * it returns MOE_STATUS_BUFFER_TOO_SMALL (the size query). */

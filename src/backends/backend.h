@@ -9,6 +9,7 @@
 //   auto ex = cpu->make_executor(n_threads);    // per-context thread pool / stream
 //   ex->run(graph, begin, end, env);            // nodes [begin, end) in schedule order
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -61,6 +62,8 @@ struct ExecEnv {
   // (the context polls between segments).
   bool (*abort)(void *) = nullptr;
   void *abort_data = nullptr;
+  // A cancel flag any thread may read (moe_decode_cancel's), or nullptr; abort also reports it.
+  const std::atomic<bool> *cancel = nullptr;
 };
 
 class Executor {

@@ -7,6 +7,7 @@ namespace moe {
 
 AsyncDecoder::AsyncDecoder(Context &ctx) : ctx_(ctx) {
   ctx_.set_abort_callback(&AsyncDecoder::abort_trampoline, this);
+  ctx_.set_cancel_flag(&cancel_);
 }
 
 AsyncDecoder::~AsyncDecoder() {
@@ -18,6 +19,7 @@ AsyncDecoder::~AsyncDecoder() {
   cv_job_.notify_all();
   if (worker_.joinable()) worker_.join();
   ctx_.set_abort_callback(nullptr, nullptr);
+  ctx_.set_cancel_flag(nullptr);
 }
 
 bool AsyncDecoder::abort_trampoline(void *p) {

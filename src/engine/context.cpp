@@ -393,7 +393,7 @@ void Context::Impl::run_ubatch(const BatchToken *toks, int32_t n, int32_t out_ba
   ub.seq = ub_seq.data();
   ub.n_kv = kv->n_kv();
   ub.cell_state = kv->cells();
-  ExecEnv env{&ub, kv.get(), ++step, abort_cb, abort_data};
+  ExecEnv env{&ub, kv.get(), ++step, abort_cb, abort_data, cancel_flag};
   run_segments(plan, env);
   for (auto &e : executors) e->synchronize();
   if (!discard) {
@@ -528,6 +528,7 @@ void Context::kv_seq_keep(int32_t seq) { impl_->kv->seq_keep(seq); }
 int32_t Context::kv_seq_pos_max(int32_t seq) const { return impl_->kv->seq_pos_max(seq); }
 uint32_t Context::kv_used_cells() const { return impl_->kv->used(); }
 void Context::set_abort_callback(AbortCallback cb, void *user_data) { impl_->abort_cb = cb; impl_->abort_data = user_data; }
+void Context::set_cancel_flag(const std::atomic<bool> *flag) { impl_->cancel_flag = flag; }
 const MemoryReport &Context::memory_report() const { return impl_->report; }
 bool Context::unusable(std::string *why) const {
   if (why) *why = impl_->broken_why;

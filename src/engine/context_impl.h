@@ -51,6 +51,7 @@ struct Context::Impl {
 
   AbortCallback abort_cb = nullptr;
   void *abort_data = nullptr;
+  const std::atomic<bool> *cancel_flag = nullptr;  // AsyncDecoder's cancel, read by every CPU thread
   bool broken = false;
   std::string broken_why;
 

@@ -9,6 +9,7 @@
 //   ctx->decode(batch.data(), batch.size());   // throws Error(ContextFull) when no cell is free
 //   const float *logits = ctx->logits(0);      // n_vocab floats, raw
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -182,6 +183,9 @@ public:
   uint32_t kv_used_cells() const;
 
   void set_abort_callback(AbortCallback cb, void *user_data);
+  // A flag that, once true, stops the decode like the abort callback, read by every CPU thread
+  // (not only the decoding one); nullptr: none. Set only while no decode runs.
+  void set_cancel_flag(const std::atomic<bool> *flag);
   // GPU: replay captured CUDA graphs (default) or launch eagerly; from the next decode on.
   void set_gpu_graphs(bool on);
   const MemoryReport &memory_report() const;

@@ -1,6 +1,7 @@
-// Sequence state save/restore (format in state_io.h). The K/V rows are read and written in
-// place, so only contexts whose KV cache lives in host memory are covered for now; a GPU
-// cache is Error(Unsupported).
+// Sequence state save/restore (format in state_io.h). K/V rows go through KvCache::read_rows /
+// write_rows, so a cache on any device (host or GPU, or split across both) is covered: a save
+// copies each layer's span of the sequence's cells once, a restore one run of adjacent cells
+// at a time.
 #include "engine/state_io.h"
 
 #include <algorithm>
@@ -70,16 +71,7 @@ private:
   size_t n_, at_ = 0;
 };
 
-KvCache &host_kv(const Context &ctx, const char *what) {
-  Context::Impl &im = ctx.impl();
-  for (int l = 0; l < im.kv->n_layer(); ++l) {
-    const Backend *dev = im.devices[static_cast<size_t>(im.kv_device_of(l))];
-    if (!dev->host_memory())
-      fail(Status::Unsupported, "state %s: layer %d's KV cache is on %s (only host-memory caches are covered)", what, l,
-           dev->info().name.c_str());
-  }
-  return *im.kv;
-}
+KvCache &kv_of(const Context &ctx) { return *ctx.impl().kv; }
 
 void check_seq(const Context &ctx, int32_t seq) {
   const uint32_t n = ctx.params().n_seq_max;
@@ -109,7 +101,7 @@ uint64_t model_fingerprint(const Model &model) {
 
 std::vector<uint8_t> save_seq_state(const Context &ctx, int32_t seq) {
   check_seq(ctx, seq);
-  const KvCache &kv = host_kv(ctx, "save");
+  const KvCache &kv = kv_of(ctx);
   std::vector<int32_t> cells;
   for (uint32_t c = 0; c < kv.n_cells(); ++c)
     if (kv.cells()[c].pos >= 0 && (kv.cells()[c].seq >> seq) & 1) cells.push_back(int32_t(c));
@@ -123,13 +115,26 @@ std::vector<uint8_t> save_seq_state(const Context &ctx, int32_t seq) {
   w.put(static_cast<uint32_t>(kv.n_layer()));
   w.put(static_cast<uint32_t>(cells.size()));
   for (int32_t c : cells) w.put(kv.cells()[c].pos);
+  // Each layer's rows are read as one span [c_lo, c_hi] (one device copy), then picked in
+  // position order.
+  uint32_t c_lo = 0, c_hi = 0;
+  if (!cells.empty()) {
+    c_lo = uint32_t(*std::min_element(cells.begin(), cells.end()));
+    c_hi = uint32_t(*std::max_element(cells.begin(), cells.end()));
+  }
+  std::vector<uint8_t> span;
   for (int l = 0; l < kv.n_layer(); ++l) {
     const bool has_kv = kv.k_data(l) != nullptr;
     const uint64_t kb = has_kv ? kv.k_row_bytes(l) : 0, vb = has_kv ? kv.v_row_bytes(l) : 0;
     w.put(kb);
     w.put(vb);
-    for (int32_t c : cells) w.bytes(static_cast<const uint8_t *>(kv.k_data(l)) + size_t(c) * kb, kb);
-    for (int32_t c : cells) w.bytes(static_cast<const uint8_t *>(kv.v_data(l)) + size_t(c) * vb, vb);
+    if (!has_kv || cells.empty()) continue;
+    for (int which = 0; which < 2; ++which) {
+      const size_t rb = which ? vb : kb;
+      span.resize(size_t(c_hi - c_lo + 1) * rb);
+      kv.read_rows(l, which, c_lo, c_hi - c_lo + 1, span.data());
+      for (int32_t c : cells) w.bytes(span.data() + size_t(uint32_t(c) - c_lo) * rb, rb);
+    }
   }
   w.put(kRecurrentTag);
   w.put(kRecurrentVersion);
@@ -147,7 +152,7 @@ std::vector<uint8_t> save_seq_state(const Context &ctx, int32_t seq) {
 void restore_seq_state(Context &ctx, int32_t seq, const uint8_t *data, size_t size) {
   check_seq(ctx, seq);
   if (!data) fail(Status::InvalidArgument, "state: data is NULL");
-  KvCache &kv = host_kv(ctx, "restore");
+  KvCache &kv = kv_of(ctx);
   // Validate everything before changing anything.
   if (size < sizeof kMagic + sizeof(uint64_t) || std::memcmp(data, kMagic, sizeof kMagic) != 0)
     fail(Status::InvalidArgument, "state: not a moeinfer sequence state (bad magic)");
@@ -220,12 +225,16 @@ void restore_seq_state(Context &ctx, int32_t seq, const uint8_t *data, size_t si
   std::vector<int32_t> cells(n), seqs(n, seq);
   if (n && !kv.find_slots(n, cells.data())) fail(Status::Internal, "state: cells counted free were not found");
   if (n) kv.claim(cells.data(), pos.data(), seqs.data(), n);
-  for (uint32_t l = 0; l < n_layer; ++l)
-    for (uint32_t i = 0; i < n; ++i) {
-      const size_t c = size_t(cells[i]);
-      std::memcpy(static_cast<uint8_t *>(kv.k_data(int(l))) + c * rows[l].kb, rows[l].k + i * rows[l].kb, rows[l].kb);
-      std::memcpy(static_cast<uint8_t *>(kv.v_data(int(l))) + c * rows[l].vb, rows[l].v + i * rows[l].vb, rows[l].vb);
+  // Token i goes to cells[i] (ascending): write each run of adjacent cells with one copy.
+  for (uint32_t i = 0; i < n;) {
+    uint32_t j = i + 1;
+    while (j < n && cells[j] == cells[j - 1] + 1) ++j;
+    for (uint32_t l = 0; l < n_layer; ++l) {
+      kv.write_rows(int(l), 0, uint32_t(cells[i]), j - i, rows[l].k + size_t(i) * rows[l].kb);
+      kv.write_rows(int(l), 1, uint32_t(cells[i]), j - i, rows[l].v + size_t(i) * rows[l].vb);
     }
+    i = j;
+  }
   if (kv.has_recurrent()) {
     // claim() marked the sequence's state as written this call: fill the copy that
     // commit_recurrent() makes current.

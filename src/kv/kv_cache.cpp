@@ -61,6 +61,22 @@ size_t KvCache::bytes_per_token() const { return cells_.empty() ? 0 : bytes_ / c
 void *KvCache::k_data(int layer) const { auto &b = k_[static_cast<size_t>(layer)]; return b ? b->data() : nullptr; }
 void *KvCache::v_data(int layer) const { auto &b = v_[static_cast<size_t>(layer)]; return b ? b->data() : nullptr; }
 
+void KvCache::read_rows(int layer, int which, uint32_t c0, uint32_t n, void *dst) const {
+  const size_t rb = which ? v_row_bytes(layer) : k_row_bytes(layer);
+  const auto &b = (which ? v_ : k_)[static_cast<size_t>(layer)];
+  if (!b || !n) return;
+  if (size_t(c0) + n > cells_.size()) fail(Status::Internal, "KV rows [%u, %u) past %zu cells", c0, c0 + n, cells_.size());
+  b->download(size_t(c0) * rb, dst, size_t(n) * rb);
+}
+
+void KvCache::write_rows(int layer, int which, uint32_t c0, uint32_t n, const void *src) {
+  const size_t rb = which ? v_row_bytes(layer) : k_row_bytes(layer);
+  const auto &b = (which ? v_ : k_)[static_cast<size_t>(layer)];
+  if (!b || !n) return;
+  if (size_t(c0) + n > cells_.size()) fail(Status::Internal, "KV rows [%u, %u) past %zu cells", c0, c0 + n, cells_.size());
+  b->upload(size_t(c0) * rb, src, size_t(n) * rb);
+}
+
 bool KvCache::find_slots(uint32_t n, int32_t *out) const {
   if (n > cells_.size() - used_) return false;
   uint32_t k = 0;

@@ -77,6 +77,11 @@ public:
   size_t k_row_bytes(int layer) const { return row_size(dtype_, layers_[static_cast<size_t>(layer)].k_row); }
   size_t v_row_bytes(int layer) const { return row_size(dtype_, layers_[static_cast<size_t>(layer)].v_row); }
   const KvLayerDims &dims(int layer) const { return layers_[static_cast<size_t>(layer)]; }
+  // K (which 0) or V (1) rows of cells [c0, c0 + n) of a layer, copied to or from host memory
+  // whatever the layer's device: one copy per call (a GPU download waits for the context's
+  // stream, so it sees every finished decode; an upload is ordered before the next decode).
+  void read_rows(int layer, int which, uint32_t c0, uint32_t n, void *dst) const;
+  void write_rows(int layer, int which, uint32_t c0, uint32_t n, const void *src);
 
   // Pick free cells for n tokens (lowest free indices). False when not enough are free.
   bool find_slots(uint32_t n, int32_t *cells_out) const;

@@ -136,9 +136,13 @@ public:
     // Long kernels poll too (thread 0, inside the pool's work sharing): a cancel then waits
     // for a fraction of a millisecond, not for a whole matmul over a long batch.
     pool_.set_stop_poll(env.abort, env.abort_data);
+    pool_.set_stop_flag(env.cancel);
     struct NoPoll {
       ThreadPool &p;
-      ~NoPoll() { p.set_stop_poll(nullptr, nullptr); }
+      ~NoPoll() {
+        p.set_stop_poll(nullptr, nullptr);
+        p.set_stop_flag(nullptr);
+      }
     } no_poll{pool_};
     pool_.run([jp, serial](int ith, int nth) {
       const Graph &gr = *jp->g;

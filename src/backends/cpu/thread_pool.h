@@ -48,14 +48,14 @@ public:
   // share (2 threads on a busy host otherwise lost to 1).
   // After a stop (see set_stop_poll) it returns kNoMoreItems, past any item count.
   int64_t take_items(int64_t n = 1) {
-    if (stop_requested_.load(std::memory_order_relaxed)) return kNoMoreItems;
+    if (stop_requested_.load(std::memory_order_relaxed) || flag_says_stop()) return kNoMoreItems;
     if (stop_poll_ && std::this_thread::get_id() == caller_) poll_stop();
     return items_.fetch_add(n, std::memory_order_relaxed);
   }
   // For kernels that split their rows statically: call per row (group); true = stop now.
   bool stop_point(int ith) {
     if (ith == 0 && stop_poll_) poll_stop();
-    return stop_requested_.load(std::memory_order_relaxed);
+    return stop_requested_.load(std::memory_order_relaxed) || flag_says_stop();
   }
   static constexpr int64_t kNoMoreItems = INT64_MAX / 4;
   static constexpr int64_t kStopPollIntervalNs = 250000;  // 0.25 ms between polls inside a kernel
@@ -65,6 +65,10 @@ public:
     stop_poll_ = poll;
     stop_data_ = data;
   }
+  // A stop flag of the following jobs (nullptr: none), read by every thread at every item:
+  // moe_decode_cancel's flag, so a cancel does not wait for thread 0 to finish its item and
+  // reach a poll. Set between jobs only.
+  void set_stop_flag(const std::atomic<bool> *flag) { stop_flag_ = flag; }
   // A poll inside take_items() said stop during the current (or last) job.
   bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
 
@@ -93,6 +97,12 @@ private:
   std::exception_ptr error_;  // the first exception of the current job (written by the thread that set failed_)
   // Stop polling: poll and data set between jobs; caller_ and next_poll_ns_ are written by
   // run() before the job is published and then used by thread 0 only.
+  bool flag_says_stop() {
+    if (!stop_flag_ || !stop_flag_->load(std::memory_order_relaxed)) return false;
+    stop_requested_.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  const std::atomic<bool> *stop_flag_ = nullptr;
   bool (*stop_poll_)(void *) = nullptr;
   void *stop_data_ = nullptr;
   std::thread::id caller_;
