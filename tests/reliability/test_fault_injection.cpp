@@ -177,15 +177,35 @@ TEST_CASE("reliability: every allocation of a model load may fail; the load fail
   }
 }
 
-TEST_CASE("reliability: every allocation of a context creation and a first decode may fail; nothing changes and the retry "
-          "gives the reference logits",
-          "[reliability][fault]") {
+namespace {
+
+bool has_discrete_gpu() {
+  size_t n = 0;
+  REQUIRE(moe_device_count(&n) == MOE_STATUS_OK);
+  for (size_t i = 0; i < n; ++i) {
+    moe_device_info info{};
+    info.struct_size = sizeof info;
+    REQUIRE(moe_device_get_info(i, &info) == MOE_STATUS_OK);
+    if (info.kind == MOE_DEVICE_KIND_GPU && !info.integrated) return true;
+  }
+  return false;
+}
+
+// Context creation, then the first decode, on `device`: every allocation fails in turn.
+void sweep_context_and_decode(const char *device) {
   moe_rel::CModel ref(moe_test::tiny_model("f32"), 64, 32, 32);
-  fill(ref.b);
-  const std::vector<float> want = logits_after(ref.c, ref.b);
-  const moe_context_params cp = ctx_params();
+  moe_context_params cp = ctx_params();
+  cp.device = device;
+  std::vector<float> want;
+  {
+    moe_context *rc = nullptr;  // the reference: the same device without faults
+    REQUIRE(moe_context_create(ref.m, &cp, &rc) == MOE_STATUS_OK);
+    fill(ref.b);
+    want = logits_after(rc, ref.b);
+    moe_context_free(rc);
+  }
   for (const Hook hook : {Hook::New, Hook::HostBuffer}) {
-    INFO(hook_name(hook));
+    INFO(device << ", " << hook_name(hook));
     moe_context *c = nullptr;
     const int created = sweep(hook, [&] { return moe_context_create(ref.m, &cp, &c); },
                               [&](moe_status) { CHECK(c == nullptr); },
@@ -210,11 +230,33 @@ TEST_CASE("reliability: every allocation of a context creation and a first decod
                                 CHECK(moe_get_logits(c, -1, &lg, nullptr) == MOE_STATUS_INVALID_ARGUMENT);
                               },
                               [&] { same_logits(); REQUIRE(moe_kv_clear(c) == MOE_STATUS_OK); });
-    std::printf("%s: %d failing allocations in context creation, %d in the first decode\n", hook_name(hook), created, decoded);
+    std::printf("%s, %s: %d failing allocations in context creation, %d in the first decode\n", device, hook_name(hook),
+                created, decoded);
     CHECK(created > 0);
     if (hook == Hook::New) CHECK(decoded > 0);  // the plan of a new batch shape
+    // On a GPU the host-buffer hook covers every cudaMalloc / cudaHostAlloc: weights, KV
+    // cache, arenas, staging, and the executor's first-decode tables.
+    if (hook == Hook::HostBuffer && std::strcmp(device, "cpu") != 0) CHECK(decoded > 0);
     same_logits();
     moe_batch_free(b);
     moe_context_free(c);
   }
+}
+
+}  // namespace
+
+TEST_CASE("reliability: every allocation of a context creation and a first decode may fail; nothing changes and the retry "
+          "gives the reference logits",
+          "[reliability][fault]") {
+  sweep_context_and_decode("cpu");
+}
+
+TEST_CASE("reliability: every CUDA allocation of a context creation and a first decode may fail; nothing changes and the "
+          "retry gives the reference logits",
+          "[reliability][fault][cuda]") {
+  if (!has_discrete_gpu()) {
+    WARN("no discrete GPU: skipped");
+    return;
+  }
+  sweep_context_and_decode("cuda");
 }

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstring>
 
+#include "backends/cuda/cuda_alloc.h"
 #include "backends/cuda/cuda_ops.h"
+#include "core/alloc_test_hook.h"
 #include "core/log.h"
 
 namespace moe {
@@ -74,12 +76,8 @@ class CudaBuffer final : public DeviceBuffer {
 public:
   CudaBuffer(CudaBackend &be, size_t n, const char *purpose) : be_(be), size_(n) {
     be_.set_current();
-    cudaError_t e = cudaMalloc(&p_, n ? n : 256);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      fail(Status::OutOfMemory, "cudaMalloc of %zu bytes for %s on %s failed: %s", n, purpose ? purpose : "buffer",
-           be_.info().name.c_str(), cudaGetErrorString(e));
-    }
+    const std::string what = std::string(purpose ? purpose : "a buffer") + " on " + be_.info().name;
+    p_ = cuda_malloc_checked(n, what.c_str());
   }
   ~CudaBuffer() override {
     be_.set_current();
@@ -105,12 +103,7 @@ public:
   PinnedHostBuffer(const CudaBackend &be, size_t n, bool mapped) : size_(n) {
     be.set_current();
     const unsigned flags = cudaHostAllocPortable | (mapped ? cudaHostAllocMapped : 0u);
-    cudaError_t e = cudaHostAlloc(&host_, n ? n : 256, flags);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      fail(Status::OutOfMemory, "cudaHostAlloc of %zu bytes (%s) failed: %s", n, mapped ? "mapped weights" : "pinned arena",
-           cudaGetErrorString(e));
-    }
+    host_ = cuda_host_alloc_checked(n, flags, mapped ? "mapped weights" : "a pinned arena");
     dev_ = host_;
     if (mapped) MOE_CUDA_CHECK(cudaHostGetDevicePointer(&dev_, host_, 0));
   }
@@ -146,6 +139,7 @@ private:
 
 std::unique_ptr<HostRegistration> CudaBackend::register_host(void *p, size_t bytes) {
   set_current();
+  allocation_point(bytes, "page-locking host weights");  // a test failure here: Error(OutOfMemory), as for the others
   const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -211,9 +205,20 @@ cudaStream_t CudaBackend::stream() {
 void CudaBackend::ensure_staging() {
   if (up_) return;
   set_current();
-  MOE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&up_), 2 * kHalf, cudaHostAllocDefault));
-  MOE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&down_), kHalf, cudaHostAllocDefault));
-  for (auto &e : up_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  // All or nothing: up_ marks the staging as ready, so it is set last.
+  void *up = cuda_host_alloc_checked(2 * kHalf, cudaHostAllocDefault, "the upload staging");
+  void *down = nullptr;
+  try {
+    down = cuda_host_alloc_checked(kHalf, cudaHostAllocDefault, "the download staging");
+    for (auto &e : up_ev_)
+      if (!e) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  } catch (...) {
+    (void)cudaFreeHost(up);
+    if (down) (void)cudaFreeHost(down);
+    throw;
+  }
+  down_ = static_cast<uint8_t *>(down);
+  up_ = static_cast<uint8_t *>(up);
 }
 
 void CudaBackend::upload_async(void *dst, const void *src, size_t n) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <vector>
 
+#include "backends/cuda/cuda_alloc.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_blas.h"
 #include "backends/cuda/cuda_fusion.h"
@@ -235,7 +236,7 @@ private:
       ub_graph_ = &g;
     }
     if (!sync_dev_) {  // the last-block counters (DevUbatch::sync): zero once, kept zero by their kernels
-      MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&sync_dev_), static_cast<size_t>(kCudaSyncSlots) * 4));
+      sync_dev_ = static_cast<unsigned *>(cuda_malloc_checked(static_cast<size_t>(kCudaSyncSlots) * 4, "block counters"));
       be_.memset_async(sync_dev_, 0, static_cast<size_t>(kCudaSyncSlots) * 4);
     }
     ub_.sync = sync_dev_;
@@ -400,11 +401,11 @@ private:
     // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables
     const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes;
     if (need > ub_cap_) {
-      if (ub_dev_) MOE_CUDA_CHECK(cudaFree(ub_dev_));
-      ub_dev_ = nullptr;
-      MOE_CUDA_CHECK(cudaMalloc(&ub_dev_, need));
+      host_.resize(need);  // first: a throw leaves the old buffer and capacity in use
+      void *grown = cuda_malloc_checked(need, "the ubatch tables");
+      if (ub_dev_) (void)cudaFree(ub_dev_);
+      ub_dev_ = grown;
       ub_cap_ = need;
-      host_.resize(need);
     }
     uint8_t *h = host_.data();
     size_t o_seqbits = 0, o_cells = align(cap_cells * 8), o_pos = o_cells + align(T * 4), o_seq = o_pos + align(T * 4),

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "backends/cuda/cuda_alloc.h"
 #include "backends/cuda/cuda_common.h"
 
 namespace moe {
@@ -45,11 +46,17 @@ CudaKernelErrors::~CudaKernelErrors() {
 void CudaKernelErrors::allocate(cudaStream_t s) {
   if (dev_) return;
   constexpr size_t bytes = kKernelErrorWords * sizeof(unsigned);
-  MOE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&dev_), bytes));
-  MOE_CUDA_CHECK(cudaMemsetAsync(dev_, 0, bytes, s));
-  MOE_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&host_), bytes, cudaHostAllocDefault));
+  // dev_ marks the words as ready, so it is set last (a failure leaves nothing half made).
+  if (!host_) host_ = static_cast<unsigned *>(cuda_host_alloc_checked(bytes, cudaHostAllocDefault, "kernel error words"));
   std::memset(host_, 0, bytes);
-  MOE_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  if (!copied_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  auto *dev = static_cast<unsigned *>(cuda_malloc_checked(bytes, "kernel error words"));
+  const cudaError_t e = cudaMemsetAsync(dev, 0, bytes, s);
+  if (e != cudaSuccess) {
+    (void)cudaFree(dev);
+    cuda_fail(e, "cudaMemsetAsync(kernel error words)", __FILE__, __LINE__);
+  }
+  dev_ = dev;
 }
 
 void CudaKernelErrors::enqueue_readback(cudaStream_t s) {
