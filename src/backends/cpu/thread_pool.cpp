@@ -126,11 +126,14 @@ void ThreadPool::worker(int ith) {
 namespace {
 
 // Sleep while *word == expected / wake every sleeper (Linux futex; elsewhere a yield loop).
-void futex_wait(std::atomic<uint32_t> *word, uint32_t expected) {
+// timeout_ns 0: no limit. A timeout or a spurious wake returns too: callers re-check.
+void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, int64_t timeout_ns = 0) {
 #if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expected, timeout_ns > 0 ? &ts : nullptr,
+          nullptr, 0);
 #else
-  (void)word, (void)expected;
+  (void)word, (void)expected, (void)timeout_ns;
   std::this_thread::yield();
 #endif
 }
@@ -185,7 +188,14 @@ void ThreadPool::barrier() {
   // sees the sleeper and wakes it, or changed the phase before the check (then the futex
   // returns at once).
   bar_sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  while (bar_phase_.load(std::memory_order_seq_cst) == phase) futex_wait(&bar_phase_, phase);
+  // The decoding thread keeps polling the stop callback while it waits for slower threads
+  // (a descheduled worker, a larger static share): a stop it sees makes them leave their
+  // kernels early, so a cancel does not wait for the whole node.
+  const bool polls = stop_poll_ && std::this_thread::get_id() == caller_;
+  while (bar_phase_.load(std::memory_order_seq_cst) == phase) {
+    if (polls) poll_stop();
+    futex_wait(&bar_phase_, phase, polls ? kStopPollIntervalNs : 0);
+  }
   bar_sleepers_.fetch_sub(1, std::memory_order_relaxed);
   if (failed_.load(std::memory_order_acquire)) leave_job();
 }

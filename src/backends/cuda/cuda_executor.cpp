@@ -116,9 +116,11 @@ public:
 
   void run(const Graph &g, int begin, int end, const ExecEnv &env) override {
     be_.set_current();
-    if (pass_open_ && (&g != pass_g_ || begin <= segs_.back().begin)) abandon_pass();
-    if (!pass_open_) start_pass(g, begin, env);
+    if (pass_open_ && (&g != pass_g_ || segs_.empty() || begin <= segs_.back().begin)) abandon_pass();
     try {
+      // Inside the try: start_pass allocates (the state map, the ubatch tables) and may
+      // throw with the pass half opened; abandon_pass then closes it (and any capture).
+      if (!pass_open_) start_pass(g, begin, env);
       segs_.push_back({begin, end});
       if (mode_ == Mode::Replay) {
         const size_t k = segs_.size() - 1;
@@ -223,6 +225,8 @@ private:
     fusion_on_ = cuda_fusion_enabled();
     fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
     carried_ = -1;
+    st_ = nullptr;      // set below, once the lookup (an allocation) succeeded
+    mode_ = Mode::Eager;
     pass_open_ = true;
     pass_g_ = &g;
     segs_.clear();
