@@ -31,12 +31,10 @@ IqDecodeFn iq_decoder(DType t);
 // file built with FMA would otherwise fuse the add, and the ISAs would differ in the last bit.
 inline float iq_block_term(float dw, float dx, int isum) {
   float t = dw * dx * static_cast<float>(isum);
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__aarch64__))
-#if defined(__x86_64__)
-  __asm__("" : "+x"(t));  // opaque to the optimiser: no contraction across it
-#else
+#if defined(__GNUC__) && defined(__x86_64__)
+  __asm__("" : "+x"(t));  // opaque to the optimiser: nothing is fused across it
+#elif defined(__GNUC__) && defined(__aarch64__)
   __asm__("" : "+w"(t));
-#endif
 #endif
   return t;
 }
