@@ -17,6 +17,7 @@
 #include "backends/backend.h"
 #include "kv/kv_cache.h"
 #include "support/device_graph.h"
+#include "support/graph_runner.h"
 #include "support/random_data.h"
 
 using namespace moe;

@@ -17,6 +17,8 @@
 #include "backends/backend.h"
 #include "engine/engine.h"
 #include "engine/state_io.h"
+#include "memory/memory_report.h"
+#include "placement/fit.h"
 
 using namespace moe;
 
@@ -279,6 +281,30 @@ TEST_CASE("hybrid models on CUDA: a sequence state saved on the GPU restores on 
     CHECK(save_seq_state(*g2, 1) == cpu_blob);
     for (size_t i = 0; i < kContA.size(); ++i)
       CHECK(max_diff(feed(*g2, {kContA[i]}, 1, n + static_cast<int32_t>(i)), ref_gpu[i + 1]) < 0.05);
+  }
+}
+
+// The fit's dry run counts what a context allocates for the cache: K/V rows of the attention
+// layers and both copies of every sequence's recurrent state of the DeltaNet layers.
+TEST_CASE("hybrid models: the fit plan counts the recurrent states like the context allocates them", "[qwen3next]") {
+  const std::string p = model_path("qwen3next-f16.gguf");
+  if (p.empty()) {
+    WARN("qwen3next-f16.gguf not found; skipped");
+    return;
+  }
+  for (uint32_t n_seq : {1u, 3u}) {
+    ModelLoadParams mp;
+    mp.devices = {"cpu"};
+    mp.placement.fit_n_ctx = 128;
+    mp.placement.fit_n_seq_max = n_seq;
+    mp.placement.fit_kv_type = 0;  // F32, as make_ctx
+    const FitPlan plan = fit_model(p, mp);
+    auto m = Model::load(p, mp);
+    auto c = make_ctx(*m, n_seq, kCpu);
+    INFO("n_seq_max " << n_seq);
+    REQUIRE(plan.devices.size() == 1);
+    REQUIRE(c->memory_report().devices.size() >= 1);
+    CHECK(plan.devices[0].kv_cache == c->memory_report().devices[0].kv_cache);
   }
 }
 
