@@ -50,6 +50,10 @@ public:
   virtual void upload(size_t offset, const void *src, size_t n) = 0;    // host -> buffer
   virtual void download(size_t offset, void *dst, size_t n) const = 0;  // buffer -> host
   virtual void clear() = 0;
+  // Zero bytes [offset, offset + n); copy n bytes from src_offset to dst_offset (ranges must
+  // not overlap). On a GPU both are ordered on the device's stream like upload (no host wait).
+  virtual void clear_range(size_t offset, size_t n) = 0;
+  virtual void copy_within(size_t dst_offset, size_t src_offset, size_t n) = 0;
 };
 
 // What kernels may read at run time besides their node: the current ubatch and KV cache.

@@ -90,6 +90,8 @@ public:
   void upload(size_t off, const void *src, size_t n) override { std::memcpy(static_cast<uint8_t *>(p_) + off, src, n); }
   void download(size_t off, void *dst, size_t n) const override { std::memcpy(dst, static_cast<const uint8_t *>(p_) + off, n); }
   void clear() override { std::memset(p_, 0, size_); }
+  void clear_range(size_t off, size_t n) override { std::memset(static_cast<uint8_t *>(p_) + off, 0, n); }
+  void copy_within(size_t dst, size_t src, size_t n) override { std::memcpy(static_cast<uint8_t *>(p_) + dst, static_cast<uint8_t *>(p_) + src, n); }
 
 private:
   void *p_ = nullptr;

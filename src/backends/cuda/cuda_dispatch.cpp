@@ -20,6 +20,9 @@ bool cuda_supports_node(const Graph &g, int id) {
     case Op::Rope: return n.rope.n_rot <= kMaxRopeDims;
     case Op::MatMulHeads: return cuda_matmul_type_supported(g.node(n.src[0]).type) && g.node(n.src[1]).nb[0] == 4;
     case Op::GroupedTopK: return cuda_grouped_top_k_supported(n);
+    case Op::SsmConv:
+    case Op::DeltaNet: return cuda_delta_net_supported(g, n);
+    case Op::L2Norm: case Op::Softplus:
     case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale: case Op::Softmax: case Op::Sigmoid:
     case Op::GatherCols: case Op::NormSum: case Op::SwiGLU: case Op::MoeCombine: case Op::KvStore: case Op::Copy:
     case Op::Slice: case Op::Concat: case Op::AddId: case Op::SwiGLUOai:
@@ -45,7 +48,8 @@ void cuda_run_node(const CudaOpCtx &c) {
     case Op::MatMulId: return cuda_op_matmul(c);
     case Op::RmsNorm:
     case Op::Softmax:
-    case Op::NormSum: return cuda_op_rowwise(c);
+    case Op::NormSum:
+    case Op::L2Norm: return cuda_op_rowwise(c);
     case Op::Mul:
     case Op::Add:
     case Op::Scale:
@@ -54,7 +58,10 @@ void cuda_run_node(const CudaOpCtx &c) {
     case Op::Copy:
     case Op::Slice:
     case Op::Concat:
-    case Op::SwiGLUOai: return cuda_op_elementwise(c);
+    case Op::SwiGLUOai:
+    case Op::Softplus: return cuda_op_elementwise(c);
+    case Op::SsmConv: return cuda_op_ssm_conv(c);
+    case Op::DeltaNet: return cuda_op_delta_net(c);
     case Op::MatMulHeads: return cuda_op_matmul_heads(c);
     case Op::AddId: return cuda_op_add_id(c);
     case Op::GroupedTopK: return cuda_op_grouped_top_k(c);

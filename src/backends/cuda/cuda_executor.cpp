@@ -393,6 +393,7 @@ private:
   // buffer the kernels read; grows the buffer only when a larger batch or cache first appears.
   void upload_ubatch(const ExecEnv &env, const Graph &g) {
     ub_.rope = nullptr;
+    ub_.rs = nullptr;
     if (!env.ub) return;
     const UbatchInfo &u = *env.ub;
     const size_t T = static_cast<size_t>(u.n_tokens);
@@ -402,8 +403,10 @@ private:
     const std::vector<RopeParams> ropes = u.pos && T ? rope_configs(g) : std::vector<RopeParams>{};
     size_t rope_bytes = 0;
     for (const RopeParams &p : ropes) rope_bytes += align(T * static_cast<size_t>(cuda_rope_table_stride(p)) * 4);
-    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables
-    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes;
+    const bool recurrent = env.kv && env.kv->has_recurrent() && u.seq && T;
+    const size_t rs_bytes = recurrent ? align((1 + 3 * std::min<size_t>(T, 64)) * 4) : 0;
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables | recurrent table
+    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes + rs_bytes;
     if (need > ub_cap_) {
       host_.resize(need);  // first: a throw leaves the old buffer and capacity in use
       void *grown = cuda_malloc_checked(need, "the ubatch tables");
@@ -438,11 +441,31 @@ private:
       rope_.tables.push_back({p, reinterpret_cast<const float *>(d + o)});
       o += align(T * stride * 4);
     }
+    // The recurrent table (DevUbatch::rs): copies as KvCache chose them for this ubatch.
+    const size_t o_rs = o;
+    ub_.rs = nullptr;
+    if (recurrent) {
+      auto *rs = reinterpret_cast<int32_t *>(h + o_rs);
+      uint64_t seen = 0;
+      int32_t n_seq = 0;
+      for (size_t t = 0; t < T; ++t) {
+        const int32_t q = u.seq[t];
+        if (q < 0 || q >= 64 || (seen >> q & 1)) continue;
+        seen |= 1ull << q;
+        rs[1 + 3 * n_seq] = q;
+        rs[2 + 3 * n_seq] = env.kv->recurrent_src_copy(q);
+        rs[3 + 3 * n_seq] = env.kv->recurrent_dst_copy(q);
+        ++n_seq;
+      }
+      rs[0] = n_seq;
+      ub_.rs = reinterpret_cast<const int32_t *>(d + o_rs);
+    }
     // Copies: the bit sets and cell positions for the cells in use, the per-token part, the tables.
     be_.upload_async(d, h, C * 8);
     be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
     be_.upload_async(d + o_nkv, h + o_nkv, 4);
     if (rope_bytes) be_.upload_async(d + o_rope, h + o_rope, rope_bytes);
+    if (rs_bytes) be_.upload_async(d + o_rs, h + o_rs, rs_bytes);
     ub_.seq = nullptr;
     ub_.cell_seq = reinterpret_cast<const unsigned long long *>(d + o_seqbits);
     ub_.cells = reinterpret_cast<const int32_t *>(d + o_cells);

@@ -31,6 +31,10 @@ struct DevUbatch {
   unsigned *sync = nullptr;
   // kKernelErrorWords words where kernels report bad indices (ops/kernel_error.cuh); null: none.
   unsigned *err = nullptr;
+  // Recurrent layers (KvCache::recurrent_src/dst): the ubatch's distinct sequences in order of
+  // first appearance, each with the state copies its kernels read and write: rs[0] = count,
+  // then per sequence {seq, src copy, dst copy}. Null when the cache has no recurrent layer.
+  const int32_t *rs = nullptr;
   // Host side (never read by kernels): the ubatch's RoPE tables, see cuda_rope_table.
   const CudaRopeTables *rope = nullptr;
 };
@@ -68,8 +72,8 @@ size_t cuda_work_size(const Graph &g, int id);
 void cuda_run_node(const CudaOpCtx &c);  // dispatch by op
 
 // Per-family launchers (ops/*.cu).
-void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy Slice Concat SwiGLUOai
-void cuda_op_rowwise(const CudaOpCtx &c);      // RmsNorm Softmax NormSum
+void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy Slice Concat SwiGLUOai Softplus
+void cuda_op_rowwise(const CudaOpCtx &c);      // RmsNorm Softmax NormSum L2Norm
 void cuda_op_get_rows(const CudaOpCtx &c);
 void cuda_op_rope(const CudaOpCtx &c);
 void cuda_op_top_k(const CudaOpCtx &c);
@@ -81,6 +85,9 @@ void cuda_op_matmul(const CudaOpCtx &c);       // MatMul and MatMulId
 void cuda_op_matmul_heads(const CudaOpCtx &c);
 void cuda_op_add_id(const CudaOpCtx &c);
 void cuda_op_grouped_top_k(const CudaOpCtx &c);
+void cuda_op_ssm_conv(const CudaOpCtx &c);     // ops/delta_net.cu
+void cuda_op_delta_net(const CudaOpCtx &c);
+bool cuda_delta_net_supported(const Graph &g, const Node &n);
 bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n);
 size_t cuda_attention_work_size(const Graph &g, const Node &n);  // split-cell partials
