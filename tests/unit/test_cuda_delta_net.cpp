@@ -292,6 +292,9 @@ TEST_CASE("cuda delta_net: l2_norm and softplus match the CPU (odd rows, zero ro
     auto rc = moe_test::run_on(*reg.cpu(), build_g(), ins, {l2, sp});
     auto rg = moe_test::run_on(*gpu, build_g(), ins, {l2, sp});
     INFO("row " << n);
+    const auto g0 = moe_test::as_f32(rg[0]), c0 = moe_test::as_f32(rc[0]), g1 = moe_test::as_f32(rg[1]), c1 = moe_test::as_f32(rc[1]);
+    INFO("l2 gpu/cpu [0..2]: " << g0[0] << " " << g0[1] << " " << g0[2] << " / " << c0[0] << " " << c0[1] << " " << c0[2]);
+    INFO("softplus gpu/cpu [0..2]: " << g1[0] << " " << g1[1] << " " << g1[2] << " / " << c1[0] << " " << c1[1] << " " << c1[2]);
     CHECK(scaled_diff(moe_test::as_f32(rg[0]), moe_test::as_f32(rc[0])) < 1e-6);
     CHECK(scaled_diff(moe_test::as_f32(rg[1]), moe_test::as_f32(rc[1])) < 1e-6);
   }
