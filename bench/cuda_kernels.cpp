@@ -57,7 +57,7 @@ struct GpuRun {
     weights = DeviceWeights::upload(ts, *gpu);
     void *bases[1] = {arena->data()};
     bind_plan(*plan, bases, [&](const Node &n) { return weights->find(n.weight); });
-    exec = gpu->make_executor(1);
+    exec = gpu->make_executor(1, GpuTuning{});
     gpu->set_current();
     cudaEventCreate(&ev[0]);
     cudaEventCreate(&ev[1]);

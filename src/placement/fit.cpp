@@ -167,6 +167,7 @@ static std::vector<DevicePlan> evaluate_plan(const Model::Impl &m, const Placeme
     out[static_cast<size_t>(d)].kv_cache += (row_size(kt, layout[l].k_row) + row_size(kt, layout[l].v_row)) * n_ctx;
   }
   pc.n_threads = physical_core_count();
+  pc.gpu_tuning = pp.fit_gpu_tuning;
   pc.allow_fallback = pp.allow_fallback;
   std::vector<uint64_t> arena(pl.devices.size(), 0), work(pl.devices.size(), 0);
   for (size_t d = 0; d < pl.devices.size() && pc.stream_fallback_gpu < 0; ++d)
