@@ -240,7 +240,7 @@ std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   mark_final_outputs(p->graph);
   PlanStats st = plan_memory(p->graph, [&](int id) {
     const Node &n = p->graph.node(id);
-    return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads);
+    return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads, o.gpu_tuning);
   });
   for (int d = 0; d < kMaxDevices; ++d) {
     p->arena_bytes[d] = st.arena_bytes[d];

@@ -170,6 +170,7 @@ static std::vector<DevicePlan> evaluate_plan(const Model::Impl &m, const Placeme
     out[static_cast<size_t>(d)].kv_cache += 2 * n_seq * static_cast<uint64_t>(layout[l].recurrent()) * sizeof(float);
   }
   pc.n_threads = physical_core_count();
+  pc.gpu_tuning = pp.fit_gpu_tuning;
   pc.allow_fallback = pp.allow_fallback;
   std::vector<uint64_t> arena(pl.devices.size(), 0), work(pl.devices.size(), 0);
   for (size_t d = 0; d < pl.devices.size() && pc.stream_fallback_gpu < 0; ++d)

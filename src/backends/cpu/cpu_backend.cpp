@@ -229,8 +229,8 @@ public:
   bool host_memory() const override { return true; }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override { return std::make_unique<HostBuffer>(bytes, purpose); }
   std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override { return std::make_unique<HostBuffer>(bytes, "mapped host memory"); }
-  size_t work_size(const Graph &g, int node, int n_threads) const override { return cpu_work_size(g, node, n_threads); }
-  std::unique_ptr<Executor> make_executor(int n_threads) override { return std::make_unique<CpuExecutor>(n_threads); }
+  size_t work_size(const Graph &g, int node, int n_threads, const GpuTuning &) const override { return cpu_work_size(g, node, n_threads); }
+  std::unique_ptr<Executor> make_executor(int n_threads, const GpuTuning &) override { return std::make_unique<CpuExecutor>(n_threads); }
   double read_bandwidth() override { return cpu_read_bandwidth(); }
 
 private:

@@ -28,24 +28,6 @@ static std::atomic<uint64_t> g_launch_count{0};
 void cuda_note_launch() noexcept { g_launch_count.fetch_add(1, std::memory_order_relaxed); }
 uint64_t cuda_launch_count() { return g_launch_count.load(std::memory_order_relaxed); }
 
-// Programmatic dependent launch needs sm_90; the capability is read once per device.
-static std::atomic<bool> g_pdl{true};
-void cuda_pdl_enable(bool on) { g_pdl.store(on); }
-bool cuda_pdl_active() {
-  if (!g_pdl.load(std::memory_order_relaxed)) return false;
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> major[kMaxDevices];  // 0: not read yet
-  int dev = 0;
-  MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) return false;
-  int m = major[dev].load(std::memory_order_relaxed);
-  if (m == 0) {
-    MOE_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
-    major[dev].store(m, std::memory_order_relaxed);
-  }
-  return m >= 9;
-}
-
 void cuda_sync_stream(cudaStream_t s, SyncWhy why) {
   g_sync_count.fetch_add(1);
   g_sync_by[static_cast<int>(why)].fetch_add(1);
@@ -285,10 +267,10 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes, const char *purpo
   return std::make_unique<CudaBuffer>(*this, bytes, purpose);
 }
 
-size_t CudaBackend::work_size(const Graph &g, int node, int) const { return cuda_work_size(g, node); }
+size_t CudaBackend::work_size(const Graph &g, int node, int, const GpuTuning &tuning) const { return cuda_work_size(g, node, tuning); }
 
-std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be);
-std::unique_ptr<Executor> CudaBackend::make_executor(int) { return make_cuda_executor(*this); }
+std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning);
+std::unique_ptr<Executor> CudaBackend::make_executor(int, const GpuTuning &tuning) { return make_cuda_executor(*this, tuning); }
 
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out) {
   int n = 0;

@@ -31,10 +31,10 @@ bool cuda_supports_node(const Graph &g, int id) {
   }
 }
 
-size_t cuda_work_size(const Graph &g, int id) {
+size_t cuda_work_size(const Graph &g, int id, const GpuTuning &tuning) {
   const Node &n = g.node(id);
-  if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n);
-  if (n.op == Op::Attention) return cuda_attention_work_size(g, n);
+  if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n, tuning);
+  if (n.op == Op::Attention) return cuda_attention_work_size(g, n, tuning);
   if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n);
   return 0;
 }

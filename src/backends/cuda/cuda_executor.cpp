@@ -67,7 +67,7 @@ struct CachedFusion {
   FusionPlan plan;
 };
 
-uint64_t fusion_signature(const Graph &g) {
+uint64_t fusion_signature(const Graph &g) {  // (the norm tails mask is the executor's, fixed)
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (const Node &n : g.nodes()) {
@@ -79,16 +79,17 @@ uint64_t fusion_signature(const Graph &g) {
     mix(static_cast<uint64_t>(n.ne[0]) ^ (static_cast<uint64_t>(n.ne[1]) << 32));
   }
   for (int o : g.outputs()) mix(static_cast<uint64_t>(o));
-  mix(cuda_fusion_norm_tails());  // the plan depends on the switch
   return h;
 }
 
 class CudaExecutor final : public Executor {
 public:
-  explicit CudaExecutor(CudaBackend &be) : be_(be) {
+  CudaExecutor(CudaBackend &be, const GpuTuning &tuning)
+      : be_(be), tuning_(tuning), pdl_(tuning.dependent_launch && be.info().compute_major >= 9) {  // PDL needs sm_90
     be_.set_current();
     errors_.allocate(be_.stream());  // here, not in a decode: one small allocation per context
-    if (cuda_blas_wanted()) blas_ = cuda_blas_create(be_.stream());  // null without cuBLAS: prompts stay on the int8 MMQ
+    // No handle where the options never use cuBLAS; null without cuBLAS: prompts stay on the int8 MMQ.
+    if (tuning_.blas_min_tokens > 0) blas_ = cuda_blas_create(be_.stream());
   }
   ~CudaExecutor() override {
     (void)cudaSetDevice(be_.device());
@@ -222,7 +223,6 @@ public:
 
 private:
   void start_pass(const Graph &g, int begin, const ExecEnv &env) {
-    fusion_on_ = cuda_fusion_enabled();
     fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
     carried_ = -1;
     st_ = nullptr;      // set below, once the lookup (an allocation) succeeded
@@ -286,8 +286,6 @@ private:
     mix(reinterpret_cast<uintptr_t>(ub_dev_));
     mix(reinterpret_cast<uintptr_t>(sync_dev_));
     mix(reinterpret_cast<uintptr_t>(kv_));
-    mix(fusion_on_);  // a captured graph holds one choice of fused / unfused kernels
-    mix(cuda_fusion_norm_tails());
     for (const Seg &s : segs)
       for (int i = s.begin; i < s.end; ++i) {
         const Node &n = g.node(i);
@@ -301,7 +299,7 @@ private:
     CachedFusion &cf = fusion_plans_[&g];
     const uint64_t sig = fusion_signature(g);
     if (cf.n_nodes != g.nodes().size() || cf.signature != sig) {
-      cf.plan = plan_fusion(g);
+      cf.plan = plan_fusion(g, tuning_.norm_tails);
       cf.n_nodes = g.nodes().size();
       cf.signature = sig;
     }
@@ -324,7 +322,7 @@ private:
 
   void launch(const Graph &g, int begin, int end) {
     const bool prof = g_profile.load() && mode_ == Mode::Eager;
-    if (fusion_on_ && !fusion_) fusion_ = &fusion_plan(g);
+    if (tuning_.fusion && !fusion_) fusion_ = &fusion_plan(g);
     const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end, carried_) ? fusion_ : nullptr;
     carried_ = -1;
     for (int i = begin; i < end; ++i) {
@@ -333,18 +331,20 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
-        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_};
+        CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
         if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
-      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_};
+      CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
     }
   }
+
+  LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_}; }
 
   // Runs fn between two recorded events (eager profiling).
   template <typename Fn> void timed(cudaStream_t s, std::string label, Fn &&fn) {
@@ -477,6 +477,8 @@ private:
   }
 
   CudaBackend &be_;
+  const GpuTuning tuning_;  // the context's options; its plans were sized with the same
+  const bool pdl_;          // launches use programmatic dependent launch
   CudaKernelErrors errors_;
   bool graphs_ = true;
   bool pass_open_ = false;
@@ -486,7 +488,6 @@ private:
   GraphState *st_ = nullptr;
   std::map<std::pair<const Graph *, int>, GraphState> states_;  // (graph, first node of the stretch)
   std::map<const Graph *, CachedFusion> fusion_plans_;
-  bool fusion_on_ = false;              // this pass fuses (cuda_fusion_enabled() at its start)
   const FusionPlan *fusion_ = nullptr;  // this pass's plan, once looked up
   KvCache *kv_ = nullptr;
   void *ub_dev_ = nullptr;
@@ -528,6 +529,6 @@ std::string cuda_profile_report(bool reset) {
   return out;
 }
 
-std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be) { return std::make_unique<CudaExecutor>(be); }
+std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning) { return std::make_unique<CudaExecutor>(be, tuning); }
 
 }  // namespace moe
