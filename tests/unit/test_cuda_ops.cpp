@@ -2,6 +2,7 @@
 // batch 1 and > 1, MoE routing edge cases, the KV cache types, and an engine-level decode
 // (greedy ids, logits, at most one host synchronisation per step, graphs on/off).
 // Without a CUDA build or device every case WARNs and returns (tag [cuda]).
+#include <chrono>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -1176,5 +1177,46 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   }
   std::printf("---- 32 decode steps (n_kv 512..544), eager, per-op kernel time\n%s", cuda_profile_report(true).c_str());
   cuda_profile_enable(false);
+#endif
+}
+
+// Hidden ([.]): per-op kernel time of decode steps of B sequences together (bench --parallel),
+// B = 4 and 16, each sequence after its own 128-token prompt.
+TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf (or MOE_PROFILE_MODEL)", "[.cuda-profile-par]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const char *env = std::getenv("MOE_PROFILE_MODEL");
+  const std::string path = env && *env ? env : "/tmp/q3.gguf";
+  if (!std::filesystem::exists(path)) { WARN(path << " missing: skipped"); return; }
+  auto model = Model::load(path, ModelLoadParams{});
+  for (int32_t B : {4, 16}) {
+    ContextParams cp;
+    cp.n_ctx = 4096;
+    cp.n_seq_max = static_cast<uint32_t>(B);
+    cp.device = "cuda";
+    cp.gpu_graphs = false;
+    auto ctx = Context::create(*model, cp);
+    for (int32_t s = 0; s < B; ++s) {
+      std::vector<BatchToken> prompt;
+      for (int32_t i = 0; i < 128; ++i) prompt.push_back({(i * 7919 + s * 131) % 1000 + 10, i, s, i == 127});
+      ctx->decode(prompt.data(), prompt.size());
+    }
+    auto step = [&](int k) {
+      std::vector<BatchToken> b;
+      for (int32_t s = 0; s < B; ++s) b.push_back({42 + k + s, 128 + k, s, true});
+      ctx->decode(b.data(), b.size());
+    };
+    step(0);  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 1; k <= 8; ++k) step(k);
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 8;
+    cuda_profile_enable(true);
+    for (int k = 9; k <= 16; ++k) step(k);
+    std::printf("---- %d sequences: %.2f ms per step eager wall (unprofiled); 8 profiled steps, per-op kernel time\n%s", B,
+                wall, cuda_profile_report(true).c_str());
+    cuda_profile_enable(false);
+  }
 #endif
 }

@@ -167,7 +167,7 @@ __global__ void delta_net_kernel(DeltaArgs a) {
 }
 
 template <int M>
-void launch_delta(const DeltaArgs &a, dim3 grid, cudaStream_t s) {
+void launch_delta(const DeltaArgs &a, dim3 grid, const LaunchStream &s) {
   launch_pdl(delta_net_kernel<M>, grid, dim3(32 * kDeltaWarps), 0, s, a);
 }
 

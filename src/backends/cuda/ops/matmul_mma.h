@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/cuda_common.h"
 #include "quant/dtype.h"
 
 namespace moe {
