@@ -96,6 +96,7 @@ void cuda_set_prefill_attn_blocks(int per_sm);
 // loaded (it sizes the planned scratch).
 void cuda_set_blas_min_tokens(int tokens);
 bool cuda_blas_wanted();  // false after cuda_set_blas_min_tokens(0): executors create no handle
+int cuda_blas_min_tokens();  // the current cuda_set_blas_min_tokens value
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);
