@@ -2,8 +2,8 @@
 // IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M: src/backends/cuda/ops/quant_extra.h) against the CPU
 // backend on random weights written by our quantizers and random activations: GetRows, the
 // one-token mat-vec, small batches, prompt products (the integer kernel and cuBLAS), MatMulId
-// over several experts; MatMulHeads refused at compile time; synthetic models in these mixes
-// decoding the same greedy tokens as on the CPU.
+// over several experts, MatMulHeads; a type without a kernel refused at compile time; synthetic
+// models in these mixes decoding the same greedy tokens as on the CPU.
 // Without a CUDA build or device every case WARNs and returns (tags [cuda][newtypes]).
 #include <catch2/catch.hpp>
 
@@ -177,31 +177,59 @@ TEST_CASE("cuda new types: matmul_id over several experts (1 token, a few, a pro
       }
 }
 
-TEST_CASE("cuda new types: matmul_heads is refused when the graph is compiled, naming op and type", "[cuda][newtypes]") {
+TEST_CASE("cuda new types: matmul_heads (MLA's per-head matrices) at 1, 7 and 20 tokens matches the CPU", "[cuda][newtypes][heads]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  for (DType t : {DType::Q4_1, DType::IQ2_XXS}) {
-    const int64_t K = k_for(t, false), M = 16, H = 2;
-    WeightStore ws;
-    const GgufTensorInfo *w = ws.add("w", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), 3));
-    Graph g;
-    const int x = g.input("x", DType::F32, {K, H, 1});
-    const int y = g.matmul_heads(g.weight(w), x);
-    g.mark_output(y, "y");
-    CompileOptions o;
-    o.devices = {gpu};
-    o.allow_fallback = false;
-    std::string msg;
-    try {
-      compile_graph(std::move(g), o);
-    } catch (const Error &e) {
-      msg = e.what();
+  uint32_t seed = 700;
+  for (DType t : kNewTypes)
+    for (int64_t T : {1, 7, 20}) {
+      const int64_t K = k_for(t, false), M = 37, H = 5;
+      WeightStore ws;
+      const GgufTensorInfo *w = ws.add("wh", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), seed, 0.5f));
+      int x, y;
+      auto build = [&]() {
+        Graph g;
+        x = g.input("x", DType::F32, {K, H, T});
+        y = g.matmul_heads(g.weight(w), x);
+        g.mark_output(y, "y");
+        return g;
+      };
+      Graph gc = build(), gg = build();
+      const auto xv = randn(static_cast<size_t>(K * H * T), seed + 1);
+      const auto hc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+      const auto hg = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+      INFO("type " << dtype_name(t) << " T=" << T);
+      CHECK(rel_err(hg[0], hc[0]) < kIntTol);
+      seed += 2;
     }
-    INFO("message: " << msg);
-    CHECK(msg.find("matmul_heads") != std::string::npos);
-    CHECK(msg.find(dtype_name(t)) != std::string::npos);
+}
+
+// A weight type the CUDA backend has no kernel for (Q8_1, an activation format) is refused when
+// the graph is compiled, with the op and the type in the message, never run with a wrong result.
+TEST_CASE("cuda new types: a weight type without a CUDA kernel is refused at compile time, naming op and type", "[cuda][newtypes]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const int64_t K = 64, M = 8;
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", DType::Q8_1, {K, M}, randn(static_cast<size_t>(K * M), 3));
+  Graph g;
+  const int x = g.input("x", DType::F32, {K, 1});
+  const int y = g.matmul(g.weight(w), x);
+  g.mark_output(y, "y");
+  CompileOptions o;
+  o.devices = {gpu};
+  o.allow_fallback = false;
+  std::string msg;
+  try {
+    compile_graph(std::move(g), o);
+  } catch (const Error &e) {
+    msg = e.what();
   }
+  INFO("message: " << msg);
+  CHECK(msg.find("matmul") != std::string::npos);
+  CHECK(msg.find("q8_1") != std::string::npos);
 }
 
 namespace {
@@ -254,6 +282,19 @@ TEST_CASE("cuda new types: tiny models in the 32-value mixes decode the CPU's gr
     DType type = DType::F32;
     REQUIRE(dtype_from_name(mix, &type));
     check_model_greedy(moe_test::tiny_model(mix), type);  // experts and the embedding in the mix's type
+  }
+  // deepseek2 (MLA): its per-head k_b / v_b are MatMulHeads in the mix's type.
+  for (const char *mix : {"q4_1", "q5_0"}) {
+    DType type = DType::F32;
+    REQUIRE(dtype_from_name(mix, &type));
+    const std::string path = moe_test::temp_name(std::string("tiny-deepseek2-") + mix + ".gguf");
+    SynthSpec spec;
+    spec.preset = "tiny-deepseek2";
+    spec.type_mix = mix;
+    spec.seed = 5;
+    write_synthetic_model(spec, path);
+    moe_test::remove_at_exit(path);
+    check_model_greedy(path, type);
   }
 }
 

@@ -6,7 +6,8 @@
 //   * the activation rounding: the CPU's quantize_row(vec_dot_type) blocks bit for bit;
 //   * the integer-dot kernel: the CPU's scalar dot kernel (vec_dot_extra_scalar.cpp) on the
 //     CPU-rounded activations, to float rounding: dense 1 / 3 / 17 columns, one token's experts
-//     from ids (X = 1 and X = n_used, one bad id), routed tiles of up to 8 entries per expert.
+//     from ids (X = 1 and X = n_used, one bad id), routed tiles of up to 8 entries per expert,
+//     MatMulHeads (1 and 5 tokens, a padded output token stride).
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -215,6 +216,28 @@ void check_dots(DType t, const std::vector<uint8_t> &w, int64_t K, int64_t M, in
     bool kept = true;
     for (int64_t m = 0; m < M; ++m) kept &= y[static_cast<size_t>(M + m)] == -1.0f;
     EXPECT(kept && err[0] != 0, "%s one token: the bad expert id was not skipped and reported", dtype_name(t));
+  }
+  // MatMulHeads: head h = expert h (E heads), x [K, E, T] (row t E + h), out rows at h M + t (E M + 5)
+  // (a padded token stride).
+  for (int Th : {1, 5}) {
+    if (Th * E > N) break;
+    const int nt = Th == 1 ? 1 : kXTile;
+    const int64_t ynb2 = E * M + 5;
+    std::vector<float> y(static_cast<size_t>(Th * ynb2), -1.0f);
+    XCols cols{};
+    cols.H = static_cast<int>(E);
+    cols.T = Th;
+    cols.tiles_per_head = (Th + nt - 1) / nt;
+    cols.y_nb1 = M;
+    cols.y_nb2 = ynb2;
+    const dim3 grid(gx, static_cast<unsigned>(E * cols.tiles_per_head));
+    if (nt == 1) launch_dot<1>(t, grid, nullptr, w.data(), rb, static_cast<int64_t>(M * rb), K, M, q.data(), ds.data(), y.data(), cols);
+    else launch_dot<kXTile>(t, grid, nullptr, w.data(), rb, static_cast<int64_t>(M * rb), K, M, q.data(), ds.data(), y.data(), cols);
+    std::vector<float> yd(static_cast<size_t>(Th * E * M));  // (t, h) -> dense row t E + h
+    for (int tk = 0; tk < Th; ++tk)
+      for (int64_t h = 0; h < E; ++h)
+        for (int64_t m = 0; m < M; ++m) yd[static_cast<size_t>((tk * E + h) * M + m)] = y[static_cast<size_t>(tk * ynb2 + h * M + m)];
+    compare_dots(t, "heads", w, K, M, xcpu, yd, Th * E, [&](int64_t r) { return static_cast<int>(r % E); }, [](int64_t r) { return r; });
   }
   // Routed: T = 6 tokens x 2 slots (x per slot: X = 2, activation row 2t + j), tiles of <= 8.
   const int T = 6, nu = 2;

@@ -21,7 +21,9 @@ bool cuda_supports_node(const Graph &g, int id) {
     case Op::TopK: return g.node(n.src[0]).ne[0] <= kCudaMaxExperts && n.ne[0] <= 32;
     case Op::Attention: return g.node(n.src[0]).ne[0] <= kCudaMaxHeadDim && n.ne[0] <= kCudaMaxHeadDim;
     case Op::Rope: return n.rope.n_rot <= kMaxRopeDims;
-    case Op::MatMulHeads: return cuda_matmul_type_supported(g.node(n.src[0]).type) && g.node(n.src[1]).nb[0] == 4;
+    case Op::MatMulHeads:
+      if (cuda_extra_type(g.node(n.src[0]).type)) return g.node(n.src[1]).nb[0] == 4 && cuda_extra_heads_supported(g, n);
+      return cuda_matmul_type_supported(g.node(n.src[0]).type) && g.node(n.src[1]).nb[0] == 4;
     case Op::GroupedTopK: return cuda_grouped_top_k_supported(n);
     case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale: case Op::Softmax: case Op::Sigmoid:
     case Op::GatherCols: case Op::NormSum: case Op::SwiGLU: case Op::MoeCombine: case Op::KvStore: case Op::Copy:
@@ -33,7 +35,8 @@ bool cuda_supports_node(const Graph &g, int id) {
 
 size_t cuda_work_size(const Graph &g, int id) {
   const Node &n = g.node(id);
-  if ((n.op == Op::MatMul || n.op == Op::MatMulId) && cuda_extra_type(g.node(n.src[0]).type)) return cuda_extra_matmul_work_size(g, n);
+  if ((n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::MatMulHeads) && cuda_extra_type(g.node(n.src[0]).type))
+    return cuda_extra_matmul_work_size(g, n);
   if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n);
   if (n.op == Op::Attention) return cuda_attention_work_size(g, n);
   if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n);
@@ -59,7 +62,7 @@ void cuda_run_node(const CudaOpCtx &c) {
     case Op::Slice:
     case Op::Concat:
     case Op::SwiGLUOai: return cuda_op_elementwise(c);
-    case Op::MatMulHeads: return cuda_op_matmul_heads(c);
+    case Op::MatMulHeads: return cuda_extra_type(c.src(0).type) ? cuda_op_matmul_extra(c) : cuda_op_matmul_heads(c);
     case Op::AddId: return cuda_op_add_id(c);
     case Op::GroupedTopK: return cuda_op_grouped_top_k(c);
     case Op::Rope: return cuda_op_rope(c);

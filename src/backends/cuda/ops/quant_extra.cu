@@ -77,8 +77,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Which activation rows a block's columns read and which output rows they write: dense
-// (columns blockIdx.y * NT ...), routed tiles (matmul_route.h), or one token's experts
-// straight from ids (blockIdx.y = slot j).
+// (columns blockIdx.y * NT ...), routed tiles (matmul_route.h), one token's experts straight
+// from ids (blockIdx.y = slot j), or MatMulHeads (blockIdx.y = head h's token tile j).
 struct XCols {
   int ncols;                // dense: the number of columns
   const int4 *tiles;        // routed
@@ -86,9 +86,12 @@ struct XCols {
   const int32_t *ids;       // one token: ids[j], activation row X == 1 ? 0 : j, output row j
   int X, E;
   unsigned *err;
+  int H, T, tiles_per_head;  // heads (H > 0): head h = expert h, activation row t H + h
+  int64_t y_nb1, y_nb2;      // heads: output strides in floats (out[:, h, t] at h y_nb1 + t y_nb2)
 };
 
 // Y[out row][row] = W(expert)[row] . x(act row), a warp per weight row, lanes over sub-blocks.
+// An ordinary launch (no PDL): every read of activations follows the previous kernel.
 template <DType T, int NT>
 __global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                                  const int8_t *xq, const float2 *xds, float *Y, XCols cols) {
@@ -100,6 +103,10 @@ __global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *
     expert = tl.x;
     first = tl.y;
     cnt = tl.z;
+  } else if (cols.H > 0) {
+    expert = static_cast<int>(blockIdx.y) / cols.tiles_per_head;
+    first = (static_cast<int>(blockIdx.y) % cols.tiles_per_head) * NT;
+    cnt = min(NT, cols.T - first);
   } else if (cols.ids) {
     expert = cols.ids[blockIdx.y];
     if (expert < 0 || expert >= cols.E) {  // nothing to compute; the output row keeps what it held
@@ -111,19 +118,24 @@ __global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *
     cnt = min(NT, cols.ncols - first);
   }
   if (cnt <= 0 || row >= M) return;
-  int64_t xr[NT], yr[NT];
+  int64_t xr[NT], yo[NT];  // activation row, first output element of the column
 #pragma unroll
   for (int k = 0; k < NT; ++k) {
     const int kk = k < cnt ? k : 0;
     if (cols.entries) {
       const int2 e = cols.entries[first + kk];
       xr[k] = e.x;
-      yr[k] = e.y;
+      yo[k] = static_cast<int64_t>(e.y) * M;
+    } else if (cols.H > 0) {
+      const int64_t t = first + kk;
+      xr[k] = t * cols.H + expert;
+      yo[k] = expert * cols.y_nb1 + t * cols.y_nb2;
     } else if (cols.ids) {
       xr[k] = cols.X == 1 ? 0 : static_cast<int64_t>(blockIdx.y);
-      yr[k] = blockIdx.y;
+      yo[k] = static_cast<int64_t>(blockIdx.y) * M;
     } else {
-      xr[k] = yr[k] = first + kk;
+      xr[k] = first + kk;
+      yo[k] = xr[k] * M;
     }
   }
   const uint8_t *wrow = W + expert * expert_bytes + static_cast<int64_t>(row) * row_bytes;
@@ -147,7 +159,7 @@ __global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *
 #pragma unroll
   for (int k = 0; k < NT; ++k) {
     const float v = warp_sum(acc[k]);
-    if (lane == 0 && k < cnt) Y[yr[k] * M + row] = v;
+    if (lane == 0 && k < cnt) Y[yo[k] + row] = v;
   }
 }
 
@@ -220,9 +232,9 @@ void launch_dequant_f16_extra(DType t, cudaStream_t s, const uint8_t *W, int64_t
 // ---- shapes and scratch ----------------------------------------------------------------
 
 struct XShape {
-  int64_t K, M, E, rows;  // rows: activation rows to round (X * T for MatMulId)
+  int64_t K, M, E, rows;  // rows: activation rows to round (X * T for MatMulId, H * T for MatMulHeads)
   int n_used, T, X, max_tiles;
-  bool moe, blas;
+  bool moe, heads, blas;
 };
 
 XShape xshape(const Graph &g, const Node &n) {
@@ -231,7 +243,13 @@ XShape xshape(const Graph &g, const Node &n) {
   s.K = w.ne[0];
   s.M = w.ne[1];
   s.moe = n.op == Op::MatMulId;
-  if (!s.moe) {
+  s.heads = n.op == Op::MatMulHeads;
+  if (s.heads) {  // x [K, H, T]: head h is "expert" h
+    s.E = w.ne[2];
+    s.X = static_cast<int>(x.ne[1]);
+    s.T = static_cast<int>(x.ne[2]);
+    s.rows = x.ne[1] * x.ne[2];
+  } else if (!s.moe) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     const int blas_min = cuda_blas_min_tokens();
@@ -266,6 +284,12 @@ size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n) {
   return s.blas ? std::max(ints, blas_bytes(s)) : ints;  // either may run (no cuBLAS handle: the integer kernel)
 }
 
+bool cuda_extra_heads_supported(const Graph &g, const Node &n) {
+  const Node &x = g.node(n.src[1]);
+  return x.ne[3] == 1 && n.nb[0] == 4 && n.nb[1] % 4 == 0 && n.nb[2] % 4 == 0 &&
+         static_cast<int64_t>(x.ne[1]) * ((x.ne[2] + kXTile - 1) / kXTile) <= 65535;  // grid.y
+}
+
 void cuda_op_matmul_extra(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const XShape s = xshape(c.g, c.n);
@@ -293,6 +317,18 @@ void cuda_op_matmul_extra(const CudaOpCtx &c) {
   float *Y = static_cast<float *>(c.n.data);
   const unsigned gx = static_cast<unsigned>((s.M + kXWarps - 1) / kXWarps);
   XCols cols{};
+  if (s.heads) {
+    const int nt = s.T == 1 ? 1 : kXTile;
+    cols.H = s.X;
+    cols.T = s.T;
+    cols.tiles_per_head = (s.T + nt - 1) / nt;
+    cols.y_nb1 = static_cast<int64_t>(c.n.nb[1] / 4);
+    cols.y_nb2 = static_cast<int64_t>(c.n.nb[2] / 4);
+    const dim3 grid(gx, static_cast<unsigned>(s.X * cols.tiles_per_head));
+    if (nt == 1) launch_dot<1>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], K, M, xq, xds, Y, cols);
+    else launch_dot<kXTile>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], K, M, xq, xds, Y, cols);
+    return;
+  }
   if (!s.moe) {
     cols.ncols = static_cast<int>(s.rows);
     if (s.rows == 1)

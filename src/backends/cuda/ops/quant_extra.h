@@ -1,4 +1,4 @@
-// MatMul, MatMulId and GetRows on CUDA for the weight types without an MMQ / fused mat-vec path
+// MatMul, MatMulId, MatMulHeads and GetRows on CUDA for the weight types without an MMQ / fused mat-vec path
 // (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M).
 // cuda_dispatch.cpp sends their nodes here; the fused one-token groups (cuda_fusion.h) fall
 // back to running their members one by one, because matvec.cu does not take these types.
@@ -16,7 +16,9 @@
 //     dequantized to f16 (the CPU's values, rounded once) and one cuBLAS GEMM, as matmul.cu
 //     does for the MMQ types;
 //   * GetRows: the CPU's dequantized values, bit for bit.
-// MatMulHeads is not offered for these types (placement rejects it with the op and type named).
+//   * MatMulHeads: head h as expert h on the same kernel (token tiles of 8 per head).
+// A type in neither this list nor the MMQ one is refused when the graph is compiled, naming the
+// op and the type.
 #pragma once
 #include "backends/cuda/cuda_ops.h"
 
@@ -24,7 +26,9 @@ namespace moe {
 
 bool cuda_extra_type(DType t);
 size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n);
-void cuda_op_matmul_extra(const CudaOpCtx &c);  // MatMul and MatMulId
+// MatMulHeads nodes of these types whose shape the kernel takes (x [K, H, T], f32 output rows).
+bool cuda_extra_heads_supported(const Graph &g, const Node &n);
+void cuda_op_matmul_extra(const CudaOpCtx &c);  // MatMul, MatMulId and MatMulHeads
 void cuda_op_get_rows_extra(const CudaOpCtx &c);
 
 }  // namespace moe
