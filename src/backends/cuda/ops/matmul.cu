@@ -16,6 +16,7 @@
 #include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
+#include "backends/cuda/ops/matmul_route.h"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
@@ -586,6 +587,12 @@ int dense_k_splits(const MatmulShape &s, int n_sm) {
 
 }  // namespace
 
+void cuda_launch_route(cudaStream_t s, const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, int2 *entries,
+                       int4 *tiles, int max_tiles, unsigned *err) {
+  if (n_used < 1 || n_used > kRouteThreads) fail(Status::Unsupported, "CUDA MoE: %d experts per token (max %d)", n_used, kRouteThreads);
+  route_kernel<<<1, kRouteThreads, 0, s>>>(ids, ids_nb1, n_used, T, E, X, NT, RouteTables{entries, tiles}, max_tiles, err);
+  MOE_CUDA_LAUNCH_CHECK("route_kernel");
+}
 
 bool cuda_matmul_type_supported(DType t) {
   switch (t) {
