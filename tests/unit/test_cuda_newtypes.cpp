@@ -50,13 +50,9 @@ int64_t k_for(DType t, bool longer) {
 // as the K-quants' cuBLAS test in test_cuda_ops.cpp).
 constexpr double kIntTol = 1e-4, kBlasTol = 2e-3;
 
-// Restores the process-wide cuBLAS threshold (0: never cuBLAS).
-struct BlasMinTokens {
-  explicit BlasMinTokens(int tokens) { set_gpu_blas_min_tokens(tokens); }
-  ~BlasMinTokens() { set_gpu_blas_min_tokens(kGpuBlasMinTokens); }
-};
-
-double dense_err(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed) {
+// blas_min: the context option GpuTuning::blas_min_tokens of the GPU run (0: never cuBLAS).
+double dense_err(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed,
+                 int blas_min = kGpuBlasMinTokens) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
   auto build = [&](int &x, int &y) {
@@ -70,7 +66,9 @@ double dense_err(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t
   int x, y;
   Graph gc = build(x, y), gg = build(x, y);
   const auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-  const auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  GpuTuning tuning;
+  tuning.blas_min_tokens = blas_min;
+  const auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y}, {}, 1, tuning);
   const double e = rel_err(r_gpu[0], r_cpu[0]);
   UNSCOPED_INFO("relative error " << e);
   return e;
@@ -137,14 +135,13 @@ TEST_CASE("cuda new types: matmul at 1 token, small batches and prompts (integer
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const BlasMinTokens no_blas(0);  // every column count on the integer kernel
   uint32_t seed = 1;
   for (DType t : kNewTypes)
     for (bool longer : {false, true})
       for (int64_t N : {1, 2, 5, 8, 67}) {
         const int64_t K = k_for(t, longer), M = longer ? 256 : 37;
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
-        CHECK(dense_err(reg, *gpu, t, K, M, N, seed) < kIntTol);
+        CHECK(dense_err(reg, *gpu, t, K, M, N, seed, 0) < kIntTol);  // 0: every column count on the integer kernel
         seed += 2;
       }
 }
