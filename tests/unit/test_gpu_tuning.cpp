@@ -69,7 +69,7 @@ private:
 // A prompt-sized dense Q4_K product (cuBLAS from blas_min_tokens columns, else the int8 MMQ:
 // different scratch) and a prefill attention (its cell splits follow prefill_attn_blocks).
 Graph scratch_graph(moe_test::WeightStore &ws, int *mm, int *att) {
-  constexpr int64_t K = 2048, M = 512, T = 512, hd = 128, n_head = 32, n_head_kv = 4;
+  constexpr int64_t K = 2048, M = 4096, T = 512, hd = 128, n_head = 32, n_head_kv = 4;
   const GgufTensorInfo *w = ws.add("w", DType::Q4_K, {K, M}, moe_test::randn(static_cast<size_t>(K * M), 3, 0.5f));
   Graph g;
   const int x = g.input("x", DType::F32, {K, T});
