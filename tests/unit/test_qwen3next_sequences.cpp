@@ -272,7 +272,11 @@ TEST_CASE("hybrid models on CUDA: a sequence state saved on the GPU restores on 
     feed(*c, {kContB[0], kContB[1]}, 0, 0);  // sequence 0 busy: the blob goes to sequence 1
     restore_seq_state(*c, 1, gpu_blob.data(), gpu_blob.size());
     CHECK(save_seq_state(*c, 1) == gpu_blob);
-    CHECK(max_diff(feed(*c, {kContA[0]}, 1, n), ref_cpu[1]) < 0.05);  // GPU state, CPU arithmetic
+    // GPU and CPU logits of these F16 files differ by up to ~0.11 (the CUDA conformance run's worst
+    // |dlogit|, 2026-12-03), and a state carries its device's rounding: measured 0.08-0.12 on
+    // qwen3next here. A wrong or shifted state moves logits by whole units.
+    constexpr float kMixedTol = 0.25f;
+    CHECK(max_diff(feed(*c, {kContA[0]}, 1, n), ref_cpu[1]) < kMixedTol);  // GPU state, CPU arithmetic
     auto c2 = make_ctx(*m_cpu, 1, kCpu);
     feed(*c2, kPrompt, 0, 0);
     const std::vector<uint8_t> cpu_blob = save_seq_state(*c2, 0);
@@ -280,7 +284,7 @@ TEST_CASE("hybrid models on CUDA: a sequence state saved on the GPU restores on 
     restore_seq_state(*g2, 1, cpu_blob.data(), cpu_blob.size());
     CHECK(save_seq_state(*g2, 1) == cpu_blob);
     for (size_t i = 0; i < kContA.size(); ++i)
-      CHECK(max_diff(feed(*g2, {kContA[i]}, 1, n + static_cast<int32_t>(i)), ref_gpu[i + 1]) < 0.05);
+      CHECK(max_diff(feed(*g2, {kContA[i]}, 1, n + static_cast<int32_t>(i)), ref_gpu[i + 1]) < kMixedTol);
   }
 }
 
