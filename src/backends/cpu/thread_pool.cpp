@@ -146,11 +146,13 @@ void futex_wake_all(std::atomic<uint32_t> *word) {
 #endif
 }
 
-// Barrier spin budget (~20 us): a partner that is running arrives within it; one that lost
+// Barrier spin budget (~75 us): a partner that is running arrives within it; one that lost
 // its core does not, and then sleeping frees this core so the scheduler can run the
 // partner here instead of leaving it queued behind another process (spinning or yielding
-// kept 2 threads slower than 1 on a busy host).
-constexpr int kBarrierSpins = 400;
+// kept 2 threads slower than 1 on a busy host). 400 spins (~20 us) put the hybrid models'
+// small ops to sleep at every barrier (tiny-qwen3next tg 650 t/s at 2 threads vs 2,830 at 1);
+// 1500 costs 6% on a host with one core taken (docs/perf/cpu_engine.md).
+constexpr int kBarrierSpins = 1500;
 
 }  // namespace
 
