@@ -121,7 +121,8 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   co.devices = {reg.cpu()};
   auto plan = compile_graph(std::move(g), co);
   const Graph &cg = plan->graph;
-  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id); });
+  const CudaPaths paths = cuda_device_paths(0);
+  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, paths); });
   const FusionPlan fp = plan_fusion(cg);
   std::map<int, std::vector<std::string>> by_layer;
   if (n_tails) *n_tails = 0;

@@ -28,11 +28,11 @@ bool cuda_supports_node(const Graph &g, int id) {
   }
 }
 
-size_t cuda_work_size(const Graph &g, int id) {
+size_t cuda_work_size(const Graph &g, int id, const CudaPaths &paths) {
   const Node &n = g.node(id);
-  if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n);
+  if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n, paths);
   if (n.op == Op::Attention) return cuda_attention_work_size(g, n);
-  if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n);
+  if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n, paths);
   return 0;
 }
 

@@ -333,14 +333,14 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
-        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_};
+        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_, be_.paths()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
         if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
-      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_};
+      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_, be_.paths()};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_paths.h"
 #include "graph/ir.h"
 
 namespace moe {
@@ -57,14 +58,16 @@ struct CudaOpCtx {
   KvCache *kv;
   int n_sm;
   void *blas = nullptr;  // the executor's cuBLAS handle (cuda_blas.h); null: none
+  CudaPaths paths{};     // the device's kernel paths (CudaBackend::paths); default: no tensor cores, no PDL
   const Node &src(int k) const { return g.node(n.src[k]); }
-  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, blas}; }
+  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, blas, paths}; }
 };
 
 TView tview(const Node &n);
 
 bool cuda_supports_node(const Graph &g, int id);
-size_t cuda_work_size(const Graph &g, int id);
+// Scratch of node id on a device taking `paths` (the launch then chooses the same paths).
+size_t cuda_work_size(const Graph &g, int id, const CudaPaths &paths);
 void cuda_run_node(const CudaOpCtx &c);  // dispatch by op
 
 // Per-family launchers (ops/*.cu).
@@ -82,7 +85,7 @@ void cuda_op_matmul_heads(const CudaOpCtx &c);
 void cuda_op_add_id(const CudaOpCtx &c);
 void cuda_op_grouped_top_k(const CudaOpCtx &c);
 bool cuda_grouped_top_k_supported(const Node &n);
-size_t cuda_matmul_work_size(const Graph &g, const Node &n);
+size_t cuda_matmul_work_size(const Graph &g, const Node &n, const CudaPaths &paths);
 size_t cuda_attention_work_size(const Graph &g, const Node &n);  // split-cell partials
 // Decode attention (attention_decode.cu), process-wide, set before graphs are captured: at most
 // max_ranges (1..64, default 32) cell ranges of at least min_chunk cells (default 64) per launch.
