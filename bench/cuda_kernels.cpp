@@ -57,7 +57,7 @@ struct GpuRun {
     weights = DeviceWeights::upload(ts, *gpu);
     void *bases[1] = {arena->data()};
     bind_plan(*plan, bases, [&](const Node &n) { return weights->find(n.weight); });
-    exec = gpu->make_executor(1);
+    exec = gpu->make_executor(1, GpuTuning{});
     gpu->set_current();
     cudaEventCreate(&ev[0]);
     cudaEventCreate(&ev[1]);
@@ -239,7 +239,6 @@ void BM_CudaExpertMatvec(benchmark::State &state) {
 // Q8_0 when the third argument is 1).
 void BM_CudaAttention(benchmark::State &state) {
   const int32_t T = static_cast<int32_t>(state.range(0)), depth = static_cast<int32_t>(state.range(1));
-  const KvType kt = state.range(2) ? KvType::Q8_0 : KvType::F16;
   GpuRun r;
   Graph g;
   int q = g.input("q", DType::F32, {kHd, kHeads, T});
@@ -251,6 +250,7 @@ void BM_CudaAttention(benchmark::State &state) {
   g.mark_output(attention_block(g, q, k, v, 0, kHd, 0.088f, gp), "a");
   MOE_NEED_GPU(r, std::move(g));
 #ifdef MOEINFER_WITH_CUDA
+  const KvType kt = state.range(2) ? KvType::Q8_0 : KvType::F16;
   KvCache kv(n_cells, 1, kt, {KvLayerDims{kHd * kKvHeads, kHd * kKvHeads}}, *r.gpu);
   moe_bench::FilledCache fc(kv, static_cast<int32_t>(n_cells), T);
   auto qv = randv(static_cast<size_t>(kHd * kHeads * T), 3), kvv = randv(static_cast<size_t>(kHd * kKvHeads * T), 4);

@@ -66,6 +66,7 @@ void usage_dev(FILE *out) {
                "                       read over the bus, in one-token steps (default 0 = off)\n"
                "  --no-pdl             kernels wait for the previous one to finish before they start\n"
                "                       (no programmatic dependent launch)\n"
+               "  --no-fusion          every graph node in its own kernel (no fused groups)\n"
                "  --cpu-order-head     the LM head in the CPU's float order\n"
                "  --no-lean-groups     one-token mat-vec groups in 16-warp blocks\n"
                "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
@@ -225,6 +226,7 @@ int cmd_bench(int argc, char **argv) {
   bool fa = true, mmap = true, gpu_graphs = true, weight_copy = true, cpu_order = false;
   int stream_min = -1;
   int direct_slots = 0;
+  GpuTuning tuning;  // --help-dev switches: this context's (and its fit's) GPU options
   KvType kv = KvType::F16;
   std::vector<std::string> overrides;
   cli::PlacementArgs placement;
@@ -248,18 +250,20 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--cpu-order") cpu_order = true;
     else if (a == "--stream-min-tokens") stream_min = int(cli::to_int(val(), "--stream-min-tokens", -1, kMaxTokens));
     else if (a == "--direct-expert-slots") direct_slots = int(cli::to_int(val(), "--direct-expert-slots", 0, 64));
-    else if (a == "--no-pdl") moe::set_gpu_dependent_launch(false);
-    else if (a == "--cpu-order-head") moe::set_gpu_own_order_head(false);
-    else if (a == "--no-lean-groups") moe::set_gpu_lean_groups(false);
-    else if (a == "--norm-tails") moe::set_gpu_norm_tails(unsigned(cli::to_int(val(), "--norm-tails", 0, 3)));
+    else if (a == "--no-pdl") tuning.dependent_launch = false;
+    else if (a == "--no-fusion") tuning.fusion = false;
+    else if (a == "--cpu-order-head") tuning.own_order_head = false;
+    else if (a == "--no-lean-groups") tuning.lean_groups = false;
+    else if (a == "--norm-tails") tuning.norm_tails = unsigned(cli::to_int(val(), "--norm-tails", 0, 3));
     else if (a == "--decode-split") {
       const std::vector<int> v = int_list(val(), "--decode-split", 1, kMaxTokens);
-      moe::set_gpu_decode_split(v.at(0), v.size() > 1 ? v[1] : 64);
+      tuning.decode_max_ranges = v.at(0);
+      tuning.decode_min_chunk = v.size() > 1 ? v[1] : 64;
     }
     else if (a == "--prefill-attn-blocks")
-      moe::set_gpu_prefill_attn_blocks(int(cli::to_int(val(), "--prefill-attn-blocks", 1, 1024)));
+      tuning.prefill_attn_blocks = int(cli::to_int(val(), "--prefill-attn-blocks", 1, 1024));
     else if (a == "--blas-min-tokens")
-      moe::set_gpu_blas_min_tokens(int(cli::to_int(val(), "--blas-min-tokens", 0, kMaxTokens)));
+      tuning.blas_min_tokens = int(cli::to_int(val(), "--blas-min-tokens", 0, kMaxTokens));
     else if (a == "--no-weight-copy") weight_copy = false;
     else if (a == "--override-kv") overrides.push_back(cli::value(argc, argv, i));
     else if (a == "--seed") seed = unsigned(cli::to_int(val(), "--seed", 0, UINT32_MAX));
@@ -299,6 +303,7 @@ int cmd_bench(int argc, char **argv) {
     }
     placement.set_fit_context(need, uint32_t(std::min(n_ubatch, n_batch)), kv);
     mp.placement = placement.params;
+    mp.placement.fit_gpu_tuning = tuning;  // the fit plans the scratch these options need
     auto t0 = std::chrono::steady_clock::now();
     auto model = Model::load(model_path, mp);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -316,6 +321,7 @@ int cmd_bench(int argc, char **argv) {
     cp.cpu_float_order = cpu_order;
     cp.stream_min_tokens = stream_min;
     cp.direct_expert_slots = direct_slots;
+    cp.gpu_tuning = tuning;
     t0 = std::chrono::steady_clock::now();
     auto ctx = Context::create(*model, cp);
     const double ctx_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -6,7 +6,7 @@
 //   BackendRegistry reg;                        // enumerates devices
 //   Backend *cpu = reg.find("cpu");
 //   auto buf = cpu->alloc(bytes, "kv cache");   // device memory
-//   auto ex = cpu->make_executor(n_threads);    // per-context thread pool / stream
+//   auto ex = cpu->make_executor(n_threads, tuning);  // per-context thread pool / stream
 //   ex->run(graph, begin, end, env);            // nodes [begin, end) in schedule order
 #pragma once
 #include <atomic>
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gpu_tuning.h"
 #include "graph/ir.h"
 
 namespace moe {
@@ -50,6 +51,10 @@ public:
   virtual void upload(size_t offset, const void *src, size_t n) = 0;    // host -> buffer
   virtual void download(size_t offset, void *dst, size_t n) const = 0;  // buffer -> host
   virtual void clear() = 0;
+  // Zero bytes [offset, offset + n); copy n bytes from src_offset to dst_offset (ranges must
+  // not overlap). On a GPU both are ordered on the device's stream like upload (no host wait).
+  virtual void clear_range(size_t offset, size_t n) = 0;
+  virtual void copy_within(size_t dst_offset, size_t src_offset, size_t n) = 0;
 };
 
 // What kernels may read at run time besides their node: the current ubatch and KV cache.
@@ -114,9 +119,12 @@ public:
   // Page-lock existing host memory for this device's copy engine; nullptr when unsupported
   // or refused (the caller then keeps the memory pageable).
   virtual std::unique_ptr<HostRegistration> register_host(void *p, size_t bytes) { (void)p; (void)bytes; return nullptr; }
-  // Scratch bytes a node's kernel needs (quantized activations, routing tables).
-  virtual size_t work_size(const Graph &g, int node, int n_threads) const = 0;
-  virtual std::unique_ptr<Executor> make_executor(int n_threads) = 0;
+  // Scratch bytes a node's kernel needs (quantized activations, routing tables), for kernels
+  // that run with these options (the executor must get the same ones: some choose the
+  // kernel and so its scratch). CPU backends ignore tuning.
+  virtual size_t work_size(const Graph &g, int node, int n_threads, const GpuTuning &tuning) const = 0;
+  // An executor whose kernels use `tuning` (the context's options; CPU executors ignore it).
+  virtual std::unique_ptr<Executor> make_executor(int n_threads, const GpuTuning &tuning) = 0;
   // Bytes per second this device streams out of its own memory, measured on the first call
   // (a read of a buffer far larger than any cache; ~0.1-0.5 s) and kept; 0 when unknown.
   // A diagnostic for benchmarks (the decode roofline), never used by the engine.
@@ -141,31 +149,6 @@ private:
 
 // as_gpu: reported as a GPU (DeviceInfo::is_gpu) so placement treats it as one (the test twin).
 std::unique_ptr<Backend> make_cpu_backend(const std::string &name = "cpu", bool as_gpu = false);
-// Process-wide GPU debugging switch: programmatic dependent launch (a kernel's start overlaps
-// the previous kernel's tail; on by default, sm_90+). No effect without CUDA.
-void set_gpu_dependent_launch(bool on);
-// Process-wide GPU switches of the 2026-11-30 evening changes (9751c32, docs/perf/cuda.md), for
-// measuring them against the previous launch (default on; no effect without CUDA): the LM head (a final output) in the GPU's own float
-// order, and the lean 8-warp kernel for one-token mat-vec groups of 2..3 blocks per SM.
-void set_gpu_own_order_head(bool on);
-void set_gpu_lean_groups(bool on);
-// Norm tails: a one-token mat-vec group's last block runs the RmsNorm -> Mul of its output row
-// (cuda_fusion.h: norm tails). kinds: 1 down + combine + residual (the next attention norm,
-// the output norm), 2 out-proj + residual (the ffn norm), 3 both, 0 none (default: measured
-// slower on 2026-11-30, docs/perf/cuda.md).
-void set_gpu_norm_tails(unsigned kinds);
-// Decode attention: at most max_ranges cell ranges of >= min_chunk cells (default 32, 64).
-void set_gpu_decode_split(int max_ranges, int min_chunk);
-// Prefill attention: cell splits until ~per_sm blocks per SM (default 2); before loading a model.
-void set_gpu_prefill_attn_blocks(int per_sm);
-// Dense quantized products of >= tokens columns on cuBLAS over f16-dequantized weights (0: no
-// cuBLAS at all, the F32 router products included);
-// before loading a model. Default 128: measured faster than the int8 MMQ from 64 tokens
-// (2026-12-01; full file pp64 +2%, pp128 +6%), but below 128 the int8 kernels' exact integer products
-// keep the default float order as close to the reference as at 14f7e41 (conformance prompts
-// are 10-84 tokens; with 64, prompt 4 of qwen3moe-q4_k_m took another greedy step).
-constexpr int kGpuBlasMinTokens = 128;
-void set_gpu_blas_min_tokens(int tokens);
 // Why no GPU backend is listed, for device errors: "" when one is; else whether CUDA is not
 // compiled into this build or no device/driver answered (the two have different fixes).
 std::string gpu_unavailable_reason();

@@ -3,10 +3,6 @@
 
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_common.h"
-#include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/ops/matmul_ref_order.h"
-#include "backends/cuda/cuda_fusion.h"
-#include "backends/cuda/ops/matvec.h"
 #endif
 
 namespace moe {
@@ -44,63 +40,6 @@ std::string gpu_unavailable_reason() {
          "); check the GPU and its driver with nvidia-smi";
 #else
   return "this build has no CUDA backend: CUDA was not compiled in (configure with -DMOEINFER_CUDA=ON)";
-#endif
-}
-
-void set_gpu_dependent_launch(bool on) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_pdl_enable(on);
-#else
-  (void)on;
-#endif
-}
-
-void set_gpu_own_order_head(bool on) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_set_final_outputs_own_order(on);
-#else
-  (void)on;
-#endif
-}
-
-void set_gpu_lean_groups(bool on) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_matvec_lean_groups(on);
-#else
-  (void)on;
-#endif
-}
-
-void set_gpu_norm_tails(unsigned kinds) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_fusion_set_norm_tails(kinds);
-#else
-  (void)kinds;
-#endif
-}
-
-void set_gpu_decode_split(int max_ranges, int min_chunk) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_set_decode_split(max_ranges, min_chunk);
-#else
-  (void)max_ranges;
-  (void)min_chunk;
-#endif
-}
-
-void set_gpu_prefill_attn_blocks(int per_sm) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_set_prefill_attn_blocks(per_sm);
-#else
-  (void)per_sm;
-#endif
-}
-
-void set_gpu_blas_min_tokens(int tokens) {
-#ifdef MOEINFER_WITH_CUDA
-  cuda_set_blas_min_tokens(tokens);
-#else
-  (void)tokens;
 #endif
 }
 

@@ -99,7 +99,7 @@ std::unique_ptr<Context> Context::create(const Model &model, const ContextParams
   // waits and launches); measured on the H200 host, experts on the CPU: 16 of 16 threads
   // tg 32 t/s with wide spread, 15 threads 47 t/s (docs/perf/placement.md).
   if (p.n_threads <= 0) p.n_threads = c.mixed ? std::max(1, physical_core_count() - 1) : physical_core_count();
-  for (Backend *b : c.devices) c.executors.push_back(b->make_executor(p.n_threads));
+  for (Backend *b : c.devices) c.executors.push_back(b->make_executor(p.n_threads, p.gpu_tuning));
   c.pending.assign(c.executors.size(), false);
   if (!p.gpu_graphs)
     for (auto &e : c.executors) e->set_graphs_enabled(false);
@@ -203,6 +203,7 @@ CompileOptions Context::Impl::compile_options(int64_t n_tokens) const {
     CompileOptions co;
     co.devices = devices;
     co.n_threads = params.n_threads;
+    co.gpu_tuning = params.gpu_tuning;
     co.allow_fallback = m.placement_params.allow_fallback;
     return co;
   }
@@ -211,6 +212,7 @@ CompileOptions Context::Impl::compile_options(int64_t n_tokens) const {
   pc.placement = &m.placement;
   pc.devices = devices;
   pc.n_threads = params.n_threads;
+  pc.gpu_tuning = params.gpu_tuning;
   pc.allow_fallback = m.placement_params.allow_fallback;
   const int min_tokens = params.stream_min_tokens < 0 ? kStreamMinTokensAuto : params.stream_min_tokens;
   pc.stream = min_tokens > 0 && n_tokens >= min_tokens;

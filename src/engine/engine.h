@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gpu_tuning.h"
 #include "core/status.h"
 
 namespace moe {
@@ -49,6 +50,7 @@ struct PlacementParams {
   uint32_t fit_n_seq_max = 1;
   int fit_kv_type = 1;                     // KvType: 0 f32, 1 f16, 2 q8_0
   bool fit_shrink_ctx = false;             // the fit may lower fit_n_ctx (reported in the plan) when nothing else fits
+  GpuTuning fit_gpu_tuning;                // the contexts' ContextParams::gpu_tuning (GPU scratch sizes depend on it)
   // Tests: present this device ("cpu", "cuda0") a second time as "<name>_twin" (own buffers and
   // executor), so multi-device placements run on one device.
   std::string twin_device;
@@ -137,6 +139,10 @@ struct ContextParams {
   // default: on the H200 host the bus reads slowed the cores' own reads 2-3x instead of
   // adding bandwidth, docs/perf/placement.md). Clamped to n_expert_used - 1.
   int direct_expert_slots = 0;
+  // GPU kernel and launch options of this context (core/gpu_tuning.h; defaults: the fastest
+  // measured). Internal: benchmarks and tests set them, the C ABI does not. A fitted model
+  // plans with PlacementParams::fit_gpu_tuning: give it the same values.
+  GpuTuning gpu_tuning;
 };
 
 struct BatchToken {

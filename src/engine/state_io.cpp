@@ -1,5 +1,6 @@
 // Sequence state save/restore (format in state_io.h). K/V rows go through KvCache::read_rows /
-// write_rows, so a cache on any device (host or GPU, or split across both) is covered: a save
+// write_rows and recurrent states through read_recurrent / write_recurrent, so a cache on any
+// device (host or GPU, or split across both) is covered: a save
 // copies each layer's span of the sequence's cells once, a restore one run of adjacent cells
 // at a time.
 #include "engine/state_io.h"
@@ -138,10 +139,14 @@ std::vector<uint8_t> save_seq_state(const Context &ctx, int32_t seq) {
   }
   w.put(kRecurrentTag);
   w.put(kRecurrentVersion);
+  std::vector<float> rec;
   for (int l = 0; l < kv.n_layer(); ++l) {
     const uint64_t n = uint64_t(kv.dims(l).recurrent());
     w.put(n);
-    if (n) w.bytes(kv.recurrent_src(l, seq), n * sizeof(float));
+    if (!n) continue;
+    rec.resize(size_t(n));
+    kv.read_recurrent(l, seq, rec.data());
+    w.bytes(rec.data(), size_t(n) * sizeof(float));
   }
   Fnv sum;
   sum.add(w.out.data(), w.out.size());
@@ -236,10 +241,15 @@ void restore_seq_state(Context &ctx, int32_t seq, const uint8_t *data, size_t si
     i = j;
   }
   if (kv.has_recurrent()) {
-    // claim() marked the sequence's state as written this call: fill the copy that
-    // commit_recurrent() makes current.
-    for (uint32_t l = 0; l < n_layer; ++l)
-      if (rec[l]) std::memcpy(kv.recurrent_dst(int(l), seq), rec[l], size_t(kv.dims(int(l)).recurrent()) * sizeof(float));
+    // claim() marked the sequence's state as written this call: write_recurrent fills the
+    // copy that commit_recurrent() makes current (the blob's bytes may be unaligned: staged).
+    std::vector<float> vals;
+    for (uint32_t l = 0; l < n_layer; ++l) {
+      if (!rec[l]) continue;
+      vals.resize(size_t(kv.dims(int(l)).recurrent()));
+      std::memcpy(vals.data(), rec[l], vals.size() * sizeof(float));
+      kv.write_recurrent(int(l), seq, vals.data());
+    }
     kv.commit_recurrent();
   }
 }

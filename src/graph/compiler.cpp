@@ -15,8 +15,9 @@ bool on_host(const CompileOptions &o, int d) { return o.devices[static_cast<size
 const char *dev_name(const CompileOptions &o, int d) { return o.devices[static_cast<size_t>(d)]->info().name.c_str(); }
 bool is_product(Op op) { return op == Op::MatMul || op == Op::MatMulId || op == Op::MatMulHeads; }
 
-// Device of every node: a weight where the placement put it; KvStore / Attention with their
-// layer's cache; any other op with its first weight (so the bytes it streams stay where they
+// Device of every node: a weight where the placement put it; KvStore / Attention and the
+// recurrent ops (SsmConv / DeltaNet) with their layer's cache, whose memory they read and
+// write (no fallback: the state is not on another device); any other op with its first weight (so the bytes it streams stay where they
 // are), else with its first computed input; graph inputs with their first reader.
 void place(Graph &g, const CompileOptions &o) {
   const int n = static_cast<int>(g.nodes().size());
@@ -37,6 +38,11 @@ void place(Graph &g, const CompileOptions &o) {
       d = o.weight_device ? check(o.weight_device(nd.weight), nd.name.c_str()) : o.default_device;
     } else if (nd.op == Op::KvStore || nd.op == Op::Attention) {
       d = o.kv_device ? check(o.kv_device(nd.kv_layer), "a KV cache layer") : o.default_device;
+    } else if (nd.op == Op::SsmConv || nd.op == Op::DeltaNet) {
+      d = o.kv_device ? check(o.kv_device(nd.kv_layer), "a recurrent state layer") : o.default_device;
+      if (!o.devices[static_cast<size_t>(d)]->supports(g, i))
+        fail(Status::Unsupported, "%s node '%s' of layer %d cannot run on %s, which holds the layer's recurrent state", op_name(nd.op),
+             nd.name.c_str(), nd.kv_layer, dev_name(o, d));
     } else {
       // The layer's own device (where its attention and KV cache are), if known.
       const int layer_dev = o.kv_device && nd.segment >= 1 ? o.kv_device(nd.segment - 1) : -1;
@@ -234,7 +240,7 @@ std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   mark_final_outputs(p->graph);
   PlanStats st = plan_memory(p->graph, [&](int id) {
     const Node &n = p->graph.node(id);
-    return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads);
+    return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads, o.gpu_tuning);
   });
   for (int d = 0; d < kMaxDevices; ++d) {
     p->arena_bytes[d] = st.arena_bytes[d];

@@ -1,6 +1,6 @@
 // Graph compiler: turns a built Graph into an executable plan for a set of devices.
 //
-//   CompileOptions o;  o.devices = {cuda0, cpu};  o.n_threads = 8;
+//   CompileOptions o;  o.devices = {cuda0, cpu};  o.n_threads = 8;  o.gpu_tuning = ctx_params.gpu_tuning;
 //   std::unique_ptr<CompiledPlan> plan = compile_graph(std::move(graph), o);
 //   // plan->arena_bytes[d]: activation arena needed on device d
 //   bind_plan(*plan, arenas, weight_address);   // resolve every node's address
@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/gpu_tuning.h"
 #include "graph/ir.h"
 #include "memory/planner.h"
 
@@ -30,6 +31,8 @@ struct GgufTensorInfo;
 struct CompileOptions {
   std::vector<Backend *> devices;  // index = Node::device
   int n_threads = 1;               // for work-size estimates of CPU kernels
+  // The GPU options the plan's executors will run with: GPU scratch sizes depend on them.
+  GpuTuning gpu_tuning;
   bool allow_fallback = false;     // an op its device cannot run goes to a CPU device (else: an error)
   // Placement: each weight's device and each layer's KV cache device (unset: default_device).
   std::function<int(const GgufTensorInfo *)> weight_device;

@@ -38,15 +38,8 @@ KvCache::KvCache(uint32_t n_cells, uint32_t n_seq_max, KvType type, std::vector<
     bytes_ += kb + vb;
     rs_.push_back(nullptr);
     if (d.recurrent() > 0) {
-      // The recurrent kernels exist for the CPU only: the state lives in host memory whatever
-      // the layer's device. A GPU placement then fails to compile its recurrent ops (clear
-      // Unsupported error) unless fallback runs them on the CPU, where this memory is.
-      Backend *home = &dev;
-      if (!dev.host_memory()) {
-        if (!host_) host_ = make_cpu_backend();
-        home = host_.get();
-      }
-      rs_.back() = home->alloc(recurrent_bytes(static_cast<int>(l)), "recurrent state");
+      // On the layer's device: the compiler places the layer's recurrent ops there.
+      rs_.back() = dev.alloc(recurrent_bytes(static_cast<int>(l)), "recurrent state");
       rs_.back()->clear();
       has_recurrent_ = true;
     }
@@ -121,20 +114,42 @@ void KvCache::release(const int32_t *cells, uint32_t n) {
 
 // rs_written_ bits: 2 = claimed by a ubatch of the running call (its kernels write the other
 // copy), 1 = an earlier ubatch of the call already wrote it (read the other copy).
-float *KvCache::rs_copy(int layer, int32_t seq, int which) const {
+size_t KvCache::rs_offset(int layer, int32_t seq, int which) const {
   const size_t per = static_cast<size_t>(layers_[static_cast<size_t>(layer)].recurrent());
-  float *base = static_cast<float *>(rs_[static_cast<size_t>(layer)]->data());
-  return base + (static_cast<size_t>(which) * n_seq_max_ + static_cast<size_t>(seq)) * per;
+  return (static_cast<size_t>(which) * n_seq_max_ + static_cast<size_t>(seq)) * per * sizeof(float);
 }
 
-const float *KvCache::recurrent_src(int layer, int32_t seq) const {
-  const size_t s = static_cast<size_t>(seq);
-  return rs_copy(layer, seq, (rs_written_[s] & 1) ? 1 - rs_cur_[s] : rs_cur_[s]);
+float *KvCache::rs_copy(int layer, int32_t seq, int which) const {
+  return recurrent_base(layer) + rs_offset(layer, seq, which) / sizeof(float);
 }
 
-float *KvCache::recurrent_dst(int layer, int32_t seq) const {
+float *KvCache::recurrent_base(int layer) const {
+  const auto &b = rs_[static_cast<size_t>(layer)];
+  return b ? static_cast<float *>(b->data()) : nullptr;
+}
+
+int KvCache::recurrent_src_copy(int32_t seq) const {
   const size_t s = static_cast<size_t>(seq);
-  return rs_copy(layer, seq, 1 - rs_cur_[s]);
+  return (rs_written_[s] & 1) ? 1 - rs_cur_[s] : rs_cur_[s];
+}
+
+int KvCache::recurrent_dst_copy(int32_t seq) const { return 1 - rs_cur_[static_cast<size_t>(seq)]; }
+
+const float *KvCache::recurrent_src(int layer, int32_t seq) const { return rs_copy(layer, seq, recurrent_src_copy(seq)); }
+float *KvCache::recurrent_dst(int layer, int32_t seq) const { return rs_copy(layer, seq, recurrent_dst_copy(seq)); }
+
+void KvCache::read_recurrent(int layer, int32_t seq, float *dst) const {
+  const auto &b = rs_[static_cast<size_t>(layer)];
+  if (!b) return;
+  b->download(rs_offset(layer, seq, rs_cur_[static_cast<size_t>(seq)]), dst, static_cast<size_t>(dims(layer).recurrent()) * sizeof(float));
+}
+
+void KvCache::write_recurrent(int layer, int32_t seq, const float *src) {
+  const auto &b = rs_[static_cast<size_t>(layer)];
+  if (!b) return;
+  const size_t s = static_cast<size_t>(seq);
+  const int which = rs_written_[s] ? 1 - rs_cur_[s] : rs_cur_[s];
+  b->upload(rs_offset(layer, seq, which), src, static_cast<size_t>(dims(layer).recurrent()) * sizeof(float));
 }
 
 void KvCache::end_ubatch() {
@@ -150,10 +165,9 @@ void KvCache::commit_recurrent() {
 
 void KvCache::rs_zero(int32_t seq) {
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const size_t per = static_cast<size_t>(layers_[l].recurrent());
-    if (!per) continue;
-    std::fill(rs_copy(static_cast<int>(l), seq, 0), rs_copy(static_cast<int>(l), seq, 0) + per, 0.0f);
-    std::fill(rs_copy(static_cast<int>(l), seq, 1), rs_copy(static_cast<int>(l), seq, 1) + per, 0.0f);
+    const size_t bytes = static_cast<size_t>(layers_[l].recurrent()) * sizeof(float);
+    if (!bytes) continue;
+    for (int which : {0, 1}) rs_[l]->clear_range(rs_offset(static_cast<int>(l), seq, which), bytes);
   }
 }
 
@@ -225,10 +239,10 @@ void KvCache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     if (seq_pos_max(dst) >= 0)
       fail(Status::Unsupported, "kv_seq_cp: sequence %d is not empty: with recurrent layers the destination's state would be replaced; remove it first", dst);
     for (size_t l = 0; l < layers_.size(); ++l) {
-      const size_t per = static_cast<size_t>(layers_[l].recurrent());
-      if (!per) continue;
-      const float *from = rs_copy(static_cast<int>(l), src, rs_cur_[static_cast<size_t>(src)]);
-      std::copy(from, from + per, rs_copy(static_cast<int>(l), dst, rs_cur_[static_cast<size_t>(dst)]));
+      const size_t bytes = static_cast<size_t>(layers_[l].recurrent()) * sizeof(float);
+      if (!bytes) continue;
+      const int li = static_cast<int>(l);
+      rs_[l]->copy_within(rs_offset(li, dst, rs_cur_[static_cast<size_t>(dst)]), rs_offset(li, src, rs_cur_[static_cast<size_t>(src)]), bytes);
     }
   }
   for (auto &c : cells_)

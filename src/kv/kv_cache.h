@@ -7,7 +7,9 @@
 // Recurrent states are double-buffered per sequence: a decode call reads the committed copy and
 // writes the other one (kernels: recurrent_src / recurrent_dst); commit_recurrent() at the end
 // of a successful call makes the written copy current, release() (a failed call) drops it, so a
-// failed decode leaves every sequence's state as it was.
+// failed decode leaves every sequence's state as it was. A layer's states live on its device
+// (host or GPU memory, like its K/V rows): sequence operations work on them there, and
+// read_recurrent / write_recurrent copy one sequence's state to or from host memory.
 //
 //   KvCache kv(n_cells, n_seq_max, type, layer_dims, backend);
 //   std::vector<int32_t> cells;
@@ -100,9 +102,22 @@ public:
   void seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
   void seq_keep(int32_t seq);
   // Recurrent state of (layer, seq): the copy a kernel reads (committed, or the one written by
-  // an earlier ubatch of the same call) and the copy it writes. conv values first, then ssm.
+  // an earlier ubatch of the same call) and the copy it writes, as addresses in the layer's
+  // device memory. conv values first, then ssm.
   const float *recurrent_src(int layer, int32_t seq) const;
   float *recurrent_dst(int layer, int32_t seq) const;
+  // The same choice as copy indices, for device-side tables (a GPU kernel uploaded once per
+  // ubatch addresses copy c of seq as recurrent_base(layer) + (c * n_seq_max + seq) * recurrent()).
+  int recurrent_src_copy(int32_t seq) const;
+  int recurrent_dst_copy(int32_t seq) const;
+  float *recurrent_base(int layer) const;
+  uint32_t n_seq_max() const { return n_seq_max_; }
+  // One sequence's recurrent state of a layer (dims(layer).recurrent() floats) to or from host
+  // memory whatever the layer's device: read copies the committed state (outside a decode
+  // call); write fills the copy that is current after this call (after claim(): the one
+  // commit_recurrent() makes current). GPU: ordered on the device's stream like read_rows.
+  void read_recurrent(int layer, int32_t seq, float *dst) const;
+  void write_recurrent(int layer, int32_t seq, const float *src);
   // A ubatch ran: later ubatches of the call read the states it wrote.
   void end_ubatch();
   // A decode call succeeded: the states it wrote become the committed ones.
@@ -120,14 +135,13 @@ private:
   std::vector<KvLayerDims> layers_;
   std::vector<std::unique_ptr<DeviceBuffer>> k_, v_;
   size_t bytes_ = 0;
-  // Recurrent states: per layer [2 copies][n_seq_max][recurrent()] floats, always in host
-  // memory (host_ allocates them for layers placed on a GPU).
-  std::unique_ptr<Backend> host_;
+  // Recurrent states: per layer [2 copies][n_seq_max][recurrent()] floats on the layer's device.
   std::vector<std::unique_ptr<DeviceBuffer>> rs_;
   bool has_recurrent_ = false;
   std::vector<uint8_t> rs_cur_;      // per sequence: the committed copy (0 or 1)
   std::vector<uint8_t> rs_written_;  // per sequence: this call wrote the other copy
   float *rs_copy(int layer, int32_t seq, int which) const;
+  size_t rs_offset(int layer, int32_t seq, int which) const;  // bytes into rs_[layer]
   void rs_zero(int32_t seq);
   bool seq_is_recurrent_range(int32_t seq, int32_t p0, int32_t p1, bool *all) const;
 };

@@ -165,8 +165,12 @@ static std::vector<DevicePlan> evaluate_plan(const Model::Impl &m, const Placeme
   for (size_t l = 0; l < layout.size(); ++l) {
     const int d = l < pl.kv_device.size() ? pl.kv_device[l] : pl.output_device;
     out[static_cast<size_t>(d)].kv_cache += (row_size(kt, layout[l].k_row) + row_size(kt, layout[l].v_row)) * n_ctx;
+    // Recurrent layers: two F32 copies of every sequence's state on the same device (KvCache).
+    const uint64_t n_seq = std::max<uint32_t>(1, std::min<uint32_t>(pp.fit_n_seq_max, 64));
+    out[static_cast<size_t>(d)].kv_cache += 2 * n_seq * static_cast<uint64_t>(layout[l].recurrent()) * sizeof(float);
   }
   pc.n_threads = physical_core_count();
+  pc.gpu_tuning = pp.fit_gpu_tuning;
   pc.allow_fallback = pp.allow_fallback;
   std::vector<uint64_t> arena(pl.devices.size(), 0), work(pl.devices.size(), 0);
   for (size_t d = 0; d < pl.devices.size() && pc.stream_fallback_gpu < 0; ++d)

@@ -8,6 +8,7 @@ CompileOptions placed_compile_options(const PlacedCompile &p) {
   CompileOptions co;
   co.devices = p.devices;
   co.n_threads = p.n_threads;
+  co.gpu_tuning = p.gpu_tuning;
   co.allow_fallback = p.allow_fallback;
   const Placement *pl = p.placement;
   co.weight_device = [pl](const GgufTensorInfo *t) { return pl->device_of(t); };

@@ -13,6 +13,7 @@ struct PlacedCompile {
   const Placement *placement = nullptr;  // must outlive the returned options
   std::vector<Backend *> devices;        // the placement's devices, same order
   int n_threads = 1;
+  GpuTuning gpu_tuning;                  // the context's (CompileOptions::gpu_tuning)
   bool allow_fallback = false;
   // Host-resident products go to a GPU: the layer's own, else stream_fallback_gpu.
   bool stream = false;                   // ubatch at or above the streaming threshold

@@ -27,8 +27,21 @@ using IqDecodeFn = void (*)(const uint8_t *block, IqDecoded *out);
 // nullptr for a type that is not one of the seven.
 IqDecodeFn iq_decoder(DType t);
 
+// One super-block's float step, d_w * d_x * isum, rounded to float before it is added: a
+// file built with FMA would otherwise fuse the add, and the ISAs would differ in the last bit.
+inline float iq_block_term(float dw, float dx, int isum) {
+  float t = dw * dx * static_cast<float>(isum);
+#if defined(__GNUC__) && defined(__x86_64__)
+  __asm__("" : "+x"(t));  // opaque to the optimiser: nothing is fused across it
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__("" : "+w"(t));
+#endif
+  return t;
+}
+
 // The frame every ISA's i-quant dot shares: sum over super-blocks of d_w * d_x * isum, times
-// the type's constant k. isum(decoded, q8) is the ISA's exact integer part.
+// the type's constant k. isum(decoded, q8) is the ISA's exact integer part; with the float
+// steps fixed (iq_block_term), every ISA gives the same bits.
 template <class IntDot>
 float iq_dot(DType t, int n, const void *w, const BlockQ8_K *x, IntDot isum) {
   const IqDecodeFn decode = iq_decoder(t);
@@ -38,7 +51,7 @@ float iq_dot(DType t, int n, const void *w, const BlockQ8_K *x, IntDot isum) {
   float sum = 0;
   for (int i = 0; i < n / QK_K; ++i, blk += bytes) {
     decode(blk, &o);
-    sum += o.d * x[i].d * static_cast<float>(isum(o, x[i].qs));
+    sum += iq_block_term(o.d, x[i].d, isum(o, x[i].qs));
   }
   return o.k * sum;
 }

@@ -73,7 +73,7 @@ if has conformance; then
   # In the background: it drives the CLI (one process per check) while the sanitizer runs.
   D=.devdata/conformance
   ls ../shared/conformance/models/*.gguf > /dev/null 2>&1 && D=../shared/conformance
-  # Greedy ids for every model present; logits for qwen3moe/deepseek2 with check.py and for
+  # Greedy ids for every model present; logits for qwen3moe/deepseek2/qwen3next/qwen35moe with check.py and for
   # gpt-oss with the incremental feeder (the reference fed those tokens one at a time).
   # Greedy twice: in the CPU's float order (--cpu-order, the reproducible mode: the chaotic
   # K-quant files need it) and in the default tensor-core order (reported; see docs/perf/cuda.md).
@@ -82,7 +82,7 @@ if has conformance; then
     echo "greedy --cpu-order rc=$?"
     timeout 150 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds greedy
     echo "greedy default order rc=$?"
-    for fam in qwen3moe deepseek2; do
+    for fam in qwen3moe deepseek2 qwen3next qwen35moe; do
       ls $D/models/$fam* >/dev/null 2>&1 || continue
       timeout 120 python3 $D/check.py "$CLI_ABS" $D --device cuda --kinds logits --only $fam --extra=--cpu-order; echo "logits $fam --cpu-order rc=$?"
     done
@@ -95,13 +95,13 @@ fi
 if has sanitize; then
   # memcheck and racecheck side by side (the conformance runs beside them too).
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-  ( timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda]" > "$OUT/memcheck.log" 2>&1
+  ( timeout ${MEMCHECK_S:-200} "$CS" --tool memcheck --error-exitcode 9 "$TESTS" "[ops][cuda],[cuda][delta_net]" > "$OUT/memcheck.log" 2>&1
     echo "rc=$?" >> "$OUT/memcheck.log" ) &
   MC_PID=$!
-  timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "${RACECHECK_TAGS:-[routing],[attention],[mma],[fusion]}" > "$OUT/racecheck.log" 2>&1
-  note "racecheck ${RACECHECK_TAGS:-[routing],[attention],[mma],[fusion]} rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
+  timeout ${RACECHECK_S:-200} "$CS" --tool racecheck --error-exitcode 9 "$TESTS" "${RACECHECK_TAGS:-[routing],[attention],[mma],[fusion],[delta_net]}" > "$OUT/racecheck.log" 2>&1
+  note "racecheck ${RACECHECK_TAGS:-[routing],[attention],[mma],[fusion],[delta_net]} rc=$? $(el): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^test cases' "$OUT/racecheck.log" | tr '\n' ' ')"
   wait $MC_PID
-  note "memcheck [ops][cuda] $(tail -1 "$OUT/memcheck.log") $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
+  note "memcheck [ops][cuda],[cuda][delta_net] $(tail -1 "$OUT/memcheck.log") $(el): $(grep -E 'ERROR SUMMARY|^test cases' "$OUT/memcheck.log" | tr '\n' ' ')"
 fi
 
 if has sanall; then

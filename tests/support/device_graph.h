@@ -13,9 +13,6 @@
 #include "engine/weight_upload.h"
 #include "gguf/gguf_reader.h"
 #include "graph/compiler.h"
-#ifdef MOEINFER_WITH_CUDA
-#include "backends/cuda/ops/matmul_ref_order.h"
-#endif
 
 namespace moe_test {
 
@@ -27,19 +24,13 @@ inline Backend *gpu_or_skip(BackendRegistry &reg) {
   return g;
 }
 
-// In this scope a product marked as a graph output keeps the CPU's float order on CUDA like
-// any other product (tests of bit-identical products); by default a final output
-// (Node::final_output, e.g. the LM head) takes CUDA's own order. Set before building graphs.
-struct CpuOrderFinalOutputs {
-#ifdef MOEINFER_WITH_CUDA
-  CpuOrderFinalOutputs() { cuda_set_final_outputs_own_order(false); }
-  ~CpuOrderFinalOutputs() { cuda_set_final_outputs_own_order(true); }
-#else
-  CpuOrderFinalOutputs() {}
-#endif
-  CpuOrderFinalOutputs(const CpuOrderFinalOutputs &) = delete;
-  CpuOrderFinalOutputs &operator=(const CpuOrderFinalOutputs &) = delete;
-};
+// GPU options under which a product marked as a graph output keeps the CPU's float order on
+// CUDA like any other product (tests of bit-identical products); by default a final output
+// (Node::final_output, e.g. the LM head) takes CUDA's own order.
+inline GpuTuning cpu_order_final_outputs(GpuTuning t = GpuTuning{}) {
+  t.own_order_head = false;
+  return t;
+}
 
 struct Input {
   int node;
@@ -53,17 +44,18 @@ template <typename T> Input in(int node, const std::vector<T> &v) {
 
 // A graph compiled for one backend and bound to its own arena, weights bound in place (CPU)
 // or uploaded (GPU), with the executor that runs it (kept: a test may run it again or ask it
-// for errors afterwards).
+// for errors afterwards). tuning: the GPU options of plan and executor.
 struct BoundGraph {
   std::unique_ptr<CompiledPlan> plan;
   std::unique_ptr<DeviceBuffer> arena;
   std::unique_ptr<DeviceWeights> dw;
   std::unique_ptr<Executor> exec;
 
-  BoundGraph(Backend &be, Graph g) {
+  BoundGraph(Backend &be, Graph g, const GpuTuning &tuning = GpuTuning{}) {
     CompileOptions o;
     o.devices = {&be};
     o.n_threads = 2;
+    o.gpu_tuning = tuning;
     o.allow_fallback = false;
     plan = compile_graph(std::move(g), o);
     arena = be.alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "test");
@@ -75,7 +67,7 @@ struct BoundGraph {
     }
     void *bases[1] = {arena->data()};
     bind_plan(*plan, bases, [&](const Node &n) { return dw ? dw->find(n.weight) : const_cast<uint8_t *>(n.weight->data); });
-    exec = be.make_executor(2);
+    exec = be.make_executor(2, tuning);
   }
   // Uploads the inputs, runs every node, ends the pass (no wait: read() waits).
   void run(const std::vector<Input> &inputs, const ExecEnv &env = {}) {
@@ -93,8 +85,8 @@ struct BoundGraph {
 
 // Runs g on one backend; returns the raw bytes of each requested node.
 inline std::vector<std::vector<uint8_t>> run_on(Backend &be, Graph g, const std::vector<Input> &inputs, const std::vector<int> &outs,
-                                                const ExecEnv &env = {}, int runs = 1) {
-  BoundGraph bg(be, std::move(g));
+                                                const ExecEnv &env = {}, int runs = 1, const GpuTuning &tuning = GpuTuning{}) {
+  BoundGraph bg(be, std::move(g), tuning);
   for (int r = 0; r < runs; ++r) bg.run(inputs, env);
   std::vector<std::vector<uint8_t>> res;
   for (int id : outs) res.push_back(bg.read(id));

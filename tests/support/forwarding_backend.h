@@ -15,8 +15,8 @@ public:
   bool supports(const moe::Graph &g, int node) const override { return inner_->supports(g, node); }
   bool host_memory() const override { return inner_->host_memory(); }
   std::unique_ptr<moe::DeviceBuffer> alloc(size_t b, const char *p) override { return inner_->alloc(b, p); }
-  size_t work_size(const moe::Graph &g, int node, int t) const override { return inner_->work_size(g, node, t); }
-  std::unique_ptr<moe::Executor> make_executor(int t) override { return inner_->make_executor(t); }
+  size_t work_size(const moe::Graph &g, int node, int t, const moe::GpuTuning &tn) const override { return inner_->work_size(g, node, t, tn); }
+  std::unique_ptr<moe::Executor> make_executor(int t, const moe::GpuTuning &tn) override { return inner_->make_executor(t, tn); }
 
 private:
   std::unique_ptr<moe::Backend> inner_;

@@ -39,15 +39,17 @@ struct GraphRun {
   std::unique_ptr<moe::Executor> exec;
   moe::Backend *dev = nullptr;
 
-  GraphRun(moe::Graph g, moe::Backend &backend, int n_threads) : dev(&backend) {
+  // tuning: the GPU options the plan is sized for and the executor runs with.
+  GraphRun(moe::Graph g, moe::Backend &backend, int n_threads, const moe::GpuTuning &tuning = moe::GpuTuning{}) : dev(&backend) {
     moe::CompileOptions o;
     o.devices = {&backend};
     o.n_threads = n_threads;
+    o.gpu_tuning = tuning;
     plan = moe::compile_graph(std::move(g), o);
     arena = backend.alloc(plan->arena_bytes[0] ? plan->arena_bytes[0] : 64, "test");
     void *bases[1] = {arena->data()};
     moe::bind_plan(*plan, bases, [](const moe::Node &n) { return const_cast<uint8_t *>(n.weight->data); });
-    exec = backend.make_executor(n_threads);
+    exec = backend.make_executor(n_threads, tuning);
   }
   void set_input(int node, const void *src, size_t bytes) { arena->upload(plan->graph.node(node).offset, src, bytes); }
   void run(const moe::ExecEnv &env = {}) {

@@ -43,14 +43,15 @@ using moe_test::WeightStore;
 #ifdef MOEINFER_WITH_CUDA
 namespace {
 
-// The GPU's fusion plan of g (compiled like run_on compiles it).
-FusionPlan plan_on(Backend &gpu, Graph g) {
+// The GPU's fusion plan of g under tuning (compiled like run_on compiles it).
+FusionPlan plan_on(Backend &gpu, Graph g, const GpuTuning &tuning = GpuTuning{}) {
   CompileOptions o;
   o.devices = {&gpu};
   o.n_threads = 2;
   o.allow_fallback = false;
+  o.gpu_tuning = tuning;
   auto plan = compile_graph(std::move(g), o);
-  return plan_fusion(plan->graph);
+  return plan_fusion(plan->graph, tuning.norm_tails);
 }
 
 struct FusedRun {
@@ -58,13 +59,15 @@ struct FusedRun {
   uint64_t launches = 0;
 };
 
-FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std::vector<int> &outs, const ExecEnv &env, bool fused) {
-  cuda_fusion_enable(fused);
+// base: the other options (norm tails, the LM head's order); fused sets GpuTuning::fusion.
+FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std::vector<int> &outs, const ExecEnv &env, bool fused,
+                 const GpuTuning &base = GpuTuning{}) {
+  GpuTuning t = base;
+  t.fusion = fused;
   const uint64_t before = cuda_launch_count();
   FusedRun r;
-  r.out = run_on(gpu, std::move(g), ins, outs, env);
+  r.out = run_on(gpu, std::move(g), ins, outs, env, 1, t);
   r.launches = cuda_launch_count() - before;
-  cuda_fusion_enable(true);
   return r;
 }
 
@@ -111,7 +114,7 @@ std::string write_tiny(const std::string &preset, const std::string &mix) {
 // A group is listed in the segment where it launches (run_at: a norm tail may reach into the
 // next segment). n_tails: the number of groups with a norm tail.
 std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name,
-                                                      int *n_tails = nullptr) {
+                                                      unsigned norm_tails, int *n_tails = nullptr) {
   GraphBuildParams gp;
   gp.n_tokens = n_tokens;
   gp.n_cells = 64;
@@ -121,9 +124,11 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   co.devices = {reg.cpu()};
   auto plan = compile_graph(std::move(g), co);
   const Graph &cg = plan->graph;
+  GpuTuning tuning;
+  tuning.norm_tails = norm_tails;
   const CudaPaths paths = cuda_device_paths(0);
-  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, paths); });
-  const FusionPlan fp = plan_fusion(cg);
+  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, tuning, paths); });
+  const FusionPlan fp = plan_fusion(cg, norm_tails);
   std::map<int, std::vector<std::string>> by_layer;
   if (n_tails) *n_tails = 0;
   for (const FusedGroup &grp : fp.groups) {
@@ -151,14 +156,13 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
 TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion]") {
 #ifdef MOEINFER_WITH_CUDA
   BackendRegistry reg;
-  const unsigned saved_tails = cuda_fusion_norm_tails();  // (off by default: the plans below are with them)
-  cuda_fusion_set_norm_tails(kNormTailsAll);
+  // Norm tails are off by default: the plans below are with them.
   for (const char *preset : {"tiny", "tiny-deepseek2", "tiny-gpt-oss"}) {
     const std::string path = write_tiny(preset, "q8_0");
     {
       auto model = Model::load(path, ModelLoadParams{});
       const Model::Impl &m = model->impl();
-      auto layers = [&](int64_t n_tokens) { return plan_by_layer(reg, m, n_tokens, preset); };
+      auto layers = [&](int64_t n_tokens) { return plan_by_layer(reg, m, n_tokens, preset, kNormTailsAll); };
       auto by_layer = layers(1);
       const auto prefill = layers(8);  // row chains and router at any T; the mat-vec groups only at one token
       if (std::string(preset) == "tiny") {
@@ -176,10 +180,8 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
                   "fused:matmul+add+rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
                   "fused:matmul_id+moe_combine+add+rms_norm+mul"};
           want_out.clear();
-          cuda_fusion_set_norm_tails(0);
           int off_tails = -1;
-          auto off = plan_by_layer(reg, m, 1, std::string(preset) + " (no norm tails)", &off_tails);
-          cuda_fusion_set_norm_tails(kNormTailsAll);
+          auto off = plan_by_layer(reg, m, 1, std::string(preset) + " (no norm tails)", 0, &off_tails);
           CHECK(off_tails == 0);
           CHECK(off[1] == std::vector<std::string>{"fused:rms_norm+mul", "fused:matmul+matmul+matmul",
                                                    "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
@@ -188,7 +190,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           // Every layer's down group takes a norm: the next layer's attention norm or the
           // output norm (the [cuda][engine] launch count relies on it).
           int tails = -1;
-          plan_by_layer(reg, m, 1, std::string(preset) + " (counted)", &tails);
+          plan_by_layer(reg, m, 1, std::string(preset) + " (counted)", kNormTailsAll, &tails);
           CHECK(tails >= static_cast<int>(m.hp.n_layer));
           for (int l = 1; l <= static_cast<int>(m.hp.n_layer); ++l) {
             INFO("segment " << l);
@@ -219,7 +221,6 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
     }
     std::remove(path.c_str());
   }
-  cuda_fusion_set_norm_tails(saved_tails);
 #endif
 }
 
@@ -231,7 +232,7 @@ TEST_CASE("cuda fusion plan: a model file's decode graph", "[.][fusion-plan]") {
   if (!path) return;
   BackendRegistry reg;
   auto model = Model::load(path, ModelLoadParams{});
-  plan_by_layer(reg, model->impl(), 1, path);
+  plan_by_layer(reg, model->impl(), 1, path, GpuTuning{}.norm_tails);
 #endif
 }
 
@@ -505,7 +506,7 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
 #ifdef MOEINFER_WITH_CUDA
   // The products are the graph's outputs: unfused they would take CUDA's own order (final
   // outputs), the group keeps the CPU's (q, k, v are read by later nodes in a model).
-  const moe_test::CpuOrderFinalOutputs cpu_order;
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();
   struct Variant {
     int64_t K;
     std::vector<DType> types;
@@ -556,8 +557,8 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
     std::vector<Input> ins = {in(x, randn(static_cast<size_t>(v.K), seed++))};
     if (v.add_last) ins.push_back(in(r, randn(static_cast<size_t>(v.rows.back()), seed++)));
     auto rc = run_on(*reg.cpu(), build(), ins, outs);
-    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
-    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, cpu_order);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false, cpu_order);
     for (size_t i = 0; i < n; ++i) {
       INFO("output " << i);
       if (!v.add_last || i + 1 < n) CHECK(f.out[i] == u.out[i]);  // bit-identical (the MatMul + Add may sum otherwise)
@@ -736,8 +737,8 @@ TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) 
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  const unsigned saved_tails = cuda_fusion_norm_tails();  // (off by default: on for this test)
-  cuda_fusion_set_norm_tails(kNormTailsAll);
+  GpuTuning tails;  // (off by default: on for this test)
+  tails.norm_tails = kNormTailsAll;
   struct Case {
     DType t;
     int64_t K, M;
@@ -783,7 +784,7 @@ TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) 
         return g;
       };
       INFO(dtype_name(cs.t) << " K " << K << " M " << M << " slots " << k << " residual first " << residual_first);
-      const FusionPlan fp = plan_on(*gpu, build());
+      const FusionPlan fp = plan_on(*gpu, build(), tails);
       REQUIRE(fp.groups.size() == 1);
       CHECK(fp.groups[0].kind == (down ? FusedKind::DownCombine : FusedKind::MatMulAdd));
       CHECK(fp.groups[0].norm_tail);
@@ -795,11 +796,9 @@ TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) 
       }
       const std::vector<int> outs = {y, xn};
       auto rc = run_on(*reg.cpu(), build(), ins, outs);
-      const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
-      cuda_fusion_set_norm_tails(0);
-      const FusedRun nt = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
-      cuda_fusion_set_norm_tails(kNormTailsAll);
-      const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+      const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, tails);
+      const FusedRun nt = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);  // no tails
+      const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false, tails);
       for (size_t o = 0; o < outs.size(); ++o) {
         INFO("output " << o);
         CHECK(f.out[o] == nt.out[o]);  // the tail: the row chain's bits (the same producer kernel)
@@ -814,11 +813,10 @@ TEST_CASE("cuda fusion: norm tails (rms_norm + mul in the mat-vec's last block) 
       const bool tail_in_launch = !(down && cs.t == DType::Q8_0 && K == 2560);
       CHECK(f.launches + (tail_in_launch ? 1 : 0) == nt.launches);
       // Again: the last-block counter was left at zero.
-      const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, tails);
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
       seed += 10;
     }
-  cuda_fusion_set_norm_tails(saved_tails);
 #endif
 }
 
@@ -840,7 +838,7 @@ TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU",
         cp.n_threads = 2;
         cp.device = std::string(mode) == "cpu" ? "cpu" : "cuda";
         cp.kv_type = KvType::F32;  // see the [cuda][engine] test: F16 probabilities differ by design
-        cuda_fusion_enable(std::string(mode) != "unfused");
+        cp.gpu_tuning.fusion = std::string(mode) != "unfused";
         auto ctx = Context::create(*model, cp);
         std::vector<BatchToken> prompt;
         const int32_t ids[] = {300, 1, 2, 42, 77, 5, 9, 100};
@@ -860,7 +858,6 @@ TEST_CASE("cuda fusion: tiny models decode alike fused, unfused and on the CPU",
         }
         greedy[mode] = out;
       }
-      cuda_fusion_enable(true);
       INFO(pm.first << " " << pm.second << " (fused vs unfused isolates fusion; CUDA vs CPU is the backend as a whole)");
       CHECK(greedy["fused"] == greedy["unfused"]);
       CHECK(greedy["fused"] == greedy["cpu"]);
@@ -887,7 +884,7 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  const unsigned saved_tails = cuda_fusion_norm_tails();  // ("fused" below: with norm tails, off by default)
+  // "fused" below: with norm tails (off by default).
   // Per layer (one-token mat-vecs round their activations inside: 1 launch each): q/k/v 1,
   // head chains 1, attention 1 (its last blocks merge the cell ranges), out-proj + residual +
   // ffn norm 1 (norm tail), router mat-vec + router 1, gate/up + SwiGLU 1, down + combine +
@@ -908,10 +905,9 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
       const int64_t n_layer = static_cast<int64_t>(model->impl().hp.n_layer);
       if (std::string(preset) == "tiny") tiny_layers = n_layer;
       for (int mode = 0; mode < 3; ++mode) {  // fused, unfused, fused without norm tails
-        const bool fused = mode != 1;
-        cuda_fusion_enable(fused);
-        cuda_fusion_set_norm_tails(mode != 2 ? kNormTailsAll : 0);
         ContextParams cp;
+        cp.gpu_tuning.fusion = mode != 1;
+        cp.gpu_tuning.norm_tails = mode != 2 ? kNormTailsAll : 0;
         cp.n_ctx = 64;
         cp.device = "cuda";
         cp.gpu_graphs = false;
@@ -932,8 +928,6 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
         counts[std::string(preset) + "/" + name] = per_step;
         if (mode == 0 && std::string(preset) != "tiny-deepseek2") CHECK(static_cast<int64_t>(per_step) <= per_layer * n_layer + fixed);
       }
-      cuda_fusion_enable(true);
-      cuda_fusion_set_norm_tails(saved_tails);
     }
     std::remove(path.c_str());
   }

@@ -73,7 +73,7 @@ TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K / Q8_0 one-token products are bit-id
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const moe_test::CpuOrderFinalOutputs cpu_order;  // the outputs are the products themselves
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();  // the outputs are the products themselves
   uint32_t seed = 700;
   // (K, M): Q4_K's plain vec_dot order (M % 8 != 0) and its repacked gemv order (M % 8 == 0);
   // one, several and partial chunks; 2048 x 4096 takes K halves (each half one chunk).
@@ -103,7 +103,7 @@ TEST_CASE("cuda mat-vec: Q4_K / Q5_K / Q6_K / Q8_0 one-token products are bit-id
       Graph gc = build(x, xs, ids, y, ye, ye1), gg = build(x, xs, ids, y, ye, ye1);
       const std::vector<moe_test::Input> inputs = {in(x, xv), in(xs, xsv), in(ids, idv)};
       auto r_cpu = run_on(*reg.cpu(), std::move(gc), inputs, {y, ye, ye1});
-      auto r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye, ye1});
+      auto r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye, ye1}, {}, 1, cpu_order);
       INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
       CHECK(r_gpu[0] == r_cpu[0]);
       CHECK(r_gpu[1] == r_cpu[1]);
@@ -181,7 +181,7 @@ TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K / Q8_0 are bit-ident
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const moe_test::CpuOrderFinalOutputs cpu_order;  // the outputs are the products themselves
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();  // the outputs are the products themselves
   uint32_t seed = 800;
   // Dense 2..kRefOrderMaxTokens columns (Q4_K with rows % 8 == 0: the CPU's gemm order on
   // full groups of 4, gemv on the rest) and MatMulId of as many tokens (matmul_ref_order.cu;
@@ -210,7 +210,7 @@ TEST_CASE("cuda matmul: small batches of Q4_K / Q5_K / Q6_K / Q8_0 are bit-ident
         Graph gc = build(x, ids, y, ye), gg = build(x, ids, y, ye);
         const std::vector<moe_test::Input> inputs = {in(x, xv), in(ids, idv)};
         auto r_cpu = run_on(*reg.cpu(), std::move(gc), inputs, {y, ye});
-        auto r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye});
+        auto r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye}, {}, 1, cpu_order);
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
         CHECK(r_gpu[0] == r_cpu[0]);
         CHECK(r_gpu[1] == r_cpu[1]);
@@ -221,7 +221,7 @@ TEST_CASE("cuda matmul: small batches of F32 weights are bit-identical with the 
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const moe_test::CpuOrderFinalOutputs cpu_order;  // the outputs are the products themselves
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();  // the outputs are the products themselves
   uint32_t seed = 850;
   // The CPU's batched GEMM order for K % 16 == 0 and M % 4 == 0, its vec_dot order otherwise.
   for (int64_t K : {int64_t(1280), int64_t(100)})
@@ -240,7 +240,7 @@ TEST_CASE("cuda matmul: small batches of F32 weights are bit-identical with the 
         int x, y;
         Graph gc = build(x, y), gg = build(x, y);
         auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-        auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+        auto r_gpu = run_on(*gpu, std::move(gg), {in(x, xv)}, {y}, {}, 1, cpu_order);
         INFO("K=" << K << " M=" << M << " N=" << N);
         CHECK(r_gpu[0] == r_cpu[0]);
       }
@@ -331,10 +331,7 @@ TEST_CASE("cuda mat-vec: one-token matmul and matmul_id, long rows and many rows
       const std::vector<moe_test::Input> inputs = {in(x, xv), in(xs, xsv), in(ids, idv)};
       auto r_cpu = run_on(*reg.cpu(), std::move(gc), inputs, {y, ye});
       std::vector<std::vector<uint8_t>> r_gpu;
-      {
-        const moe_test::CpuOrderFinalOutputs cpu_order;
-        r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye});
-      }
+      r_gpu = run_on(*gpu, std::move(gg), inputs, {y, ye}, {}, 1, moe_test::cpu_order_final_outputs());
       // The outputs are final (no node reads them): by default CUDA's own order.
       auto r_own = run_on(*gpu, build(x, xs, ids, y, ye), inputs, {y, ye});
       INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
@@ -377,7 +374,7 @@ public:
   void put_out(Graph &g, int node) { put(g, node, nullptr, g.node(node).nbytes()); }
   // n_sm: the launchers' multiprocessor count; small values make them put two logical
   // blocks in a thread block (block_groups in matvec.cu: about 2 to 6 logical blocks per SM).
-  CudaOpCtx ctx(const Graph &g, int last, int n_sm) const { return CudaOpCtx{stream_, g, g.node(last), DevUbatch{}, nullptr, n_sm}; }
+  CudaOpCtx ctx(const Graph &g, int last, int n_sm) const { return CudaOpCtx{LaunchStream{stream_, false}, g, g.node(last), DevUbatch{}, nullptr, n_sm, tuning_}; }
   std::vector<uint8_t> get(const Graph &g, int node) {
     REQUIRE(cudaStreamSynchronize(stream_) == cudaSuccess);
     REQUIRE(cudaGetLastError() == cudaSuccess);
@@ -388,6 +385,7 @@ public:
 
 private:
   cudaStream_t stream_ = nullptr;
+  GpuTuning tuning_;  // the defaults
   std::vector<void *> ptrs_;
 };
 

@@ -2,6 +2,7 @@
 // batch 1 and > 1, MoE routing edge cases, the KV cache types, and an engine-level decode
 // (greedy ids, logits, at most one host synchronisation per step, graphs on/off).
 // Without a CUDA build or device every case WARNs and returns (tag [cuda]).
+#include <chrono>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -29,24 +30,7 @@
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
-#include "backends/cuda/ops/matmul_ref_order.h"
-// In this scope batches from 16 tokens reach the tensor-core and tiled kernels (by default
-// batches up to kRefOrderMaxTokens keep the CPU's order on the warp-per-row kernels).
-struct TensorCoreBatches {
-  TensorCoreBatches() { moe::cuda_set_ref_order_max_tokens(0); }
-  ~TensorCoreBatches() { moe::cuda_set_ref_order_max_tokens(moe::kRefOrderMaxTokens); }
-};
-#else
-struct TensorCoreBatches {
-  TensorCoreBatches() {}  // user-provided: a guard object, not an unused value
-};
 #endif
-// Dense quantized products of >= tokens columns on cuBLAS (0: none) while it lives; plans
-// made inside it are sized for that choice.
-struct BlasMinTokens {
-  explicit BlasMinTokens(int tokens) { moe::set_gpu_blas_min_tokens(tokens); }
-  ~BlasMinTokens() { moe::set_gpu_blas_min_tokens(moe::kGpuBlasMinTokens); }
-};
 
 using namespace moe;
 using moe_test::as_f32;
@@ -72,8 +56,20 @@ bool close_to_cpu(const std::vector<uint8_t> &gpu, const std::vector<uint8_t> &c
   return e < tol;
 }
 
-// Dense matmul of a K x M weight of type t on N random columns, CUDA vs CPU.
-bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed, double tol = 1e-4) {
+// GPU options under which batches from 16 tokens reach the tensor-core and tiled kernels (by
+// default batches up to kRefOrderMaxTokens keep the CPU's order on the warp-per-row kernels
+// where the graph asks for it, as test graphs do) and dense quantized products of >= blas_min
+// columns take cuBLAS (0: none, the int8 MMQ).
+GpuTuning tensor_core_batches(int blas_min = kGpuBlasMinTokens) {
+  GpuTuning t;
+  t.ref_order_max_tokens = 0;
+  t.blas_min_tokens = blas_min;
+  return t;
+}
+
+// Dense matmul of a K x M weight of type t on N random columns, CUDA vs CPU (tn: the GPU's options).
+bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed, double tol = 1e-4,
+                const GpuTuning &tn = GpuTuning{}) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
   auto build = [&](int &x, int &y) {
@@ -87,14 +83,14 @@ bool dense_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t 
   int x, y;
   Graph gc = build(x, y), gg = build(x, y);
   auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y}, {}, 1, tn);
   return close_to_cpu(r_gpu[0], r_cpu[0], tol);
 }
 
 // A dense K x M product of type t on N columns on the GPU against float64 sums of the CPU's
 // dequantized weights and the inputs rounded through t's activation format by the CPU's
 // quantizer (relative error of the whole output).
-double dense_vs_f64(Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed) {
+double dense_vs_f64(Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed, const GpuTuning &tn) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
   auto xv = randn(static_cast<size_t>(K * N), seed + 1);
@@ -102,7 +98,7 @@ double dense_vs_f64(Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint
   const int x = g.input("x", DType::F32, {K, N});
   const int y = g.matmul(g.weight(w), x);
   g.mark_output(y, "y");
-  auto r = run_on(gpu, std::move(g), {in(x, xv)}, {y});
+  auto r = run_on(gpu, std::move(g), {in(x, xv)}, {y}, {}, 1, tn);
   const size_t rb = row_size(t, K);
   std::vector<float> wd(static_cast<size_t>(K * M));
   for (int64_t m = 0; m < M; ++m) dequantize_row(t, w->data + static_cast<size_t>(m) * rb, wd.data() + m * K, K);
@@ -152,13 +148,14 @@ int64_t k_for(DType t, bool odd) {
 
 // dense_case for every weight type, even and odd shapes (k_for; M_even / M_odd rows), each
 // of the column counts Ns.
-void dense_sweep(BackendRegistry &reg, Backend &gpu, std::initializer_list<int64_t> Ns, int64_t M_even, int64_t M_odd, uint32_t seed) {
+void dense_sweep(BackendRegistry &reg, Backend &gpu, std::initializer_list<int64_t> Ns, int64_t M_even, int64_t M_odd, uint32_t seed,
+                 const GpuTuning &tn = GpuTuning{}) {
   for (DType t : kAllTypes)
     for (bool odd : {false, true})
       for (int64_t N : Ns) {
         const int64_t K = k_for(t, odd), M = odd ? M_odd : M_even;
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
-        CHECK(dense_case(reg, gpu, t, K, M, N, seed));
+        CHECK(dense_case(reg, gpu, t, K, M, N, seed, 1e-4, tn));
         seed += 2;
       }
 }
@@ -184,31 +181,31 @@ TEST_CASE("cuda op: dense quantized products on cuBLAS (>= 256 columns), every b
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const BlasMinTokens blas(256);
+  GpuTuning tn;
+  tn.blas_min_tokens = 256;
   uint32_t seed = 900;
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (auto kmn : {std::array<int64_t, 3>{2048, 130, 256}, std::array<int64_t, 3>{768, 203, 300}, std::array<int64_t, 3>{512, 64, 512}}) {
       INFO("type " << dtype_name(t) << " K=" << kmn[0] << " M=" << kmn[1] << " N=" << kmn[2]);
-      const double e = dense_vs_f64(*gpu, t, kmn[0], kmn[1], kmn[2], seed);
+      const double e = dense_vs_f64(*gpu, t, kmn[0], kmn[1], kmn[2], seed, tn);
       UNSCOPED_INFO("relative error against float64 " << e);
       CHECK(e < 2e-3);
-      CHECK(dense_case(reg, *gpu, t, kmn[0], kmn[1], kmn[2], seed, 2e-3));
+      CHECK(dense_case(reg, *gpu, t, kmn[0], kmn[1], kmn[2], seed, 2e-3, tn));
       seed += 2;
     }
   // Below the threshold the same product stays on the int8 MMQ: bit-level agreement with the
   // CPU's Q8_K products (1e-4), which the f16 path cannot reach; this shows the switch works.
-  CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 130, 255, seed, 1e-4));
+  CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 130, 255, seed, 1e-4, tn));
 }
 
 TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd shapes, real shapes", "[ops][cuda][mma]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const TensorCoreBatches tc_batches;
-  const BlasMinTokens int8_only(0);  // this case checks the int8 MMQ; the cuBLAS path has its own below
+  const GpuTuning tn = tensor_core_batches(0);  // this case checks the int8 MMQ; the cuBLAS path has its own below
   // M = 203: a partial 128-row tile; K odd: a partial 64-wide K step (and for plain types a
   // K that is not a multiple of 8, off the 16-byte load path).
-  dense_sweep(reg, *gpu, {16, 77, 512}, 128, 203, 500);
+  dense_sweep(reg, *gpu, {16, 77, 512}, 128, 203, 500, tn);
   uint32_t seed = 600;
   // The shapes of Qwen3-30B-A3B's expert projections (gate/up and down) as dense products,
   // for every fold of the exact-product kernel (per-32 and per-16 scales, with and without
@@ -216,7 +213,7 @@ TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd s
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (auto km : {std::pair<int64_t, int64_t>{2048, 768}, std::pair<int64_t, int64_t>{768, 2048}}) {
       INFO("type " << dtype_name(t) << " K=" << km.first << " M=" << km.second << " N=512");
-      CHECK(dense_case(reg, *gpu, t, km.first, km.second, 512, seed));
+      CHECK(dense_case(reg, *gpu, t, km.first, km.second, 512, seed, 1e-4, tn));
       seed += 2;
     }
   // One or two blocks without a split: the int8 kernel splits K 8 ways (k/v projection
@@ -225,7 +222,7 @@ TEST_CASE("cuda op: tensor-core matmul (>= 16 columns), every weight type, odd s
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     for (int64_t N : {16, 40, 100}) {
       INFO("type " << dtype_name(t) << " K=2048 M=130 N=" << N << " (split K)");
-      CHECK(dense_case(reg, *gpu, t, 2048, 130, N, seed));
+      CHECK(dense_case(reg, *gpu, t, 2048, 130, N, seed, 1e-4, tn));
       seed += 2;
     }
 }
@@ -234,7 +231,7 @@ namespace {
 
 // MoE matmul_id with given ids, compared with the CPU (close_to_cpu).
 bool moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t E, int64_t k, int64_t T, int64_t X,
-              const std::vector<int32_t> &ids, uint32_t seed, double tol = 1e-4) {
+              const std::vector<int32_t> &ids, uint32_t seed, double tol = 1e-4, const GpuTuning &tn = GpuTuning{}) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("experts", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
   auto build = [&](int &x, int &id, int &y) {
@@ -249,7 +246,7 @@ bool moe_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M,
   int x, id, y;
   Graph gc = build(x, id, y), gg = build(x, id, y);
   auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv), in(id, ids)}, {y});
-  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv), in(id, ids)}, {y});
+  auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv), in(id, ids)}, {y}, {}, 1, tn);
   return close_to_cpu(r_gpu[0], r_cpu[0], tol);
 }
 
@@ -316,8 +313,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const TensorCoreBatches tc_batches;
-  const BlasMinTokens int8_only(0);  // its dense products check the int8 MMQ
+  const GpuTuning tn = tensor_core_batches(0);  // its dense products check the int8 MMQ
   uint32_t seed = 700;
   SECTION("every weight type, 100 tokens x 4 of 16 experts, shared and per-slot inputs") {
     // M = 200: a partial 128-row tile; ~25 entries per expert: partial 64-column tiles.
@@ -325,7 +321,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
       for (int64_t X : {int64_t(1), int64_t(4)}) {
         const int64_t K = k_for(t, true), M = 200, E = 16, k = 4, T = 100;
         INFO("type " << dtype_name(t) << " X=" << X);
-        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, X, random_ids(T, E, k, seed), seed));
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, X, random_ids(T, E, k, seed), seed, 1e-4, tn));
         seed += 2;
       }
   }
@@ -333,7 +329,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
     std::vector<int32_t> ids = random_ids(512, 128, 8, 11);
     for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::MXFP4, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q5_K}) {
       INFO("random routing, type " << dtype_name(t));
-      CHECK(moe_case(reg, *gpu, t, 256, 72, 128, 8, 512, 1, ids, seed));
+      CHECK(moe_case(reg, *gpu, t, 256, 72, 128, 8, 512, 1, ids, seed, 1e-4, tn));
       seed += 2;
     }
     // Slot 0 of every token to expert 3 (512 entries = 8 full tiles of one expert); the
@@ -346,7 +342,7 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
     }
     for (DType t : {DType::Q4_K, DType::Q6_K}) {
       INFO("skewed routing, type " << dtype_name(t));
-      CHECK(moe_case(reg, *gpu, t, 256, 200, 128, 8, 512, 8, ids, seed));
+      CHECK(moe_case(reg, *gpu, t, 256, 200, 128, 8, 512, 8, ids, seed, 1e-4, tn));
       seed += 2;
     }
   }
@@ -367,8 +363,8 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
     for (DType t : {DType::Q4_K, DType::Q6_K})
       for (auto km : {std::pair<int64_t, int64_t>{256, 77}, std::pair<int64_t, int64_t>{1280, 77}, std::pair<int64_t, int64_t>{2048, 203}}) {
         INFO("type " << dtype_name(t) << " K=" << km.first << " M=" << km.second);
-        CHECK(moe_case(reg, *gpu, t, km.first, km.second, 128, 8, 512, 1, ids, seed));
-        CHECK(dense_case(reg, *gpu, t, km.first, km.second, 70, seed + 1));  // a full and a narrow column tile
+        CHECK(moe_case(reg, *gpu, t, km.first, km.second, 128, 8, 512, 1, ids, seed, 1e-4, tn));
+        CHECK(dense_case(reg, *gpu, t, km.first, km.second, 70, seed + 1, 1e-4, tn));  // a full and a narrow column tile
         seed += 2;
       }
   }
@@ -377,9 +373,9 @@ TEST_CASE("cuda op: tensor-core matmul_id (>= 64 routed entries), every weight t
     const std::vector<int32_t> ids = random_ids(512, 16, 4, 13);
     for (DType t : {DType::Q4_K, DType::Q6_K}) {
       INFO("type " << dtype_name(t) << " gate/up");
-      CHECK(moe_case(reg, *gpu, t, 2048, 768, 16, 4, 512, 1, ids, seed));
+      CHECK(moe_case(reg, *gpu, t, 2048, 768, 16, 4, 512, 1, ids, seed, 1e-4, tn));
       INFO("type " << dtype_name(t) << " down");
-      CHECK(moe_case(reg, *gpu, t, 768, 2048, 16, 4, 512, 4, ids, seed + 1));
+      CHECK(moe_case(reg, *gpu, t, 768, 2048, 16, 4, 512, 4, ids, seed + 1, 1e-4, tn));
       seed += 2;
     }
   }
@@ -394,7 +390,7 @@ TEST_CASE("cuda op: int8 MMQ pipeline edge cases (K steps vs stages, odd M, 0/1/
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const TensorCoreBatches tc_batches;
+  const GpuTuning tn = tensor_core_batches();
   const int64_t T = 100, E = 8, k = 2;
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   for (int64_t t = 0; t < T; ++t) {
@@ -408,8 +404,8 @@ TEST_CASE("cuda op: int8 MMQ pipeline edge cases (K steps vs stages, odd M, 0/1/
     for (int64_t K : kq ? std::vector<int64_t>{256, 512, 768} : std::vector<int64_t>{32, 96, 2048})
       for (int64_t M : {int64_t(77), int64_t(200)}) {
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M);
-        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 2, ids, seed));
-        CHECK(dense_case(reg, *gpu, t, K, M, 40, seed + 1));
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 2, ids, seed, 1e-4, tn));
+        CHECK(dense_case(reg, *gpu, t, K, M, 40, seed + 1, 1e-4, tn));
         seed += 2;
       }
   }
@@ -669,7 +665,8 @@ TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_hea
 namespace {
 
 // MatMulHeads of H weight matrices K x M (type t) on T tokens, CUDA vs CPU (close_to_cpu).
-bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t H, int64_t T, uint32_t seed) {
+bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t H, int64_t T, uint32_t seed,
+                const GpuTuning &tn = GpuTuning{}) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("wh", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), seed, 0.5f));
   int x, y;
@@ -683,7 +680,7 @@ bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t 
   Graph gc = build(), gg = build();
   auto xv = randn(static_cast<size_t>(K * H * T), seed + 1);
   auto hc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-  auto hg = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  auto hg = run_on(gpu, std::move(gg), {in(x, xv)}, {y}, {}, 1, tn);
   return close_to_cpu(hg[0], hc[0]);
 }
 
@@ -728,6 +725,7 @@ struct AttnSetup {
   std::vector<int64_t> batches;  // tokens per batch, sequences 0 and 1 interleaved
   int32_t rm0 = 10, rm1 = 20;    // sequence 0 loses these positions after batch 1 is claimed
   bool exact = false;            // batches of <= 16 tokens must equal the CPU bit for bit (F32 cache)
+  GpuTuning tuning;              // the GPU's options
 };
 
 // Largest ||a - b|| / ||b|| over rows of n floats (one (token, head) output each). The row
@@ -816,7 +814,7 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     UbatchInfo ubg = ub;
     ubg.cell_state = kv_g.cells();
     ExecEnv eg{&ubg, &kv_g};
-    auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg);
+    auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg, 1, s.tuning);
     INFO(what << " kv " << kv_type_name(s.kt) << " hd " << hd << " heads " << nh << "/" << nkv << " window " << s.window << " sinks "
               << s.sinks << " mla " << s.mla << " batch " << step << " (" << nt << " tokens, n_kv " << ub.n_kv << ")");
     if (s.exact && nt <= 16) {
@@ -882,7 +880,7 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  const TensorCoreBatches tc_batches;
+  const GpuTuning tn = tensor_core_batches();
   const KvType kts[] = {KvType::F32, KvType::F16, KvType::Q8_0};
   const int64_t hds[] = {64, 128}, groups[] = {1, 4, 8}, Ts[] = {8, 33, 200};
   for (int ki = 0; ki < 3; ++ki)
@@ -891,6 +889,7 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
         for (int ti = 0; ti < 3; ++ti) {
           const int variant = (ki + hi + gi + ti) % 3;  // plain, sliding window, sinks: each cache type meets all three
           AttnSetup s;
+          s.tuning = tn;
           s.kt = kts[ki];
           s.hd = s.hd_v = hds[hi];
           s.n_head_kv = 2;
@@ -904,6 +903,7 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
         }
   for (KvType kt : kts) {  // GQA 2 (the conformance files' shape), first batches on an empty cache
     AttnSetup s;
+    s.tuning = tn;
     s.kt = kt;
     s.hd = s.hd_v = 64;
     s.n_head = 4;
@@ -913,6 +913,7 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
   }
   for (KvType kt : kts) {  // deeper cache: many cell tiles per block and per split
     AttnSetup s;
+    s.tuning = tn;
     s.kt = kt;
     s.hd = s.hd_v = 128;
     s.n_head = 16;
@@ -1212,35 +1213,33 @@ TEST_CASE("cuda op: the paths of older GPUs (sm_75, 99 KB sm_86) emulated on thi
     CHECK(p.tensor_cores == (emu.arch >= 80));
     CHECK_FALSE(p.pdl);
     CHECK(p.smem_optin <= emu.smem);
-    const TensorCoreBatches tc_batches;
     uint32_t seed = 1300;
     {
-      const BlasMinTokens int8_only(0);
-      dense_sweep(reg, *gpu, {16, 77}, 128, 203, seed);
+      const GpuTuning int8_only = tensor_core_batches(0);
+      dense_sweep(reg, *gpu, {16, 77}, 128, 203, seed, int8_only);
       for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::F16})
         for (int64_t N : {40, 512}) {
           INFO("type " << dtype_name(t) << " K=2048 M=768 N=" << N);
-          CHECK(dense_case(reg, *gpu, t, 2048, 768, N, seed));
+          CHECK(dense_case(reg, *gpu, t, 2048, 768, N, seed, 1e-4, int8_only));
           seed += 2;
         }
       for (DType t : kAllTypes) {
         const int64_t K = k_for(t, true), M = 200, E = 16, k = 4, T = 100;
         INFO("matmul_id type " << dtype_name(t));
-        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 1, random_ids(T, E, k, seed), seed));
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 1, random_ids(T, E, k, seed), seed, 1e-4, int8_only));
         seed += 2;
       }
       for (DType t : {DType::Q8_0, DType::Q4_K, DType::F16}) {
         INFO("matmul_heads type " << dtype_name(t));
-        CHECK(heads_case(reg, *gpu, t, 512, 256, 20, 100, seed));
+        CHECK(heads_case(reg, *gpu, t, 512, 256, 20, 100, seed, int8_only));
         seed += 2;
       }
     }
-    {
-      const BlasMinTokens blas(256);  // no tensor-core GEMM needed for cuBLAS
-      CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 130, 300, seed, 2e-3));
-    }
+    // No tensor-core GEMM needed for cuBLAS.
+    CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 130, 300, seed, 2e-3, tensor_core_batches(256)));
     for (KvType kt : {KvType::F16, KvType::Q8_0}) {
       AttnSetup s;
+      s.tuning = tensor_core_batches();
       s.kt = kt;
       s.hd = s.hd_v = 128;
       s.n_head = 8;
@@ -1251,9 +1250,51 @@ TEST_CASE("cuda op: the paths of older GPUs (sm_75, 99 KB sm_86) emulated on thi
     }
     {
       AttnSetup s = mla_setup(KvType::F16, 20);
+      s.tuning = tensor_core_batches();
       s.batches = {37, 50, 12, 1};
       attention_case(reg, *gpu, s, "MLA, emulated device");
     }
+  }
+#endif
+}
+
+// Hidden ([.]): per-op kernel time of decode steps of B sequences together (bench --parallel),
+// B = 4 and 16, each sequence after its own 128-token prompt.
+TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf (or MOE_PROFILE_MODEL)", "[.cuda-profile-par]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const char *env = std::getenv("MOE_PROFILE_MODEL");
+  const std::string path = env && *env ? env : "/tmp/q3.gguf";
+  if (!std::filesystem::exists(path)) { WARN(path << " missing: skipped"); return; }
+  auto model = Model::load(path, ModelLoadParams{});
+  for (int32_t B : {4, 16}) {
+    ContextParams cp;
+    cp.n_ctx = 4096;
+    cp.n_seq_max = static_cast<uint32_t>(B);
+    cp.device = "cuda";
+    cp.gpu_graphs = false;
+    auto ctx = Context::create(*model, cp);
+    for (int32_t s = 0; s < B; ++s) {
+      std::vector<BatchToken> prompt;
+      for (int32_t i = 0; i < 128; ++i) prompt.push_back({(i * 7919 + s * 131) % 1000 + 10, i, s, i == 127});
+      ctx->decode(prompt.data(), prompt.size());
+    }
+    auto step = [&](int k) {
+      std::vector<BatchToken> b;
+      for (int32_t s = 0; s < B; ++s) b.push_back({42 + k + s, 128 + k, s, true});
+      ctx->decode(b.data(), b.size());
+    };
+    step(0);  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 1; k <= 8; ++k) step(k);
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 8;
+    cuda_profile_enable(true);
+    for (int k = 9; k <= 16; ++k) step(k);
+    std::printf("---- %d sequences: %.2f ms per step eager wall (unprofiled); 8 profiled steps, per-op kernel time\n%s", B,
+                wall, cuda_profile_report(true).c_str());
+    cuda_profile_enable(false);
   }
 #endif
 }

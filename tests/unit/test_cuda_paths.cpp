@@ -42,6 +42,8 @@ TEST_CASE("cuda paths: chosen from the device and the architecture of its code",
     CHECK(p.tensor_cores == r.tc);
     CHECK(p.pdl == r.pdl);
     CHECK(p.smem_optin == 101376);
+    CHECK(cuda_use_pdl(true, p) == r.pdl);  // the executor's choice with GpuTuning::dependent_launch on
+    CHECK_FALSE(cuda_use_pdl(false, p));
   }
 }
 
@@ -88,6 +90,5 @@ TEST_CASE("cuda paths: the probe names the architecture of the code the device r
   // The default list has sm_80 code for every sm_8x device and sm_90 code (or PTX) from Hopper on.
   if (p.device_arch >= 80) CHECK(p.tensor_cores);
   if (p.device_arch >= 90) CHECK(p.pdl);
-  CHECK(cuda_pdl_active() == p.pdl);
 #endif
 }

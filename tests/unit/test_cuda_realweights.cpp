@@ -129,7 +129,7 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
     cp.n_threads = 2;
     cp.kv_type = KvType::F32;
     cp.device = mode.rfind("cpu", 0) == 0 ? "cpu" : "cuda";
-    cuda_fusion_enable(mode != "cuda-unfused");
+    cp.gpu_tuning.fusion = mode != "cuda-unfused";
     auto ctx = Context::create(*model, cp);
     std::vector<BatchToken> batch;
     for (int32_t i = 0; i < n_prompt; ++i) batch.push_back({prompt_ids[i], i, 0, i == n_prompt - 1});
@@ -145,7 +145,6 @@ TEST_CASE("cuda real weights: conformance tensors and model, CUDA vs CPU", "[cud
       ctx->decode(batch.data(), batch.size());
       take();
     }
-    cuda_fusion_enable(true);
     return steps;
   };
   auto max_abs = [](const std::vector<float> &a, const std::vector<float> &b) {

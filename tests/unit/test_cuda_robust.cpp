@@ -149,9 +149,9 @@ TEST_CASE("cuda planner: the reference-order attention scratch only for an F32 c
       const Graph &cg = cp->graph;
       Planned p;
       const CudaPaths paths = cuda_device_paths(0);
-      p.arena = plan_memory(cp->graph, [&](int id) { return cuda_work_size(cg, id, paths); }).arena_bytes[0];
+      p.arena = plan_memory(cp->graph, [&](int id) { return cuda_work_size(cg, id, GpuTuning{}, paths); }).arena_bytes[0];
       for (int id = 0; id < static_cast<int>(cg.nodes().size()); ++id)
-        if (cg.node(id).op == Op::Attention) p.attn_work.push_back(cuda_work_size(cg, id, paths));
+        if (cg.node(id).op == Op::Attention) p.attn_work.push_back(cuda_work_size(cg, id, GpuTuning{}, paths));
       return p;
     };
     const Planned f32 = plan(KvType::F32, false), f16 = plan(KvType::F16, false), q8 = plan(KvType::Q8_0, false),

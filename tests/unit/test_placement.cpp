@@ -115,7 +115,7 @@ TEST_CASE("placement compiler: values cross devices only through Transfer nodes;
   bind_plan(*plan, bases, [](const Node &n) { return const_cast<uint8_t *>(n.weight->data); });
   const Node &xin = g.node(g.find_input("x"));
   std::memcpy(xin.data, t->x.data(), t->x.size() * 4);
-  auto e0 = a->make_executor(1), e1 = b->make_executor(1);
+  auto e0 = a->make_executor(1, GpuTuning{}), e1 = b->make_executor(1, GpuTuning{});
   ExecEnv env;
   for (const Segment &s : plan->segments) (s.device == 0 ? e0 : e1)->run(g, s.begin, s.end, env);
   const float *got = static_cast<const float *>(g.node(g.find_output("out")).data);

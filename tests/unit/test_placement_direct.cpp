@@ -75,7 +75,7 @@ std::vector<float> run_placed(CompiledPlan &plan, const CompileOptions &o, const
     arenas.push_back(o.devices[d]->alloc(plan.arena_bytes[d] + 64, "test"));
     arenas.back()->clear();
     bases[d] = arenas.back()->data();
-    ex.push_back(o.devices[d]->make_executor(2));
+    ex.push_back(o.devices[d]->make_executor(2, o.gpu_tuning));
   }
   bind_plan(plan, bases, [](const Node &n) { return const_cast<uint8_t *>(n.weight->data); });
   const Graph &g = plan.graph;

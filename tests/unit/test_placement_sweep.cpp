@@ -164,10 +164,6 @@ void sweep(bool all_models) {
     ref_mp.devices = {"cpu"};
     auto ref_model = Model::load(path, ref_mp);
     const int L = static_cast<int>(ref_model->hparams().n_layer);
-    if (gpu && ref_model->hparams().ssm_d_state) {  // the CPU twin covers them; cuda0 cannot hold their layers yet
-      WARN(path << ": skipped on CUDA: recurrent (gated DeltaNet) layers have no GPU kernels yet");
-      continue;
-    }
     std::vector<int32_t> pr = prompt;
     for (int32_t &t : pr) t %= ref_model->n_vocab();
     const Run ref = greedy(*ref_model, pr, 8, "cpu");

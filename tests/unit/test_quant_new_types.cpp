@@ -1,7 +1,7 @@
 // Q4_1, Q5_0, Q5_1 and the i-quants: dequantization (and, where we reproduce the reference
 // quantizer, quantization) against numbers the reference engine produced
 // (tests/data/quant_reference/, README.md there says how), and the CPU dot kernels on every
-// ISA this machine runs against a float64 reference.
+// ISA this machine runs against a float64 reference and against the scalar kernels.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/vec_dot.h"
+#include "backends/cpu/kernels/vec_dot_impl.h"
 #include "core/fp16.h"
 #include "engine/engine.h"
 #include "gguf/gguf_reader.h"
@@ -54,11 +55,12 @@ struct SplitMix {
   }
 };
 
-std::vector<uint8_t> generated_blocks(const NewType &t) {
+// nblocks blocks of random bytes (every code, index and sign bit) with finite f16 scales.
+std::vector<uint8_t> random_blocks(const NewType &t, int nblocks, uint64_t seed) {
   const size_t bytes = type_traits(t.type).type_size;
-  std::vector<uint8_t> data(bytes * static_cast<size_t>(t.blocks));
-  SplitMix rng{0x5eed0000ULL + static_cast<uint32_t>(t.type)};
-  for (int b = 0; b < t.blocks; ++b) {
+  std::vector<uint8_t> data(bytes * static_cast<size_t>(nblocks));
+  SplitMix rng{seed};
+  for (int b = 0; b < nblocks; ++b) {
     uint8_t *p = data.data() + b * bytes;
     for (size_t k = 0; k < bytes; ++k) p[k] = static_cast<uint8_t>(rng.next() & 0xFF);
     for (int off : t.halves) {
@@ -74,6 +76,11 @@ std::vector<uint8_t> generated_blocks(const NewType &t) {
     }
   }
   return data;
+}
+
+// The blocks the reference numbers were made from.
+std::vector<uint8_t> generated_blocks(const NewType &t) {
+  return random_blocks(t, t.blocks, 0x5eed0000ULL + static_cast<uint32_t>(t.type));
 }
 
 // Quantizer input: values in [-1, 1), every 7th 32-group zero, another 1/64 scaled.
@@ -255,6 +262,76 @@ TEST_CASE("new weight types: dot products match a float64 reference on every ISA
       std::vector<uint8_t> q(row_size(t.type, n));
       quantize_row(t.type, w.data(), q.data(), n);
       check_dot(t.type, q, a, n);
+    }
+  }
+}
+
+namespace {
+
+// One ISA's kernel table for the new types, read from its own file (not through dispatch).
+struct IsaTable {
+  CpuIsa isa;
+  VecDotFn (*kernel)(DType);
+  const char *needs;
+};
+
+bool cpu_runs(CpuIsa isa) {
+  const CpuIsa best = detect_cpu_isa();
+  switch (isa) {
+    case CpuIsa::Avx2: return best == CpuIsa::Avx2 || best == CpuIsa::Avx512;
+    case CpuIsa::Avx512: return best == CpuIsa::Avx512;
+    case CpuIsa::Neon: return best == CpuIsa::Neon;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("new weight types: each ISA's kernels, called directly, agree with scalar on random blocks", "[quant][newtypes][cpu][isa]") {
+  IsaGuard guard;
+  const IsaTable tables[] = {{CpuIsa::Avx2, vec_dot_extra_kernel_avx2, "an x86-64 build and AVX2/FMA/F16C/BMI2"},
+                             {CpuIsa::Avx512, vec_dot_extra_kernel_avx512, "an x86-64 build and AVX-512 F/BW/VL/DQ + VNNI"},
+                             {CpuIsa::Neon, vec_dot_extra_kernel_neon, "an AArch64 build"}};
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0, 1);
+  for (const IsaTable &table : tables) {
+    const char *isa = cpu_isa_name(table.isa);
+    if (!cpu_runs(table.isa)) {
+      WARN(isa << " dot kernels for the new types not run: they need " << table.needs);
+      continue;
+    }
+    set_cpu_isa(table.isa);
+    REQUIRE(active_cpu_isa() == table.isa);
+    for (const NewType &t : kNewTypes) {
+      const VecDotFn got_fn = table.kernel(t.type), want_fn = vec_dot_extra_kernel_scalar(t.type);
+      INFO(isa << " " << dtype_name(t.type));
+      REQUIRE(got_fn != nullptr);
+      CHECK(cpu_type_kernels(t.type).vec_dot == got_fn);  // and dispatch hands out this kernel
+      const int bs = static_cast<int>(type_traits(t.type).block_size);
+      const DType at = type_traits(t.type).vec_dot_type;
+      // The 1-3 bit i-quants share iq_dot's float steps over exact integer sums: same bits.
+      const bool exact = bs == QK_K && t.type != DType::IQ4_XS;
+      for (int nblk : {1, 2, 3, 5, 8, 33}) {
+        const int n = nblk * bs;
+        const std::vector<uint8_t> w = random_blocks(t, nblk, 0xB10C0000ULL + 131 * static_cast<uint64_t>(t.type) + nblk);
+        std::vector<float> x(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i) x[static_cast<size_t>(i)] = (i % 61 == 0 ? 20.0f : 1.0f) * nd(rng);
+        std::vector<uint8_t> xq(row_size(at, n));
+        quantize_row(at, x.data(), xq.data(), n);
+        float want = -1.0f, got = -2.0f;
+        want_fn(n, &want, w.data(), xq.data());
+        got_fn(n, &got, w.data(), xq.data());
+        // Otherwise both are float sums of the same exact block integers in different orders.
+        std::vector<float> wd(static_cast<size_t>(n)), xd(static_cast<size_t>(n));
+        dequantize_row(t.type, w.data(), wd.data(), n);
+        dequantize_row(at, xq.data(), xd.data(), n);
+        double abs_sum = 0;
+        for (int i = 0; i < n; ++i) abs_sum += std::fabs(static_cast<double>(wd[static_cast<size_t>(i)]) * xd[static_cast<size_t>(i)]);
+        const double tol = 2 * (1e-6 + 4e-7 * std::sqrt(n) * abs_sum + 1e-7 * abs_sum);
+        INFO("n=" << n << " scalar=" << want << " got=" << got << " tol=" << tol);
+        if (exact) CHECK(std::memcmp(&got, &want, 4) == 0);
+        else CHECK(std::fabs(static_cast<double>(got) - want) <= tol);
+      }
     }
   }
 }

@@ -292,7 +292,9 @@ TEST_CASE("synth: keys and tensor names are those of the real conformance files"
                         {"medium", "qwen3moe-f16.gguf", true},      {"glm-4.7-flash", "deepseek2-f16.gguf", false},
                         {"deepseek-v2-lite", "deepseek2-f16.gguf", false}, {"gpt-oss-20b", "gpt-oss-f16.gguf", true},
                         {"small", "qwen3moe-f16.gguf", true}, {"tiny-deepseek2", "deepseek2-f16.gguf", true},
-                        {"tiny-gpt-oss", "gpt-oss-f16.gguf", true}};
+                        {"tiny-gpt-oss", "gpt-oss-f16.gguf", true}, {"tiny-qwen3next", "qwen3next-f16.gguf", true},
+                        {"qwen3-next-80b-a3b", "qwen3next-f16.gguf", true}, {"tiny-qwen35moe", "qwen35moe-f16.gguf", true},
+                        {"qwen3.5-35b-a3b", "qwen35moe-f16.gguf", true}};
   for (const auto &pr : pairs) {
     INFO(pr.preset << " vs " << pr.file);
     std::unique_ptr<GgufFile> f;

@@ -136,7 +136,7 @@ static double run(const Cfg &c, uint32_t seed) {
   if (c.mla) {  // n_sm chosen so that the launcher picks c.n_split splits
     std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hdv + 2), NAN);
     const int blocks = (c.T * c.group + 63) / 64;
-    if (!attn_mla_launch(nullptr, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
+    if (!attn_mla_launch(LaunchStream{}, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
   } else if (c.split_dec) {  // the generic decode split kernel, merged by its last blocks (n_split = 1) or by a combine launch
     std::vector<unsigned> sync(kCudaSyncSlots, 0);
     ub.sync = sync.data();
@@ -151,7 +151,7 @@ static double run(const Cfg &c, uint32_t seed) {
     ub.sync = c.n_split == 1 ? sync.data() : nullptr;  // no counters: partials, then attn_combine_kernel
     std::vector<float> part(attn_decode_work_size(c.T, n_head, hd) / 4, NAN);
     for (int rep = 0; rep < 2; ++rep) {
-      attn_decode_launch(nullptr, tq, to, a, ub, part.data());
+      attn_decode_launch(LaunchStream{}, tq, to, a, ub, part.data(), GpuTuning{});
       for (unsigned v : sync)
         if (v != 0) return 1e30;
     }
@@ -160,7 +160,7 @@ static double run(const Cfg &c, uint32_t seed) {
     AttnTiledLaunch l{tq, to, a, ub, c.T, c.nkvh, c.n_split, part.data(), nullptr};
     if (c.mma) attn_tiled_mma_launch(l);
     else attn_tiled_fma_launch(l);
-    if (c.n_split > 1) attn_combine_launch(to, a, part.data(), c.T, n_head, c.n_split, nullptr);
+    if (c.n_split > 1) attn_combine_launch(to, a, part.data(), c.T, n_head, c.n_split, LaunchStream{});
   }
   double worst = 0;
   for (size_t r = 0; r < out.size(); r += hdv) {

@@ -57,7 +57,7 @@ l1 = a.index('\n}\n', l0) + 3
 split_launch = (
     'void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge) {\n'
     '  launch_pdl(attn_split_kernel, dim3(n_head, T, kSplit), dim3(kThreads), 0, nullptr, q, out, a, ub, part, merge);\n'
-    '  if (!merge) attn_combine_launch(out, a, part, T, n_head, kSplit, nullptr);\n'
+    '  if (!merge) attn_combine_launch(out, a, part, T, n_head, kSplit, LaunchStream{});\n'
     '}\n'
     'int emu_split_count() { return kSplit; }\n')
 write('comb_emu.cpp', '#include "backends/cuda/ops/attention.cuh"\n#include "backends/cuda/ops/kv_store.cuh"\n'

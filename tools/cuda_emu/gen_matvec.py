@@ -42,22 +42,22 @@ else:
 void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const EmuMv &m) {
   const MvArgs a = to_args(m);
   if (down || a.mode == kModeGateUp) {  // the expert products pick their own grid and blocks (launch_expert)
-    if (!launch_expert(t, down, nullptr, a)) std::printf("launch_expert: shared memory does not fit\\n");
+    if (!launch_expert(t, down, LaunchStream{}, a)) std::printf("launch_expert: shared memory does not fit\\n");
     return;
   }
   const MvShape sh = groups ? MvShape{groups, smem_bytes(t, a.K, 1, false, groups)}
                             : block_groups(t, int64_t(gx) * gy, n_sm, smem_bytes(t, a.K, 1, false), smem_bytes(t, a.K, 1, false, 2));
-  launch(t, dim3(gx, gy), sh, nullptr, a);
+  launch(t, dim3(gx, gy), sh, LaunchStream{}, a);
 }
 bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
   MvSeg sg[kMaxFusedMatVecs];
   for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].M, segs[i].type, segs[i].mode};
-  return launch_group(to_args(base), sg, n, n_sm, nullptr);
+  return launch_group(to_args(base), sg, n, n_sm, true, LaunchStream{});  // lean groups: the default
 }
 // A final output in CUDA's own order (matvec_rows8_kernel<T, false>); false: not such a type.
 bool launch_own(DType t, unsigned gx, unsigned gy, const EmuMv &m) {
   const MvArgs a = to_args(m);
-  return launch_own_order(t, dim3(gx, gy), smem_bytes(t, a.K, 1, false), nullptr, a);
+  return launch_own_order(t, dim3(gx, gy), smem_bytes(t, a.K, 1, false), LaunchStream{}, a);
 }
 // Out-proj + residual (launch_rows' choice of mode and blocks for n_sm) or down + combine
 // [+ residual] with a norm tail; false: the launch did not fit.
@@ -66,11 +66,11 @@ bool launch_tail(DType t, bool down, int n_sm, const EmuMv &m, const EmuTail &et
   const RowTail tail{et.sync, et.w, et.out, et.eps, row_threads(a.M)};
   if (down) {  // (only the 16-warp down kernel takes a tail)
     bool done = false;
-    return launch_expert(t, true, nullptr, a, tail, &done) && (done || !et.sync);
+    return launch_expert(t, true, LaunchStream{}, a, tail, &done) && (done || !et.sync);
   }
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
-  launch_rows(nullptr, n_sm, t, smem, a, false, tail);
+  launch_rows(LaunchStream{}, n_sm, t, smem, a, false, tail);
   return true;
 }
 '''

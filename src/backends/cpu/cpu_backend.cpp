@@ -90,6 +90,8 @@ public:
   void upload(size_t off, const void *src, size_t n) override { std::memcpy(static_cast<uint8_t *>(p_) + off, src, n); }
   void download(size_t off, void *dst, size_t n) const override { std::memcpy(dst, static_cast<const uint8_t *>(p_) + off, n); }
   void clear() override { std::memset(p_, 0, size_); }
+  void clear_range(size_t off, size_t n) override { std::memset(static_cast<uint8_t *>(p_) + off, 0, n); }
+  void copy_within(size_t dst, size_t src, size_t n) override { std::memcpy(static_cast<uint8_t *>(p_) + dst, static_cast<uint8_t *>(p_) + src, n); }
 
 private:
   void *p_ = nullptr;
@@ -227,8 +229,8 @@ public:
   bool host_memory() const override { return true; }
   std::unique_ptr<DeviceBuffer> alloc(size_t bytes, const char *purpose) override { return std::make_unique<HostBuffer>(bytes, purpose); }
   std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override { return std::make_unique<HostBuffer>(bytes, "mapped host memory"); }
-  size_t work_size(const Graph &g, int node, int n_threads) const override { return cpu_work_size(g, node, n_threads); }
-  std::unique_ptr<Executor> make_executor(int n_threads) override { return std::make_unique<CpuExecutor>(n_threads); }
+  size_t work_size(const Graph &g, int node, int n_threads, const GpuTuning &) const override { return cpu_work_size(g, node, n_threads); }
+  std::unique_ptr<Executor> make_executor(int n_threads, const GpuTuning &) override { return std::make_unique<CpuExecutor>(n_threads); }
   double read_bandwidth() override { return cpu_read_bandwidth(); }
 
 private:

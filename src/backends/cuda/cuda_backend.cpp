@@ -89,12 +89,6 @@ CudaPaths cuda_current_paths() {
   return cuda_device_paths(dev);
 }
 
-// Programmatic dependent launch needs sm_90 code on the device (pdl_wait compiles to nothing
-// in older code: with the attribute set, that would race).
-static std::atomic<bool> g_pdl{true};
-void cuda_pdl_enable(bool on) { g_pdl.store(on); }
-bool cuda_pdl_active() { return g_pdl.load(std::memory_order_relaxed) && cuda_current_paths().pdl; }
-
 void cuda_sync_stream(cudaStream_t s, SyncWhy why) {
   g_sync_count.fetch_add(1);
   g_sync_by[static_cast<int>(why)].fetch_add(1);
@@ -137,6 +131,11 @@ public:
   void upload(size_t off, const void *src, size_t n) override { be_.upload_async(static_cast<uint8_t *>(p_) + off, src, n); }
   void download(size_t off, void *dst, size_t n) const override { be_.download(dst, static_cast<const uint8_t *>(p_) + off, n); }
   void clear() override { be_.memset_async(p_, 0, size_); }
+  void clear_range(size_t off, size_t n) override { be_.memset_async(static_cast<uint8_t *>(p_) + off, 0, n); }
+  void copy_within(size_t dst, size_t src, size_t n) override {
+    be_.set_current();
+    MOE_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t *>(p_) + dst, static_cast<uint8_t *>(p_) + src, n, cudaMemcpyDeviceToDevice, be_.stream()));
+  }
 
 private:
   CudaBackend &be_;
@@ -162,6 +161,8 @@ public:
   void upload(size_t off, const void *src, size_t n) override { std::memcpy(static_cast<uint8_t *>(host_) + off, src, n); }
   void download(size_t off, void *dst, size_t n) const override { std::memcpy(dst, static_cast<const uint8_t *>(host_) + off, n); }
   void clear() override { std::memset(host_, 0, size_); }
+  void clear_range(size_t off, size_t n) override { std::memset(static_cast<uint8_t *>(host_) + off, 0, n); }
+  void copy_within(size_t dst, size_t src, size_t n) override { std::memcpy(static_cast<uint8_t *>(host_) + dst, static_cast<uint8_t *>(host_) + src, n); }
 
 private:
   void *host_ = nullptr, *dev_ = nullptr;
@@ -327,10 +328,12 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes, const char *purpo
   return std::make_unique<CudaBuffer>(*this, bytes, purpose);
 }
 
-size_t CudaBackend::work_size(const Graph &g, int node, int) const { return cuda_work_size(g, node, paths_); }
+size_t CudaBackend::work_size(const Graph &g, int node, int, const GpuTuning &tuning) const {
+  return cuda_work_size(g, node, tuning, paths_);
+}
 
-std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be);
-std::unique_ptr<Executor> CudaBackend::make_executor(int) { return make_cuda_executor(*this); }
+std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning);
+std::unique_ptr<Executor> CudaBackend::make_executor(int, const GpuTuning &tuning) { return make_cuda_executor(*this, tuning); }
 
 void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out) {
   int n = 0;

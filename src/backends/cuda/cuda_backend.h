@@ -22,8 +22,8 @@ public:
   std::unique_ptr<DeviceBuffer> alloc_mapped_host(size_t bytes) override;
   std::unique_ptr<HostRegistration> register_host(void *p, size_t bytes) override;
   void rename(const std::string &name) { info_.name = name; }  // the test twin of a device
-  size_t work_size(const Graph &g, int node, int n_threads) const override;
-  std::unique_ptr<Executor> make_executor(int n_threads) override;
+  size_t work_size(const Graph &g, int node, int n_threads, const GpuTuning &tuning) const override;
+  std::unique_ptr<Executor> make_executor(int n_threads, const GpuTuning &tuning) override;
   double read_bandwidth() override;  // ops/read_bandwidth.cu
 
   int device() const { return device_; }

@@ -30,10 +30,14 @@ uint64_t cuda_launch_count();  // process-wide total of kernel launches (capture
     MOE_CUDA_CHECK(cudaPeekAtLastError());         \
   } while (0)
 
-// Programmatic dependent launch (ops/pdl.cuh): process-wide switch for benchmarks and
-// debugging, on by default; active only on sm_90 or newer.
-void cuda_pdl_enable(bool on);
-bool cuda_pdl_active();
+// The stream a launcher enqueues on, and whether launch_pdl (ops/pdl.cuh) may use programmatic
+// dependent launch there: the executor's choice (GpuTuning::dependent_launch where the device
+// runs sm_90 code, CudaPaths::pdl). Converts to the plain stream for every other CUDA call.
+struct LaunchStream {
+  cudaStream_t stream = nullptr;
+  bool pdl = false;
+  operator cudaStream_t() const { return stream; }
+};
 
 // Every host-blocking wait of the backend goes through here, so tests can count them
 // (a decode step must perform at most one: the logits copy).
@@ -46,7 +50,9 @@ uint64_t cuda_sync_count();  // process-wide total, for tests
 uint64_t cuda_sync_count(SyncWhy why);  // of one kind
 
 // Per-node timing of eager (non-graph) passes with CUDA events, for tests and benchmarks:
-// off by default; the report lists time per op kind and weight type, largest first.
+// off by default; the report lists time per op kind and weight type, largest first. A
+// process-wide diagnostic, not a tuning option: it changes no kernel or plan, only adds
+// events (and a wait per pass) to eager passes, and its table sums every context's.
 void cuda_profile_enable(bool on);
 std::string cuda_profile_report(bool reset);
 

@@ -67,7 +67,7 @@ struct CachedFusion {
   FusionPlan plan;
 };
 
-uint64_t fusion_signature(const Graph &g) {
+uint64_t fusion_signature(const Graph &g) {  // (the norm tails mask is the executor's, fixed)
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (const Node &n : g.nodes()) {
@@ -79,16 +79,17 @@ uint64_t fusion_signature(const Graph &g) {
     mix(static_cast<uint64_t>(n.ne[0]) ^ (static_cast<uint64_t>(n.ne[1]) << 32));
   }
   for (int o : g.outputs()) mix(static_cast<uint64_t>(o));
-  mix(cuda_fusion_norm_tails());  // the plan depends on the switch
   return h;
 }
 
 class CudaExecutor final : public Executor {
 public:
-  explicit CudaExecutor(CudaBackend &be) : be_(be) {
+  CudaExecutor(CudaBackend &be, const GpuTuning &tuning)
+      : be_(be), tuning_(tuning), pdl_(cuda_use_pdl(tuning.dependent_launch, be.paths())) {
     be_.set_current();
     errors_.allocate(be_.stream());  // here, not in a decode: one small allocation per context
-    if (cuda_blas_wanted()) blas_ = cuda_blas_create(be_.stream());  // null without cuBLAS: prompts stay on the int8 MMQ
+    // No handle where the options never use cuBLAS; null without cuBLAS: prompts stay on the int8 MMQ.
+    if (tuning_.blas_min_tokens > 0) blas_ = cuda_blas_create(be_.stream());
   }
   ~CudaExecutor() override {
     (void)cudaSetDevice(be_.device());
@@ -222,7 +223,6 @@ public:
 
 private:
   void start_pass(const Graph &g, int begin, const ExecEnv &env) {
-    fusion_on_ = cuda_fusion_enabled();
     fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
     carried_ = -1;
     st_ = nullptr;      // set below, once the lookup (an allocation) succeeded
@@ -286,8 +286,6 @@ private:
     mix(reinterpret_cast<uintptr_t>(ub_dev_));
     mix(reinterpret_cast<uintptr_t>(sync_dev_));
     mix(reinterpret_cast<uintptr_t>(kv_));
-    mix(fusion_on_);  // a captured graph holds one choice of fused / unfused kernels
-    mix(cuda_fusion_norm_tails());
     for (const Seg &s : segs)
       for (int i = s.begin; i < s.end; ++i) {
         const Node &n = g.node(i);
@@ -301,7 +299,7 @@ private:
     CachedFusion &cf = fusion_plans_[&g];
     const uint64_t sig = fusion_signature(g);
     if (cf.n_nodes != g.nodes().size() || cf.signature != sig) {
-      cf.plan = plan_fusion(g);
+      cf.plan = plan_fusion(g, tuning_.norm_tails);
       cf.n_nodes = g.nodes().size();
       cf.signature = sig;
     }
@@ -324,7 +322,7 @@ private:
 
   void launch(const Graph &g, int begin, int end) {
     const bool prof = g_profile.load() && mode_ == Mode::Eager;
-    if (fusion_on_ && !fusion_) fusion_ = &fusion_plan(g);
+    if (tuning_.fusion && !fusion_) fusion_ = &fusion_plan(g);
     const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end, carried_) ? fusion_ : nullptr;
     carried_ = -1;
     for (int i = begin; i < end; ++i) {
@@ -333,18 +331,20 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
-        CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_, be_.paths()};
+        CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
         if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
-      CudaOpCtx c{be_.stream(), g, n, ub_, kv_, be_.n_sm(), blas_, be_.paths()};
+      CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
     }
   }
+
+  LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_}; }
 
   // Runs fn between two recorded events (eager profiling).
   template <typename Fn> void timed(cudaStream_t s, std::string label, Fn &&fn) {
@@ -393,6 +393,7 @@ private:
   // buffer the kernels read; grows the buffer only when a larger batch or cache first appears.
   void upload_ubatch(const ExecEnv &env, const Graph &g) {
     ub_.rope = nullptr;
+    ub_.rs = nullptr;
     if (!env.ub) return;
     const UbatchInfo &u = *env.ub;
     const size_t T = static_cast<size_t>(u.n_tokens);
@@ -402,8 +403,10 @@ private:
     const std::vector<RopeParams> ropes = u.pos && T ? rope_configs(g) : std::vector<RopeParams>{};
     size_t rope_bytes = 0;
     for (const RopeParams &p : ropes) rope_bytes += align(T * static_cast<size_t>(cuda_rope_table_stride(p)) * 4);
-    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables
-    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes;
+    const bool recurrent = env.kv && env.kv->has_recurrent() && u.seq && T;
+    const size_t rs_bytes = recurrent ? align((1 + 3 * std::min<size_t>(T, 64)) * 4) : 0;
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables | recurrent table
+    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes + rs_bytes;
     if (need > ub_cap_) {
       host_.resize(need);  // first: a throw leaves the old buffer and capacity in use
       void *grown = cuda_malloc_checked(need, "the ubatch tables");
@@ -438,11 +441,31 @@ private:
       rope_.tables.push_back({p, reinterpret_cast<const float *>(d + o)});
       o += align(T * stride * 4);
     }
+    // The recurrent table (DevUbatch::rs): copies as KvCache chose them for this ubatch.
+    const size_t o_rs = o;
+    ub_.rs = nullptr;
+    if (recurrent) {
+      auto *rs = reinterpret_cast<int32_t *>(h + o_rs);
+      uint64_t seen = 0;
+      int32_t n_seq = 0;
+      for (size_t t = 0; t < T; ++t) {
+        const int32_t q = u.seq[t];
+        if (q < 0 || q >= 64 || (seen >> q & 1)) continue;
+        seen |= 1ull << q;
+        rs[1 + 3 * n_seq] = q;
+        rs[2 + 3 * n_seq] = env.kv->recurrent_src_copy(q);
+        rs[3 + 3 * n_seq] = env.kv->recurrent_dst_copy(q);
+        ++n_seq;
+      }
+      rs[0] = n_seq;
+      ub_.rs = reinterpret_cast<const int32_t *>(d + o_rs);
+    }
     // Copies: the bit sets and cell positions for the cells in use, the per-token part, the tables.
     be_.upload_async(d, h, C * 8);
     be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
     be_.upload_async(d + o_nkv, h + o_nkv, 4);
     if (rope_bytes) be_.upload_async(d + o_rope, h + o_rope, rope_bytes);
+    if (rs_bytes) be_.upload_async(d + o_rs, h + o_rs, rs_bytes);
     ub_.seq = nullptr;
     ub_.cell_seq = reinterpret_cast<const unsigned long long *>(d + o_seqbits);
     ub_.cells = reinterpret_cast<const int32_t *>(d + o_cells);
@@ -454,6 +477,8 @@ private:
   }
 
   CudaBackend &be_;
+  const GpuTuning tuning_;  // the context's options; its plans were sized with the same
+  const bool pdl_;          // launches use programmatic dependent launch
   CudaKernelErrors errors_;
   bool graphs_ = true;
   bool pass_open_ = false;
@@ -463,7 +488,6 @@ private:
   GraphState *st_ = nullptr;
   std::map<std::pair<const Graph *, int>, GraphState> states_;  // (graph, first node of the stretch)
   std::map<const Graph *, CachedFusion> fusion_plans_;
-  bool fusion_on_ = false;              // this pass fuses (cuda_fusion_enabled() at its start)
   const FusionPlan *fusion_ = nullptr;  // this pass's plan, once looked up
   KvCache *kv_ = nullptr;
   void *ub_dev_ = nullptr;
@@ -505,6 +529,6 @@ std::string cuda_profile_report(bool reset) {
   return out;
 }
 
-std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be) { return std::make_unique<CudaExecutor>(be); }
+std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning) { return std::make_unique<CudaExecutor>(be, tuning); }
 
 }  // namespace moe

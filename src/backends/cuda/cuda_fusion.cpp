@@ -2,19 +2,16 @@
 #include "backends/cuda/cuda_fusion.h"
 
 #include <algorithm>
-#include <atomic>
 
 namespace moe {
 
 namespace {
 
-std::atomic<bool> g_fusion{true};
-// Norm tails are off by default: measured on the H200 (2026-11-30, Qwen3-30B-A3B Q4_K_M, graphs
+// Norm tails are off by default (GpuTuning::norm_tails): measured on the H200 (2026-11-30, Qwen3-30B-A3B Q4_K_M, graphs
 // on), tg128 278.5 t/s without, 275.9 with the down tail, 268.2 with the out-proj tail, 266.4
 // with both: the last-block tail adds ~3 us (down) / ~5 us (out-proj) to its launch, more than
-// the row-chain launch it removes costs inside a PDL graph. Kept as a switch (bench
+// the row-chain launch it removes costs inside a PDL graph. Kept as an option (bench
 // --norm-tails) for the next attempt at a cheaper tail.
-std::atomic<unsigned> g_norm_tails{0};
 
 // The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
 // those kinds are planned (0: never, e.g. to measure without them).
@@ -32,7 +29,7 @@ struct Range {
 
 class Matcher {
 public:
-  explicit Matcher(const Graph &g) : g_(g), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
+  Matcher(const Graph &g, unsigned norm_tails) : g_(g), norm_tails_(norm_tails), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
                                      output_(static_cast<size_t>(n_), false) {
     for (const Node &nd : g.nodes())
       for (int s : nd.src)
@@ -285,7 +282,7 @@ private:
   // layer's attention norm, the output norm), not on another device.
   void add_norm_tail(FusedGroup &grp) const {
     const unsigned kind = grp.kind == FusedKind::DownCombine ? kNormTailDown : grp.kind == FusedKind::MatMulAdd ? kNormTailMatMul : 0;
-    if (!MOE_CUDA_FUSED_MATVEC || (g_norm_tails.load() & kind) == 0) return;
+    if (!MOE_CUDA_FUSED_MATVEC || (norm_tails_ & kind) == 0) return;
     const int y = grp.last_member(), r = next(y);
     if (r < 0 || nd(r).op != Op::RmsNorm || nd(r).src[0] != y || nd(r).device != nd(y).device || !private_to_group(r)) return;
     const int m = next(r);
@@ -464,6 +461,7 @@ private:
   }
 
   const Graph &g_;
+  unsigned norm_tails_;  // kNormTail* mask
   int n_;
   std::vector<int> uses_;
   std::vector<bool> output_;
@@ -471,13 +469,9 @@ private:
 
 }  // namespace
 
-void cuda_fusion_enable(bool on) { g_fusion.store(on); }
-bool cuda_fusion_enabled() { return g_fusion.load(); }
-void cuda_fusion_set_norm_tails(unsigned kinds) { g_norm_tails.store(kinds & kNormTailsAll); }
-unsigned cuda_fusion_norm_tails() { return g_norm_tails.load(); }
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
-FusionPlan plan_fusion(const Graph &g) { return Matcher(g).run(); }
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) { return Matcher(g, norm_tails & kNormTailsAll).run(); }
 
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members) {
   std::vector<std::vector<int>> chains;

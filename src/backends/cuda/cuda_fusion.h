@@ -2,7 +2,7 @@
 // (Leaf/View nodes between them do not run) that one fused launch computes. The IR and the
 // CPU backend are untouched: fusion is a CUDA-side decision made per compiled graph.
 //
-//   FusionPlan p = plan_fusion(g);           // once per graph (the executor caches it)
+//   FusionPlan p = plan_fusion(g, tuning.norm_tails);  // once per graph (the executor caches it)
 //   int k = p.group_of[i];                   // node i belongs to group k (or -1)
 //   if (i == p.groups[k].last) cuda_run_group(p.groups[k], ctx);  // members before it are skipped
 //
@@ -61,24 +61,18 @@ struct FusionPlan {
   std::vector<int> group_of;   // per node: the group whose range holds it, or -1
 };
 
-// Process-wide switch (tests compare fused and unfused runs); on by default. The executor
-// reads it once per pass.
-void cuda_fusion_enable(bool on);
-bool cuda_fusion_enabled();
-// Process-wide switch for norm tails (FusedGroup::norm_tail), a mask of the producer kinds that
-// take them (default: none, measured slower on 2026-11-30: cuda_fusion.cpp); a kind left out
-// plans those norms as before (a row chain, or inside the router). Part of the executor's plan
-// cache key.
+// Whether an executor fuses at all is GpuTuning::fusion (tests compare fused and unfused runs).
+// Norm tails (FusedGroup::norm_tail) are planned for the producer kinds in the mask
+// GpuTuning::norm_tails (default: none, measured slower on 2026-11-30: cuda_fusion.cpp); a kind
+// left out plans those norms as before (a row chain, or inside the router).
 constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm
 constexpr unsigned kNormTailMatMul = 2;  // MatMulAdd: the ffn norm after out-proj + residual
 constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
-void cuda_fusion_set_norm_tails(unsigned kinds);
-unsigned cuda_fusion_norm_tails();
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
 
-FusionPlan plan_fusion(const Graph &g);
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail*
 
 // The chains of a RowChains group: each chain lists member ids; a chain's first node reads
 // its input (src0) from outside the group, every later node reads the previous one.

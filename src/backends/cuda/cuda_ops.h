@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_paths.h"
+#include "core/gpu_tuning.h"
 #include "graph/ir.h"
 
 namespace moe {
@@ -32,6 +33,10 @@ struct DevUbatch {
   unsigned *sync = nullptr;
   // kKernelErrorWords words where kernels report bad indices (ops/kernel_error.cuh); null: none.
   unsigned *err = nullptr;
+  // Recurrent layers (KvCache::recurrent_src/dst): the ubatch's distinct sequences in order of
+  // first appearance, each with the state copies its kernels read and write: rs[0] = count,
+  // then per sequence {seq, src copy, dst copy}. Null when the cache has no recurrent layer.
+  const int32_t *rs = nullptr;
   // Host side (never read by kernels): the ubatch's RoPE tables, see cuda_rope_table.
   const CudaRopeTables *rope = nullptr;
 };
@@ -51,28 +56,30 @@ bool rope_params_equal(const RopeParams &a, const RopeParams &b);
 const float *cuda_rope_table(const DevUbatch &ub, const RopeParams &p, int64_t T);
 
 struct CudaOpCtx {
-  cudaStream_t stream;
+  LaunchStream stream;       // the executor's stream (and whether its launches use PDL)
   const Graph &g;
   const Node &n;
   DevUbatch ub;
   KvCache *kv;
   int n_sm;
-  void *blas = nullptr;  // the executor's cuBLAS handle (cuda_blas.h); null: none
-  CudaPaths paths{};     // the device's kernel paths (CudaBackend::paths); default: no tensor cores, no PDL
+  const GpuTuning &tuning;   // the executor's (the context's) options; the plan was sized with them
+  void *blas = nullptr;      // the executor's cuBLAS handle (cuda_blas.h); null: none
+  CudaPaths paths{};         // the device's kernel paths (CudaBackend::paths); default: no tensor cores, no PDL
   const Node &src(int k) const { return g.node(n.src[k]); }
-  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, blas, paths}; }
+  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, tuning, blas, paths}; }
 };
 
 TView tview(const Node &n);
 
 bool cuda_supports_node(const Graph &g, int id);
-// Scratch of node id on a device taking `paths` (the launch then chooses the same paths).
-size_t cuda_work_size(const Graph &g, int id, const CudaPaths &paths);
+// Scratch of node id for kernels run with `tuning` on a device taking `paths` (the launch
+// then makes the same choices: both come from the executor that runs the plan).
+size_t cuda_work_size(const Graph &g, int id, const GpuTuning &tuning, const CudaPaths &paths);
 void cuda_run_node(const CudaOpCtx &c);  // dispatch by op
 
 // Per-family launchers (ops/*.cu).
-void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy Slice Concat SwiGLUOai
-void cuda_op_rowwise(const CudaOpCtx &c);      // RmsNorm Softmax NormSum
+void cuda_op_elementwise(const CudaOpCtx &c);  // Mul Add Scale Sigmoid SwiGLU Copy Slice Concat SwiGLUOai Softplus
+void cuda_op_rowwise(const CudaOpCtx &c);      // RmsNorm Softmax NormSum L2Norm
 void cuda_op_get_rows(const CudaOpCtx &c);
 void cuda_op_rope(const CudaOpCtx &c);
 void cuda_op_top_k(const CudaOpCtx &c);
@@ -84,21 +91,12 @@ void cuda_op_matmul(const CudaOpCtx &c);       // MatMul and MatMulId
 void cuda_op_matmul_heads(const CudaOpCtx &c);
 void cuda_op_add_id(const CudaOpCtx &c);
 void cuda_op_grouped_top_k(const CudaOpCtx &c);
+void cuda_op_ssm_conv(const CudaOpCtx &c);     // ops/delta_net.cu
+void cuda_op_delta_net(const CudaOpCtx &c);
+bool cuda_delta_net_supported(const Graph &g, const Node &n);
 bool cuda_grouped_top_k_supported(const Node &n);
-size_t cuda_matmul_work_size(const Graph &g, const Node &n, const CudaPaths &paths);
-size_t cuda_attention_work_size(const Graph &g, const Node &n);  // split-cell partials
-// Decode attention (attention_decode.cu), process-wide, set before graphs are captured: at most
-// max_ranges (1..64, default 32) cell ranges of at least min_chunk cells (default 64) per launch.
-void cuda_set_decode_split(int max_ranges, int min_chunk);
-// Prefill attention (tiled kernels), process-wide, set before a model is loaded (it sizes the
-// planned scratch): the cells are split until there are ~per_sm blocks per SM (1..16, default 2).
-void cuda_set_prefill_attn_blocks(int per_sm);
-// Dense quantized products of at least `tokens` columns (default kGpuBlasMinTokens, backend.h)
-// dequantize their weights to f16 and
-// run on cuBLAS (ops/matmul_blas.h); 0: never (the int8 MMQ). Process-wide, before a model is
-// loaded (it sizes the planned scratch).
-void cuda_set_blas_min_tokens(int tokens);
-bool cuda_blas_wanted();  // false after cuda_set_blas_min_tokens(0): executors create no handle
+size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
+size_t cuda_attention_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);  // split-cell partials
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.
 bool cuda_f16_halfsum_applies(const Graph &g, const Node &n);

@@ -43,6 +43,10 @@ constexpr CudaPaths cuda_select_paths(int device_arch, int code_arch, int smem_o
   return p;
 }
 
+// Whether an executor launches with programmatic dependent launch: where its options ask for
+// it (GpuTuning::dependent_launch) and the device runs sm_90 code, whose pdl_wait is real.
+constexpr bool cuda_use_pdl(bool dependent_launch, const CudaPaths &p) { return dependent_launch && p.pdl; }
+
 // The paths of CUDA device `device` (read once per device; with cuda_emulate_device applied).
 // Error(Unsupported) naming the device and the architectures of this build when it has no
 // code the device can run.

@@ -75,6 +75,10 @@ struct Rng {
 };
 
 void fill_values(const PlannedTensor &t, Rng &rng, float *x, int64_t n) {
+  if (t.init == SynthInit::Uniform) {
+    for (int64_t k = 0; k < n; ++k) x[k] = t.lo + (t.hi - t.lo) * float((rng.next() >> 40) & 0xFFFFFF) * (1.0f / 16777216.0f);
+    return;
+  }
   rng.normals(x, n, t.scale);
   if (t.init == SynthInit::Norm)
     for (int64_t k = 0; k < n; ++k) x[k] += 1.0f;
@@ -206,9 +210,10 @@ void set_metadata(GgufWriter &w, const SynthSpec &spec, const Prepared &pr) {
   u32("block_count", p.n_layer);
   u32("context_length", p.n_ctx);
   u32("embedding_length", p.n_embd);
-  u32("feed_forward_length", p.n_ff);
+  if (p.n_ff) u32("feed_forward_length", p.n_ff);
   u32("attention.head_count", p.n_head);
   u32("attention.head_count_kv", p.arch == "deepseek2" ? 1u : p.n_head_kv);
+  if (!p.rope_sections.empty()) w.set(a + "rope.dimension_sections", GgufValue::make_i32_array(p.rope_sections));
   f32("rope.freq_base", p.rope_base);
   f32("attention.layer_norm_rms_epsilon", p.rms_eps);
   u32("expert_count", p.n_expert);
@@ -236,6 +241,16 @@ void set_metadata(GgufWriter &w, const SynthSpec &spec, const Prepared &pr) {
     if (p.sliding_window) u32("attention.sliding_window", p.sliding_window);
     u32("expert_feed_forward_length", p.n_ff_exp);
   }
+  if (p.full_attn_interval) {  // qwen3next / qwen35moe
+    u32("expert_shared_feed_forward_length", p.n_ff_shexp);
+    u32("ssm.conv_kernel", p.ssm_conv);
+    u32("ssm.state_size", p.ssm_state);
+    u32("ssm.group_count", p.ssm_k_heads);
+    u32("ssm.time_step_rank", p.ssm_v_heads);
+    u32("ssm.inner_size", p.ssm_state * p.ssm_v_heads);
+    u32("full_attention_interval", p.full_attn_interval);
+  }
+  if (p.n_rot) u32("rope.dimension_count", p.n_rot);
   if (p.rope_scaling == "yarn") {
     w.set(a + "rope.scaling.type", GgufValue::make_str("yarn"));
     f32("rope.scaling.factor", p.rope_factor);

@@ -75,6 +75,11 @@ struct Builder {
   }
   void norm(const std::string &name, int64_t n) { add(name, {n}, SynthInit::Norm, 0.1f); }
   void bias(const std::string &name, std::vector<int64_t> ne, float s = 0.02f) { add(name, std::move(ne), SynthInit::Bias, s); }
+  void uniform(const std::string &name, int64_t n, float lo, float hi) {
+    add(name, {n}, SynthInit::Uniform, 0.0f);
+    out.back().lo = lo;
+    out.back().hi = hi;
+  }
 };
 
 std::string blk(uint32_t i, const char *rest) { return "blk." + std::to_string(i) + "." + rest; }
@@ -160,22 +165,80 @@ void plan_gpt_oss(Builder &b, const SynthPreset &p) {
   }
 }
 
+// qwen3next / qwen35moe, with the shapes src/model/arch/qwen3next.cpp requires. DeltaNet
+// values keep the recurrence stable: ssm_a = -exp(A_log) in [-1, -0.05] so each step's decay
+// exp(ssm_a * softplus(alpha + dt_bias)) lies in (0, 1); the conv's four taps are N(0, 1/4) so
+// it neither grows nor kills the signal; q and k are L2-normalised by the graph.
+void plan_hybrid(Builder &b, const SynthPreset &p) {
+  const int64_t E = p.n_embd, D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv, F = p.n_ff_exp, X = p.n_expert;
+  const int64_t d = p.ssm_state, nk = p.ssm_k_heads, nv = p.ssm_v_heads, key_dim = d * nk, value_dim = d * nv;
+  const int64_t conv_dim = 2 * key_dim + value_dim, Fs = p.n_ff_shexp;
+  for (uint32_t i = 0; i < p.n_layer; ++i) {
+    b.norm(blk(i, "attn_norm.weight"), E);
+    b.norm(blk(i, "post_attention_norm.weight"), E);
+    if ((i + 1) % p.full_attn_interval == 0) {
+      b.mat(blk(i, "attn_q.weight"), {E, 2 * D * H});  // per head [q | output gate]
+      b.mat(blk(i, "attn_k.weight"), {E, D * Hkv});
+      b.mat(blk(i, "attn_v.weight"), {E, D * Hkv});
+      b.mat(blk(i, "attn_output.weight"), {D * H, E});
+      b.norm(blk(i, "attn_q_norm.weight"), D);
+      b.norm(blk(i, "attn_k_norm.weight"), D);
+    } else {
+      b.mat(blk(i, "attn_qkv.weight"), {E, conv_dim});
+      b.mat(blk(i, "attn_gate.weight"), {E, value_dim});
+      b.mat(blk(i, "ssm_conv1d.weight"), {int64_t(p.ssm_conv), conv_dim});
+      b.uniform(blk(i, "ssm_dt.bias"), nv, -1.0f, 1.0f);
+      b.uniform(blk(i, "ssm_a"), nv, -1.0f, -0.05f);
+      if (p.arch == "qwen3next") {
+        b.mat(blk(i, "ssm_ba.weight"), {E, 2 * nv});
+      } else {
+        b.mat(blk(i, "ssm_beta.weight"), {E, nv});
+        b.mat(blk(i, "ssm_alpha.weight"), {E, nv});
+      }
+      b.norm(blk(i, "ssm_norm.weight"), d);
+      b.mat(blk(i, "ssm_out.weight"), {value_dim, E});
+    }
+    b.mat(blk(i, "ffn_gate_inp.weight"), {E, X});
+    b.mat(blk(i, "ffn_gate_exps.weight"), {E, F, X});
+    b.mat(blk(i, "ffn_up_exps.weight"), {E, F, X});
+    b.mat(blk(i, "ffn_down_exps.weight"), {F, E, X});
+    b.mat(blk(i, "ffn_gate_inp_shexp.weight"), {E, 1});
+    b.mat(blk(i, "ffn_gate_shexp.weight"), {E, Fs});
+    b.mat(blk(i, "ffn_up_shexp.weight"), {E, Fs});
+    b.mat(blk(i, "ffn_down_shexp.weight"), {Fs, E});
+  }
+}
+
+// ggml_n_dims: trailing dimensions of 1 do not count ({n, 1} is one-dimensional).
+size_t n_dims(const std::vector<int64_t> &ne) {
+  size_t n = ne.size();
+  while (n > 1 && ne[n - 1] == 1) --n;
+  return n;
+}
+
+// attn_v and the tensors llama.cpp's quantizer files with it (fused qkv: the DeltaNet input).
+bool attn_v_like(const std::string &name) { return has(name, "attn_v.weight") || has(name, "attn_qkv.weight"); }
+
 // Mirrors llama_tensor_get_type for the mixes we offer (MoE models; n_expert > 1).
 void assign_types(std::vector<PlannedTensor> &ts, const SynthPreset &p, const std::string &mix) {
   const MixInfo &m = mix_info(mix);
   const bool k_mix = mix == "q4_k_m" || mix == "q5_k_m";
-  int n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0;
+  // i_attn_v counts attn_v-like tensors in layer order (llama.cpp sorts tensors by block);
+  // use_more_bits of ffn_down sees the block index out of n_layer.
+  int n_attn_v = 0, i_attn_v = 0;
+  const int n_ffn_down = int(p.n_layer);
   bool has_output = false;
   for (auto &t : ts) {
-    n_attn_v += has(t.info.name, "attn_v.weight");
-    n_ffn_down += has(t.info.name, "ffn_down");
+    n_attn_v += attn_v_like(t.info.name);
     has_output |= t.info.name == "output.weight";
   }
   for (auto &t : ts) {
     const std::string &name = t.info.name;
     const int64_t ne0 = t.info.ne[0];
-    const bool keep_f32 = t.info.ne.size() < 2 || !ends_with(name, "weight") || has(name, "_norm.weight") ||
-                          has(name, "ffn_gate_inp.weight") || has(name, "attn_sinks");
+    // Not quantized (tensor_allows_quantization): 1-D tensors (ffn_gate_inp_shexp {n, 1} too),
+    // norms, routers, sinks, and the small DeltaNet conv (as the converter writes them: F32).
+    const bool keep_f32 = n_dims(t.info.ne) < 2 || !ends_with(name, "weight") || has(name, "_norm.weight") ||
+                          has(name, "ffn_gate_inp.weight") || has(name, "attn_sinks") || has(name, "ssm_conv1d");
     DType ty = m.base;
     if (keep_f32) {
       ty = DType::F32;
@@ -186,7 +249,9 @@ void assign_types(std::vector<PlannedTensor> &ts, const SynthPreset &p, const st
     } else if (name == "output.weight" || (!has_output && name == "token_embd.weight")) {
       ty = ne0 % type_traits(m.base).block_size ? DType::Q8_0 : (m.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K);
       if (mix == "q4_0") ty = ne0 % 256 ? DType::Q8_0 : DType::Q6_K;
-    } else if (has(name, "attn_v.weight")) {
+    } else if (attn_v_like(name)) {
+      // The DeltaNet attn_qkv shares attn_v's class (category_is_attn_v) and its counter, so
+      // Q4_K_M gives the first and last eighth of the blocks and every third between Q6_K.
       if (k_mix && use_more_bits(i_attn_v, n_attn_v)) ty = DType::Q6_K;
       if (p.n_expert == 8 && m.base != DType::Q8_0) ty = DType::Q8_0;
       ++i_attn_v;
@@ -218,6 +283,7 @@ std::vector<PlannedTensor> plan_tensors(const SynthPreset &p, const std::string 
   if (p.arch == "qwen3moe") plan_qwen3moe(b, p);
   else if (p.arch == "deepseek2") plan_deepseek2(b, p);
   else if (p.arch == "gpt-oss") plan_gpt_oss(b, p);
+  else if (p.arch == "qwen3next" || p.arch == "qwen35moe") plan_hybrid(b, p);
   else fail(Status::Internal, "preset %s: no tensor plan for arch %s", p.name.c_str(), p.arch.c_str());
   assign_types(b.out, p, mix);
   return b.out;

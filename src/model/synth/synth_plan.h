@@ -14,12 +14,13 @@
 
 namespace moe {
 
-enum class SynthInit { Matrix, Norm, Bias };
+enum class SynthInit { Matrix, Norm, Bias, Uniform };
 
 struct PlannedTensor {
   SynthTensorInfo info;
   SynthInit init = SynthInit::Matrix;
   float scale = 1.0f;  // Matrix/Bias: stddev; Norm: 1 + scale * N(0,1)
+  float lo = 0.0f, hi = 0.0f;  // Uniform: U(lo, hi)
 };
 
 // n_vocab: rows of token_embd/output (the vocabulary's size, >= preset n_vocab).

@@ -33,6 +33,30 @@ static SynthPreset qwen3moe_base() {
   return p;
 }
 
+// Qwen3-Next / Qwen3.5 MoE: the parts both hybrid presets share (rope base 1e7, partial
+// rotary of a quarter of the head, DeltaNet conv kernel 4, one shared expert).
+static SynthPreset hybrid_base(const char *arch) {
+  SynthPreset p = qwen3moe_base();
+  p.arch = arch;
+  p.n_ctx = 262144;
+  p.rope_base = 1e7f;
+  p.ssm_conv = 4;
+  return p;
+}
+
+// Tiny hybrid presets: rows of 256 wherever llama.cpp's Q4_K_M would put a K-quant, so q4_k_m
+// files really hold Q4_K / Q6_K (not the Q8_0 fallback), yet small enough for unit tests.
+static SynthPreset tiny_hybrid(const char *arch) {
+  SynthPreset p = hybrid_base(arch);
+  p.n_vocab = 512; p.n_vocab_real = 512; p.n_ctx = 4096;
+  p.controls = {{509, "<|endoftext|>"}, {510, "<|im_start|>"}, {511, "<|im_end|>"}};
+  p.bos = 509; p.eos = 511; p.pad = 509;
+  p.n_embd = 256; p.n_head = 4; p.head_dim = 64; p.n_rot = 16;
+  p.n_expert = 16; p.n_ff_exp = 256; p.n_ff_shexp = 256;
+  p.ssm_state = 64; p.ssm_k_heads = 2; p.ssm_v_heads = 4;  // value_dim 256, conv_dim 512
+  return p;
+}
+
 static std::vector<SynthPreset> make_presets() {
   std::vector<SynthPreset> v;
   {  // tiny: fast tests; 512-token byte-level vocab
@@ -97,6 +121,22 @@ static std::vector<SynthPreset> make_presets() {
     p.chat_template = kHarmonyChat;
     v.push_back(p);
   }
+  {  // tiny-qwen3next: blocks 0, 1, 2 and 4 gated DeltaNet, 3 full attention (interval 4);
+     // value head h reads key head h / 2
+    SynthPreset p = tiny_hybrid("qwen3next");
+    p.name = "tiny-qwen3next"; p.model_name = "synthetic-qwen3next-tiny";
+    p.n_layer = 5; p.full_attn_interval = 4; p.n_head_kv = 2; p.n_ff = 512; p.n_expert_used = 4;
+    v.push_back(p);
+  }
+  {  // tiny-qwen35moe: blocks 0, 1 and 3 gated DeltaNet, 2 full attention (interval 3), one KV
+     // head, separate beta / alpha projections, IMRoPE sections; no feed_forward_length (as the
+     // Qwen3.5 MoE converter writes it)
+    SynthPreset p = tiny_hybrid("qwen35moe");
+    p.name = "tiny-qwen35moe"; p.model_name = "synthetic-qwen35moe-tiny";
+    p.n_layer = 4; p.full_attn_interval = 3; p.n_head_kv = 1; p.n_expert_used = 8;
+    p.rope_sections = {3, 3, 2, 0};
+    v.push_back(p);
+  }
   {  // medium: 2.81 B parameters, fits comfortably on one GPU in any mix
     SynthPreset p = qwen3moe_base();
     p.name = "medium"; p.model_name = "synthetic-qwen3moe-medium";
@@ -109,6 +149,34 @@ static std::vector<SynthPreset> make_presets() {
     p.name = "qwen3-30b-a3b"; p.model_name = "synthetic-Qwen3-30B-A3B";
     p.n_embd = 2048; p.n_layer = 48; p.n_head = 32; p.n_head_kv = 4; p.head_dim = 128;
     p.n_ff = 6144; p.n_expert = 128; p.n_expert_used = 8; p.n_ff_exp = 768;
+    v.push_back(p);
+  }
+  {  // Qwen3-Next-80B-A3B (config.json of Qwen/Qwen3-Next-80B-A3B-Instruct): 48 blocks, full
+     // attention every 4th; attention 16 q / 2 KV heads x 256, 64 rotary dims; DeltaNet 16 key /
+     // 32 value heads x 128; 512 experts (10 used) of 512, shared expert 512; untied head
+    SynthPreset p = hybrid_base("qwen3next");
+    p.name = "qwen3-next-80b-a3b"; p.model_name = "synthetic-Qwen3-Next-80B-A3B";
+    p.n_embd = 2048; p.n_layer = 48; p.full_attn_interval = 4;
+    p.n_head = 16; p.n_head_kv = 2; p.head_dim = 256; p.n_rot = 64;
+    p.n_ff = 5120; p.n_expert = 512; p.n_expert_used = 10; p.n_ff_exp = 512; p.n_ff_shexp = 512;
+    p.ssm_state = 128; p.ssm_k_heads = 16; p.ssm_v_heads = 32;
+    v.push_back(p);
+  }
+  {  // Qwen3.5-35B-A3B (text_config of Qwen/Qwen3.5-35B-A3B's config.json, as quoted by public
+     // code that cites it; the same shape as Qwen3.6-35B-A3B): 40 blocks, full attention every
+     // 4th; attention 16 q / 2 KV heads x 256, 64 rotary dims in IMRoPE sections [11, 11, 10];
+     // DeltaNet 16 key / 32 value heads x 128; 256 experts (8 used) of 512, shared expert 512;
+     // untied head; vocabulary 248320. Token texts: the Qwen3.5 tokenizer is not reproduced (byte
+     // BPE fillers up to <|endoftext|> 248044, its ChatML controls, [PADn] after them).
+    SynthPreset p = hybrid_base("qwen35moe");
+    p.name = "qwen3.5-35b-a3b"; p.model_name = "synthetic-Qwen3.5-35B-A3B";
+    p.n_vocab = 248320; p.n_vocab_real = 248047;
+    p.controls = {{248044, "<|endoftext|>"}, {248045, "<|im_start|>"}, {248046, "<|im_end|>"}};
+    p.bos = 248044; p.eos = 248046; p.pad = 248044;
+    p.n_embd = 2048; p.n_layer = 40; p.full_attn_interval = 4;
+    p.n_head = 16; p.n_head_kv = 2; p.head_dim = 256; p.n_rot = 64; p.rope_sections = {11, 11, 10, 0};
+    p.n_expert = 256; p.n_expert_used = 8; p.n_ff_exp = 512; p.n_ff_shexp = 512;
+    p.ssm_state = 128; p.ssm_k_heads = 16; p.ssm_v_heads = 32;
     v.push_back(p);
   }
   {  // DeepSeek-V2-Lite: no q low-rank, 64 experts (6 used) + 2 shared, softmax gating, 1 dense block

@@ -3,7 +3,8 @@
 // Q4_0, MXFP4, Q2_K, Q3_K); for Q8_0/Q4_K/Q5_K/Q6_K the dispatcher uses the AVX2 ones (see
 // docs/perf/quant_kernels.md). Q4_0/MXFP4: one block per 256-bit VNNI dpbusd (unsigned x
 // signed bytes -> int32). Q2_K/Q3_K: 64 values per 512-bit vector, maddubs + madd with
-// per-16 scales broadcast by permutexvar, one float FMA per block.
+// per-16 scales broadcast by permutexvar, one float FMA per block. Q4_1, Q5_0, Q5_1 and the
+// i-quants: vec_dot_extra_avx512.cpp and vec_dot_iq_grid_avx512.cpp.
 #include "backends/cpu/kernels/vec_dot_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
@@ -270,7 +271,7 @@ VecDotFn vec_dot_kernel_avx512(DType t) {
     case DType::MXFP4: return dot_mxfp4;
     case DType::Q2_K: return dot_q2_K;
     case DType::Q3_K: return dot_q3_K;
-    default: return nullptr;
+    default: return vec_dot_extra_kernel_avx512(t);
   }
 }
 

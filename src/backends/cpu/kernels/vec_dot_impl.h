@@ -15,7 +15,10 @@ VecDotFn vec_dot_kernel_neon(DType t);    // nullptr everywhere on non-aarch64 b
 // Q4_1, Q5_0, Q5_1 and the i-quants (vec_dot_extra_*.cpp); each ISA table above ends in these.
 VecDotFn vec_dot_extra_kernel_scalar(DType t);
 VecDotFn vec_dot_extra_kernel_avx2(DType t);
+VecDotFn vec_dot_extra_kernel_avx512(DType t);  // ends in vec_dot_iq_grid_kernel_avx512
 VecDotFn vec_dot_extra_kernel_neon(DType t);
+// AVX-512 1-3 bit i-quants (vec_dot_iq_grid_avx512.cpp), decoded in registers.
+VecDotFn vec_dot_iq_grid_kernel_avx512(DType t);
 
 // e8m0_to_fp32_half(e) for every e: one L1 load instead of the branchy bit construction
 // in the MXFP4 inner loops.

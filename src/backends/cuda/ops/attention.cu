@@ -16,7 +16,6 @@
 // quantized to Q8_0 for a Q8_0 cache. The decode kernels and the KV store launch with PDL
 // (ops/pdl.cuh): each waits for its predecessor before its first load.
 #include <algorithm>
-#include <atomic>
 
 #include <cuda_fp16.h>
 
@@ -265,8 +264,8 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, TView out
 
 constexpr int64_t kMinTiledTokens = 8;
 constexpr int64_t kMaxTiledSplit = 16;
-constexpr int64_t kTiledBlocksPerSm = 2;  // default target of blocks per SM (cuda_set_prefill_attn_blocks)
-std::atomic<int> g_tiled_blocks_per_sm{kTiledBlocksPerSm};
+// Target of blocks per SM: GpuTuning::prefill_attn_blocks, clamped to 1..16.
+int64_t tiled_blocks_per_sm(const GpuTuning &tuning) { return std::min(std::max(tuning.prefill_attn_blocks, 1), 16); }
 constexpr int64_t kPlannedSms = 132;  // the work buffer is sized for an H200; fewer splits fit any device
 
 bool tiled_shape(int64_t hd_k, int64_t hd_v, bool v_from_k) { return !v_from_k && hd_k == hd_v && (hd_k == 64 || hd_k == 128); }
@@ -290,7 +289,7 @@ bool mma_eligible(const AttnArgs &a, const CudaPaths &paths) {
 }
 
 // Scratch of the fast kernels (online softmax).
-size_t fast_attention_work_size(const Graph &g, const Node &n) {
+size_t fast_attention_work_size(const Graph &g, const Node &n, const GpuTuning &tuning) {
   const int64_t T = n.ne[2], n_head = n.ne[1], hd_v = n.ne[0];
   if (T <= kMaxSplitTokens) {
     // Either decode kernel may run (generic or grouped): room for both.
@@ -302,20 +301,18 @@ size_t fast_attention_work_size(const Graph &g, const Node &n) {
   if ((n.ip[2] & 1) != 0) return attn_mla_work_size(T, n_head, n_head_kv, hd_k, hd_v);
   if (T < kMinTiledTokens || !tiled_shape(hd_k, hd_v, (n.ip[2] & 1) != 0) || n_head_kv <= 0 || n_head % n_head_kv) return 0;
   // The tensor-core kernel's larger row tiles give fewer blocks, so at least as many splits.
-  return tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, g_tiled_blocks_per_sm.load() * kPlannedSms));
+  return tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, tiled_blocks_per_sm(tuning) * kPlannedSms));
 }
 
 }  // namespace
 
 // Room for the fast kernels and, where the node's cache may be F32 (Node::kv_type), for the
 // reference-order one.
-size_t cuda_attention_work_size(const Graph &g, const Node &n) {
-  return std::max(fast_attention_work_size(g, n), attn_ref_order_work_size(g, n));
+size_t cuda_attention_work_size(const Graph &g, const Node &n, const GpuTuning &tuning) {
+  return std::max(fast_attention_work_size(g, n, tuning), attn_ref_order_work_size(g, n, tuning));
 }
 
-void cuda_set_prefill_attn_blocks(int per_sm) { g_tiled_blocks_per_sm.store(std::min(std::max(per_sm, 1), 16)); }
-
-void attn_combine_launch(const TView &out, const AttnArgs &a, const float *part, int T, int n_head, int n_split, cudaStream_t stream) {
+void attn_combine_launch(const TView &out, const AttnArgs &a, const float *part, int T, int n_head, int n_split, const LaunchStream &stream) {
   launch_pdl(attn_combine_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), dim3(128), 0, stream, out, a, part, n_split);
 }
 
@@ -356,13 +353,13 @@ void cuda_op_attention(const CudaOpCtx &c) {
   a.kt = static_cast<int>(kt);
   a.scale = c.n.fp[0];
   // An F32 cache in the CPU's reference order (bit-exact with the CPU backend).
-  if (attn_ref_order_launch(c.stream, c.g, c.n, tview(q), tview(c.n), a, c.ub, c.n.work, c.n.work_size)) return;
+  if (attn_ref_order_launch(c, tview(q), tview(c.n), a)) return;
   if (c.paths.tensor_cores &&
       attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,
                       static_cast<float *>(c.n.work), c.n.work_size, c.n_sm))
     return;  // MLA on an F16 cache (attention_mla.cu), any T
   if (attn_decode_applies(T, hd_k, hd_v, v_from_k) && c.n.work) {
-    attn_decode_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<float *>(c.n.work));
+    attn_decode_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<float *>(c.n.work), c.tuning);
     return;
   }
   if (T <= kMaxSplitTokens && c.n.work) {
@@ -376,7 +373,7 @@ void cuda_op_attention(const CudaOpCtx &c) {
   if (T >= kMinTiledTokens && tiled_shape(hd_k, hd_v, v_from_k) && n_head % n_head_kv == 0) {
     const bool mma = mma_eligible(a, c.paths);
     const int64_t rows_per_block = mma ? kAttnTiledRowsMma : kAttnTiledRowsFma;
-    int64_t n_split = tiled_splits(T, n_head, n_head_kv, rows_per_block, g_tiled_blocks_per_sm.load() * std::max(1, c.n_sm));
+    int64_t n_split = tiled_splits(T, n_head, n_head_kv, rows_per_block, tiled_blocks_per_sm(c.tuning) * std::max(1, c.n_sm));
     while (n_split > 1 && (!c.n.work || tiled_work(T, n_head, hd_v, n_split) > c.n.work_size)) --n_split;
     const AttnTiledLaunch l{tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), static_cast<int>(n_split),
                             static_cast<float *>(c.n.work), c.stream};

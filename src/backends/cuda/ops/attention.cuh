@@ -119,6 +119,6 @@ constexpr int kAttnTiledRowsMma = 64;  // rows per block, f16 tensor-core kernel
 void attn_tiled_fma_launch(const AttnTiledLaunch &l);
 void attn_tiled_mma_launch(const AttnTiledLaunch &l);
 void attn_combine_launch(const TView &out, const AttnArgs &a, const float *part, int T, int n_head, int n_split,
-                         cudaStream_t stream);
+                         const LaunchStream &stream);
 
 }  // namespace moe

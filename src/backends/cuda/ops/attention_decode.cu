@@ -6,16 +6,16 @@
 // l ends with the total of head (l >> 2) & 7) instead of 8 separate ones (40 shuffles); the
 // online softmax state (max, sum) of a head lives on its 4 owner lanes, updated once per batch
 // (2 + batch exps per lane instead of 16 per cell), which broadcast p and the rescale factor.
-// The number of ranges follows n_kv on the device (ranges of at least kMinChunk cells, at most
-// kSplit of them), so a short context uses few, full blocks; blocks past the last range exit.
-// One range (n_kv <= kMinChunk): the block writes the output itself (no partials, no counter).
+// The number of ranges follows n_kv on the device (ranges of at least GpuTuning::decode_min_chunk
+// cells, default 64: n_kv 512 -> 8 ranges of 64, 16 per warp; at most decode_max_ranges <= kSplit
+// of them), so a short context uses few, full blocks; blocks past the last range exit.
+// One range (n_kv <= the minimum): the block writes the output itself (no partials, no counter).
 // Several: each block writes (max, sum, acc) partials and the last to finish (an atomic counter
 // in DevUbatch::sync, target = ranges in use) folds them into the output: one launch.
 // Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "backends/cuda/ops/attention_decode.cuh"
 #include "backends/cuda/ops/pdl.cuh"
@@ -28,7 +28,6 @@ constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kSplit = 64;      // cell ranges at most: 4 KV heads x 64 ranges = 256 blocks at batch 1
 constexpr int kMaxTokens = 4;
 constexpr int kHeads = 8;       // query heads per block (the butterfly below is written for 8)
-constexpr int kMinChunk = 64;   // cells per range at least: n_kv 512 -> 8 ranges of 64 (16 per warp)
 
 // K/V rows a warp loads before using them (HD 256: the loop already holds 2 x 64 floats of q / acc).
 template <int HD> constexpr int decode_batch() { return HD >= 256 ? 4 : 8; }
@@ -145,10 +144,8 @@ __device__ __forceinline__ DecodeRanges decode_ranges(int n_kv, int max_ranges, 
   const int chunk = max(min_chunk, (n_kv + max_ranges - 1) / max_ranges);
   return {chunk, max(1, (n_kv + chunk - 1) / chunk)};
 }
-// Default 32 ranges (not kSplit): a sweep at 4096 cells (2026-11-30, 14f7e41) (8 layers, tg64): 64 ranges
-// 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; no difference at n_kv <= 128.
-constexpr int kDefaultRanges = 32;
-std::atomic<int> g_max_ranges{kDefaultRanges}, g_min_chunk{kMinChunk};  // cuda_set_decode_split
+// GpuTuning::decode_max_ranges default 32 (not kSplit): a sweep at 4096 cells (2026-11-30, 14f7e41)
+// (8 layers, tg64): 64 ranges 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; no difference at n_kv <= 128.
 
 // What a block works on: KV head hk, query heads h0 .. h0 + ng - 1, token t, range z of
 // cells [c_begin, c_end); n_used ranges in use.
@@ -427,11 +424,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
 }
 }  // namespace
 
-void cuda_set_decode_split(int max_ranges, int min_chunk) {
-  g_max_ranges.store(std::min(std::max(max_ranges, 1), kSplit));
-  g_min_chunk.store(std::max(min_chunk, 1));
-}
-
 bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k) {
   return T >= 1 && T <= kMaxTokens && hd_k == hd_v && !v_from_k && (hd_k == 64 || hd_k == 128 || hd_k == 256);
 }
@@ -440,7 +432,7 @@ size_t attn_decode_work_size(int64_t T, int64_t n_head, int64_t hd_v) {
   return T > kMaxTokens ? 0 : static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
 }
 
-void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work) {
+void attn_decode_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning) {
   const int n_head = static_cast<int>(q.ne[1]), T = static_cast<int>(q.ne[2]);
   const int n_head_kv = n_head / a.group;
   const int head_blocks = (a.group + kHeads - 1) / kHeads;
@@ -448,7 +440,8 @@ void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, c
   // One counter per (KV head block, token); without room for them, a separate combine launch.
   const int merge = ub.sync && static_cast<int64_t>(grid.x) * T <= kCudaSyncSlots ? 1 : 0;
   // Instances: head size x cache type (F16, Q8_0, F32).
-  const int max_ranges = g_max_ranges.load(std::memory_order_relaxed), min_chunk = g_min_chunk.load(std::memory_order_relaxed);
+  // GpuTuning::decode_max_ranges / decode_min_chunk, clamped to what the kernel handles.
+  const int max_ranges = std::min(std::max(tuning.decode_max_ranges, 1), kSplit), min_chunk = std::max(tuning.decode_min_chunk, 1);
   auto go = [&](auto kernel) {
     launch_pdl(kernel, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge, max_ranges, min_chunk);
   };

@@ -12,6 +12,6 @@ namespace moe {
 // separate V of the same size); then attn_decode_work_size bytes of scratch are needed.
 bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k);
 size_t attn_decode_work_size(int64_t T, int64_t n_head, int64_t hd_v);
-void attn_decode_launch(cudaStream_t s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work);
+void attn_decode_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning);
 
 }  // namespace moe

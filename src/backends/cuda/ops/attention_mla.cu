@@ -325,7 +325,7 @@ size_t attn_mla_work_size(int64_t T, int64_t n_head, int64_t n_head_kv, int64_t 
   return mla_work(T, n_head, mla_splits(T, n_head, n_head_kv, kPlannedSms));
 }
 
-bool attn_mla_launch(cudaStream_t stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
+bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
                       int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm) {
   // 16-byte cp.async of F16 K rows and float4 loads of q: every base and stride must allow them.
   const uintptr_t bits = reinterpret_cast<uintptr_t>(a.kbase) | a.krb | a.khb | reinterpret_cast<uintptr_t>(q.data) |

@@ -27,10 +27,10 @@ namespace {
 constexpr int kThreads = 512, kWarps = kThreads / 32;
 constexpr int kBatch = 8;                          // K rows a warp loads before reducing any
 constexpr int kDims = kThreads / 4;                // KQV: output dims per pass, 4 threads each
-// Decode and prompt batches of <= cuda_ref_order_tokens(g) (at least 16), where the
+// Decode and prompt batches of <= cuda_ref_order_tokens(g, tuning) (at least 16), where the
 // products are in the CPU's order too (matmul_ref_order.cu); longer batches take the tiled
 // kernels (far faster).
-int64_t max_tokens(const Graph &g) { return std::max(16, cuda_ref_order_tokens(g)); }
+int64_t max_tokens(const Graph &g, const GpuTuning &tuning) { return std::max(16, cuda_ref_order_tokens(g, tuning)); }
 constexpr size_t kMaxWork = size_t{64} << 20;      // larger contexts x batches take the fast kernels
 
 __host__ __device__ __forceinline__ int64_t row_floats(int64_t n_cells) { return n_cells + (n_cells + 15) / 16; }
@@ -197,25 +197,26 @@ __global__ void __launch_bounds__(kThreads, 1) attn_ref_order_kernel(TView q, TV
 
 }  // namespace
 
-size_t attn_ref_order_work_size(const Graph &g, const Node &n) {
+size_t attn_ref_order_work_size(const Graph &g, const Node &n, const GpuTuning &tuning) {
   const int64_t T = n.ne[2], n_head = n.ne[1], n_cells = n.ip[1];
   const bool sinks = n.src[3] >= 0, v_from_k = (n.ip[2] & 1) != 0;
-  if (T < 1 || T > max_tokens(g) || n_cells <= 0 || sinks || v_from_k) return 0;
+  if (T < 1 || T > max_tokens(g, tuning) || n_cells <= 0 || sinks || v_from_k) return 0;
   if (n.kv_type && *n.kv_type != DType::F32) return 0;  // the kernel reads F32 caches only
   if (g.node(n.src[0]).ne[0] > kCudaMaxHeadDim || n.ne[0] > kCudaMaxHeadDim) return 0;
   const size_t bytes = static_cast<size_t>(T * n_head * row_floats(n_cells)) * 4;
   return bytes <= kMaxWork ? bytes : 0;
 }
 
-bool attn_ref_order_launch(cudaStream_t s, const Graph &g, const Node &n, TView q, TView out, const AttnArgs &a, const DevUbatch &ub,
-                           void *work, size_t work_size) {
-  const size_t need = attn_ref_order_work_size(g, n);
-  if (!need || !work || work_size < need || a.kt != static_cast<int>(DType::F32) || a.sinks) return false;
+bool attn_ref_order_launch(const CudaOpCtx &c, TView q, TView out, const AttnArgs &a) {
+  const Node &n = c.n;
+  const DevUbatch &ub = c.ub;
+  const size_t need = attn_ref_order_work_size(c.g, n, c.tuning);
+  if (!need || !n.work || n.work_size < need || a.kt != static_cast<int>(DType::F32) || a.sinks) return false;
   const int n_head = static_cast<int>(q.ne[1]), T = static_cast<int>(q.ne[2]);
   const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>(T));
-  float *scratch = static_cast<float *>(work);
-  if (T == 1) launch_pdl(attn_ref_order_kernel<64>, grid, dim3(kThreads), 0, s, q, out, a, ub, scratch, static_cast<int>(n.ip[1]));
-  else launch_pdl(attn_ref_order_kernel<16>, grid, dim3(kThreads), 0, s, q, out, a, ub, scratch, static_cast<int>(n.ip[1]));
+  float *scratch = static_cast<float *>(n.work);
+  if (T == 1) launch_pdl(attn_ref_order_kernel<64>, grid, dim3(kThreads), 0, c.stream, q, out, a, ub, scratch, static_cast<int>(n.ip[1]));
+  else launch_pdl(attn_ref_order_kernel<16>, grid, dim3(kThreads), 0, c.stream, q, out, a, ub, scratch, static_cast<int>(n.ip[1]));
   return true;
 }
 

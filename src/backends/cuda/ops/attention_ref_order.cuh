@@ -13,10 +13,9 @@ namespace moe {
 // n_cells cells, or 0 where the kernel does not apply to the node (sinks, MLA, too many
 // tokens, scratch over its cap, a cache type other than F32 on the node). A node that does
 // not name its cache type gets the scratch; the type is checked again at launch.
-size_t attn_ref_order_work_size(const Graph &g, const Node &n);
-// Launches it when it applies (F32 cache, no sinks, separate V, the planned scratch);
+size_t attn_ref_order_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);
+// Launches it for c.n when it applies (F32 cache, no sinks, separate V, the planned scratch);
 // false: the caller takes another path.
-bool attn_ref_order_launch(cudaStream_t s, const Graph &g, const Node &n, TView q, TView out, const AttnArgs &a, const DevUbatch &ub,
-                           void *work, size_t work_size);
+bool attn_ref_order_launch(const CudaOpCtx &c, TView q, TView out, const AttnArgs &a);
 
 }  // namespace moe

@@ -111,6 +111,23 @@ __global__ void softmax_kernel(TView d, TView a) {
   softmax_row(rowp(a, i1, i2, i3), rowp(d, i1, i2, i3), d.ne[0], shf, shd, static_cast<int>(blockDim.x));
 }
 
+// x / max(||x||, eps) per row: float squares summed in double, as the CPU's L2Norm.
+__global__ void l2_norm_kernel(TView d, TView a, float eps) {
+  __shared__ double sh[32];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x;
+  const int64_t i1 = r % d.ne[1], i2 = (r / d.ne[1]) % d.ne[2], i3 = r / (d.ne[1] * d.ne[2]);
+  const float *src = rowp(a, i1, i2, i3);
+  float *dst = rowp(d, i1, i2, i3);
+  const int64_t n = d.ne[0];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(src[i] * src[i]);
+  s = blk_sum(s, sh);
+  const float scale = 1.0f / fmaxf(sqrtf(static_cast<float>(s)), eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i] * scale;
+}
+
 // Rows are short (k experts): one thread per row, serial float sum like the reference.
 __global__ void norm_sum_kernel(TView d, TView a, int64_t nrows) {
   pdl_wait();
@@ -152,6 +169,7 @@ void cuda_op_elementwise(const CudaOpCtx &c) {
     case Op::Slice: op = kSlice; break;
     case Op::Concat: op = kConcat; break;
     case Op::SwiGLUOai: op = kSwiGLUOai; break;
+    case Op::Softplus: op = kSoftplus; break;
     default: op = kCopy; break;
   }
   TView b = n.src[1] >= 0 ? tview(c.src(1)) : tview(c.src(0));
@@ -159,7 +177,7 @@ void cuda_op_elementwise(const CudaOpCtx &c) {
     const int64_t total = rows * n.ne[0];
     float *d = static_cast<float *>(n.data);
     const float *a = static_cast<const float *>(c.src(0).data);
-    const float *bp = n.src[1] >= 0 && op != kScale && op != kSigmoid && op != kCopy ? static_cast<const float *>(c.src(1).data) : nullptr;
+    const float *bp = n.src[1] >= 0 && op != kScale && op != kSigmoid && op != kCopy && op != kSoftplus ? static_cast<const float *>(c.src(1).data) : nullptr;
     const bool vec4 = total % 4 == 0 && aligned16(d) && aligned16(a) && (!bp || aligned16(bp));
     const dim3 grid(static_cast<unsigned>((total + 4 * 256 - 1) / (4 * 256)));
     if (vec4) launch_pdl(ew_flat_kernel<true>, grid, dim3(256), 0, c.stream, d, a, bp, total, n.ne[0], op, n.fp[0], n.fp[1]);
@@ -177,6 +195,7 @@ void cuda_op_rowwise(const CudaOpCtx &c) {
   const dim3 grid(static_cast<unsigned>(rows)), block(static_cast<unsigned>(row_threads(n.ne[0])));
   if (n.op == Op::RmsNorm) launch_pdl(rms_norm_kernel, grid, block, 0, c.stream, tview(n), tview(c.src(0)), n.fp[0]);
   else if (n.op == Op::Softmax) launch_pdl(softmax_kernel, grid, block, 0, c.stream, tview(n), tview(c.src(0)));
+  else if (n.op == Op::L2Norm) launch_pdl(l2_norm_kernel, grid, block, 0, c.stream, tview(n), tview(c.src(0)), n.fp[0]);
   else launch_pdl(norm_sum_kernel, dim3(static_cast<unsigned>((rows + 127) / 128)), dim3(128), 0, c.stream, tview(n), tview(c.src(0)), rows);
 }
 

@@ -11,7 +11,7 @@
 
 namespace moe {
 
-enum EwOp : int { kMul, kAdd, kScale, kSigmoid, kSwiGLU, kCopy, kSlice, kConcat, kSwiGLUOai };
+enum EwOp : int { kMul, kAdd, kScale, kSigmoid, kSwiGLU, kCopy, kSlice, kConcat, kSwiGLUOai, kSoftplus };
 
 // Row (i1, i2, i3) of a strided F32 tensor.
 __device__ __forceinline__ float *rowp(const TView &v, int64_t i1, int64_t i2, int64_t i3) {
@@ -30,6 +30,7 @@ __device__ __forceinline__ float ew_value(int op, float x, float y, int64_t i, i
     case kAdd: return x + y;
     case kScale: return x * f0 + f1;
     case kSigmoid: return 1.0f / (1.0f + expf(-x));
+    case kSoftplus: return x > 20.0f ? x : logf(1.0f + expf(x));  // as the CPU: float log(1 + exp), x past 20
     case kSwiGLU: return ref_swiglu(x, y, i, n);
     default: return x;
   }

@@ -16,6 +16,7 @@
 #include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_ref_order.h"
+#include "backends/cuda/ops/matmul_route.h"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
@@ -23,7 +24,6 @@
 #include "backends/cuda/ops/quant.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 namespace moe {
 
@@ -512,31 +512,31 @@ struct MatmulShape {
                 // the executor has a handle, else the int8 MMQ above
 };
 
-// cuda_set_blas_min_tokens; weights above kBlasMaxWeightBytes as f16 (an LM head asked for
+// GpuTuning::blas_min_tokens; weights above kBlasMaxWeightBytes as f16 (an LM head asked for
 // every position's logits) stay on the MMQ rather than take that much scratch.
-std::atomic<int> g_blas_min_tokens{kGpuBlasMinTokens};
 constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
-// The shape and paths of a product on a device taking `paths`: where it has no tensor-core
-// GEMM for the type (sm_75 code; an int8 MMQ needing more shared memory than it grants), the
-// batches the GEMMs would take go to the f32 tile kernels, dense quantized ones of
-// cuda_set_blas_min_tokens columns still to cuBLAS.
-MatmulShape shape_of(const Graph &g, const Node &n, const CudaPaths &paths) {
+// The kernel choice for n under tuning on a device taking `paths`: the planner sizes the
+// scratch from it and the launch follows it, so both must get the same tuning and paths.
+// Where the device has no tensor-core GEMM for the type (sm_75 code; an int8 MMQ needing more
+// shared memory than it grants), the batches the GEMMs would take go to the f32 tile kernels,
+// dense quantized ones of tuning.blas_min_tokens columns still to cuBLAS.
+MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
   MatmulShape s{};
   bool tc_batch = false;  // a dense batch the tensor-core GEMMs take where the device has them
   s.K = w.ne[0];
   s.M = w.ne[1];
   // A final output (the LM head) takes CUDA's own order: the paths of the other types.
-  const bool own = cuda_own_order_product(n);
+  const bool own = cuda_own_order_product(n, tuning);
   const bool ref_type = ref_order_dtype(w.type) && !own, ref_f32 = w.type == DType::F32 && !own;
   if (n.op == Op::MatMul) {
     s.E = 1;
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     // The reference-order types and F32 keep the CPU's order up to kRefOrderMaxTokens columns.
-    const int64_t keep = ref_type || ref_f32 ? cuda_ref_order_tokens(g) : 0;
+    const int64_t keep = ref_type || ref_f32 ? cuda_ref_order_tokens(g, tuning) : 0;
     const int64_t tc_min = std::max<int64_t>(kMmaMinCols, keep + 1);
     tc_batch = s.rows >= tc_min && tensor_core_type(w.type);
     s.mma = tc_batch && cuda_tensor_core_gemm(w.type, paths);
@@ -550,7 +550,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const CudaPaths &paths) {
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
-    const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g);
+    const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g, tuning);
     s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && cuda_tensor_core_gemm(w.type, paths);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
@@ -559,7 +559,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const CudaPaths &paths) {
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
-  const int blas_min = g_blas_min_tokens.load();
+  const int blas_min = tuning.blas_min_tokens;
   s.blas = n.op == Op::MatMul && tc_batch && cuda_mmq_type_supported(w.type) && blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
   return s;
 }
@@ -592,8 +592,12 @@ int dense_k_splits(const MatmulShape &s, int n_sm) {
 
 }  // namespace
 
-void cuda_set_blas_min_tokens(int tokens) { g_blas_min_tokens.store(std::max(tokens, 0)); }
-bool cuda_blas_wanted() { return g_blas_min_tokens.load() > 0; }
+void cuda_launch_route(cudaStream_t s, const int32_t *ids, int64_t ids_nb1, int n_used, int T, int E, int X, int NT, int2 *entries,
+                       int4 *tiles, int max_tiles, unsigned *err) {
+  if (n_used < 1 || n_used > kRouteThreads) fail(Status::Unsupported, "CUDA MoE: %d experts per token (max %d)", n_used, kRouteThreads);
+  route_kernel<<<1, kRouteThreads, 0, s>>>(ids, ids_nb1, n_used, T, E, X, NT, RouteTables{entries, tiles}, max_tiles, err);
+  MOE_CUDA_LAUNCH_CHECK("route_kernel");
+}
 
 bool cuda_matmul_type_supported(DType t) {
   switch (t) {
@@ -603,8 +607,8 @@ bool cuda_matmul_type_supported(DType t) {
   }
 }
 
-size_t cuda_matmul_work_size(const Graph &g, const Node &n, const CudaPaths &paths) {
-  const MatmulShape s = shape_of(g, n, paths);
+size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
+  const MatmulShape s = shape_of(g, n, tuning, paths);
   size_t bytes = act_scratch_bytes(s);
   if (n.op == Op::MatMul) bytes += split_part_bytes(s, dense_k_splits(s, kPlannedSms));
   if (s.blas) bytes = std::max(bytes, blas_scratch_bytes(s));  // either path may run (no handle: the MMQ)
@@ -615,7 +619,7 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n, const CudaPaths &pat
   return bytes;
 }
 
-void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
+void launch_act_round(const LaunchStream &s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
                       float2 *s_out, bool out_f16) {
   if (vdt == DType::Q8_K) {
     if (K % 256 != 0) fail(Status::Internal, "CUDA activation rounding: Q8_K rows of %lld values (not a multiple of 256)", (long long)K);
@@ -667,7 +671,7 @@ static int fitted_k_splits(const MatmulShape &s, const CudaOpCtx &c) {
 
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
-  const MatmulShape s = shape_of(c.g, c.n, c.paths);
+  const MatmulShape s = shape_of(c.g, c.n, c.tuning, c.paths);
   if (s.M == 0 || s.rows == 0) return;
   if (c.n.op == Op::MatMulId && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
   // F16 weights with one column or experts: half-precision sums like the reference.
@@ -716,7 +720,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     } else if (s.mma) {
       launch_mma_matmul(w.type, c.stream, W, w.nb[1], 0, static_cast<int>(s.K), static_cast<int>(s.M), xr, Y, ncols, nullptr, nullptr,
                         n_col_tiles);
-    } else if (s.sgemm && c.blas && g_blas_min_tokens.load() > 0 && w.nb[1] % 4 == 0) {
+    } else if (s.sgemm && c.blas && c.tuning.blas_min_tokens > 0 && w.nb[1] % 4 == 0) {
       // F32 weights (routers): cuBLAS's f32 GEMM, unless cuBLAS is switched off (blas min 0).
       // Measured 2026-12-01: 29.7 us per router call at 512 tokens on the split-K kernel below + its sum.
       cuda_blas_gemm_f32(c.blas, static_cast<int>(s.M), ncols, static_cast<int>(s.K), reinterpret_cast<const float *>(W),

@@ -35,7 +35,7 @@ template <DType T> __global__ void dequant_f16_kernel(const uint8_t *W, int64_t 
 // Every type of cuda_mmq_type_supported: the cuBLAS path takes only products the MMQ would.
 #define MOE_BLAS_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
 
-void launch_dequant_f16(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16) {
+void launch_dequant_f16(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16) {
   const int64_t units = static_cast<int64_t>(M) * (K / 32);
   const dim3 grid(static_cast<unsigned>((units + 255) / 256));
   switch (t) {

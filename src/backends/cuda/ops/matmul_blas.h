@@ -15,6 +15,6 @@ namespace moe {
 
 // W16[m][k] = the weight, rounded to f16, for the M x K matrix W of type t (rows of row_bytes); t is
 // one of the MMQ's block types (cuda_mmq_type_supported), dequantized by quant.cuh dequant32.
-void launch_dequant_f16(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16);
+void launch_dequant_f16(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int K, int M, __half *W16);
 
 }  // namespace moe

@@ -17,7 +17,7 @@ void cuda_matmul_heads_rows(const CudaOpCtx &c);
 // r / ne1 % ne2, ...) of x's rows), K values each, rounded through vdt (see cuda_op_matmul):
 // f32 values (f16 with out_f16) into out[r K ..] when q_out is null, else integers into q_out and per-16 (scale,
 // sum) into s_out. Launched with PDL.
-void launch_act_round(cudaStream_t s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
+void launch_act_round(const LaunchStream &s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
                       float2 *s_out, bool out_f16 = false);
 
 // Scratch of the tensor-core path (0 where the node stays on the warp kernel, as on devices

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_paths.h"
 #include "quant/dtype.h"
 
@@ -38,7 +39,7 @@ void launch_mma_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
 // element k (int8_t for cuda_mmq_int8_type(t), else f16 bits as uint16_t), and
 // Xs[r * K / 16 + g] = (c, sum of the 16 integers of group g), c the scale of the Q8_0 / Q8_K
 // block holding group g (K is a multiple of 32). part / k_splits: see launch_mmq_i8_matmul.
-void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+void launch_mmq_matmul(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles, float *part = nullptr, int k_splits = 1);
 
@@ -49,14 +50,14 @@ void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_by
 // their partial results go to part[z * ncols * M ..] (k_splits * ncols * M floats) and are
 // summed in order into Y by a second kernel (deterministic).
 bool cuda_mmq_int8_type(DType t);
-void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+void launch_mmq_i8_matmul(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                           const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                           int n_col_tiles, float *part, int k_splits);
 // The K splits for a dense K x M product on ncols columns and n_sm SMs: enough blocks for
 // two per SM, at most kMaxKSplits and K / 256; 1 = none.
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm);
 // Y[i] = the n_split partial results part[z n + i] added in the order of z (split-K GEMMs).
-void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, cudaStream_t s);
+void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, const LaunchStream &s);
 
 // Test hook: enqueues on s the decoding of sub-blocks 0 .. n_sub-1 of one device row of type
 // t three ways: dequant32 into d_w[32 n_sub], unpack32 into d_q[32 n_sub] and d_ab[4 n_sub]

@@ -255,7 +255,7 @@ bool cuda_mmq_type_supported(DType t) {
 
 #define MOE_MMQ_TYPES(X) X(DType::Q2_K) X(DType::Q3_K)
 
-void launch_mmq_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+void launch_mmq_matmul(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                        const void *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                        int n_col_tiles, float *part, int k_splits) {
   if (cuda_mmq_int8_type(t))

@@ -469,7 +469,7 @@ template <DType T> constexpr bool i8_any_fits(int optin) {
 // shared-memory carveout (228 KB; the next, 196 KB, holds one; Q6_K's 2 x 99,840 B fit it):
 // asked for explicitly (a hint the driver may also reach by itself).
 template <DType T>
-void launch_i8(dim3 grid, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
+void launch_i8(dim3 grid, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq,
                const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
   auto go = [&](auto kernel, int bytes, bool max_shared) {
     MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -526,7 +526,7 @@ int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
   return (static_cast<int>(K) + split_len(static_cast<int>(K), splits) - 1) / split_len(static_cast<int>(K), splits);  // none empty
 }
 
-void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+void launch_mmq_i8_matmul(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                           const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                           int n_col_tiles, float *part, int k_splits) {
   if (n_col_tiles <= 0 || M <= 0) return;
@@ -548,7 +548,7 @@ void launch_mmq_i8_matmul(DType t, cudaStream_t s, const uint8_t *W, int64_t row
   if (split) launch_sum_k_splits(part, y_split, nz, Y, s);
 }
 
-void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, cudaStream_t s) {
+void launch_sum_k_splits(const float *part, int64_t n, int n_split, float *Y, const LaunchStream &s) {
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
   launch_pdl(sum_k_splits_kernel, dim3(blocks), dim3(256), 0, s, part, n, n_split, Y);
 }

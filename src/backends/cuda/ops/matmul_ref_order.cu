@@ -9,7 +9,7 @@
 #include "backends/cuda/ops/ref_math.cuh"
 #include "graph/ir.h"
 
-#include <atomic>
+#include <algorithm>
 
 namespace moe {
 
@@ -77,15 +77,12 @@ __global__ void __launch_bounds__(kRefWarps * 32) mmv_ref_f32_kernel(const float
 
 }  // namespace
 
-static std::atomic<int> g_ref_order_max_tokens{kRefOrderMaxTokens};
-void cuda_set_ref_order_max_tokens(int n) { g_ref_order_max_tokens.store(n < 0 ? 0 : n); }
-int cuda_ref_order_max_tokens() { return g_ref_order_max_tokens.load(std::memory_order_relaxed); }
-int cuda_ref_order_tokens(const Graph &g) { return g.cpu_float_order ? cuda_ref_order_max_tokens() : 0; }
+int cuda_ref_order_tokens(const Graph &g, const GpuTuning &tuning) {
+  return g.cpu_float_order ? std::max(tuning.ref_order_max_tokens, 0) : 0;
+}
 
-static std::atomic<bool> g_final_outputs_own_order{true};
-void cuda_set_final_outputs_own_order(bool on) { g_final_outputs_own_order.store(on); }
-bool cuda_own_order_product(const Node &n) {
-  return (n.op == Op::MatMul || n.op == Op::MatMulId) && n.final_output && g_final_outputs_own_order.load(std::memory_order_relaxed);
+bool cuda_own_order_product(const Node &n, const GpuTuning &tuning) {
+  return (n.op == Op::MatMul || n.op == Op::MatMulId) && n.final_output && tuning.own_order_head;
 }
 
 void launch_mmv_ref_f32(cudaStream_t s, const float *W, int64_t row_stride, int K, int M, const float *X, float *Y, int ncols, int NT,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/gpu_tuning.h"
 #include "quant/dtype.h"
 
 namespace moe {
@@ -22,23 +23,20 @@ class Graph;
 // Qwen3-30B-A3B shape: pp128 813 t/s against pp512 12,630), so it is opt-in per context
 // (moe_context_params.cpu_float_order -> Graph::cpu_float_order); longer batches always take
 // the tensor cores.
-constexpr int kRefOrderMaxTokens = 128;
-// The limit in force (process-wide, default kRefOrderMaxTokens). Tests of the tensor-core and
-// tiled kernels set 0 so batches from 16 tokens (MatMulId: 64 entries; attention: 17 tokens)
-// reach those kernels again; set it before building the graphs it should apply to.
-void cuda_set_ref_order_max_tokens(int n);
-int cuda_ref_order_max_tokens();
-// The limit for graph g: cuda_ref_order_max_tokens() where g asks for the CPU's float order
+// The limit is GpuTuning::ref_order_max_tokens (default kGpuRefOrderMaxTokens = 128); tests of
+// the tensor-core and tiled kernels set 0 so batches from 16 tokens (MatMulId: 64 entries;
+// attention: 17 tokens) reach those kernels.
+constexpr int kRefOrderMaxTokens = kGpuRefOrderMaxTokens;
+// The limit for graph g: tuning.ref_order_max_tokens where g asks for the CPU's float order
 // (Graph::cpu_float_order), else 0 (every batch from 16 tokens takes the tensor cores).
-int cuda_ref_order_tokens(const Graph &g);
+int cuda_ref_order_tokens(const Graph &g, const GpuTuning &tuning);
 
 // A MatMul / MatMulId whose output is final (Node::final_output: the LM head) takes CUDA's own
-// float order at every batch size: no rounding follows its output, so the chaos argument
-// above does not apply, and the reference order costs the LM head up to ~4x (gpt-oss's Q8_0
-// head). Process-wide switch, default on; tests that want the CPU's bits of a product they
-// mark as a graph output turn it off (set it before building the graphs it should apply to).
-void cuda_set_final_outputs_own_order(bool on);
-bool cuda_own_order_product(const Node &n);
+// float order at every batch size when tuning.own_order_head (the default): no rounding follows
+// its output, so the chaos argument above does not apply, and the reference order costs the LM
+// head up to ~4x (gpt-oss's Q8_0 head). Tests that want the CPU's bits of a product they mark
+// as a graph output turn it off.
+bool cuda_own_order_product(const Node &n, const GpuTuning &tuning);
 
 // Y[col] = W X[col] as launch_mmq_matmul's int8 form describes X (Xq: int8 integers, Xs:
 // (scale, integer sum) per 16, act_round_kernel with q_int8). Dense (tiles == nullptr):

@@ -26,7 +26,6 @@
 // round trip overlap that kernel's tail. Blocks of expert products wait first (the ids are
 // an earlier kernel's output).
 #include <algorithm>
-#include <atomic>
 
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/act_round_warp.cuh"
@@ -864,7 +863,7 @@ int rows_per_block(int mode) { return mode == kModeHalves ? kRowsOne : kRowsPlai
 
 // A final output of a CPU-order type in CUDA's own order: 8-warp thread blocks (one logical
 // block each; grid.x counts them). Returns false for the other types (their one order).
-bool launch_own_order(DType t, dim3 grid, int smem, cudaStream_t s, const MvArgs &a) {
+bool launch_own_order(DType t, dim3 grid, int smem, const LaunchStream &s, const MvArgs &a) {
   const dim3 block(kMvThreads);
   switch (t) {
 #define MOE_MV_OWN_CASE(TY) \
@@ -887,7 +886,7 @@ bool launch_own_order(DType t, dim3 grid, int smem, cudaStream_t s, const MvArgs
 
 // Row pairs / K halves / split K (not the expert products: launch_expert); grid.x counts
 // logical blocks. tail: a norm tail (sync set) or none.
-void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a, const RowTail &tail = RowTail{}) {
+void launch(DType t, dim3 grid, MvShape sh, const LaunchStream &s, const MvArgs &a, const RowTail &tail = RowTail{}) {
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
   const int smem = std::max(sh.smem, tail_smem(tail, a.M));
@@ -907,7 +906,7 @@ void launch(DType t, dim3 grid, MvShape sh, cudaStream_t s, const MvArgs &a, con
 // wide: down in matvec_down_kernel's 16-warp blocks.
 // tail: the 16-warp down kernel's norm tail (or none).
 template <DType T, int P>
-void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, cudaStream_t s, const MvArgs &a, const RowTail &tail) {
+void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail) {
   if (down && wide) launch_pdl(matvec_down_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvMaxThreads), smem, s, a, tail);
   else if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
   else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
@@ -918,7 +917,7 @@ void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, cudaStream_t
 // matvec_expert_kernel. Returns false, launching nothing, where the shared memory does not
 // fit (the caller runs the members unfused). tail: down's norm tail (sync set) or none; only
 // the 16-warp down kernel takes it (*tail_done: whether the launch computes it).
-bool launch_expert(DType t, bool down, cudaStream_t s, const MvArgs &a, const RowTail &tail_in = RowTail{}, bool *tail_done = nullptr) {
+bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, const RowTail &tail_in = RowTail{}, bool *tail_done = nullptr) {
   int64_t smem = -1;
   dim3 grid;
   bool wide = false;
@@ -1016,15 +1015,14 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
 // Whether a group of `logical` logical blocks takes the lean kernel: more than two logical
 // blocks per SM (16-warp blocks of 128 registers, one per SM, would leave a partial second
 // wave: Qwen3-30B-A3B's q/k/v are 384 logical blocks = 1.45 waves of 132) and at most three
-// (the lean kernel's 3 x 8 warps per SM: one wave).
-std::atomic<bool> g_lean_groups{true};
-bool group_lean(int64_t logical, int n_sm) {
-  return g_lean_groups.load(std::memory_order_relaxed) && logical > 2 * static_cast<int64_t>(n_sm) && logical <= 3 * static_cast<int64_t>(n_sm);
+// (the lean kernel's 3 x 8 warps per SM: one wave). Only with GpuTuning::lean_groups.
+bool group_lean(int64_t logical, int n_sm, bool lean_groups) {
+  return lean_groups && logical > 2 * static_cast<int64_t>(n_sm) && logical <= 3 * static_cast<int64_t>(n_sm);
 }
 
 // Launches a MatVecs group: segs[0..n) of one activation rounding, base: the shared fields
 // (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
-bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaStream_t stream) {
+bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool lean_groups, const LaunchStream &stream) {
   MvGroupArgs g{};
   g.a = base;
   g.n = n;
@@ -1039,7 +1037,7 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
     logical += blocks(segs[s].M, rows_per_block(segs[s].mode));
   }
   // A thread block never spans two segments (its logical blocks share one type's rounding).
-  const bool lean = group_lean(logical, n_sm);
+  const bool lean = group_lean(logical, n_sm, lean_groups);
   const MvShape sh = lean ? MvShape{1, smem1} : block_groups(segs[0].type, logical, n_sm, smem1, smem2);
   unsigned total = 0;
   for (int s = 0; s < n; ++s) {
@@ -1061,7 +1059,7 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, cudaSt
 // warp in two K halves (quantized types whose K is an even number of blocks).
 // own: a final output (cuda_own_order_product), CUDA's own order for every type.
 // tail: a norm tail (never with own).
-void launch_rows(cudaStream_t stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, const RowTail &tail = RowTail{}) {
+void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, const RowTail &tail = RowTail{}) {
   const unsigned lx = blocks(a.M, kRowsPlain);
   own = own && cpu_order_dtype(t);  // (the other types have one order)
   // (F32 rows in the reference's order fold over the whole K: never split.)
@@ -1177,11 +1175,9 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
   if (a.M == 0 || a.n_used == 0) return true;
-  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n));
+  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n, c.tuning));
   return true;
 }
-
-void cuda_matvec_lean_groups(bool on) { g_lean_groups.store(on); }
 
 int cuda_matvec_group_key(DType t) {
   if (!type_ok(t) || is_plain(t)) return 0;
@@ -1202,7 +1198,7 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
     if (ok) segs[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
                             static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
-  if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.stream))
+  if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.tuning.lean_groups, c.stream))
     for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
 }
 

@@ -9,8 +9,4 @@ namespace moe {
 // takes the general path).
 bool cuda_matvec(const CudaOpCtx &c);
 
-// Process-wide switch (default on): MatVecs groups of 2..3 logical blocks per multiprocessor
-// take the lean 8-warp kernel (matvec.cu: group_lean); off: the 16-warp launch as before.
-void cuda_matvec_lean_groups(bool on);
-
 }  // namespace moe

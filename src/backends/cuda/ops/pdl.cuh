@@ -10,8 +10,9 @@
 //     threads that exit early, so a grid never completes before its predecessor);
 //   * pdl_trigger() after pdl_wait(): the next kernel may then be scheduled. Triggering
 //     only after waiting keeps at most two grids in flight.
-// On devices before sm_90 and when disabled (cuda_pdl_enable(false)) launch_pdl is an
-// ordinary launch and pdl_wait / pdl_trigger compile to nothing.
+// Where the stream says no PDL (LaunchStream::pdl: GpuTuning::dependent_launch off, or code
+// before sm_90 on the device, cuda_paths.h) launch_pdl is an ordinary launch; in code before
+// sm_90 pdl_wait / pdl_trigger compile to nothing, so the attribute would be a race there.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -33,20 +34,20 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Launches `kernel` on `stream` (counted like every launch); with PDL when active.
+// Launches `kernel` on `stream` (counted like every launch); with PDL when stream.pdl.
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, const LaunchStream &stream,
                 Args &&...args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
+  cfg.stream = stream.stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = cuda_pdl_active() ? 1 : 0;
+  cfg.numAttrs = stream.pdl ? 1 : 0;
   MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
   cuda_note_launch();
 }

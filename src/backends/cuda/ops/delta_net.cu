@@ -1,0 +1,231 @@
+// Gated DeltaNet kernels, the CUDA side of src/backends/cpu/ops/delta_net.cpp: the causal
+// depthwise convolution with its per-sequence tail (SsmConv) and the gated delta rule over the
+// per-sequence d x d matrix state (DeltaNet), token by token in batch order.
+//
+// State: each layer's [2 copies][n_seq_max][conv tail | n_v x d x d] floats live in this GPU's
+// memory (KvCache, allocated through the layer's backend). Which copy a sequence reads and which
+// it writes comes from DevUbatch::rs, uploaded with the ubatch, so a decode step needs no host
+// decision at launch time and replays as a CUDA graph: grid.y walks the table's sequences (the
+// grid is sized for min(T, n_seq_max); slots past the table's count exit). Every block reads
+// its part of the state once from the source copy, advances it in registers over the
+// sequence's tokens of the ubatch, and writes it once to the destination copy (the same copy
+// when an earlier ubatch of the call already wrote it: each thread reads its values before it
+// writes them back).
+//
+// DeltaNet rows are independent (row j of S only meets k, q, v_j): one warp per state row, its
+// d values in registers (lane l holds i = l + 32 m), two warp sums per token. Prompts
+// (i[1] = 1, the chunked form on the CPU) run the same token-sequential recurrence: a
+// tensor-core chunked kernel is future work (docs/perf/qwen3next-cuda.md).
+#include <algorithm>
+
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
+#include "kv/kv_cache.h"
+
+namespace moe {
+
+namespace {
+
+// The state of table slot `slot` in copy `copy` (0 or 1).
+__device__ __forceinline__ float *state_of(float *base, int64_t per, int n_seq_max, const int32_t *rs, int slot, int which) {
+  const int seq = rs[1 + 3 * slot], copy = rs[1 + 3 * slot + which];
+  return base + (static_cast<int64_t>(copy) * n_seq_max + seq) * per;
+}
+
+struct ConvArgs {
+  float *out;            // [C, T], column stride out_nb1 floats
+  const float *x;        // [C, T], column stride x_nb1 floats
+  const float *w;        // [K, C] (K taps per channel, oldest first)
+  int64_t out_nb1, x_nb1, C, T;
+  int K;
+  const int32_t *seq;    // DevUbatch::seq
+  const int32_t *rs;     // DevUbatch::rs
+  float *base;           // the layer's state buffer
+  int64_t per;           // floats per sequence state
+  int n_seq_max;
+};
+
+// One thread per channel and table sequence. KT > 0: the width known at compile time (the
+// window stays in registers); KT = 0: any width up to 64.
+template <int KT>
+__global__ void ssm_conv_kernel(ConvArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  const int slot = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (slot >= a.rs[0] || c >= a.C) return;
+  constexpr int kMax = KT ? KT : 64;
+  const int K = KT ? KT : a.K;
+  const int32_t seq = a.rs[1 + 3 * slot];
+  const float *src = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 1);
+  float *dst = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 2);
+  float win[kMax], wc[kMax];
+#pragma unroll
+  for (int j = 0; j < kMax; ++j) {
+    if (j >= K) break;
+    wc[j] = a.w[c * K + j];
+    if (j + 1 < K) win[j] = src[j * a.C + c];  // tail [K-1][C], oldest first
+  }
+  for (int64_t t = 0; t < a.T; ++t) {
+    if (a.seq[t] != seq) continue;
+    win[K - 1] = a.x[t * a.x_nb1 + c];
+    float sum = 0.0f;  // oldest to newest, unfused, as the CPU sums
+#pragma unroll
+    for (int j = 0; j < kMax; ++j)
+      if (j < K) sum = __fadd_rn(sum, __fmul_rn(win[j], wc[j]));
+    a.out[t * a.out_nb1 + c] = __fdiv_rn(sum, __fadd_rn(1.0f, ref_expf_v(__fsub_rn(0.0f, sum))));  // refmath::silu_v
+#pragma unroll
+    for (int j = 0; j + 1 < kMax; ++j)
+      if (j + 1 < K) win[j] = win[j + 1];
+  }
+#pragma unroll
+  for (int j = 0; j + 1 < kMax; ++j)
+    if (j + 1 < K) dst[j * a.C + c] = win[j];
+}
+
+struct DeltaArgs {
+  float *o;                     // [d, n_v, T]
+  const float *q, *k;           // [d, n_k, T]
+  const float *v;               // [d, n_v, T]
+  const float *gb;              // [2 n_v, T]: log decay, beta
+  int64_t d, n_k, n_v, T, conv; // conv: floats of the conv tail before the matrices
+  int head_map;                 // 0: key head h / (n_v / n_k), 1: h % n_k
+  float scale;
+  const int32_t *seq, *rs;
+  float *base;
+  int64_t per;
+  int n_seq_max;
+};
+
+constexpr int kDeltaWarps = 4;  // state rows per block
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block: kDeltaWarps rows j of one value head h; grid.x = n_v x ceil(d / kDeltaWarps),
+// grid.y = table sequence. M values per lane (d <= 32 M).
+template <int M>
+__global__ void delta_net_kernel(DeltaArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  const int slot = blockIdx.y;
+  if (slot >= a.rs[0]) return;
+  const int64_t blocks_per_head = (a.d + kDeltaWarps - 1) / kDeltaWarps;
+  const int64_t h = blockIdx.x / blocks_per_head;
+  const int64_t j = (blockIdx.x % blocks_per_head) * kDeltaWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (j >= a.d) return;
+  const int64_t kh = a.head_map == 0 ? h / (a.n_v / a.n_k) : h % a.n_k;
+  const int32_t seq = a.rs[1 + 3 * slot];
+  const int64_t row_off = a.conv + (h * a.d + j) * a.d;
+  const float *in = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 1) + row_off;
+  float *out = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 2) + row_off;
+  float row[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int64_t i = lane + 32 * m;
+    row[m] = i < a.d ? in[i] : 0.0f;
+  }
+  for (int64_t t = 0; t < a.T; ++t) {
+    if (a.seq[t] != seq) continue;
+    const float *qt = a.q + (t * a.n_k + kh) * a.d, *kt = a.k + (t * a.n_k + kh) * a.d;
+    float kk[M], qq[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int64_t i = lane + 32 * m;
+      kk[m] = i < a.d ? kt[i] : 0.0f;
+      qq[m] = i < a.d ? qt[i] : 0.0f;
+    }
+    const float *g = a.gb + t * 2 * a.n_v;
+    const float decay = expf(g[h]), beta = g[a.n_v + h];
+    const float vj = a.v[(t * a.n_v + h) * a.d + j];
+    float sk = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      row[m] *= decay;
+      sk = fmaf(row[m], kk[m], sk);
+    }
+    const float delta = beta * (vj - warp_sum(sk));
+    float sq = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      row[m] = fmaf(kk[m], delta, row[m]);
+      sq = fmaf(row[m], qq[m], sq);
+    }
+    sq = warp_sum(sq);
+    if (lane == 0) a.o[(t * a.n_v + h) * a.d + j] = sq * a.scale;
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int64_t i = lane + 32 * m;
+    if (i < a.d) out[i] = row[m];
+  }
+}
+
+template <int M>
+void launch_delta(const DeltaArgs &a, dim3 grid, const LaunchStream &s) {
+  launch_pdl(delta_net_kernel<M>, grid, dim3(32 * kDeltaWarps), 0, s, a);
+}
+
+// The layer's state buffer, with a clear error where the graph and the cache disagree.
+float *layer_state(const CudaOpCtx &c) {
+  const int layer = c.n.kv_layer;
+  if (!c.kv || layer < 0 || layer >= c.kv->n_layer() || !c.kv->recurrent_base(layer) || !c.ub.rs || !c.ub.seq)
+    fail(Status::Internal, "CUDA %s: layer %d has no recurrent state or the ubatch no recurrent table", op_name(c.n.op), layer);
+  return c.kv->recurrent_base(layer);
+}
+
+unsigned seq_slots(const CudaOpCtx &c, int64_t T) {
+  return static_cast<unsigned>(std::min<int64_t>(T, c.kv->n_seq_max()));
+}
+
+}  // namespace
+
+bool cuda_delta_net_supported(const Graph &g, const Node &n) {
+  auto dense = [](const Node &t) { return t.type == DType::F32 && t.nb[0] == 4; };
+  if (n.op == Op::SsmConv) {
+    const Node &x = g.node(n.src[0]), &w = g.node(n.src[1]);
+    return dense(n) && dense(x) && w.type == DType::F32 && w.is_contiguous() && n.ip[0] >= 1 && n.ip[0] <= 64;
+  }
+  if (n.op != Op::DeltaNet) return false;
+  for (int s = 0; s < 4; ++s)
+    if (!g.node(n.src[s]).is_contiguous() || g.node(n.src[s]).type != DType::F32) return false;
+  return n.is_contiguous() && n.ne[0] >= 1 && n.ne[0] <= 1024;
+}
+
+void cuda_op_ssm_conv(const CudaOpCtx &c) {
+  const Node &n = c.n, &x = c.src(0);
+  const int64_t C = x.ne[0], T = x.ne[1];
+  if (C == 0 || T == 0) return;
+  float *base = layer_state(c);
+  ConvArgs a{static_cast<float *>(n.data), static_cast<const float *>(x.data), static_cast<const float *>(c.src(1).data),
+             static_cast<int64_t>(n.nb[1] / 4), static_cast<int64_t>(x.nb[1] / 4), C, T, n.ip[0], c.ub.seq, c.ub.rs, base,
+             c.kv->dims(n.kv_layer).recurrent(), static_cast<int>(c.kv->n_seq_max())};
+  const dim3 grid(static_cast<unsigned>((C + 127) / 128), seq_slots(c, T));
+  if (a.K == 4) launch_pdl(ssm_conv_kernel<4>, grid, dim3(128), 0, c.stream, a);
+  else launch_pdl(ssm_conv_kernel<0>, grid, dim3(128), 0, c.stream, a);
+}
+
+void cuda_op_delta_net(const CudaOpCtx &c) {
+  const Node &n = c.n, &q = c.src(0), &v = c.src(2);
+  const int64_t d = v.ne[0], n_v = v.ne[1], T = v.ne[2];
+  if (d == 0 || n_v == 0 || T == 0) return;
+  float *base = layer_state(c);
+  const KvLayerDims &dims = c.kv->dims(n.kv_layer);
+  DeltaArgs a{static_cast<float *>(n.data), static_cast<const float *>(q.data), static_cast<const float *>(c.src(1).data),
+              static_cast<const float *>(v.data), static_cast<const float *>(c.src(3).data), d, q.ne[1], n_v, T, dims.conv_state,
+              n.ip[0], n.fp[0], c.ub.seq, c.ub.rs, base, dims.recurrent(), static_cast<int>(c.kv->n_seq_max())};
+  const dim3 grid(static_cast<unsigned>(n_v * ((d + kDeltaWarps - 1) / kDeltaWarps)), seq_slots(c, T));
+  if (d <= 32) launch_delta<1>(a, grid, c.stream);
+  else if (d <= 64) launch_delta<2>(a, grid, c.stream);
+  else if (d <= 128) launch_delta<4>(a, grid, c.stream);
+  else if (d <= 256) launch_delta<8>(a, grid, c.stream);
+  else if (d <= 512) launch_delta<16>(a, grid, c.stream);
+  else launch_delta<32>(a, grid, c.stream);
+}
+
+}  // namespace moe

@@ -1,0 +1,374 @@
+// MatMul / MatMulId / GetRows of the extra weight types (quant_extra.h): activation rounding
+// into the CPU's Q8 blocks, the integer-dot warp-per-row kernel, f16 dequantization for cuBLAS
+// and GetRows. Decoders and device tables: quant_extra_decode.cuh (this file is its one user).
+#include "backends/cuda/ops/quant_extra.h"
+
+#include <algorithm>
+
+#include "backends/cuda/cuda_blas.h"
+#include "backends/cuda/ops/act_round_warp.cuh"
+#include "backends/cuda/ops/kernel_error.cuh"
+#include "backends/cuda/ops/matmul_heads.h"
+#include "backends/cuda/ops/matmul_route.h"
+#include "backends/cuda/ops/quant_extra_decode.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kXWarps = 4;       // weight rows per block of the dot kernel (a warp each)
+constexpr int kXTile = 8;        // activation columns per block beyond one token
+constexpr int kQuantWarps = 4;   // 256-value units per block of the activation rounding
+// Dense weights above this as f16 stay on the integer kernel (as matmul.cu's cuBLAS path).
+constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
+
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+
+// ---- activation rounding -----------------------------------------------------------------
+
+// Rows of x (row r = element (r % ne1, r / ne1 % ne2, ...) of its rows) into int8 q[r K + i]
+// and, per 32 values, ds[r K / 32 + i / 32] = (d, s): Q8_K: (the 256-block's scale, 0);
+// Q8_0 / Q8_1: (the f16 scale, Q8_1's f16 s = d * sum of the 32 integers), the values the CPU's
+// quantize_row gives. A warp per 256 values, lane l holding 8 (K % 32 == 0; Q8_K: K % 256 == 0).
+__global__ void __launch_bounds__(kQuantWarps * 32) quantize_acts_kernel(TView x, int K, int64_t units, bool q8k, int8_t *q, float2 *ds) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * kQuantWarps + (threadIdx.x >> 5);
+  if (u >= units) return;  // whole warps
+  const int lane = threadIdx.x & 31, nb = (K + 255) / 256;
+  const int64_t r = u / nb;
+  const int i0 = static_cast<int>(u % nb) * 256 + lane * 8;
+  const bool in = i0 < K;  // the 4 lanes of a 32-block agree
+  const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+  const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]);
+  float v[8];
+  load8_floats(src, i0, in, v);
+  int qi[8];
+  float d, s = 0.0f;
+  if (q8k) {
+    d = q8k_round_warp(v, qi);
+  } else {
+    float am = 0.0f;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) am = fmaxf(am, fabsf(v[l]));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    const float dd = am / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    int sum = 0;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      qi[l] = static_cast<int>(roundf(v[l] * id));
+      sum += qi[l];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    d = __half2float(__float2half_rn(dd));
+    s = __half2float(__float2half_rn(static_cast<float>(sum) * dd));
+  }
+  if (!in) return;
+  *reinterpret_cast<uint2 *>(q + r * K + i0) = pack_int8x8(qi);
+  if ((lane & 3) == 0) ds[r * (K / 32) + i0 / 32] = make_float2(d, s);
+}
+
+// ---- the product -----------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Which activation rows a block's columns read and which output rows they write: dense
+// (columns blockIdx.y * NT ...), routed tiles (matmul_route.h), one token's experts straight
+// from ids (blockIdx.y = slot j), or MatMulHeads (blockIdx.y = head h's token tile j).
+struct XCols {
+  int ncols;                // dense: the number of columns
+  const int4 *tiles;        // routed
+  const int2 *entries;
+  const int32_t *ids;       // one token: ids[j], activation row X == 1 ? 0 : j, output row j
+  int X, E;
+  unsigned *err;
+  int H, T, tiles_per_head;  // heads (H > 0): head h = expert h, activation row t H + h
+  int64_t y_nb1, y_nb2;      // heads: output strides in floats (out[:, h, t] at h y_nb1 + t y_nb2)
+};
+
+// Y[out row][row] = W(expert)[row] . x(act row), a warp per weight row, lanes over sub-blocks.
+// An ordinary launch (no PDL): every read of activations follows the previous kernel.
+template <DType T, int NT>
+__global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
+                                                                 const int8_t *xq, const float2 *xds, float *Y, XCols cols) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kXWarps + (threadIdx.x >> 5);
+  int expert = 0, first = static_cast<int>(blockIdx.y) * NT, cnt;
+  if (cols.tiles) {
+    const int4 tl = cols.tiles[blockIdx.y];
+    expert = tl.x;
+    first = tl.y;
+    cnt = tl.z;
+  } else if (cols.H > 0) {
+    expert = static_cast<int>(blockIdx.y) / cols.tiles_per_head;
+    first = (static_cast<int>(blockIdx.y) % cols.tiles_per_head) * NT;
+    cnt = min(NT, cols.T - first);
+  } else if (cols.ids) {
+    expert = cols.ids[blockIdx.y];
+    if (expert < 0 || expert >= cols.E) {  // nothing to compute; the output row keeps what it held
+      if (blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(cols.err, kKernelErrExpertId, expert, cols.E);
+      return;
+    }
+    cnt = 1;
+  } else {
+    cnt = min(NT, cols.ncols - first);
+  }
+  if (cnt <= 0 || row >= M) return;
+  int64_t xr[NT], yo[NT];  // activation row, first output element of the column
+#pragma unroll
+  for (int k = 0; k < NT; ++k) {
+    const int kk = k < cnt ? k : 0;
+    if (cols.entries) {
+      const int2 e = cols.entries[first + kk];
+      xr[k] = e.x;
+      yo[k] = static_cast<int64_t>(e.y) * M;
+    } else if (cols.H > 0) {
+      const int64_t t = first + kk;
+      xr[k] = t * cols.H + expert;
+      yo[k] = expert * cols.y_nb1 + t * cols.y_nb2;
+    } else if (cols.ids) {
+      xr[k] = cols.X == 1 ? 0 : static_cast<int64_t>(blockIdx.y);
+      yo[k] = static_cast<int64_t>(blockIdx.y) * M;
+    } else {
+      xr[k] = first + kk;
+      yo[k] = xr[k] * M;
+    }
+  }
+  const uint8_t *wrow = W + expert * expert_bytes + static_cast<int64_t>(row) * row_bytes;
+  const int n_sub = K / 32;
+  float acc[NT];
+#pragma unroll
+  for (int k = 0; k < NT; ++k) acc[k] = 0.0f;
+  for (int s = lane; s < n_sub; s += 32) {
+    SubBlock b;
+    decode_sub<T>(wrow, s, b);
+#pragma unroll
+    for (int k = 0; k < NT; ++k) {
+      if (k >= cnt) break;
+      const int4 *p = reinterpret_cast<const int4 *>(xq + xr[k] * K + 32 * s);
+      const int4 a = __ldg(p), c = __ldg(p + 1);
+      const int xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+      const float2 sc = __ldg(xds + xr[k] * n_sub + s);
+      acc[k] += dot_sub<T>(b, xv, sc.x, sc.y);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NT; ++k) {
+    const float v = warp_sum(acc[k]);
+    if (lane == 0 && k < cnt) Y[yo[k] + row] = v;
+  }
+}
+
+// ---- dequantization --------------------------------------------------------------------
+
+// A thread per 32-weight sub-block (unit u = row * K / 32 + sub-block): f16 weights for cuBLAS.
+template <DType T> __global__ void extra_dequant_f16_kernel(const uint8_t *W, int64_t row_bytes, int K, int64_t units, __half *W16) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= units) return;
+  const int per_row = K / 32;
+  const int64_t m = u / per_row;
+  const int sb = static_cast<int>(u - m * per_row);
+  float w[32];
+  dequant_sub<T>(W + m * row_bytes, sb, w);
+  __half2 *o = reinterpret_cast<__half2 *>(W16 + m * K + 32 * sb);
+#pragma unroll
+  for (int l = 0; l < 16; ++l) o[l] = __floats2half2_rn(w[2 * l], w[2 * l + 1]);
+}
+
+// GetRows: out row r = the dequantized table row ids[r]; a thread per 32-value sub-block.
+template <DType T> __global__ void extra_get_rows_kernel(TView tab, TView ids, TView d, int64_t n_sub, unsigned *err) {
+  const int64_t r = blockIdx.y;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= n_sub) return;
+  const int32_t id = static_cast<const int32_t *>(ids.data)[r];
+  float *out = reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + r * d.nb[1]) + 32 * s;
+  float w[32];
+  if (id < 0 || id >= tab.ne[1]) {
+    // The context validates token ids before a decode; zeros keep the output defined.
+    if (s == 0) report_bad_index(err, kKernelErrGetRows, id, tab.ne[1]);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) w[l] = 0.0f;
+  } else {
+    dequant_sub<T>(static_cast<const uint8_t *>(tab.data) + id * tab.nb[1], static_cast<int>(s), w);
+  }
+#pragma unroll
+  for (int l = 0; l < 32; ++l) out[l] = w[l];
+}
+
+#define MOE_EXTRA_TYPES(X)                                                                                               \
+  X(DType::Q4_1) X(DType::Q5_0) X(DType::Q5_1) X(DType::IQ4_NL) X(DType::IQ4_XS) X(DType::IQ3_S) X(DType::IQ3_XXS) \
+  X(DType::IQ2_S) X(DType::IQ2_XS) X(DType::IQ2_XXS) X(DType::IQ1_S) X(DType::IQ1_M)
+
+template <int NT>
+void launch_dot(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const int8_t *xq,
+                const float2 *xds, float *Y, const XCols &cols) {
+  switch (t) {
+#define MOE_DOT_CASE(TY) \
+  case TY: extra_dot_kernel<TY, NT><<<grid, kXWarps * 32, 0, s>>>(W, rb, eb, K, M, xq, xds, Y, cols); break;
+    MOE_EXTRA_TYPES(MOE_DOT_CASE)
+#undef MOE_DOT_CASE
+    default: fail(Status::Internal, "CUDA matmul (extra types): type %s not dispatched", dtype_name(t));
+  }
+  MOE_CUDA_LAUNCH_CHECK("extra_dot_kernel");
+}
+
+void launch_dequant_f16_extra(DType t, cudaStream_t s, const uint8_t *W, int64_t rb, int K, int M, __half *W16) {
+  const int64_t units = static_cast<int64_t>(M) * (K / 32);
+  const dim3 grid(static_cast<unsigned>((units + 255) / 256));
+  switch (t) {
+#define MOE_DEQ_CASE(TY) \
+  case TY: extra_dequant_f16_kernel<TY><<<grid, 256, 0, s>>>(W, rb, K, units, W16); break;
+    MOE_EXTRA_TYPES(MOE_DEQ_CASE)
+#undef MOE_DEQ_CASE
+    default: fail(Status::Internal, "CUDA f16 dequantization (extra types): type %s not dispatched", dtype_name(t));
+  }
+  MOE_CUDA_LAUNCH_CHECK("extra_dequant_f16_kernel");
+}
+
+// ---- shapes and scratch ----------------------------------------------------------------
+
+struct XShape {
+  int64_t K, M, E, rows;  // rows: activation rows to round (X * T for MatMulId, H * T for MatMulHeads)
+  int n_used, T, X, max_tiles;
+  bool moe, heads, blas;
+};
+
+XShape xshape(const Graph &g, const Node &n, const GpuTuning &tuning) {
+  const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
+  XShape s{};
+  s.K = w.ne[0];
+  s.M = w.ne[1];
+  s.moe = n.op == Op::MatMulId;
+  s.heads = n.op == Op::MatMulHeads;
+  if (s.heads) {  // x [K, H, T]: head h is "expert" h
+    s.E = w.ne[2];
+    s.X = static_cast<int>(x.ne[1]);
+    s.T = static_cast<int>(x.ne[2]);
+    s.rows = x.ne[1] * x.ne[2];
+  } else if (!s.moe) {
+    s.E = 1;
+    s.rows = x.ne[1] * x.ne[2] * x.ne[3];
+    const int blas_min = tuning.blas_min_tokens;
+    s.blas = blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
+  } else {
+    const Node &ids = g.node(n.src[2]);
+    s.E = w.ne[2];
+    s.n_used = static_cast<int>(ids.ne[0]);
+    s.T = static_cast<int>(ids.ne[1]);
+    s.X = static_cast<int>(x.ne[1]);
+    s.rows = static_cast<int64_t>(s.X) * s.T;
+    s.max_tiles = cuda_route_max_tiles(s.n_used, s.T, s.E, kXTile);
+  }
+  return s;
+}
+
+size_t act_q_bytes(const XShape &s) { return align256(static_cast<size_t>(s.rows * s.K)); }
+size_t act_bytes(const XShape &s) { return act_q_bytes(s) + align256(static_cast<size_t>(s.rows * (s.K / 32)) * sizeof(float2)); }
+bool routed(const XShape &s) { return s.moe && s.T > 1; }
+size_t entries_bytes(const XShape &s) { return align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2)); }
+size_t route_bytes(const XShape &s) { return routed(s) ? entries_bytes(s) + align256(static_cast<size_t>(s.max_tiles) * sizeof(int4)) : 0; }
+size_t blas_w_bytes(const XShape &s) { return align256(static_cast<size_t>(s.M * s.K) * 2); }
+size_t blas_bytes(const XShape &s) { return blas_w_bytes(s) + align256(static_cast<size_t>(s.rows * s.K) * 2); }
+
+}  // namespace
+
+bool cuda_extra_type(DType t) { return is_extra_type(t); }
+
+size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning) {
+  const XShape s = xshape(g, n, tuning);
+  const size_t ints = act_bytes(s) + route_bytes(s);
+  return s.blas ? std::max(ints, blas_bytes(s)) : ints;  // either may run (no cuBLAS handle: the integer kernel)
+}
+
+bool cuda_extra_heads_supported(const Graph &g, const Node &n) {
+  const Node &x = g.node(n.src[1]);
+  return x.ne[3] == 1 && n.nb[0] == 4 && n.nb[1] % 4 == 0 && n.nb[2] % 4 == 0 &&
+         static_cast<int64_t>(x.ne[1]) * ((x.ne[2] + kXTile - 1) / kXTile) <= 65535;  // grid.y
+}
+
+void cuda_op_matmul_extra(const CudaOpCtx &c) {
+  const Node &w = c.src(0), &x = c.src(1);
+  const XShape s = xshape(c.g, c.n, c.tuning);
+  if (s.M == 0 || s.rows == 0) return;
+  if (s.moe && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  const int K = static_cast<int>(s.K), M = static_cast<int>(s.M);
+  const DType vdt = type_traits(w.type).vec_dot_type;
+  if (s.blas && c.blas && work && c.n.work_size >= blas_bytes(s)) {
+    __half *W16 = reinterpret_cast<__half *>(work);
+    __half *X16 = reinterpret_cast<__half *>(work + blas_w_bytes(s));
+    launch_dequant_f16_extra(w.type, c.stream, W, w.nb[1], K, M, W16);
+    // Q8_1's values are Q8_0's (its s only serves the integer dot's min term).
+    launch_act_round(c.stream, tview(x), s.rows, s.K, vdt == DType::Q8_1 ? DType::Q8_0 : vdt, X16, nullptr, false, nullptr, true);
+    cuda_blas_gemm_f16(c.blas, M, static_cast<int>(s.rows), K, W16, K, X16, K, static_cast<float *>(c.n.data), M);
+    return;
+  }
+  int8_t *xq = reinterpret_cast<int8_t *>(work);
+  float2 *xds = reinterpret_cast<float2 *>(work + act_q_bytes(s));
+  const int64_t units = s.rows * ((s.K + 255) / 256);
+  quantize_acts_kernel<<<static_cast<unsigned>((units + kQuantWarps - 1) / kQuantWarps), kQuantWarps * 32, 0, c.stream>>>(
+      tview(x), K, units, vdt == DType::Q8_K, xq, xds);
+  MOE_CUDA_LAUNCH_CHECK("quantize_acts_kernel");
+  float *Y = static_cast<float *>(c.n.data);
+  const unsigned gx = static_cast<unsigned>((s.M + kXWarps - 1) / kXWarps);
+  XCols cols{};
+  if (s.heads) {
+    const int nt = s.T == 1 ? 1 : kXTile;
+    cols.H = s.X;
+    cols.T = s.T;
+    cols.tiles_per_head = (s.T + nt - 1) / nt;
+    cols.y_nb1 = static_cast<int64_t>(c.n.nb[1] / 4);
+    cols.y_nb2 = static_cast<int64_t>(c.n.nb[2] / 4);
+    const dim3 grid(gx, static_cast<unsigned>(s.X * cols.tiles_per_head));
+    if (nt == 1) launch_dot<1>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], K, M, xq, xds, Y, cols);
+    else launch_dot<kXTile>(w.type, grid, c.stream, W, w.nb[1], w.nb[2], K, M, xq, xds, Y, cols);
+    return;
+  }
+  if (!s.moe) {
+    cols.ncols = static_cast<int>(s.rows);
+    if (s.rows == 1)
+      launch_dot<1>(w.type, dim3(gx, 1), c.stream, W, w.nb[1], 0, K, M, xq, xds, Y, cols);
+    else
+      launch_dot<kXTile>(w.type, dim3(gx, static_cast<unsigned>((s.rows + kXTile - 1) / kXTile)), c.stream, W, w.nb[1], 0, K, M, xq, xds, Y,
+                         cols);
+    return;
+  }
+  const Node &ids = c.src(2);
+  cols.X = s.X;
+  cols.E = static_cast<int>(s.E);
+  cols.err = c.ub.err;
+  if (!routed(s)) {  // one token: its n_used experts straight from ids
+    cols.ids = static_cast<const int32_t *>(ids.data);
+    launch_dot<1>(w.type, dim3(gx, static_cast<unsigned>(s.n_used)), c.stream, W, w.nb[1], w.nb[2], K, M, xq, xds, Y, cols);
+    return;
+  }
+  int2 *entries = reinterpret_cast<int2 *>(work + act_bytes(s));
+  int4 *tiles = reinterpret_cast<int4 *>(work + act_bytes(s) + entries_bytes(s));
+  cuda_launch_route(c.stream, static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T, cols.E, s.X, kXTile,
+                    entries, tiles, s.max_tiles, c.ub.err);
+  cols.tiles = tiles;
+  cols.entries = entries;
+  launch_dot<kXTile>(w.type, dim3(gx, static_cast<unsigned>(s.max_tiles)), c.stream, W, w.nb[1], w.nb[2], K, M, xq, xds, Y, cols);
+}
+
+void cuda_op_get_rows_extra(const CudaOpCtx &c) {
+  const Node &tab = c.src(0), &ids = c.src(1);
+  const int64_t n = ids.ne[0], n_sub = tab.ne[0] / 32;
+  if (n == 0 || n_sub == 0) return;
+  const dim3 grid(static_cast<unsigned>((n_sub + 127) / 128), static_cast<unsigned>(n));
+  switch (tab.type) {
+#define MOE_ROWS_CASE(TY) \
+  case TY: extra_get_rows_kernel<TY><<<grid, 128, 0, c.stream>>>(tview(tab), tview(ids), tview(c.n), n_sub, c.ub.err); break;
+    MOE_EXTRA_TYPES(MOE_ROWS_CASE)
+#undef MOE_ROWS_CASE
+    default: fail(Status::Internal, "CUDA get_rows (extra types): type %s not dispatched", dtype_name(tab.type));
+  }
+  MOE_CUDA_LAUNCH_CHECK("extra_get_rows_kernel");
+}
+
+}  // namespace moe

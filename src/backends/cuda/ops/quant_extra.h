@@ -1,0 +1,34 @@
+// MatMul, MatMulId, MatMulHeads and GetRows on CUDA for the weight types without an MMQ / fused mat-vec path
+// (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M).
+// cuda_dispatch.cpp sends their nodes here; the fused one-token groups (cuda_fusion.h) fall
+// back to running their members one by one, because matvec.cu does not take these types.
+//
+//   if (cuda_extra_type(w.type)) { size = cuda_extra_matmul_work_size(g, n, tuning); ... cuda_op_matmul_extra(c); }
+//
+// Paths (quant_extra.cu):
+//   * activations are rounded into the CPU's activation blocks for the type (its vec_dot_type:
+//     Q8_1 for Q4_1 / Q5_1, Q8_0 for Q5_0 / IQ4_NL, Q8_K for the 256-blocks), int8 + scales;
+//   * MatMul, MatMulId: a warp per weight row dots each 32-weight sub-block, decoded to int8,
+//     with up to 8 activation columns (dp4a; the CPU's per-block integer sums and float steps);
+//     one token, a few tokens, and MatMulId's expert tiles (routed on the device, matmul_route.h)
+//     all take this kernel;
+//   * dense MatMul of >= GpuTuning::blas_min_tokens columns with a cuBLAS handle: the weights
+//     dequantized to f16 (the CPU's values, rounded once) and one cuBLAS GEMM, as matmul.cu
+//     does for the MMQ types;
+//   * GetRows: the CPU's dequantized values, bit for bit.
+//   * MatMulHeads: head h as expert h on the same kernel (token tiles of 8 per head).
+// A type in neither this list nor the MMQ one is refused when the graph is compiled, naming the
+// op and the type.
+#pragma once
+#include "backends/cuda/cuda_ops.h"
+
+namespace moe {
+
+bool cuda_extra_type(DType t);
+size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);
+// MatMulHeads nodes of these types whose shape the kernel takes (x [K, H, T], f32 output rows).
+bool cuda_extra_heads_supported(const Graph &g, const Node &n);
+void cuda_op_matmul_extra(const CudaOpCtx &c);  // MatMul, MatMulId and MatMulHeads
+void cuda_op_get_rows_extra(const CudaOpCtx &c);
+
+}  // namespace moe

@@ -1,0 +1,68 @@
+// GPU tuning options of one context: alternative kernels and launch settings, kept for
+// measuring them (moeinfer-cli bench --help-dev) and for tests that need one kernel path.
+// Defaults are the fastest measured settings (docs/perf/cuda.md). They are internal: the C
+// ABI does not expose them.
+//
+//   ContextParams cp;  cp.gpu_tuning.fusion = false;      // this context only
+//   auto ctx = Context::create(model, cp);                 // plans and kernels use cp.gpu_tuning
+//
+// The context copies them into its compile options (scratch sizes depend on some: blas_min_tokens,
+// prefill_attn_blocks, own_order_head, ref_order_max_tokens) and into each GPU executor, which
+// hands them to every kernel launcher (CudaOpCtx::tuning), so plan and kernels always agree and
+// two contexts of one process may use different values at the same time. No effect without CUDA.
+#pragma once
+
+namespace moe {
+
+// Dense quantized products of >= this many tokens run on cuBLAS over f16-dequantized weights.
+// Measured faster than the int8 MMQ from 64 tokens (2026-12-01; full file pp64 +2%, pp128 +6%),
+// but below 128 the int8 kernels' exact integer products keep the default float order as
+// close to the reference as at 14f7e41 (conformance prompts are 10-84 tokens; with 64, prompt 4
+// of qwen3moe-q4_k_m took another greedy step).
+constexpr int kGpuBlasMinTokens = 128;
+// Batches of up to this many tokens keep the CPU's float order where the context asks for it
+// (ContextParams::cpu_float_order; ops/matmul_ref_order.h says why).
+constexpr int kGpuRefOrderMaxTokens = 128;
+
+struct GpuTuning {
+  // Programmatic dependent launch: a kernel's start overlaps the previous kernel's tail
+  // (sm_90+ only; ops/pdl.cuh). Default on.
+  bool dependent_launch = true;
+  // Fused kernels for groups of nodes (cuda_fusion.h). Default on.
+  bool fusion = true;
+  // Norm tails (cuda_fusion.h): a mask of the one-token mat-vec groups whose last block runs the
+  // RmsNorm -> Mul after them: 1 down + combine (+ residual), 2 out-proj + residual, 3 both.
+  // Default 0: measured slower on 2026-11-30.
+  unsigned norm_tails = 0;
+  // The LM head (a final output) in CUDA's own float order at every batch size. Default on;
+  // off: the CPU's order like any other product (tests of bit-identical products).
+  bool own_order_head = true;
+  // One-token mat-vec groups of 2..3 blocks per SM in the lean 8-warp kernel. Default on;
+  // off: the 16-warp launch.
+  bool lean_groups = true;
+  // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
+  // of at least decode_min_chunk cells (>= 1, default 64) per launch.
+  int decode_max_ranges = 32;
+  int decode_min_chunk = 64;
+  // Prefill attention (tiled kernels): cells are split until ~this many blocks per SM run
+  // (clamped to 1..16, default 2). Sizes the planned scratch.
+  int prefill_attn_blocks = 2;
+  // Dense quantized products of >= this many tokens on cuBLAS over f16 weights; 0: no cuBLAS
+  // at all (the F32 router products included; executors then create no handle). Sizes the
+  // planned scratch. Default kGpuBlasMinTokens.
+  int blas_min_tokens = kGpuBlasMinTokens;
+  // With ContextParams::cpu_float_order: batches of up to this many tokens keep the CPU's
+  // float order (>= 0; 0: every batch from 16 tokens takes the tensor cores). Default
+  // kGpuRefOrderMaxTokens. Sizes the planned scratch.
+  int ref_order_max_tokens = kGpuRefOrderMaxTokens;
+
+  bool operator==(const GpuTuning &o) const {
+    return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails &&
+           own_order_head == o.own_order_head && lean_groups == o.lean_groups && decode_max_ranges == o.decode_max_ranges &&
+           decode_min_chunk == o.decode_min_chunk && prefill_attn_blocks == o.prefill_attn_blocks &&
+           blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens;
+  }
+  bool operator!=(const GpuTuning &o) const { return !(*this == o); }
+};
+
+}  // namespace moe

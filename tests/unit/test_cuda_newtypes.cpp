@@ -1,0 +1,315 @@
+// The twelve extra weight types on CUDA (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS,
+// IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M: src/backends/cuda/ops/quant_extra.h) against the CPU
+// backend on random weights written by our quantizers and random activations: GetRows, the
+// one-token mat-vec, small batches, prompt products (the integer kernel and cuBLAS), MatMulId
+// over several experts, MatMulHeads; a type without a kernel refused at compile time; synthetic
+// models in these mixes decoding the same greedy tokens as on the CPU.
+// Without a CUDA build or device every case WARNs and returns (tags [cuda][newtypes]).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "graph/compiler.h"
+#include "model/synth/synth_model.h"
+#include "support/device_graph.h"
+#include "support/graph_runner.h"
+#include "support/random_data.h"
+#include "support/temp_files.h"
+#include "support/tiny_model.h"
+
+using namespace moe;
+using moe_test::gpu_or_skip;
+using moe_test::in;
+using moe_test::randn;
+using moe_test::rel_err;
+using moe_test::run_on;
+using moe_test::WeightStore;
+
+namespace {
+
+const DType kNewTypes[] = {DType::Q4_1,   DType::Q5_0,    DType::Q5_1,  DType::IQ4_NL, DType::IQ4_XS,  DType::IQ3_S,
+                           DType::IQ3_XXS, DType::IQ2_S, DType::IQ2_XS, DType::IQ2_XXS, DType::IQ1_S, DType::IQ1_M};
+
+// Rows of 3 blocks (an odd count of 32-value blocks, or 3 super-blocks), or longer ones.
+int64_t k_for(DType t, bool longer) {
+  if (type_traits(t).block_size == 256) return longer ? 2048 : 768;
+  return longer ? 2048 + 32 : 96;
+}
+
+// The products agree with the CPU's to float rounding: both round the activations into the
+// same Q8 blocks (Q8_1, Q8_0 or Q8_K: the type's vec_dot_type) and sum exact integer products
+// per block; only the order of the float sums differs. cuBLAS's f16 path: f16 rounding (2e-3,
+// as the K-quants' cuBLAS test in test_cuda_ops.cpp).
+constexpr double kIntTol = 1e-4, kBlasTol = 2e-3;
+
+// blas_min: the context option GpuTuning::blas_min_tokens of the GPU run (0: never cuBLAS).
+double dense_err(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint32_t seed,
+                 int blas_min = kGpuBlasMinTokens) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
+  auto build = [&](int &x, int &y) {
+    Graph g;
+    x = g.input("x", DType::F32, {K, N});
+    y = g.matmul(g.weight(w), x);
+    g.mark_output(y, "y");
+    return g;
+  };
+  const auto xv = randn(static_cast<size_t>(K * N), seed + 1);
+  int x, y;
+  Graph gc = build(x, y), gg = build(x, y);
+  const auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+  GpuTuning tuning;
+  tuning.blas_min_tokens = blas_min;
+  const auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv)}, {y}, {}, 1, tuning);
+  const double e = rel_err(r_gpu[0], r_cpu[0]);
+  UNSCOPED_INFO("relative error " << e);
+  return e;
+}
+
+double moe_err(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t E, int64_t k, int64_t T, int64_t X,
+               uint32_t seed) {
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("experts", t, {K, M, E}, randn(static_cast<size_t>(K * M * E), seed, 0.3f));
+  std::mt19937 rng(seed);  // k distinct experts per token
+  std::vector<int32_t> ids(static_cast<size_t>(k * T)), order(static_cast<size_t>(E));
+  for (int64_t tk = 0; tk < T; ++tk) {
+    for (int64_t i = 0; i < E; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int64_t j = 0; j < k; ++j) ids[static_cast<size_t>(tk * k + j)] = order[static_cast<size_t>(j)];
+  }
+  auto build = [&](int &x, int &id, int &y) {
+    Graph g;
+    x = g.input("x", DType::F32, {K, X, T});
+    id = g.input("ids", DType::I32, {k, T});
+    y = g.matmul_id(g.weight(w), x, id);
+    g.mark_output(y, "y");
+    return g;
+  };
+  const auto xv = randn(static_cast<size_t>(K * X * T), seed + 1);
+  int x, id, y;
+  Graph gc = build(x, id, y), gg = build(x, id, y);
+  const auto r_cpu = run_on(*reg.cpu(), std::move(gc), {in(x, xv), in(id, ids)}, {y});
+  const auto r_gpu = run_on(gpu, std::move(gg), {in(x, xv), in(id, ids)}, {y});
+  const double e = rel_err(r_gpu[0], r_cpu[0]);
+  UNSCOPED_INFO("relative error " << e);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("cuda new types: get_rows equals the CPU's dequantized rows", "[cuda][newtypes]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (DType t : kNewTypes)
+    for (bool longer : {false, true}) {
+      const int64_t K = k_for(t, longer), rows = 11;
+      WeightStore ws;
+      const GgufTensorInfo *tab = ws.add("tab", t, {K, rows}, randn(static_cast<size_t>(K * rows), 12));
+      int ids, y;
+      auto build = [&]() {
+        Graph g;
+        ids = g.input("ids", DType::I32, {5});
+        y = g.get_rows(g.weight(tab), ids);
+        g.mark_output(y, "y");
+        return g;
+      };
+      const std::vector<int32_t> iv = {10, 0, 3, 3, 7};
+      Graph gc = build(), gg = build();
+      const auto rc = run_on(*reg.cpu(), std::move(gc), {in(ids, iv)}, {y});
+      const auto rg = run_on(*gpu, std::move(gg), {in(ids, iv)}, {y});
+      INFO("get_rows " << dtype_name(t) << " K=" << K);
+      CHECK(rg[0] == rc[0]);  // the same float operations as the CPU's dequantize_row
+    }
+}
+
+TEST_CASE("cuda new types: matmul at 1 token, small batches and prompts (integer kernel) matches the CPU", "[cuda][newtypes]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 1;
+  for (DType t : kNewTypes)
+    for (bool longer : {false, true})
+      for (int64_t N : {1, 2, 5, 8, 67}) {
+        const int64_t K = k_for(t, longer), M = longer ? 256 : 37;
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+        CHECK(dense_err(reg, *gpu, t, K, M, N, seed, 0) < kIntTol);  // 0: every column count on the integer kernel
+        seed += 2;
+      }
+}
+
+TEST_CASE("cuda new types: prompt products (>= 128 columns) on cuBLAS over f16 weights", "[cuda][newtypes]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 500;
+  for (DType t : kNewTypes)
+    for (int64_t N : {129, 300}) {
+      const int64_t K = k_for(t, N == 300), M = 203;
+      INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+      CHECK(dense_err(reg, *gpu, t, K, M, N, seed) < kBlasTol);
+      seed += 2;
+    }
+}
+
+TEST_CASE("cuda new types: matmul_id over several experts (1 token, a few, a prompt) matches the CPU", "[cuda][newtypes][moe]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 100;
+  for (DType t : kNewTypes)
+    for (int64_t T : {1, 4, 70})
+      for (int64_t X : {int64_t(1), int64_t(3)}) {
+        const int64_t K = k_for(t, T == 70), M = 45, E = 6, k = 3;
+        INFO("type " << dtype_name(t) << " K=" << K << " T=" << T << " X=" << X);
+        CHECK(moe_err(reg, *gpu, t, K, M, E, k, T, X, seed++) < kIntTol);
+      }
+}
+
+TEST_CASE("cuda new types: matmul_heads (MLA's per-head matrices) at 1, 7 and 20 tokens matches the CPU", "[cuda][newtypes][heads]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 700;
+  for (DType t : kNewTypes)
+    for (int64_t T : {1, 7, 20}) {
+      const int64_t K = k_for(t, false), M = 37, H = 5;
+      WeightStore ws;
+      const GgufTensorInfo *w = ws.add("wh", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), seed, 0.5f));
+      int x, y;
+      auto build = [&]() {
+        Graph g;
+        x = g.input("x", DType::F32, {K, H, T});
+        y = g.matmul_heads(g.weight(w), x);
+        g.mark_output(y, "y");
+        return g;
+      };
+      Graph gc = build(), gg = build();
+      const auto xv = randn(static_cast<size_t>(K * H * T), seed + 1);
+      const auto hc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
+      const auto hg = run_on(*gpu, std::move(gg), {in(x, xv)}, {y});
+      INFO("type " << dtype_name(t) << " T=" << T);
+      CHECK(rel_err(hg[0], hc[0]) < kIntTol);
+      seed += 2;
+    }
+}
+
+// A weight type the CUDA backend has no kernel for (Q8_1, an activation format) is refused when
+// the graph is compiled, with the op and the type in the message, never run with a wrong result.
+TEST_CASE("cuda new types: a weight type without a CUDA kernel is refused at compile time, naming op and type", "[cuda][newtypes]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const int64_t K = 64, M = 8;
+  WeightStore ws;
+  const GgufTensorInfo *w = ws.add("w", DType::Q8_1, {K, M}, randn(static_cast<size_t>(K * M), 3));
+  Graph g;
+  const int x = g.input("x", DType::F32, {K, 1});
+  const int y = g.matmul(g.weight(w), x);
+  g.mark_output(y, "y");
+  CompileOptions o;
+  o.devices = {gpu};
+  o.allow_fallback = false;
+  std::string msg;
+  try {
+    compile_graph(std::move(g), o);
+  } catch (const Error &e) {
+    msg = e.what();
+  }
+  INFO("message: " << msg);
+  CHECK(msg.find("matmul") != std::string::npos);
+  CHECK(msg.find("q8_1") != std::string::npos);
+}
+
+namespace {
+
+// Greedy decoding of a prompt and 10 steps on the CPU and on CUDA: the same tokens, and the
+// prompt's last logits close (F32 KV cache: see test_cuda_ops.cpp's engine test).
+void check_model_greedy(const std::string &path, DType type) {
+  auto model = Model::load(path, ModelLoadParams{});
+  std::map<std::string, std::vector<int32_t>> greedy;
+  std::map<std::string, std::vector<float>> first;
+  for (const char *dev : {"cpu", "cuda"}) {
+    ContextParams cp;
+    cp.n_ctx = 64;
+    cp.n_threads = 2;
+    cp.device = dev;
+    cp.kv_type = KvType::F32;
+    auto ctx = Context::create(*model, cp);
+    std::vector<BatchToken> prompt;
+    const int32_t ids[] = {510, 1, 300, 42, 77, 5, 9, 100};
+    for (int32_t i = 0; i < 8; ++i) prompt.push_back({ids[i], i, 0, i == 7});
+    ctx->decode(prompt.data(), prompt.size());
+    const int32_t nv = ctx->n_vocab();
+    first[dev].assign(ctx->logits(-1), ctx->logits(-1) + nv);
+    std::vector<int32_t> out;
+    for (int step = 0; step < 10; ++step) {
+      const float *l = ctx->logits(-1);
+      int32_t best = 0;
+      for (int32_t v = 1; v < nv; ++v)
+        if (l[v] > l[best]) best = v;
+      out.push_back(best);
+      BatchToken tk{best, 8 + step, 0, true};
+      ctx->decode(&tk, 1);
+    }
+    greedy[dev] = out;
+  }
+  INFO("model " << path << " type " << dtype_name(type));
+  CHECK(greedy["cuda"] == greedy["cpu"]);
+  std::vector<uint8_t> a(first["cuda"].size() * 4), b(a.size());
+  std::memcpy(a.data(), first["cuda"].data(), a.size());
+  std::memcpy(b.data(), first["cpu"].data(), b.size());
+  CHECK(rel_err(a, b) < 1e-3);
+}
+
+}  // namespace
+
+TEST_CASE("cuda new types: tiny models in the 32-value mixes decode the CPU's greedy tokens", "[cuda][newtypes][engine]") {
+  BackendRegistry reg;
+  if (!gpu_or_skip(reg)) return;
+  for (const char *mix : {"q4_1", "q5_0", "q5_1", "iq4_nl"}) {
+    DType type = DType::F32;
+    REQUIRE(dtype_from_name(mix, &type));
+    check_model_greedy(moe_test::tiny_model(mix), type);  // experts and the embedding in the mix's type
+  }
+  // deepseek2 (MLA): its per-head k_b / v_b are MatMulHeads in the mix's type.
+  for (const char *mix : {"q4_1", "q5_0"}) {
+    DType type = DType::F32;
+    REQUIRE(dtype_from_name(mix, &type));
+    const std::string path = moe_test::temp_name(std::string("tiny-deepseek2-") + mix + ".gguf");
+    SynthSpec spec;
+    spec.preset = "tiny-deepseek2";
+    spec.type_mix = mix;
+    spec.seed = 5;
+    write_synthetic_model(spec, path);
+    moe_test::remove_at_exit(path);
+    check_model_greedy(path, type);
+  }
+}
+
+TEST_CASE("cuda new types: small models (rows of 256) in the i-quant mixes decode the CPU's greedy tokens", "[cuda][newtypes][engine]") {
+  BackendRegistry reg;
+  if (!gpu_or_skip(reg)) return;
+  // Two layers keep the i-quant search that writes the files short.
+  for (const char *mix : {"iq4_xs", "iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_s", "iq1_m"}) {
+    DType type = DType::F32;
+    REQUIRE(dtype_from_name(mix, &type));
+    const std::string path = moe_test::temp_name(std::string("small2-") + mix + ".gguf");
+    SynthSpec spec;
+    spec.preset = "small";
+    spec.type_mix = mix;
+    spec.seed = 5;
+    spec.n_layer = 2;
+    write_synthetic_model(spec, path);
+    moe_test::remove_at_exit(path);
+    check_model_greedy(path, type);
+  }
+}
