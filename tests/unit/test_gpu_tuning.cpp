@@ -222,6 +222,12 @@ TEST_CASE("gpu tuning: the compiler sizes scratch with the options it is given",
   CHECK(cuda_work_size(g, mm, blas_above, kHopper) == mm_off);
   CHECK(cuda_work_size(g, mm, blocks16, kHopper) == mm_blas);  // an attention option: the product's scratch is unchanged
   CHECK(cuda_work_size(g, att, blocks16, kHopper) > cuda_work_size(g, att, blocks1, kHopper));  // more cell splits, more partials
+  // The device's paths size it too: sm_75 code has no tensor-core GEMM, so without cuBLAS the
+  // product takes the f32 tile kernels' f32 activations (4 bytes a value against the int8
+  // MMQ's 1 and its scales); with cuBLAS its f16 weights are the larger scratch on either.
+  const CudaPaths turing = cuda_select_paths(75, 75, 65536);
+  CHECK(cuda_work_size(g, mm, blas_off, turing) > mm_off);
+  CHECK(cuda_work_size(g, mm, GpuTuning{}, turing) == mm_blas);
 #endif
 }
 
