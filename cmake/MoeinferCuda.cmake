@@ -5,6 +5,49 @@
 #         build and nothing could run them here
 #   OFF   CPU only
 # Sets MOEINFER_HAVE_CUDA (built) and MOEINFER_GPU_PRESENT (a GPU answered at configure time).
+#
+# Architectures (CMAKE_CUDA_ARCHITECTURES; README "GPU architectures"): by default machine
+# code for Turing (75: RTX 20, T4), Ampere (80: A100; 86: RTX 30, A10; 87: Jetson Orin), Ada
+# (89: RTX 40, L4), Hopper (90: H100, H200) and Blackwell (120: RTX 50), plus PTX of compute_90
+# (no extra compile pass) that the driver compiles for newer GPUs without their own code
+# (sm_100 B200, ...). Entries the toolkit cannot build (nvcc --list-gpu-arch) are dropped
+# with a message. -DMOEINFER_CUDA_ARCHITECTURES=... (or CMake's own -DCMAKE_CUDA_ARCHITECTURES)
+# replaces the whole list, e.g. "native" or 86 for a faster build for one GPU.
+set(MOEINFER_CUDA_DEFAULT_ARCHITECTURES 75-real 80-real 86-real 87-real 89-real 90 120-real)
+set(MOEINFER_CUDA_ARCHITECTURES "" CACHE STRING
+  "CUDA architectures to build, e.g. \"86\" or \"native\" (empty: CMAKE_CUDA_ARCHITECTURES if given, else MOEINFER_CUDA_DEFAULT_ARCHITECTURES)")
+
+function(moeinfer_pick_cuda_architectures)
+  if(MOEINFER_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${MOEINFER_CUDA_ARCHITECTURES} CACHE STRING "CUDA architectures" FORCE)
+    set(_why "MOEINFER_CUDA_ARCHITECTURES")
+  elseif(DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT "${CMAKE_CUDA_ARCHITECTURES}" STREQUAL "${MOEINFER_CUDA_PICKED_ARCHITECTURES}")
+    set(_why "CMAKE_CUDA_ARCHITECTURES")
+  else()
+    # Keep what this toolkit can compile (CUDA 13 dropped sm_50..sm_72; sm_120 needs 12.8).
+    set(_list ${MOEINFER_CUDA_DEFAULT_ARCHITECTURES})
+    execute_process(COMMAND ${CMAKE_CUDA_COMPILER} --list-gpu-arch RESULT_VARIABLE _rc OUTPUT_VARIABLE _known ERROR_QUIET TIMEOUT 60)
+    if(_rc EQUAL 0 AND _known MATCHES "compute_")
+      set(_kept "")
+      foreach(_a ${_list})
+        string(REGEX REPLACE "-.*" "" _num "${_a}")
+        if(_known MATCHES "compute_${_num}[^0-9]|compute_${_num}$")
+          list(APPEND _kept ${_a})
+        else()
+          message(STATUS "moeinfer: CUDA architecture ${_a} dropped: ${CMAKE_CUDA_COMPILER} cannot build it (nvcc --list-gpu-arch)")
+        endif()
+      endforeach()
+      set(_list ${_kept})
+    endif()
+    if(NOT _list)
+      message(FATAL_ERROR "moeinfer: ${CMAKE_CUDA_COMPILER} builds none of ${MOEINFER_CUDA_DEFAULT_ARCHITECTURES}: set CMAKE_CUDA_ARCHITECTURES")
+    endif()
+    set(CMAKE_CUDA_ARCHITECTURES ${_list} CACHE STRING "CUDA architectures" FORCE)
+    set(MOEINFER_CUDA_PICKED_ARCHITECTURES "${_list}" CACHE INTERNAL "the default list as this toolkit builds it")
+    set(_why "default list")
+  endif()
+  message(STATUS "moeinfer: CUDA architectures (${_why}): ${CMAKE_CUDA_ARCHITECTURES}")
+endfunction()
 set(MOEINFER_HAVE_CUDA OFF)
 
 # A GPU is present when the driver lists one (nvidia-smi -L) or its device node exists.
@@ -31,10 +74,7 @@ if(_want_cuda)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      # Jetson Orin (87) and Hopper (90) at least; one instance per arch, so keep it short.
-      set(CMAKE_CUDA_ARCHITECTURES 87 90)
-    endif()
+    moeinfer_pick_cuda_architectures()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(MOEINFER_HAVE_CUDA ON)

@@ -26,7 +26,7 @@ constexpr int kGpuRefOrderMaxTokens = 128;
 
 struct GpuTuning {
   // Programmatic dependent launch: a kernel's start overlaps the previous kernel's tail
-  // (sm_90+ only; ops/pdl.cuh). Default on.
+  // (only where the device runs sm_90 code: cuda_paths.h, ops/pdl.cuh). Default on.
   bool dependent_launch = true;
   // Fused kernels for groups of nodes (cuda_fusion.h). Default on.
   bool fusion = true;

@@ -126,7 +126,8 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   const Graph &cg = plan->graph;
   GpuTuning tuning;
   tuning.norm_tails = norm_tails;
-  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, tuning); });
+  const CudaPaths paths = cuda_device_paths(0);
+  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, tuning, paths); });
   const FusionPlan fp = plan_fusion(cg, norm_tails);
   std::map<int, std::vector<std::string>> by_layer;
   if (n_tails) *n_tails = 0;

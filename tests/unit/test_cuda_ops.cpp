@@ -28,6 +28,7 @@
 #include "support/graph_runner.h"
 #include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
 #endif
 
@@ -664,7 +665,8 @@ TEST_CASE("cuda op: slice, concat, swiglu_oai, add_id, grouped_top_k, matmul_hea
 namespace {
 
 // MatMulHeads of H weight matrices K x M (type t) on T tokens, CUDA vs CPU (close_to_cpu).
-bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t H, int64_t T, uint32_t seed) {
+bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t M, int64_t H, int64_t T, uint32_t seed,
+                const GpuTuning &tn = GpuTuning{}) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("wh", t, {K, M, H}, randn(static_cast<size_t>(K * M * H), seed, 0.5f));
   int x, y;
@@ -678,7 +680,7 @@ bool heads_case(BackendRegistry &reg, Backend &gpu, DType t, int64_t K, int64_t 
   Graph gc = build(), gg = build();
   auto xv = randn(static_cast<size_t>(K * H * T), seed + 1);
   auto hc = run_on(*reg.cpu(), std::move(gc), {in(x, xv)}, {y});
-  auto hg = run_on(gpu, std::move(gg), {in(x, xv)}, {y});
+  auto hg = run_on(gpu, std::move(gg), {in(x, xv)}, {y}, {}, 1, tn);
   return close_to_cpu(hg[0], hc[0]);
 }
 
@@ -1177,6 +1179,82 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   }
   std::printf("---- 32 decode steps (n_kv 512..544), eager, per-op kernel time\n%s", cuda_profile_report(true).c_str());
   cuda_profile_enable(false);
+#endif
+}
+
+#ifdef MOEINFER_WITH_CUDA
+namespace {
+// While it lives, every CUDA backend created takes the paths of an older device
+// (cuda_emulate_device): the fallbacks of a Turing or Ampere / Ada GPU run on this one.
+struct EmulatedDevice {
+  EmulatedDevice(int arch, int smem_optin) { cuda_emulate_device(arch, smem_optin); }
+  ~EmulatedDevice() { cuda_emulate_device(0, 0); }
+};
+}  // namespace
+#endif
+
+// The paths of older GPUs, emulated on this one, against the CPU: sm_75 (no tensor-core code,
+// 64 KB per block: the f32 tile kernels, reference-order and FMA attention, cuBLAS for long
+// dense batches) and sm_86 / sm_89 / sm_120 (99 KB per block: Q4_K's int8 MMQ on its generic
+// kernel instead of the 112 KB raw one; MLA attention on the older kernels).
+TEST_CASE("cuda op: the paths of older GPUs (sm_75, 99 KB sm_86) emulated on this one match the CPU", "[ops][cuda][mma][paths]") {
+#ifdef MOEINFER_WITH_CUDA
+  struct Emu {
+    int arch, smem;
+  };
+  for (const Emu emu : {Emu{75, 65536}, Emu{86, 101376}}) {
+    const EmulatedDevice as(emu.arch, emu.smem);
+    BackendRegistry reg;  // created inside: its CUDA backend reads the emulated paths
+    Backend *gpu = gpu_or_skip(reg);
+    if (!gpu) return;
+    INFO("emulated sm_" << emu.arch << ", " << emu.smem << " bytes of shared memory per block");
+    const CudaPaths p = static_cast<const CudaBackend *>(gpu)->paths();
+    REQUIRE(p.device_arch <= emu.arch);
+    CHECK(p.tensor_cores == (emu.arch >= 80));
+    CHECK_FALSE(p.pdl);
+    CHECK(p.smem_optin <= emu.smem);
+    uint32_t seed = 1300;
+    {
+      const GpuTuning int8_only = tensor_core_batches(0);
+      dense_sweep(reg, *gpu, {16, 77}, 128, 203, seed, int8_only);
+      for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::F16})
+        for (int64_t N : {40, 512}) {
+          INFO("type " << dtype_name(t) << " K=2048 M=768 N=" << N);
+          CHECK(dense_case(reg, *gpu, t, 2048, 768, N, seed, 1e-4, int8_only));
+          seed += 2;
+        }
+      for (DType t : kAllTypes) {
+        const int64_t K = k_for(t, true), M = 200, E = 16, k = 4, T = 100;
+        INFO("matmul_id type " << dtype_name(t));
+        CHECK(moe_case(reg, *gpu, t, K, M, E, k, T, 1, random_ids(T, E, k, seed), seed, 1e-4, int8_only));
+        seed += 2;
+      }
+      for (DType t : {DType::Q8_0, DType::Q4_K, DType::F16}) {
+        INFO("matmul_heads type " << dtype_name(t));
+        CHECK(heads_case(reg, *gpu, t, 512, 256, 20, 100, seed, int8_only));
+        seed += 2;
+      }
+    }
+    // No tensor-core GEMM needed for cuBLAS.
+    CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 130, 300, seed, 2e-3, tensor_core_batches(256)));
+    for (KvType kt : {KvType::F16, KvType::Q8_0}) {
+      AttnSetup s;
+      s.tuning = tensor_core_batches();
+      s.kt = kt;
+      s.hd = s.hd_v = 128;
+      s.n_head = 8;
+      s.n_head_kv = 2;
+      s.window = kt == KvType::Q8_0 ? 17 : 0;
+      s.batches = {37, 50, 200};
+      attention_case(reg, *gpu, s, "tiled, emulated device");
+    }
+    {
+      AttnSetup s = mla_setup(KvType::F16, 20);
+      s.tuning = tensor_core_batches();
+      s.batches = {37, 50, 12, 1};
+      attention_case(reg, *gpu, s, "MLA, emulated device");
+    }
+  }
 #endif
 }
 

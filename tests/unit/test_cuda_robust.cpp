@@ -148,9 +148,10 @@ TEST_CASE("cuda planner: the reference-order attention scratch only for an F32 c
       auto cp = compile_graph(std::move(g), co);
       const Graph &cg = cp->graph;
       Planned p;
-      p.arena = plan_memory(cp->graph, [&](int id) { return cuda_work_size(cg, id, GpuTuning{}); }).arena_bytes[0];
+      const CudaPaths paths = cuda_device_paths(0);
+      p.arena = plan_memory(cp->graph, [&](int id) { return cuda_work_size(cg, id, GpuTuning{}, paths); }).arena_bytes[0];
       for (int id = 0; id < static_cast<int>(cg.nodes().size()); ++id)
-        if (cg.node(id).op == Op::Attention) p.attn_work.push_back(cuda_work_size(cg, id, GpuTuning{}));
+        if (cg.node(id).op == Op::Attention) p.attn_work.push_back(cuda_work_size(cg, id, GpuTuning{}, paths));
       return p;
     };
     const Planned f32 = plan(KvType::F32, false), f16 = plan(KvType::F16, false), q8 = plan(KvType::Q8_0, false),

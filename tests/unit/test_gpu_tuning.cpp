@@ -30,6 +30,11 @@ using namespace moe;
 
 namespace {
 
+#ifdef MOEINFER_WITH_CUDA
+// The scratch sizes of an H200 running sm_90 code (these cases need no GPU).
+const CudaPaths kHopper = cuda_select_paths(90, 90, 232448);
+#endif
+
 // Every option away from its default (the fused kernels off, so launch counts differ too).
 GpuTuning all_off() {
   GpuTuning t;
@@ -55,7 +60,7 @@ public:
     seen.push_back(tn);
     if (cuda_) {
 #ifdef MOEINFER_WITH_CUDA
-      return cuda_work_size(g, node, tn);
+      return cuda_work_size(g, node, tn, kHopper);
 #endif
     }
     return ForwardingBackend::work_size(g, node, t, tn);
@@ -197,7 +202,7 @@ TEST_CASE("gpu tuning: the compiler sizes scratch with the options it is given",
   const Graph &g = plan->graph;
   auto largest = [&](const GpuTuning &t) {
     size_t m = 0;
-    for (int i = 0; i < static_cast<int>(g.nodes().size()); ++i) m = std::max(m, cuda_work_size(g, i, t));
+    for (int i = 0; i < static_cast<int>(g.nodes().size()); ++i) m = std::max(m, cuda_work_size(g, i, t, kHopper));
     return m;
   };
   CHECK(plan->work_bytes[0] == largest(o.gpu_tuning));
@@ -212,11 +217,17 @@ TEST_CASE("gpu tuning: the compiler sizes scratch with the options it is given",
   blas_above.blas_min_tokens = 513;  // the product has 512 columns
   blocks1.prefill_attn_blocks = 1;
   blocks16.prefill_attn_blocks = 16;
-  const size_t mm_blas = cuda_work_size(g, mm, GpuTuning{}), mm_off = cuda_work_size(g, mm, blas_off);
+  const size_t mm_blas = cuda_work_size(g, mm, GpuTuning{}, kHopper), mm_off = cuda_work_size(g, mm, blas_off, kHopper);
   CHECK(mm_blas > mm_off);  // f16 weights and activations against int8 activations
-  CHECK(cuda_work_size(g, mm, blas_above) == mm_off);
-  CHECK(cuda_work_size(g, mm, blocks16) == mm_blas);  // an attention option: the product's scratch is unchanged
-  CHECK(cuda_work_size(g, att, blocks16) > cuda_work_size(g, att, blocks1));  // more cell splits, more partials
+  CHECK(cuda_work_size(g, mm, blas_above, kHopper) == mm_off);
+  CHECK(cuda_work_size(g, mm, blocks16, kHopper) == mm_blas);  // an attention option: the product's scratch is unchanged
+  CHECK(cuda_work_size(g, att, blocks16, kHopper) > cuda_work_size(g, att, blocks1, kHopper));  // more cell splits, more partials
+  // The device's paths size it too: sm_75 code has no tensor-core GEMM, so without cuBLAS the
+  // product takes the f32 tile kernels' f32 activations (4 bytes a value against the int8
+  // MMQ's 1 and its scales); with cuBLAS its f16 weights are the larger scratch on either.
+  const CudaPaths turing = cuda_select_paths(75, 75, 65536);
+  CHECK(cuda_work_size(g, mm, blas_off, turing) > mm_off);
+  CHECK(cuda_work_size(g, mm, GpuTuning{}, turing) == mm_blas);
 #endif
 }
 

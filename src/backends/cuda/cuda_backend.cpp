@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_alloc.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_paths.h"
 #include "core/alloc_test_hook.h"
 #include "core/log.h"
 
@@ -27,6 +28,66 @@ uint64_t cuda_sync_count(SyncWhy why) { return g_sync_by[static_cast<int>(why)].
 static std::atomic<uint64_t> g_launch_count{0};
 void cuda_note_launch() noexcept { g_launch_count.fetch_add(1, std::memory_order_relaxed); }
 uint64_t cuda_launch_count() { return g_launch_count.load(std::memory_order_relaxed); }
+
+// ---- paths per device (cuda_paths.h) ----
+
+namespace {
+
+// What a device is and runs never changes while the process lives: read once per device.
+// Packed as device_arch | code_arch << 10 | (smem_optin / 16) << 20; 0: not read yet.
+constexpr int kMaxDevices = 64;
+std::atomic<uint64_t> g_device_facts[kMaxDevices];
+std::atomic<int> g_emulate_arch{0}, g_emulate_smem{0};
+
+#ifndef MOEINFER_CUDA_ARCHS
+#define MOEINFER_CUDA_ARCHS "?"
+#endif
+
+uint64_t device_facts(int device) {
+  if (device < 0 || device >= kMaxDevices) fail(Status::Unsupported, "CUDA device %d: at most %d devices are supported", device, kMaxDevices);
+  uint64_t f = g_device_facts[device].load(std::memory_order_relaxed);
+  if (f != 0) return f;
+  int major = 0, minor = 0, optin = 0;
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int code = cuda_code_arch(device);
+  f = static_cast<uint64_t>(10 * major + minor) | static_cast<uint64_t>(code) << 10 | static_cast<uint64_t>(optin / 16) << 20;
+  g_device_facts[device].store(f, std::memory_order_relaxed);
+  return f;
+}
+
+}  // namespace
+
+void cuda_emulate_device(int arch, int smem_optin) {
+  g_emulate_arch.store(arch > 0 ? arch : 0);
+  g_emulate_smem.store(arch > 0 ? smem_optin : 0);
+}
+
+CudaPaths cuda_device_paths(int device) {
+  const uint64_t f = device_facts(device);
+  int dev_arch = static_cast<int>(f & 1023), code = static_cast<int>((f >> 10) & 1023), optin = static_cast<int>(f >> 20) * 16;
+  if (code == 0) {
+    cudaDeviceProp p;
+    const char *name = cudaGetDeviceProperties(&p, device) == cudaSuccess ? p.name : "?";
+    fail(Status::Unsupported,
+         "CUDA device %d (%s, sm_%d): this build has no code it can run (built for CUDA architectures %s); rebuild with "
+         "-DCMAKE_CUDA_ARCHITECTURES=%d (README: GPU architectures)",
+         device, name, dev_arch, MOEINFER_CUDA_ARCHS, dev_arch);
+  }
+  if (const int emu = g_emulate_arch.load(); emu > 0) {
+    dev_arch = std::min(dev_arch, emu);
+    code = std::min(code, emu);
+    optin = std::min(optin, g_emulate_smem.load());
+  }
+  return cuda_select_paths(dev_arch, code, optin);
+}
+
+CudaPaths cuda_current_paths() {
+  int dev = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&dev));
+  return cuda_device_paths(dev);
+}
 
 void cuda_sync_stream(cudaStream_t s, SyncWhy why) {
   g_sync_count.fetch_add(1);
@@ -151,7 +212,7 @@ std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &na
   return b;
 }
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device) : device_(device), paths_(cuda_device_paths(device)) {
   cudaDeviceProp p;
   MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   info_.name = "cuda" + std::to_string(device);
@@ -267,7 +328,9 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes, const char *purpo
   return std::make_unique<CudaBuffer>(*this, bytes, purpose);
 }
 
-size_t CudaBackend::work_size(const Graph &g, int node, int, const GpuTuning &tuning) const { return cuda_work_size(g, node, tuning); }
+size_t CudaBackend::work_size(const Graph &g, int node, int, const GpuTuning &tuning) const {
+  return cuda_work_size(g, node, tuning, paths_);
+}
 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning);
 std::unique_ptr<Executor> CudaBackend::make_executor(int, const GpuTuning &tuning) { return make_cuda_executor(*this, tuning); }

@@ -6,6 +6,7 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_paths.h"
 
 namespace moe {
 
@@ -27,6 +28,8 @@ public:
 
   int device() const { return device_; }
   int n_sm() const { return n_sm_; }
+  // The kernel paths this device takes (cuda_paths.h), chosen at creation.
+  const CudaPaths &paths() const { return paths_; }
   void set_current() const;  // cudaSetDevice(device_)
   cudaStream_t stream();     // created on first use
 
@@ -40,6 +43,7 @@ public:
 private:
   void ensure_staging();
   int device_;
+  CudaPaths paths_;
   int n_sm_ = 0;
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;

@@ -31,8 +31,8 @@ uint64_t cuda_launch_count();  // process-wide total of kernel launches (capture
   } while (0)
 
 // The stream a launcher enqueues on, and whether launch_pdl (ops/pdl.cuh) may use programmatic
-// dependent launch there: the executor's choice (GpuTuning::dependent_launch on an sm_90+
-// device). Converts to the plain stream for every other CUDA call.
+// dependent launch there: the executor's choice (GpuTuning::dependent_launch where the device
+// runs sm_90 code, CudaPaths::pdl). Converts to the plain stream for every other CUDA call.
 struct LaunchStream {
   cudaStream_t stream = nullptr;
   bool pdl = false;

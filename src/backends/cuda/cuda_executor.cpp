@@ -85,7 +85,7 @@ uint64_t fusion_signature(const Graph &g) {  // (the norm tails mask is the exec
 class CudaExecutor final : public Executor {
 public:
   CudaExecutor(CudaBackend &be, const GpuTuning &tuning)
-      : be_(be), tuning_(tuning), pdl_(tuning.dependent_launch && be.info().compute_major >= 9) {  // PDL needs sm_90
+      : be_(be), tuning_(tuning), pdl_(cuda_use_pdl(tuning.dependent_launch, be.paths())) {
     be_.set_current();
     errors_.allocate(be_.stream());  // here, not in a decode: one small allocation per context
     // No handle where the options never use cuBLAS; null without cuBLAS: prompts stay on the int8 MMQ.
@@ -331,14 +331,14 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
-        CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_};
+        CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
         if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
-      CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_};
+      CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_paths.h"
 #include "core/gpu_tuning.h"
 #include "graph/ir.h"
 
@@ -63,14 +64,17 @@ struct CudaOpCtx {
   int n_sm;
   const GpuTuning &tuning;   // the executor's (the context's) options; the plan was sized with them
   void *blas = nullptr;      // the executor's cuBLAS handle (cuda_blas.h); null: none
+  CudaPaths paths{};         // the device's kernel paths (CudaBackend::paths); default: no tensor cores, no PDL
   const Node &src(int k) const { return g.node(n.src[k]); }
-  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, tuning, blas}; }
+  CudaOpCtx with_node(const Node &m) const { return CudaOpCtx{stream, g, m, ub, kv, n_sm, tuning, blas, paths}; }
 };
 
 TView tview(const Node &n);
 
 bool cuda_supports_node(const Graph &g, int id);
-size_t cuda_work_size(const Graph &g, int id, const GpuTuning &tuning);  // for kernels run with tuning
+// Scratch of node id for kernels run with `tuning` on a device taking `paths` (the launch
+// then makes the same choices: both come from the executor that runs the plan).
+size_t cuda_work_size(const Graph &g, int id, const GpuTuning &tuning, const CudaPaths &paths);
 void cuda_run_node(const CudaOpCtx &c);  // dispatch by op
 
 // Per-family launchers (ops/*.cu).
@@ -91,7 +95,7 @@ void cuda_op_ssm_conv(const CudaOpCtx &c);     // ops/delta_net.cu
 void cuda_op_delta_net(const CudaOpCtx &c);
 bool cuda_delta_net_supported(const Graph &g, const Node &n);
 bool cuda_grouped_top_k_supported(const Node &n);
-size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);
+size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
 size_t cuda_attention_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);  // split-cell partials
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.

@@ -281,10 +281,11 @@ size_t tiled_work(int64_t T, int64_t n_head, int64_t hd_v, int64_t n_split) {
   return n_split > 1 ? static_cast<size_t>(T * n_head * n_split * (hd_v + 2)) * 4 : 0;
 }
 
-// The tensor-core kernel reads F16 K/V heads with 16-byte copies: every base and stride must allow them.
-bool mma_eligible(const AttnArgs &a) {
+// The tensor-core kernel needs sm_80 code and reads F16 K/V heads with 16-byte copies: every
+// base and stride must allow them.
+bool mma_eligible(const AttnArgs &a, const CudaPaths &paths) {
   const uintptr_t bits = reinterpret_cast<uintptr_t>(a.kbase) | reinterpret_cast<uintptr_t>(a.vbase) | a.krb | a.vrb | a.khb | a.vhb;
-  return a.kt == static_cast<int>(DType::F16) && bits % 16 == 0;
+  return paths.tensor_cores && a.kt == static_cast<int>(DType::F16) && bits % 16 == 0;
 }
 
 // Scratch of the fast kernels (online softmax).
@@ -353,7 +354,8 @@ void cuda_op_attention(const CudaOpCtx &c) {
   a.scale = c.n.fp[0];
   // An F32 cache in the CPU's reference order (bit-exact with the CPU backend).
   if (attn_ref_order_launch(c, tview(q), tview(c.n), a)) return;
-  if (attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,
+  if (c.paths.tensor_cores &&
+      attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,
                       static_cast<float *>(c.n.work), c.n.work_size, c.n_sm))
     return;  // MLA on an F16 cache (attention_mla.cu), any T
   if (attn_decode_applies(T, hd_k, hd_v, v_from_k) && c.n.work) {
@@ -369,7 +371,7 @@ void cuda_op_attention(const CudaOpCtx &c) {
     return;
   }
   if (T >= kMinTiledTokens && tiled_shape(hd_k, hd_v, v_from_k) && n_head % n_head_kv == 0) {
-    const bool mma = mma_eligible(a);
+    const bool mma = mma_eligible(a, c.paths);
     const int64_t rows_per_block = mma ? kAttnTiledRowsMma : kAttnTiledRowsFma;
     int64_t n_split = tiled_splits(T, n_head, n_head_kv, rows_per_block, tiled_blocks_per_sm(c.tuning) * std::max(1, c.n_sm));
     while (n_split > 1 && (!c.n.work || tiled_work(T, n_head, hd_v, n_split) > c.n.work_size)) --n_split;

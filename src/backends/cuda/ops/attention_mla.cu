@@ -23,6 +23,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 
@@ -64,6 +65,7 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 
 __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
                                                                float *part) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   extern __shared__ __align__(16) uint8_t mla_smem[];
   uint16_t(*s_q)[kLdk] = reinterpret_cast<uint16_t(*)[kLdk]>(mla_smem);  // f16 bits
   uint16_t(*s_k)[kLdk] = reinterpret_cast<uint16_t(*)[kLdk]>(mla_smem + kSmemQ);
@@ -287,6 +289,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
       dst[d + 1] = o[nd][2 * i + 1] * f;
     }
   }
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 bool mla_shape(int64_t hd_k, int64_t hd_v) { return hd_k == kDk && hd_v == kDv; }
@@ -304,13 +309,11 @@ size_t mla_work(int64_t T, int64_t n_head, int64_t n_split) {
 }
 
 // The kernel's shared memory is above the default 48 KB: the device must allow it per block
-// (sm_80 / sm_87 / sm_90 do; sm_86 / sm_89 do not), and the kernel must opt in.
+// (sm_80 / sm_87 / sm_90 do; sm_86 / sm_89 / sm_120 do not), and the kernel must opt in; its
+// code exists from sm_80 on (arch_guard.cuh).
 bool mla_smem_available() {
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return false;
-  if (static_cast<size_t>(optin) < kSmemBytes + 4096) return false;  // + the static arrays
+  const CudaPaths p = cuda_current_paths();
+  if (!p.tensor_cores || static_cast<size_t>(p.smem_optin) < kSmemBytes + 4096) return false;  // + the static arrays
   MOE_CUDA_CHECK(cudaFuncSetAttribute(attn_mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   return true;
 }

@@ -16,6 +16,7 @@
 // too, so P V needs the transpose.
 #include <climits>
 
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/attention.cuh"
 
 namespace moe {
@@ -91,6 +92,7 @@ __device__ __forceinline__ void cell_tests(int cp, unsigned long long cs, const 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
                                                                   float *part) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   constexpr int LDH = HD + 8;     // halves per shared row (16-byte aligned): the 8 rows of an ldmatrix phase hit distinct banks
   constexpr int KS = HD / 16;     // k-steps of q K^T
   constexpr int NB = kCells / 8;  // score column blocks (8 cells)
@@ -315,6 +317,9 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       dst[d + 1] = o[nd][2 * i + 1] * f;
     }
   }
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 }  // namespace

@@ -518,11 +518,15 @@ constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
-// The kernel choice for n under tuning: the planner sizes the scratch from it and the launch
-// follows it, so both must get the same tuning.
-MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning) {
+// The kernel choice for n under tuning on a device taking `paths`: the planner sizes the
+// scratch from it and the launch follows it, so both must get the same tuning and paths.
+// Where the device has no tensor-core GEMM for the type (sm_75 code; an int8 MMQ needing more
+// shared memory than it grants), the batches the GEMMs would take go to the f32 tile kernels,
+// dense quantized ones of tuning.blas_min_tokens columns still to cuBLAS.
+MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
   MatmulShape s{};
+  bool tc_batch = false;  // a dense batch the tensor-core GEMMs take where the device has them
   s.K = w.ne[0];
   s.M = w.ne[1];
   // A final output (the LM head) takes CUDA's own order: the paths of the other types.
@@ -534,7 +538,8 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning) {
     // The reference-order types and F32 keep the CPU's order up to kRefOrderMaxTokens columns.
     const int64_t keep = ref_type || ref_f32 ? cuda_ref_order_tokens(g, tuning) : 0;
     const int64_t tc_min = std::max<int64_t>(kMmaMinCols, keep + 1);
-    s.mma = s.rows >= tc_min && tensor_core_type(w.type);
+    tc_batch = s.rows >= tc_min && tensor_core_type(w.type);
+    s.mma = tc_batch && cuda_tensor_core_gemm(w.type, paths);
     s.NT = s.rows == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.sgemm = w.type == DType::F32 && s.rows >= tc_min;
   } else {
@@ -546,7 +551,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning) {
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
     const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g, tuning);
-    s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && tensor_core_type(w.type);
+    s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && cuda_tensor_core_gemm(w.type, paths);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
@@ -555,7 +560,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning) {
   s.ref = !s.mma && s.NT > 1 && ref_type;
   s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
   const int blas_min = tuning.blas_min_tokens;
-  s.blas = n.op == Op::MatMul && s.mmq && blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
+  s.blas = n.op == Op::MatMul && tc_batch && cuda_mmq_type_supported(w.type) && blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
   return s;
 }
 
@@ -602,8 +607,8 @@ bool cuda_matmul_type_supported(DType t) {
   }
 }
 
-size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning) {
-  const MatmulShape s = shape_of(g, n, tuning);
+size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
+  const MatmulShape s = shape_of(g, n, tuning, paths);
   size_t bytes = act_scratch_bytes(s);
   if (n.op == Op::MatMul) bytes += split_part_bytes(s, dense_k_splits(s, kPlannedSms));
   if (s.blas) bytes = std::max(bytes, blas_scratch_bytes(s));  // either path may run (no handle: the MMQ)
@@ -666,7 +671,7 @@ static int fitted_k_splits(const MatmulShape &s, const CudaOpCtx &c) {
 
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
-  const MatmulShape s = shape_of(c.g, c.n, c.tuning);
+  const MatmulShape s = shape_of(c.g, c.n, c.tuning, c.paths);
   if (s.M == 0 || s.rows == 0) return;
   if (c.n.op == Op::MatMulId && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
   // F16 weights with one column or experts: half-precision sums like the reference.

@@ -28,7 +28,7 @@ struct HeadsPlan {
   size_t total() const { return act_bytes + scale_bytes + entry_bytes + tile_bytes; }
 };
 
-HeadsPlan heads_plan(const Graph &g, const Node &n) {
+HeadsPlan heads_plan(const Graph &g, const Node &n, const CudaPaths &paths) {
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
   HeadsPlan p;
   p.K = w.ne[0];
@@ -38,7 +38,7 @@ HeadsPlan heads_plan(const Graph &g, const Node &n) {
   const bool mma = cuda_mma_type_supported(w.type), mmq = cuda_mmq_type_supported(w.type);
   // out[:, h, t] is output row t H + h of M floats (the GEMMs' scatter).
   const bool dense_out = n.nb[0] == 4 && n.nb[1] == static_cast<size_t>(p.M) * 4 && n.nb[2] == static_cast<size_t>(p.M * p.H) * 4;
-  p.tc = (mma || (mmq && p.K % 32 == 0)) && p.T >= kMmaMinCols && x.ne[3] == 1 && dense_out && p.H * p.T <= 0x7fffffff;
+  p.tc = (mma || (mmq && p.K % 32 == 0)) && cuda_tensor_core_gemm(w.type, paths) && p.T >= kMmaMinCols && x.ne[3] == 1 && dense_out && p.H * p.T <= 0x7fffffff;
   if (!p.tc) return p;
   p.mmq = mmq;
   p.int8 = mmq && cuda_mmq_int8_type(w.type);
@@ -75,13 +75,13 @@ __global__ void heads_tables_kernel(int H, int T, int tiles_per_head, int2 *entr
 
 }  // namespace
 
-size_t cuda_matmul_heads_work_size(const Graph &g, const Node &n) {
-  const HeadsPlan p = heads_plan(g, n);
+size_t cuda_matmul_heads_work_size(const Graph &g, const Node &n, const CudaPaths &paths) {
+  const HeadsPlan p = heads_plan(g, n, paths);
   return p.tc ? p.total() : 0;
 }
 
 void cuda_op_matmul_heads(const CudaOpCtx &c) {
-  const HeadsPlan p = heads_plan(c.g, c.n);
+  const HeadsPlan p = heads_plan(c.g, c.n, c.paths);
   if (!p.tc || c.n.work == nullptr || c.n.work_size < p.total()) return cuda_matmul_heads_rows(c);
   const Node &w = c.src(0);
   uint8_t *work = static_cast<uint8_t *>(c.n.work);

@@ -20,7 +20,8 @@ void cuda_matmul_heads_rows(const CudaOpCtx &c);
 void launch_act_round(const LaunchStream &s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
                       float2 *s_out, bool out_f16 = false);
 
-// Scratch of the tensor-core path (0 where the node stays on the warp kernel).
-size_t cuda_matmul_heads_work_size(const Graph &g, const Node &n);
+// Scratch of the tensor-core path (0 where the node stays on the warp kernel, as on devices
+// without cuda_tensor_core_gemm for the type).
+size_t cuda_matmul_heads_work_size(const Graph &g, const Node &n, const CudaPaths &paths);
 
 }  // namespace moe

@@ -9,6 +9,7 @@
 // through entries[].x and scattered through entries[].y; all experts in one launch.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 
 namespace moe {
@@ -97,6 +98,7 @@ template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                                   const float *X, float *Y, int ncols, const int4 *tiles,
                                                                   const int2 *entries) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   constexpr bool BF = T == DType::BF16;
   // sA[row][k]: weights (mma A, row-major). sB[col][k]: activations (mma B, column-major).
   __shared__ __align__(16) uint16_t sA[kBM][kLd];
@@ -135,6 +137,9 @@ __global__ void __launch_bounds__(kThreads, 2) mma_matmul_kernel(const uint8_t *
 
   if (!wt.live) return;
   store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_paths.h"
 #include "quant/dtype.h"
 
 namespace moe {
@@ -21,6 +22,11 @@ constexpr int kMaxKSplits = 8;       // dense int8 MMQ with few blocks: K split 
 bool cuda_mma_type_supported(DType t);
 // Q4_0, Q8_0, MXFP4, Q2_K .. Q6_K (launch_mmq_matmul).
 bool cuda_mmq_type_supported(DType t);
+// Whether a device taking `paths` runs the GEMMs of this file for weights of type t: sm_80
+// code (cuda_paths.h) and, for the int8 MMQ types, room for one of their kernels in the
+// shared memory a block may have (sm_86 / sm_89 / sm_120 grant 99 KB, sm_80 / sm_87 163 KB,
+// sm_90 227 KB). Elsewhere the callers take the f32 tile kernels.
+bool cuda_tensor_core_gemm(DType t, const CudaPaths &paths);
 
 // Y[col] = W X[col] for the columns of each tile. Dense (tiles == nullptr): column c reads
 // X row c and writes Y row c, n_col_tiles = ceil(ncols / kMmaCols). MatMulId: tile i is

@@ -15,6 +15,7 @@
 // of matmul_mma.cu (mma_common.cuh): 128 rows x 64 columns per block, 8 warps of 32 x 32.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_weights.cuh"
 #include "backends/cuda/ops/quant.cuh"
@@ -166,6 +167,7 @@ template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                                   const uint16_t *Xq, const float2 *Xs, float *Y, int ncols,
                                                                   const int4 *tiles, const int2 *entries) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   // Activation blocks (32 or 256) are multiples of 32 and aligned, so a fold has one c.
   // sA[row][k]: weight integers (mma A, row-major). sB[col][k]: activation integers (mma B,
   // column-major). sWs[row][g] = (a or d, dmin), sXs[col][g] = (c, X) of k16 group g of the step.
@@ -214,6 +216,9 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_matmul_kernel(const uint8_t *
 
   if (!wt.live) return;
   store_warp_tile(acc, Y, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 // Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into

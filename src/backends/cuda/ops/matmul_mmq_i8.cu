@@ -27,6 +27,7 @@
 // kernel of 5993875, which this one reproduces: same integers, same folds).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
@@ -318,6 +319,7 @@ template <DType T>
 __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                                                              const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles,
                                                              const int2 *entries, int k_len, int64_t y_split) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   extern __shared__ __align__(128) uint8_t mmq_i8_smem[];
   __shared__ int s_xrow[kBN], s_yrow[kBN];
   uint8_t *smem = mmq_i8_smem;
@@ -400,6 +402,9 @@ __global__ void __launch_bounds__(kThreads, 2) mmq_i8_kernel(const uint8_t *W, i
   }
   if (!wt.live || (narrow && grp == 1)) return;
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 // Y[i] = the sum of the n_split partial results part[z n + i] in the order of z (launch_pdl).
@@ -438,9 +443,26 @@ template <DType T> __global__ void i8_unpack_check_kernel(const uint8_t *row, in
 
 namespace {
 
+// Shared memory a launch of the kernels takes beyond their dynamic part: the static row tables
+// (s_xrow, s_yrow: 512 B), with room to spare.
+constexpr int kI8SmemStatic = 2 * 1024;
+constexpr bool i8_fits(int dynamic_bytes, int optin) { return dynamic_bytes + kI8SmemStatic <= optin; }
+
+// The kernels for T in the order launch_i8 prefers them, with their dynamic shared memory.
+// Q4_K from raw fragments (mmq_q4k_raw.cuh; 16-byte aligned weights, true of every device
+// tensor) needs more than the 99 KB of sm_86 / sm_89 / sm_120: there the generic kernel.
+template <DType T> constexpr int i8_raw_bytes() {
+  if constexpr (T == DType::Q4_K) return Q4kRawSmem<kQ4kRawStages>::kBytes;
+  else if constexpr (T == DType::Q6_K) return Q6kRawSmem::kBytes;
+  else return 0;  // none
+}
+template <DType T> constexpr bool i8_any_fits(int optin) {
+  return (i8_raw_bytes<T>() > 0 && i8_fits(i8_raw_bytes<T>(), optin)) || i8_fits(I8Smem<T>::kBytes, optin);
+}
+
 // The kernel needs more than the 48 KB of shared memory a launch gets by default: raised on
 // every launch (cheap, and allowed while a CUDA graph is captured).
-// Q4_K takes the kernel from raw fragments (mmq_q4k_raw.cuh; its copies need 16-byte
+// Q4_K takes the kernel from raw fragments where it fits (mmq_q4k_raw.cuh; its copies need 16-byte
 // aligned weights, true of every device tensor), and
 // Q6_K its own (mmq_q6k_raw.cuh; 2-byte aligned weights). Two blocks of the Q4_K raw kernel
 // (114,432 B each + 1.5 KB static and reserved) fit an sm_90 SM only in its largest
@@ -455,15 +477,21 @@ void launch_i8(dim3 grid, const LaunchStream &s, const uint8_t *W, int64_t row_b
       MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split);
   };
+  const int optin = cuda_current_paths().smem_optin;
   if constexpr (T == DType::Q4_K)
-    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0)
-      return go(mmq_q4k_raw_kernel<T, kQ4kRawStages>, Q4kRawSmem<kQ4kRawStages>::kBytes, true);
+    if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0 && i8_fits(i8_raw_bytes<T>(), optin))
+      return go(mmq_q4k_raw_kernel<T, kQ4kRawStages>, i8_raw_bytes<T>(), true);
   if constexpr (T == DType::Q6_K)
-    if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0) return go(mmq_q6k_raw_kernel<T>, Q6kRawSmem::kBytes, false);
+    if ((reinterpret_cast<uintptr_t>(W) & 1u) == 0 && i8_fits(i8_raw_bytes<T>(), optin)) return go(mmq_q6k_raw_kernel<T>, i8_raw_bytes<T>(), false);
   // mmq_i8_kernel reads Q4_K / Q5_K nibbles as 16-byte vectors too (mmq_i8_weights.cuh): a
   // tensor placed otherwise (a test at a 2-byte offset, 2026-12-01) would fault the context.
   if constexpr (T == DType::Q4_K || T == DType::Q5_K)
     if ((reinterpret_cast<uintptr_t>(W) & 15u) != 0) fail(Status::Internal, "CUDA int8 MMQ: %s weights at %p are not 16-byte aligned", dtype_name(T), static_cast<const void *>(W));
+  // cuda_tensor_core_gemm keeps products off this GEMM where no kernel fits; a misaligned
+  // Q6_K tensor on a 99 KB device would need the generic one, which does not.
+  if (!i8_fits(I8Smem<T>::kBytes, optin))
+    fail(Status::Unsupported, "CUDA int8 MMQ: the %s kernel needs %d bytes of shared memory per block, the device grants %d", dtype_name(T),
+         I8Smem<T>::kBytes + kI8SmemStatic, optin);
   go(mmq_i8_kernel<T>, I8Smem<T>::kBytes, false);
 }
 
@@ -477,6 +505,18 @@ bool cuda_mmq_int8_type(DType t) {
 }
 
 #define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+
+bool cuda_tensor_core_gemm(DType t, const CudaPaths &paths) {
+  if (!paths.tensor_cores || !(cuda_mma_type_supported(t) || cuda_mmq_type_supported(t))) return false;
+  if (!cuda_mmq_int8_type(t)) return true;  // the f16 MMA / MMQ kernels: static shared memory within 48 KB
+#define MOE_MMQ_I8_FITS(TY) \
+  case TY: return i8_any_fits<TY>(paths.smem_optin);
+  switch (t) {
+    MOE_MMQ_I8_TYPES(MOE_MMQ_I8_FITS)
+    default: return false;
+  }
+#undef MOE_MMQ_I8_FITS
+}
 
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm) {
   if (K % 256 != 0) return 1;

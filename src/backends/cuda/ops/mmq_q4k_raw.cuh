@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_fold.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
@@ -314,6 +315,7 @@ template <DType T, int S>
 __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     mmq_q4k_raw_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq, const float2 *Xs, float *Y,
                        int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   static_assert(T == DType::Q4_K, "Q4_K only");
   using L = Q4kRawSmem<S>;
   using namespace mma_tile;
@@ -360,6 +362,9 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
   }
   if (!wt.live || (narrow && grp == 1)) return;
   store_warp_tile(acc, Y + blockIdx.z * y_split, s_yrow, M, cnt, row0 + wt.wm, wt.wn, wt.lane);
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 }  // namespace mmq

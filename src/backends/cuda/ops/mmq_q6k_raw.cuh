@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/mmq_i8_weights.cuh"
 #include "backends/cuda/ops/mmq_q4k_raw.cuh"
@@ -196,6 +197,7 @@ template <DType T>
 __global__ void __launch_bounds__(mma_tile::kThreads, 2)
     mmq_q6k_raw_kernel(const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M, const int8_t *Xq, const float2 *Xs, float *Y,
                        int ncols, const int4 *tiles, const int2 *entries, int k_len, int64_t y_split) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   static_assert(T == DType::Q6_K, "Q6_K only");
   using L = Q6kRawSmem;
   using namespace mma_tile;
@@ -260,6 +262,9 @@ __global__ void __launch_bounds__(mma_tile::kThreads, 2)
       if (m < M && n < cnt) Yz[static_cast<int64_t>(s_yrow[n]) * M + m] = acc[q][e];
     }
   }
+#else
+  __trap();  // sm_75 code: never launched (cuda_paths.h)
+#endif
 }
 
 }  // namespace mmq

@@ -10,9 +10,9 @@
 //     threads that exit early, so a grid never completes before its predecessor);
 //   * pdl_trigger() after pdl_wait(): the next kernel may then be scheduled. Triggering
 //     only after waiting keeps at most two grids in flight.
-// Where the stream says no PDL (LaunchStream::pdl: GpuTuning::dependent_launch off, or a
-// device before sm_90) launch_pdl is an ordinary launch; before sm_90 pdl_wait / pdl_trigger
-// compile to nothing.
+// Where the stream says no PDL (LaunchStream::pdl: GpuTuning::dependent_launch off, or code
+// before sm_90 on the device, cuda_paths.h) launch_pdl is an ordinary launch; in code before
+// sm_90 pdl_wait / pdl_trigger compile to nothing, so the attribute would be a race there.
 #pragma once
 #include <cuda_runtime.h>
 
