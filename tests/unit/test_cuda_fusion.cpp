@@ -126,7 +126,7 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   const Graph &cg = plan->graph;
   GpuTuning tuning;
   tuning.norm_tails = norm_tails;
-  const CudaPaths paths = cuda_device_paths(0);
+  const CudaPaths paths = cuda_select_paths(90, 90, 232448);  // an H200 (runs without a GPU)
   plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, tuning, paths); });
   const FusionPlan fp = plan_fusion(cg, norm_tails);
   std::map<int, std::vector<std::string>> by_layer;
@@ -218,6 +218,36 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
         }
       }
+    }
+    std::remove(path.c_str());
+  }
+#endif
+}
+
+// The fused one-token kernels take the K-quant / legacy / MXFP4 / float weights only: the
+// products of the other types (Q4_1, the i-quants...) must stay out of the mat-vec groups
+// (on the H200 a Q4_1 model decoded with its gate/up and down in groups met expert ids of -1,
+// and with fusion off it decoded correctly). Runs without a GPU.
+TEST_CASE("cuda fusion plan: products in weight types without fused kernels stay out of the mat-vec groups", "[fusion]") {
+#ifdef MOEINFER_WITH_CUDA
+  BackendRegistry reg;
+  for (const char *mix : {"q4_1", "q5_0"}) {
+    INFO("mix " << mix);
+    const std::string path = write_tiny("tiny", mix);
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      const auto by_layer = plan_by_layer(reg, model->impl(), 1, std::string("tiny ") + mix, 0);
+      int groups = 0;
+      for (const auto &l : by_layer)
+        for (const std::string &lab : l.second) {
+          ++groups;
+          INFO(lab);
+          CHECK(lab != "fused:matmul_id+matmul_id+swiglu");
+          CHECK(lab.rfind("fused:matmul_id+moe_combine", 0) != 0);
+          CHECK(lab.rfind("fused:matmul+add", 0) != 0);
+          CHECK(lab != "fused:matmul+matmul+matmul");
+        }
+      CHECK(groups > 0);  // the row chains and the router (F32 weights) still fuse
     }
     std::remove(path.c_str());
   }
