@@ -148,7 +148,7 @@ TEST_CASE("cuda planner: the reference-order attention scratch only for an F32 c
       auto cp = compile_graph(std::move(g), co);
       const Graph &cg = cp->graph;
       Planned p;
-      const CudaPaths paths = cuda_device_paths(0);
+      const CudaPaths paths = cuda_select_paths(90, 90, 232448);  // an H200 (runs without a GPU)
       p.arena = plan_memory(cp->graph, [&](int id) { return cuda_work_size(cg, id, GpuTuning{}, paths); }).arena_bytes[0];
       for (int id = 0; id < static_cast<int>(cg.nodes().size()); ++id)
         if (cg.node(id).op == Op::Attention) p.attn_work.push_back(cuda_work_size(cg, id, GpuTuning{}, paths));

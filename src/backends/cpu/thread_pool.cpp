@@ -65,6 +65,8 @@ int64_t steady_ns() {
 }  // namespace
 
 void ThreadPool::poll_stop() {
+  // Once the callback said stop it is not asked again: the threads are only leaving.
+  if (stop_requested_.load(std::memory_order_relaxed)) return;
   const int64_t now = steady_ns();
   if (now < next_poll_ns_) return;
   next_poll_ns_ = now + kStopPollIntervalNs;
