@@ -3,6 +3,7 @@
 // images the driver chose for the device (cuda_paths.h).
 #include <cuda_runtime.h>
 
+#include "backends/cuda/cuda_alloc.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_paths.h"
 
@@ -34,11 +35,20 @@ int cuda_code_arch(int device) {
   return attr.ptxVersion > 0 ? attr.ptxVersion : attr.binaryVersion;
 }
 
+// Test aid (the [paths] probe test): the wait goes through the counted sync point.
 int cuda_code_arch_launched() {
-  int *d = nullptr, h = 0;
-  MOE_CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+  int *d = static_cast<int *>(cuda_malloc_checked(sizeof(int), "architecture probe"));
+  int h = 0;
   code_arch_report_kernel<<<1, 1>>>(d);
-  const cudaError_t e = cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost);
+  cudaError_t e = cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+  if (e == cudaSuccess) {
+    try {
+      cuda_sync_stream(nullptr, SyncWhy::Setup);
+    } catch (...) {
+      (void)cudaFree(d);
+      throw;
+    }
+  }
   (void)cudaFree(d);
   MOE_CUDA_CHECK(e);
   return h;
