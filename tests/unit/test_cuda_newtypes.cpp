@@ -21,6 +21,7 @@
 #include "model/synth/synth_model.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
+#include "support/greedy_run.h"
 #include "support/random_data.h"
 #include "support/temp_files.h"
 #include "support/tiny_model.h"
@@ -244,23 +245,9 @@ void check_model_greedy(const std::string &path, DType type) {
     cp.device = dev;
     cp.kv_type = KvType::F32;
     auto ctx = Context::create(*model, cp);
-    std::vector<BatchToken> prompt;
-    const int32_t ids[] = {510, 1, 300, 42, 77, 5, 9, 100};
-    for (int32_t i = 0; i < 8; ++i) prompt.push_back({ids[i], i, 0, i == 7});
-    ctx->decode(prompt.data(), prompt.size());
-    const int32_t nv = ctx->n_vocab();
-    first[dev].assign(ctx->logits(-1), ctx->logits(-1) + nv);
-    std::vector<int32_t> out;
-    for (int step = 0; step < 10; ++step) {
-      const float *l = ctx->logits(-1);
-      int32_t best = 0;
-      for (int32_t v = 1; v < nv; ++v)
-        if (l[v] > l[best]) best = v;
-      out.push_back(best);
-      BatchToken tk{best, 8 + step, 0, true};
-      ctx->decode(&tk, 1);
-    }
-    greedy[dev] = out;
+    const moe_test::GreedyRun run = moe_test::greedy_run(*ctx, {510, 1, 300, 42, 77, 5, 9, 100}, 10);
+    first[dev] = run.first_logits;
+    greedy[dev] = run.ids;
   }
   INFO("model " << path << " type " << dtype_name(type));
   CHECK(greedy["cuda"] == greedy["cpu"]);

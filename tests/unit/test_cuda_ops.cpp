@@ -26,6 +26,7 @@
 #include "model/synth/synth_model.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
+#include "support/greedy_run.h"
 #include "support/random_data.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
@@ -1074,29 +1075,18 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
         // does), CUDA's online softmax keeps them in f32; that alone moves logits ~1e-2.
         cp.kv_type = KvType::F32;
         auto ctx = Context::create(*model, cp);
-        std::vector<BatchToken> prompt;
-        const int32_t ids[] = {510, 1, 300, 42, 77, 5, 9, 100};
-        for (int32_t i = 0; i < 8; ++i) prompt.push_back({ids[i], i, 0, i == 7});
-        ctx->decode(prompt.data(), prompt.size());
-        const int32_t nv = ctx->n_vocab();
-        first_logits[dev].assign(ctx->logits(-1), ctx->logits(-1) + nv);
-        std::vector<int32_t> out;
-        for (int step = 0; step < 12; ++step) {
-          const float *l = ctx->logits(-1);
-          int32_t best = 0;
-          for (int32_t v = 1; v < nv; ++v)
-            if (l[v] > l[best]) best = v;
-          out.push_back(best);
-          BatchToken t{best, 8 + step, 0, true};
-          const uint64_t before = cuda_sync_count();
-          ctx->decode(&t, 1);
-          const uint64_t syncs = cuda_sync_count() - before;
-          if (cp.device != "cpu" && step >= 3) {
-            INFO(dev << " step " << step << ": host synchronisations in one decode step");
-            CHECK(syncs <= 1);
-          }
-        }
-        greedy[dev] = out;
+        const moe_test::GreedyRun run =
+            moe_test::greedy_run(*ctx, {510, 1, 300, 42, 77, 5, 9, 100}, 12, [&](int step, const std::function<void()> &decode) {
+              const uint64_t before = cuda_sync_count();
+              decode();
+              const uint64_t syncs = cuda_sync_count() - before;
+              if (cp.device != "cpu" && step >= 3) {
+                INFO(dev << " step " << step << ": host synchronisations in one decode step");
+                CHECK(syncs <= 1);
+              }
+            });
+        first_logits[dev] = run.first_logits;
+        greedy[dev] = run.ids;
       }
       INFO("preset " << preset << " mix " << mix);
       CHECK(greedy["cuda"] == greedy["cpu"]);
