@@ -121,6 +121,15 @@ bool cpu_node_serial(const Graph &g, const Node &n) {
   return n.nelements() <= kSerialMaxElements && src_elems <= kSerialMaxElements;
 }
 
+// Thread 0 after a node: a stop already seen, or the host's abort callback saying it now (then
+// recorded in the pool, which no longer asks the callback in this job).
+bool poll_abort(ThreadPool &pool, const ExecEnv &ev) {
+  if (pool.stop_requested()) return true;
+  if (!ev.abort || !ev.abort(ev.abort_data)) return false;
+  pool.request_stop();
+  return true;
+}
+
 class CpuExecutor final : public Executor {
 public:
   explicit CpuExecutor(int n_threads) : pool_(n_threads) {}
@@ -165,7 +174,7 @@ public:
           if (ith == 0 && !stop) {
             CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
             cpu_kernel_for(n.op)(args);
-            stop = jp->pool->stop_requested() || (ev.abort && ev.abort(ev.abort_data));
+            stop = poll_abort(*jp->pool, ev);
           }
           int next = i + 1;  // the next node that runs: no barrier while the serial run goes on
           while (next < jp->end && (gr.node(next).op == Op::Leaf || gr.node(next).op == Op::View)) ++next;
@@ -176,7 +185,7 @@ public:
         } else {
           CpuKernelArgs args{gr, n, ith, nth, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
           cpu_kernel_for(n.op)(args);
-          if (ith == 0) stop = jp->pool->stop_requested() || (ev.abort && ev.abort(ev.abort_data));
+          if (ith == 0) stop = poll_abort(*jp->pool, ev);
         }
         if (stop) jp->stop_at.store(i, std::memory_order_relaxed);  // published by the barrier
         jp->pool->barrier();

@@ -71,6 +71,9 @@ public:
   void set_stop_flag(const std::atomic<bool> *flag) { stop_flag_ = flag; }
   // A poll inside take_items() said stop during the current (or last) job.
   bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
+  // Thread 0's own poll between nodes said stop: recorded like a poll inside the pool, so the
+  // callback is not asked again while the job winds down (a barrier's wait polls too).
+  void request_stop() { stop_requested_.store(true, std::memory_order_relaxed); }
 
 private:
   void worker(int ith);
