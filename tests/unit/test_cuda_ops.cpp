@@ -1151,23 +1151,27 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   const std::string path = env && *env ? env : "/tmp/q3.gguf";
   if (!std::filesystem::exists(path)) { WARN(path << " missing: skipped"); return; }
   auto model = Model::load(path, ModelLoadParams{});
+  // MOE_PROFILE_DEPTH: prompt length before the decode steps (default 512; 4096 for "at depth").
+  const char *depth_env = std::getenv("MOE_PROFILE_DEPTH");
+  const int32_t depth = depth_env && *depth_env ? std::max(1, std::atoi(depth_env)) : 512;
   ContextParams cp;
-  cp.n_ctx = 1024;
+  cp.n_ctx = static_cast<uint32_t>(depth + 512);
   cp.device = "cuda";
   cp.gpu_graphs = false;
   auto ctx = Context::create(*model, cp);
   std::vector<BatchToken> prompt;
-  for (int32_t i = 0; i < 512; ++i) prompt.push_back({(i * 7919) % 1000 + 10, i, 0, i == 511});
+  for (int32_t i = 0; i < depth; ++i) prompt.push_back({(i * 7919) % 1000 + 10, i, 0, i == depth - 1});
   ctx->decode(prompt.data(), prompt.size());  // warm-up
   ctx->kv_clear();
   cuda_profile_enable(true);
   ctx->decode(prompt.data(), prompt.size());
-  std::printf("---- pp512 (one ubatch of 512 tokens), eager, per-op kernel time\n%s", cuda_profile_report(true).c_str());
+  std::printf("---- prompt of %d tokens, eager, per-op kernel time\n%s", depth, cuda_profile_report(true).c_str());
   for (int step = 0; step < 32; ++step) {
-    BatchToken t{42 + step, 512 + step, 0, true};
+    BatchToken t{42 + step, depth + step, 0, true};
     ctx->decode(&t, 1);
   }
-  std::printf("---- 32 decode steps (n_kv 512..544), eager, per-op kernel time\n%s", cuda_profile_report(true).c_str());
+  std::printf("---- 32 decode steps (n_kv %d..%d), eager, per-op kernel time\n%s", depth, depth + 32,
+              cuda_profile_report(true).c_str());
   cuda_profile_enable(false);
 #endif
 }
