@@ -1161,10 +1161,14 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   auto ctx = Context::create(*model, cp);
   std::vector<BatchToken> prompt;
   for (int32_t i = 0; i < depth; ++i) prompt.push_back({(i * 7919) % 1000 + 10, i, 0, i == depth - 1});
-  ctx->decode(prompt.data(), prompt.size());  // warm-up
+  // The prompt in batches of at most 512 tokens (the context's n_batch).
+  auto feed = [&] {
+    for (size_t i = 0; i < prompt.size(); i += 512) ctx->decode(prompt.data() + i, std::min<size_t>(512, prompt.size() - i));
+  };
+  feed();  // warm-up
   ctx->kv_clear();
   cuda_profile_enable(true);
-  ctx->decode(prompt.data(), prompt.size());
+  feed();
   std::printf("---- prompt of %d tokens, eager, per-op kernel time\n%s", depth, cuda_profile_report(true).c_str());
   for (int step = 0; step < 32; ++step) {
     BatchToken t{42 + step, depth + step, 0, true};
