@@ -925,6 +925,35 @@ TEST_CASE("cuda op: tiled prefill attention (GQA 1/4/8, window, sinks, every cac
     s.batches = {301, 256, 9};
     attention_case(reg, *gpu, s, "tiled, deep");
   }
+  // Head dim 256 (Qwen3-Next / Qwen3.5: 16 heads over 2 KV heads): the tensor-core kernel with
+  // its output dims split over two blocks (F16), the per-(head, token) kernel otherwise.
+  for (KvType kt : kts)
+    for (int64_t group : {1, 8})
+      for (int64_t T : {8, 33, 200}) {
+        AttnSetup s;
+        s.tuning = tn;
+        s.kt = kt;
+        s.hd = s.hd_v = 256;
+        s.n_head_kv = 2;
+        s.n_head = 2 * group;
+        s.window = T == 33 ? 17 : 0;
+        s.sinks = T == 8 && group == 8;
+        s.rm0 = 5;
+        s.rm1 = 15;
+        s.batches = {37, 50, T};
+        attention_case(reg, *gpu, s, "tiled, head dim 256");
+      }
+  {
+    AttnSetup s;  // many 32-cell tiles per block and per split
+    s.tuning = tn;
+    s.kt = KvType::F16;
+    s.hd = s.hd_v = 256;
+    s.n_head = 16;
+    s.n_head_kv = 2;
+    s.n_cells = 700;
+    s.batches = {301, 256, 9};
+    attention_case(reg, *gpu, s, "tiled, head dim 256, deep");
+  }
 }
 
 // MLA (deepseek2 / GLM-4.7-Flash dims: one KV head, K rows of 576 = latent 512 + rope 64, V =

@@ -194,6 +194,7 @@ int main(int argc, char **argv) {
     if (mma_only) c.mla = c.decode = c.split_dec = false, c.mma = true;
     c.kt = c.mma ? (int)DType::F16 : kts[rng() % 3];
     c.hd = c.mla ? 576 : rng() % 2 ? 64 : 128;
+    if (c.mma && !c.mla && rng() % 3 == 0) c.hd = 256;  // Qwen3-Next / Qwen3.5: output dims over two blocks
     const int gs[] = {1, 4, 8}, mla_gs[] = {1, 3, 20};
     c.group = c.mla ? mla_gs[rng() % 3] : gs[rng() % 3];
     c.nkvh = c.mla ? 1 : 1 + rng() % 2;

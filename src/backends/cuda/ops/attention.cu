@@ -5,7 +5,8 @@
 //    others split the cells over 16 blocks per (head, token), partials merged by the last
 //    block of each (attn_combine_row); one launch either way;
 //  * T >= 8 with head dims 64 / 128 (prefill): the tiled kernels (attention_mma.cu on f16
-//    tensor cores for an F16 cache, attention_tiled.cu on f32 FMA for the others), a block
+//    tensor cores for an F16 cache, also head dim 256; attention_tiled.cu on f32 FMA for the
+//    others), a block
 //    per tile of (token, head) rows of one KV head, the cells split when a chunk has too
 //    few rows to fill the device;
 //  * otherwise one block per (head, token) streaming the cache in tiles of 128 cells.
@@ -268,7 +269,11 @@ constexpr int64_t kMaxTiledSplit = 16;
 int64_t tiled_blocks_per_sm(const GpuTuning &tuning) { return std::min(std::max(tuning.prefill_attn_blocks, 1), 16); }
 constexpr int64_t kPlannedSms = 132;  // the work buffer is sized for an H200; fewer splits fit any device
 
-bool tiled_shape(int64_t hd_k, int64_t hd_v, bool v_from_k) { return !v_from_k && hd_k == hd_v && (hd_k == 64 || hd_k == 128); }
+// Head dim 256 (Qwen3-Next / Qwen3.5) only on the tensor-core kernel (F16 cache): the FMA
+// kernel's tiles are written for 64 / 128, so other caches keep the per-(head, token) kernel.
+bool tiled_shape(int64_t hd_k, int64_t hd_v, bool v_from_k) {
+  return !v_from_k && hd_k == hd_v && (hd_k == 64 || hd_k == 128 || hd_k == 256);
+}
 
 // Cell splits of the tiled path: a chunk with few rows still gets ~target blocks (each
 // split writes partials that attn_combine_kernel merges).
@@ -370,8 +375,8 @@ void cuda_op_attention(const CudaOpCtx &c) {
     if (!merge) attn_combine_launch(tview(c.n), a, part, static_cast<int>(T), static_cast<int>(n_head), kSplit, c.stream);
     return;
   }
-  if (T >= kMinTiledTokens && tiled_shape(hd_k, hd_v, v_from_k) && n_head % n_head_kv == 0) {
-    const bool mma = mma_eligible(a, c.paths);
+  const bool mma = mma_eligible(a, c.paths);
+  if (T >= kMinTiledTokens && tiled_shape(hd_k, hd_v, v_from_k) && n_head % n_head_kv == 0 && (mma || hd_k <= 128)) {
     const int64_t rows_per_block = mma ? kAttnTiledRowsMma : kAttnTiledRowsFma;
     int64_t n_split = tiled_splits(T, n_head, n_head_kv, rows_per_block, tiled_blocks_per_sm(c.tuning) * std::max(1, c.n_sm));
     while (n_split > 1 && (!c.n.work || tiled_work(T, n_head, hd_v, n_split) > c.n.work_size)) --n_split;

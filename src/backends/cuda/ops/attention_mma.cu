@@ -24,8 +24,17 @@ namespace moe {
 namespace {
 
 constexpr int kRows = kAttnTiledRowsMma;  // 16 per warp
-constexpr int kCells = 64;
 constexpr int kThreads = 128;
+
+// Per head dim: cells per tile and output dims per block. Head dim 256 (Qwen3-Next / Qwen3.5)
+// keeps q in registers (64) like the others, so its 256 output dims are split over two blocks
+// (each computes the same scores; 64 accumulator registers each) and its tiles hold 32 cells:
+// 64 x 264 halves of K would not fit the 48 KB of static shared memory with V beside them.
+template <int HD> struct MmaTile {
+  static constexpr int kCells = HD <= 128 ? 64 : 32;
+  static constexpr int kDv = HD <= 128 ? HD : 128;  // output dims per block
+  static constexpr int kHalves = HD / kDv;          // blocks per row tile
+};
 
 __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -58,10 +67,10 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Starts copying one head's cells [c0, c0 + kCells) into s[cell][.] (16-byte asynchronous
-// copies, one commit group); unused cells (free, or past this split) are stored as zeros so
-// nothing uninitialised meets a zero probability.
-template <int HD, int LDH>
+// Starts copying HD dims of one head's cells [c0, c0 + kCells) into s[cell][.] (16-byte
+// asynchronous copies, one commit group); unused cells (free, or past this split) are stored
+// as zeros so nothing uninitialised meets a zero probability.
+template <int HD, int LDH, int kCells>
 __device__ __forceinline__ void load_tile_async(__half (*s)[LDH], const uint8_t *base, size_t rb, int c0, const int *s_cpos) {
   constexpr int kChunks = HD / 8;  // 16-byte chunks per row
   static_assert(kCells * kChunks % kThreads == 0, "tile copy must divide evenly");
@@ -81,7 +90,7 @@ struct RowSpan {
   unsigned long long seqs;
 };
 
-// Cell c of the split [.., c_end) for the tile tests (threads 0..kCells-1): whether some row
+// Cell c of the split [.., c_end) for the tile tests (a thread per cell): whether some row
 // of the block may see it (conservative: true for every cell a row sees) and whether every
 // row sees it (then the tile needs no per-element mask).
 __device__ __forceinline__ void cell_tests(int cp, unsigned long long cs, const RowSpan &r, int window, bool &maybe, bool &all) {
@@ -93,14 +102,16 @@ template <int HD>
 __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
                                                                   float *part) {
 #if MOE_CUDA_TENSOR_CORE_CODE
+  constexpr int kCells = MmaTile<HD>::kCells, DV = MmaTile<HD>::kDv, kHalves = MmaTile<HD>::kHalves;
   constexpr int LDH = HD + 8;     // halves per shared row (16-byte aligned): the 8 rows of an ldmatrix phase hit distinct banks
+  constexpr int LDV = DV + 8;
   constexpr int KS = HD / 16;     // k-steps of q K^T
   constexpr int NB = kCells / 8;  // score column blocks (8 cells)
-  constexpr int ND = HD / 8;      // output column blocks (8 dims)
-  static_assert(KS % 2 == 0 && ND % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
+  constexpr int ND = DV / 8;      // output column blocks (8 dims) of this block
+  static_assert(KS % 2 == 0 && ND % 2 == 0 && kCells % 16 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
   static_assert(kRows == 2 * 32 && kCells <= kThreads, "two warps reduce the rows; a thread per cell");
   __shared__ __align__(16) __half s_k[kCells][LDH];
-  __shared__ __align__(16) __half s_v[kCells][LDH];
+  __shared__ __align__(16) __half s_v[kCells][LDV];
   // Cell positions and sequences of the tile being computed and of the next one (two stages:
   // the next tile is tested and its K requested while this one's softmax still reads its own).
   __shared__ int s_cpos[2][kCells];
@@ -112,7 +123,8 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   const int group = a.group, hk = blockIdx.y, z = blockIdx.z;
   const int n_head = gridDim.y * group;
   const int rows = T * group;
-  const int r0 = blockIdx.x * kRows;
+  const int r0 = static_cast<int>(blockIdx.x / kHalves) * kRows;
+  const int dv0 = static_cast<int>(blockIdx.x % kHalves) * DV;  // this block's output dims [dv0, dv0 + DV)
 
   // Row r of the tile is (token (r0 + r) / group, head hk * group + (r0 + r) % group).
   // Warps 0 and 1 fold their 32 rows each into a RowSpan.
@@ -167,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   float M[2] = {-INFINITY, -INFINITY};
   float S[2] = {0.0f, 0.0f};
 
-  const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb;
+  const uint8_t *kbase = a.kbase + hk * a.khb, *vbase = a.vbase + hk * a.vhb + dv0 * sizeof(__half);
   int c_begin, c_end;
   attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
   // The first tile from `from` on that some row may see, its cells in stage st (block-wide;
@@ -196,8 +208,8 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
   int st = 0;
   bool full;
   int cur = next_tile(c_begin, 0, full);
-  if (cur < c_end) load_tile_async<HD, LDH>(s_k, kbase, a.krb, cur, s_cpos[0]);
-  if (cur < c_end) load_tile_async<HD, LDH>(s_v, vbase, a.vrb, cur, s_cpos[0]);
+  if (cur < c_end) load_tile_async<HD, LDH, kCells>(s_k, kbase, a.krb, cur, s_cpos[0]);
+  if (cur < c_end) load_tile_async<DV, LDV, kCells>(s_v, vbase, a.vrb, cur, s_cpos[0]);
   while (cur < c_end) {
     cp_async_wait<1>();  // this thread's K copies are done
     __syncthreads();     // ... and everyone's
@@ -221,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     // The next tile (its barriers also mean every warp is done reading s_k).
     bool full_next = false;
     const int nxt = next_tile(cur + kCells, st ^ 1, full_next);
-    if (nxt < c_end) load_tile_async<HD, LDH>(s_k, kbase, a.krb, nxt, s_cpos[st ^ 1]);
+    if (nxt < c_end) load_tile_async<HD, LDH, kCells>(s_k, kbase, a.krb, nxt, s_cpos[st ^ 1]);
     else cp_async_commit();
 
     // Scale and mask (f32), then the online softmax of rows g (i = 0) and g + 8 (i = 1);
@@ -291,7 +303,7 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
       }
     }
     __syncthreads();  // every warp is done reading s_v
-    if (nxt < c_end) load_tile_async<HD, LDH>(s_v, vbase, a.vrb, nxt, s_cpos[st ^ 1]);
+    if (nxt < c_end) load_tile_async<DV, LDV, kCells>(s_v, vbase, a.vrb, nxt, s_cpos[st ^ 1]);
     else cp_async_commit();
     cur = nxt;
     full = full_next;
@@ -309,10 +321,11 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
     if (gr >= rows) continue;
     const int t = gr / group, h = hk * group + gr % group;
     float f;
+    // Both halves of a 256-dim row compute the same M and S and may both write the header.
     float *dst = attn_row_dst(out, part, a.sinks, t, h, z, n_head, n_split, HD, M[i], S[i], tq == 0, f);
 #pragma unroll
     for (int nd = 0; nd < ND; ++nd) {
-      const int d = nd * 8 + 2 * tq;
+      const int d = dv0 + nd * 8 + 2 * tq;
       dst[d] = o[nd][2 * i] * f;
       dst[d + 1] = o[nd][2 * i + 1] * f;
     }
@@ -325,11 +338,12 @@ __global__ void __launch_bounds__(kThreads) attn_tiled_mma_kernel(TView q, TView
 }  // namespace
 
 void attn_tiled_mma_launch(const AttnTiledLaunch &l) {
-  const dim3 grid(static_cast<unsigned>((l.T * l.a.group + kRows - 1) / kRows), static_cast<unsigned>(l.n_head_kv),
-                  static_cast<unsigned>(l.n_split));
+  const unsigned tiles = static_cast<unsigned>((l.T * l.a.group + kRows - 1) / kRows);
+  const dim3 grid(tiles * (l.a.hd_k == 256 ? MmaTile<256>::kHalves : 1), static_cast<unsigned>(l.n_head_kv), static_cast<unsigned>(l.n_split));
   float *part = l.n_split > 1 ? l.part : nullptr;
   if (l.a.hd_k == 64) attn_tiled_mma_kernel<64><<<grid, kThreads, 0, l.stream>>>(l.q, l.out, l.a, l.ub, l.T, l.n_split, part);
-  else attn_tiled_mma_kernel<128><<<grid, kThreads, 0, l.stream>>>(l.q, l.out, l.a, l.ub, l.T, l.n_split, part);
+  else if (l.a.hd_k == 128) attn_tiled_mma_kernel<128><<<grid, kThreads, 0, l.stream>>>(l.q, l.out, l.a, l.ub, l.T, l.n_split, part);
+  else attn_tiled_mma_kernel<256><<<grid, kThreads, 0, l.stream>>>(l.q, l.out, l.a, l.ub, l.T, l.n_split, part);
   MOE_CUDA_LAUNCH_CHECK("attn_tiled_mma_kernel");
 }
 
