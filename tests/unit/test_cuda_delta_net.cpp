@@ -195,6 +195,12 @@ void run_plan(const Dims &D, bool chunked) {
   for (int i = 0; i < 70; ++i) u3.push_back(tok(0));
   p.ubatch(u3, chunked);
   p.commit();
+  // A prompt-sized batch (the per-token conv kernel) where sequence 2 has one token and
+  // sequence 3 starts with one: their history is all tail.
+  std::vector<Tok> u4;
+  for (int i = 0; i < 9; ++i) u4.push_back(tok(i == 3 ? 2 : i == 6 ? 3 : 0));
+  p.ubatch(u4, chunked);
+  p.commit();
   p.ubatch({tok(1)}, chunked);
   p.commit();
   CHECK(p.worst_conv < 1e-5);
