@@ -31,6 +31,7 @@
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cuda_ops.h"
 #endif
 
 using namespace moe;
@@ -411,6 +412,106 @@ TEST_CASE("cuda op: int8 MMQ pipeline edge cases (K steps vs stages, odd M, 0/1/
       }
   }
 }
+
+// The multi-column mat-vec (ops/matvec_cols.cu): dense products of 2..15 columns and MatMulId
+// under 64 routed entries, where the graph does not ask for the CPU's order (tuning
+// ref_order_max_tokens 0 here; cpu_float_order graphs keep the reference-order kernels, see the
+// plan test below). Every weight type, odd M, K a multiple of 256 (4608: three 2048-element
+// chunks, the last partial) and for the 32-blocks also 32 x odd; plain types also K % 8 != 0
+// (the scalar path). MatMulId at T = 2, 3, 4, 8 with random ids, one expert chosen by every
+// token (at T = 8 with 4 slots: a full route tile), X = 1 and X = n_used, and the
+// Qwen3-30B-A3B shapes (router, gate/up, down) at 4 tokens.
+TEST_CASE("cuda op: multi-column mat-vec (2..15 columns, MatMulId under the MMQ threshold), every weight type", "[ops][cuda][mcol]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const GpuTuning tn = tensor_core_batches();
+  uint32_t seed = 900;
+  for (DType t : kAllTypes) {
+    const int bs = type_traits(t).block_size;
+    std::vector<int64_t> ks = {512};
+    if (bs == 256) ks.push_back(4608);
+    if (bs == 32) ks.insert(ks.end(), {96, 2080});
+    if (bs == 1) ks.push_back(100);
+    for (int64_t K : ks)
+      for (int64_t N : {2, 3, 4, 5, 7, 8, 9, 15}) {
+        INFO("dense type " << dtype_name(t) << " K=" << K << " M=37 N=" << N);
+        CHECK(dense_case(reg, *gpu, t, K, 37, N, seed++, 1e-4, tn));
+      }
+    const int64_t E = 8, k = 4;
+    for (int64_t T : {2, 3, 4, 8})
+      for (int64_t X : {int64_t(1), k}) {
+        std::vector<int32_t> ids = random_ids(T, E, k, seed);
+        for (int64_t tok = 0; tok < T; ++tok)  // expert 5 in every token's first slot (the slots stay distinct)
+          for (int64_t j = 0; j < k; ++j)
+            if (ids[static_cast<size_t>(tok * k + j)] == 5) std::swap(ids[static_cast<size_t>(tok * k + j)], ids[static_cast<size_t>(tok * k)]);
+        for (int64_t tok = 0; tok < T; ++tok)
+          if (ids[static_cast<size_t>(tok * k)] != 5) ids[static_cast<size_t>(tok * k)] = 5;
+        INFO("moe type " << dtype_name(t) << " K=" << ks.back() << " T=" << T << " X=" << X);
+        CHECK(moe_case(reg, *gpu, t, ks.back(), 37, E, k, T, X, ids, seed++, 1e-4, tn));
+      }
+  }
+  // Qwen3-30B-A3B at 4 sequences: router F32 [2048 x 128], gate/up Q4_K [2048 -> 768] and down
+  // Q6_K [768 -> 2048] of 128 experts with 8 per token, a dense Q4_K projection.
+  CHECK(dense_case(reg, *gpu, DType::F32, 2048, 128, 4, seed++, 1e-4, tn));
+  CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 512, 4, seed++, 1e-4, tn));
+  CHECK(moe_case(reg, *gpu, DType::Q4_K, 2048, 768, 128, 8, 4, 1, random_ids(4, 128, 8, seed), seed, 1e-4, tn));
+  CHECK(moe_case(reg, *gpu, DType::Q6_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed + 1), seed + 1, 1e-4, tn));
+}
+
+#ifdef MOEINFER_WITH_CUDA
+// The planner's choice for few-column products (no GPU needed: shape_of is host code): the
+// multi-column mat-vec where the graph does not ask for the CPU's order, the reference-order
+// kernels where it does, the one-token mat-vec and the tensor cores outside the window; and the
+// planned scratch is the launch's (int8 activations + scales for quantized types, none for plain).
+TEST_CASE("cuda plan: few-column products take the multi-column mat-vec unless the graph asks for the CPU's order", "[cuda][mcol]") {
+  const CudaPaths h200 = cuda_select_paths(90, 90, 232448);
+  const GpuTuning tn;  // defaults: ref_order_max_tokens 128
+  WeightStore ws;
+  auto dense = [&](DType t, int64_t K, int64_t M, int64_t N, bool cpu_order, size_t *work = nullptr) {
+    const GgufTensorInfo *w = ws.add("w" + std::to_string(ws.infos.size()), t, {K, M}, randn(static_cast<size_t>(K * M), 1, 0.5f));
+    Graph g;
+    g.cpu_float_order = cpu_order;
+    const int y = g.matmul(g.weight(w), g.input("x", DType::F32, {K, N}));
+    if (work) *work = cuda_work_size(g, y, tn, h200);
+    return std::string(cuda_matmul_path(g, g.node(y), tn, h200));
+  };
+  auto moe = [&](DType t, int64_t K, int64_t M, int64_t k, int64_t T, bool cpu_order) {
+    const GgufTensorInfo *w = ws.add("e" + std::to_string(ws.infos.size()), t, {K, M, 16}, randn(static_cast<size_t>(K * M * 16), 2, 0.5f));
+    Graph g;
+    g.cpu_float_order = cpu_order;
+    const int y = g.matmul_id(g.weight(w), g.input("x", DType::F32, {K, 1, T}), g.input("ids", DType::I32, {k, T}));
+    return std::string(cuda_matmul_path(g, g.node(y), tn, h200));
+  };
+  for (int64_t N : {2, 4, 8, 15}) {
+    INFO("N=" << N);
+    CHECK(dense(DType::Q4_K, 512, 64, N, false) == "mcol");
+    CHECK(dense(DType::Q6_K, 512, 64, N, false) == "mcol");
+    CHECK(dense(DType::Q4_0, 512, 64, N, false) == "mcol");
+    CHECK(dense(DType::F32, 2048, 128, N, false) == "mcol");  // the router
+    CHECK(dense(DType::BF16, 512, 64, N, false) == "mcol");
+    CHECK(dense(DType::Q4_K, 512, 64, N, true) == "ref");      // cpu_float_order: today's choice
+    CHECK(dense(DType::Q8_0, 512, 64, N, true) == "ref");
+    CHECK(dense(DType::F32, 2048, 128, N, true) == "ref_f32");
+    CHECK(dense(DType::Q4_0, 512, 64, N, true) == "tile");
+  }
+  CHECK(dense(DType::Q4_K, 512, 64, 1, false) == "matvec");
+  CHECK(dense(DType::Q4_K, 512, 64, 16, false) == "mmq");
+  CHECK(dense(DType::F32, 2048, 128, 16, false) == "sgemm");
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 4, false) == "mcol");  // 32 entries
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 7, false) == "mcol");  // 56
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 8, false) == "mmq");   // 64
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 4, true) == "ref");
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 1, false) == "matvec");
+  CHECK(moe(DType::F16, 256, 64, 8, 4, false) == "f16_halfsum");
+  // Scratch: K x N int8 integers, then (scale, sum) per 16 (each 256-byte aligned); plain: none.
+  size_t work = 1;
+  CHECK(dense(DType::Q4_K, 512, 64, 4, false, &work) == "mcol");
+  CHECK(work == 2048 + 1024);
+  CHECK(dense(DType::F32, 2048, 128, 4, false, &work) == "mcol");
+  CHECK(work == 0);
+}
+#endif
 
 TEST_CASE("cuda op: elementwise, norms, softmax, routing helpers, rope, get_rows", "[ops][cuda]") {
   BackendRegistry reg;

@@ -96,6 +96,11 @@ void cuda_op_delta_net(const CudaOpCtx &c);
 bool cuda_delta_net_supported(const Graph &g, const Node &n);
 bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
+// The kernel family cuda_op_matmul runs n on (the choice cuda_matmul_work_size sizes for):
+// "f16_halfsum", "matvec" (one column), "mcol" (multi-column mat-vec), "ref", "ref_f32",
+// "blas" (cuBLAS where the executor has a handle, else the int8 MMQ), "mmq", "mma", "sgemm",
+// "tile" (the f32 tile kernel). For tests and profiles.
+const char *cuda_matmul_path(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
 size_t cuda_attention_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);  // split-cell partials
 bool cuda_matmul_type_supported(DType t);
 // F16 weights, one activation column or MoE: half-precision sums like the reference.

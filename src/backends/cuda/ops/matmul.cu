@@ -18,6 +18,7 @@
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matmul_route.h"
 #include "backends/cuda/ops/matvec.h"
+#include "backends/cuda/ops/matvec_cols.h"
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/pdl.cuh"
@@ -495,6 +496,7 @@ void launch_mmv(DType t, dim3 grid, cudaStream_t s, const uint8_t *W, int64_t rb
 }
 
 constexpr int kTile = 8;  // columns per tile of mmv_kernel (the tensor-core path tiles by kMmaCols)
+static_assert(kTile == kMcolCols, "the multi-column mat-vec takes the route tiles of kTile entries");
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
@@ -510,6 +512,9 @@ struct MatmulShape {
   bool ref_f32; // dense F32 on those shapes: matmul_ref_order.cu too (f32 activations)
   bool blas;    // dense quantized, many columns: f16 dequantization + cuBLAS (matmul_blas.h) when
                 // the executor has a handle, else the int8 MMQ above
+  bool mcol;    // 2..15 dense columns / MatMulId under kMmaMinEntries entries where the graph does
+                // not ask for the CPU's order: the multi-column mat-vec (matvec_cols.cu)
+  bool plain;   // F32 / F16 / BF16 weights (mcol: activations read in place, no rounding scratch)
 };
 
 // GpuTuning::blas_min_tokens; weights above kBlasMaxWeightBytes as f16 (an LM head asked for
@@ -557,8 +562,16 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
   }
   s.mmq = s.mma && cuda_mmq_type_supported(w.type);
   s.mmq_i8 = s.mmq && cuda_mmq_int8_type(w.type);
-  s.ref = !s.mma && s.NT > 1 && ref_type;
-  s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && s.NT > 1 && ref_f32;
+  s.plain = is_plain(w.type);
+  // The few-column window (dense 2..15 columns, MatMulId 2+ tokens under kMmaMinEntries) of a
+  // graph that does not ask for the CPU's order: the multi-column mat-vec, for every type it
+  // takes (quantized weights from a padded weight tensor: its loads cover 16-byte pieces).
+  // cpu_float_order graphs keep the paths below unchanged.
+  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < kMmaMinEntries;
+  s.mcol = few && !s.mma && !s.sgemm && cuda_ref_order_tokens(g, tuning) == 0 && cuda_mcol_type(w.type) && s.K > 0 &&
+           (s.plain || cuda_weight_backed(g, w));
+  s.ref = !s.mma && !s.mcol && s.NT > 1 && ref_type;
+  s.ref_f32 = n.op == Op::MatMul && !s.mma && !s.sgemm && !s.mcol && s.NT > 1 && ref_f32;
   const int blas_min = tuning.blas_min_tokens;
   s.blas = n.op == Op::MatMul && tc_batch && cuda_mmq_type_supported(w.type) && blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
   return s;
@@ -567,10 +580,13 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
 // Scratch of the rounded activations: f32 values, or for MMQ int8 / f16 integers then per-16
 // scales.
 // int8 integers (int8 MMQ, reference order) or f16 ones.
-bool int8_acts(const MatmulShape &s) { return s.mmq_i8 || s.ref; }
+// The multi-column mat-vec takes int8 integers of quantized types and none of plain ones.
+bool int8_acts(const MatmulShape &s) { return s.mmq_i8 || s.ref || s.mcol; }
+bool int_acts(const MatmulShape &s) { return s.mmq || s.ref || (s.mcol && !s.plain); }
 size_t mmq_ints_bytes(const MatmulShape &s) { return align256(static_cast<size_t>(s.K * s.rows) * (int8_acts(s) ? 1 : 2)); }
 size_t act_scratch_bytes(const MatmulShape &s) {
-  if (s.mmq || s.ref) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
+  if (s.mcol && s.plain) return 0;
+  if (int_acts(s)) return mmq_ints_bytes(s) + align256(static_cast<size_t>(s.K / 16 * s.rows) * sizeof(float2));
   return align256(static_cast<size_t>(s.K * s.rows) * 4);
 }
 
@@ -617,6 +633,21 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tun
     bytes += align256(static_cast<size_t>(s.max_tiles) * sizeof(int4));
   }
   return bytes;
+}
+
+const char *cuda_matmul_path(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
+  if (cuda_f16_halfsum_applies(g, n)) return "f16_halfsum";
+  const MatmulShape s = shape_of(g, n, tuning, paths);
+  // (cuda_op_matmul's order of choices)
+  if (s.NT == 1) return "matvec";
+  if (s.blas) return "blas";
+  if (s.mcol) return "mcol";
+  if (s.mmq) return "mmq";
+  if (s.mma) return "mma";
+  if (s.sgemm) return "sgemm";
+  if (s.ref_f32) return "ref_f32";
+  if (s.ref) return "ref";
+  return "tile";
 }
 
 void launch_act_round(const LaunchStream &s, const TView &x, int64_t rows, int64_t K, DType vdt, void *out, void *q_out, bool q_int8,
@@ -669,6 +700,49 @@ static int fitted_k_splits(const MatmulShape &s, const CudaOpCtx &c) {
   return splits;
 }
 
+// MatMulId's route tables after the activation scratch, filled by one route launch.
+static RouteTables launch_route_tables(const CudaOpCtx &c, const MatmulShape &s, uint8_t *work) {
+  size_t off = act_scratch_bytes(s);
+  RouteTables rt;
+  rt.entries = reinterpret_cast<int2 *>(work + off);
+  off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
+  rt.tiles = reinterpret_cast<int4 *>(work + off);
+  const Node &ids = c.src(2);
+  cuda_launch_route(c.stream, static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T, static_cast<int>(s.E),
+                    s.X, s.NT, rt.entries, rt.tiles, s.max_tiles, c.ub.err);
+  return rt;
+}
+
+// The multi-column mat-vec (s.mcol): quantized activations rounded to int8 first (the
+// one-token kernels' values), MatMulId routed, then one launch over the column / route tiles.
+static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
+  const Node &w = c.src(0), &x = c.src(1);
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  McolArgs a{};
+  a.w = static_cast<const uint8_t *>(w.data);
+  a.rb = static_cast<int64_t>(w.nb[1]);
+  a.K = static_cast<int>(s.K);
+  a.M = static_cast<int>(s.M);
+  a.x = tview(x);
+  a.y = static_cast<float *>(c.n.data);
+  if (!s.plain) {
+    a.xq = reinterpret_cast<const int8_t *>(work);
+    a.xs = reinterpret_cast<const float2 *>(work + mmq_ints_bytes(s));
+    launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
+                     reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
+  }
+  if (c.n.op == Op::MatMul) {
+    a.ncols = static_cast<int>(s.rows);
+    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm);
+    return;
+  }
+  const RouteTables rt = launch_route_tables(c, s, work);
+  a.eb = static_cast<int64_t>(w.nb[2]);
+  a.tiles = rt.tiles;
+  a.entries = rt.entries;
+  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm);
+}
+
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const MatmulShape s = shape_of(c.g, c.n, c.tuning, c.paths);
@@ -691,6 +765,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
                        static_cast<int>(s.K), static_cast<float *>(c.n.data), static_cast<int>(s.M));
     return;
   }
+  if (s.mcol) return run_mcol(c, s);
   float *Y = static_cast<float *>(c.n.data);
   const dim3 grid_x(static_cast<unsigned>((s.M + kWarps - 1) / kWarps));
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
@@ -745,16 +820,7 @@ void cuda_op_matmul(const CudaOpCtx &c) {
     }
     return;
   }
-  const Node &ids = c.src(2);
-  size_t off = act_scratch_bytes(s);
-  RouteTables rt;
-  rt.entries = reinterpret_cast<int2 *>(work + off);
-  off += align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2));
-  rt.tiles = reinterpret_cast<int4 *>(work + off);
-  if (s.n_used < 1 || s.n_used > kRouteThreads) fail(Status::Unsupported, "CUDA MoE: %d experts per token (max %d)", s.n_used, kRouteThreads);
-  route_kernel<<<1, kRouteThreads, 0, c.stream>>>(static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T,
-                                         static_cast<int>(s.E), s.X, s.NT, rt, s.max_tiles, c.ub.err);
-  MOE_CUDA_LAUNCH_CHECK("route_kernel");
+  const RouteTables rt = launch_route_tables(c, s, work);
   if (s.mmq)
     launch_mmq_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(s.K), static_cast<int>(s.M), xq, xs, Y, 0, rt.tiles,
                       rt.entries, s.max_tiles);

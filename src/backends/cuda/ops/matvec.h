@@ -9,4 +9,8 @@ namespace moe {
 // takes the general path).
 bool cuda_matvec(const CudaOpCtx &c);
 
+// Whether node n is a weight tensor (or a view of one): padded to 256 bytes, so the mat-vecs'
+// 16-byte loads covering its last row stay inside the allocation.
+bool cuda_weight_backed(const Graph &g, const Node &n);
+
 }  // namespace moe

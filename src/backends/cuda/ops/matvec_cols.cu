@@ -1,0 +1,287 @@
+// Multi-column mat-vec: MatMul with 2..15 activation columns and MatMulId with 2+ tokens below
+// the tensor-core thresholds (several sequences decoding together). Memory-bound like the
+// one-token mat-vec (matvec.cu): each weight row is read once per tile of up to kMcolCols
+// columns and dotted with every column of the tile; for MatMulId a tile is a route tile
+// (matmul_route.h), so an expert's rows are read once for the (token, slot) entries routed to
+// it (up to 8 per tile). Why not the tensor-core GEMMs: at 2..15 columns their 64-column tiles
+// are mostly empty and the reference-order kernels fold column after column (2026-12-03:
+// dense Q4_K 25 us per call at 4 columns; docs/perf/cuda.md).
+//
+// Quantized weights: a warp owns a weight row. Per chunk of kMcChunk elements its lanes issue
+// coalesced 16-byte loads of the chunk's GGUF blocks (aligned down and up to 16 bytes: up to
+// 15 bytes past a row's end are read, which weight tensors have as padding), store them to
+// the warp's shared staging buffer and decode one 32-weight sub-block each with the one-token
+// kernels' integer units (matvec_units.cuh) against every column's int8 activations, which
+// launch_act_round wrote with the one-token kernels' rounding (the same Q8_0 / Q8_K values).
+// The next chunk's loads are in flight during the current chunk's dots.
+// Plain weights (F32 / F16 / BF16): a row's K is split over `split` warps of a block (more
+// rows per block where the rows are many), activations read and rounded elementwise on the
+// fly (no rounding launch), the warps' partial sums added in shared memory in warp order.
+//
+// PDL (pdl.cuh): MatMul blocks issue their first weight loads (quantized) or an L2 prefetch
+// (plain) before pdl_wait; MatMulId blocks wait first (their tiles are the route kernel's).
+#include "backends/cuda/ops/matvec_cols.h"
+
+#include "backends/cuda/ops/matvec_common.cuh"
+#include "backends/cuda/ops/matvec_units.cuh"
+#include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/quant.cuh"
+
+namespace moe {
+
+namespace {
+
+constexpr int kMcWarps = 4;       // quantized: weight rows per block, a warp each (small M still spreads over the SMs)
+constexpr int kMcChunk = 2048;    // quantized: elements of a row staged at a time (a 2048-long row in one round trip)
+constexpr int kMcPlainWarps = 8;  // plain: warps per block
+
+// 16-byte loads per lane for one chunk: its blocks plus <= 30 bytes of alignment cover.
+template <DType T> constexpr int mc_loads() { return (kMcChunk / BlockInfo<T>::qk * BlockInfo<T>::bytes + 30 + 511) / 512; }
+
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+
+struct McTile {
+  int expert, first, cnt;  // expert (0 for MatMul), first column / route entry, columns
+};
+__device__ __forceinline__ McTile tile_of(const McolArgs &a) {
+  if (a.tiles) {
+    const int4 t = a.tiles[blockIdx.y];
+    return McTile{t.x, t.y, t.z};
+  }
+  const int first = static_cast<int>(blockIdx.y) * kMcolCols;
+  return McTile{0, first, min(kMcolCols, a.ncols - first)};
+}
+
+// Activation row of the tile's column k (columns past cnt repeat the first: valid addresses).
+__device__ __forceinline__ int x_row_of(const McolArgs &a, const McTile &t, int k) {
+  const int i = t.first + (k < t.cnt ? k : 0);
+  return a.entries ? a.entries[i].x : i;
+}
+__device__ __forceinline__ int y_row_of(const McolArgs &a, const McTile &t, int k) {
+  return a.entries ? a.entries[t.first + k].y : t.first + k;
+}
+
+// ---- quantized weights ---------------------------------------------------------------------
+
+// The rounded activations of row r's sub-block from element e (a multiple of 32).
+__device__ __forceinline__ XSub xsub_at(const McolArgs &a, int r, int e) {
+  const int64_t r64 = r;
+  const float4 s = __ldg(reinterpret_cast<const float4 *>(a.xs + r64 * (a.K / 16) + e / 16));  // (d, sum_lo, d, sum_hi)
+  return XSub{a.xq + r64 * a.K + e, s.x, static_cast<int>(s.y), static_cast<int>(s.w)};
+}
+
+// Q2_K / Q3_K have no integer unit (unit_dot's generic form dequantizes to floats): the
+// sub-block is dequantized once here for all the columns.
+template <DType T> constexpr bool float_unit = T == DType::Q2_K || T == DType::Q3_K;
+
+// acc[k] += the dot of sub-block j of the staged block blk with column k's activations from
+// element e, for the tile's cnt columns.
+template <DType T>
+__device__ __forceinline__ void sub_dots(const uint8_t *blk, int j, const McolArgs &a, const int (&xr)[kMcolCols], int e, int cnt,
+                                         float (&acc)[kMcolCols]) {
+  if constexpr (float_unit<T>) {
+    float w[32];
+    dequant32<T>(blk, j, w);
+#pragma unroll
+    for (int k = 0; k < kMcolCols; ++k) {
+      if (k >= cnt) break;
+      const XSub x = xsub_at(a, xr[k], e);
+      int xv[8];
+      ld_x8(x.q, xv);
+      float s = 0.0f;
+#pragma unroll
+      for (int l = 0; l < 32; ++l) s += w[l] * small_i2f(static_cast<int8_t>(xv[l >> 2] >> (8 * (l & 3))));
+      acc[k] += x.d * s;
+    }
+  } else {
+    // (unit_dot's weight words come from shared memory with no store in between: the
+    // compiler loads them once for all the columns.)
+#pragma unroll
+    for (int k = 0; k < kMcolCols; ++k) {
+      if (k >= cnt) break;
+      acc[k] += unit_dot<T>(blk, j, xsub_at(a, xr[k], e));
+    }
+  }
+}
+
+template <DType T>
+__global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a) {
+  constexpr int QK = BlockInfo<T>::qk, BS = BlockInfo<T>::bytes, NL = mc_loads<T>(), UPB = QK / 32;
+  __shared__ __align__(16) uint8_t s_stage[kMcWarps][NL * 512 + 16];  // + 16: ld_words reads a word past its span
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = static_cast<int>(blockIdx.x) * kMcWarps + warp;
+  const bool dense = a.tiles == nullptr;
+  if (!dense) pdl_enter();
+  const McTile t = tile_of(a);
+  if (t.cnt <= 0 || row >= a.M) {  // warp-uniform; no block barrier follows
+    if (dense) pdl_enter();
+    return;
+  }
+  const uint8_t *wrow = a.w + static_cast<int64_t>(t.expert) * a.eb + static_cast<int64_t>(row) * a.rb;
+  uint4 buf[NL];
+  int head = 0;
+  // The chunk from element cs into buf: its covering 16-byte pieces (unconditional loads, so
+  // all issue at once; lanes past the cover re-read its last piece).
+  auto load = [&](int cs) {
+    const int nbytes = min(kMcChunk, a.K - cs) / QK * BS;
+    const uint8_t *p = wrow + static_cast<int64_t>(cs / QK) * BS;
+    const uint4 *p16 = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
+    head = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
+    const int np = (head + nbytes + 15) >> 4;
+#pragma unroll
+    for (int i = 0; i < NL; ++i) buf[i] = __ldg(p16 + min(lane + 32 * i, np - 1));
+  };
+  load(0);  // K > 0 (shape_of)
+  if (dense) pdl_enter();
+  int xr[kMcolCols];
+#pragma unroll
+  for (int k = 0; k < kMcolCols; ++k) xr[k] = x_row_of(a, t, k);
+  float acc[kMcolCols];
+#pragma unroll
+  for (int k = 0; k < kMcolCols; ++k) acc[k] = 0.0f;
+  uint8_t *stage = s_stage[warp];
+  for (int cs = 0; cs < a.K; cs += kMcChunk) {
+    const int h = head, ne = min(kMcChunk, a.K - cs);
+    __syncwarp();  // the previous chunk's reads of the staging buffer are done
+#pragma unroll
+    for (int i = 0; i < NL; ++i) reinterpret_cast<uint4 *>(stage)[lane + 32 * i] = buf[i];
+    __syncwarp();
+    if (cs + kMcChunk < a.K) load(cs + kMcChunk);
+    const uint8_t *cb = stage + h;
+    for (int u = lane; u < ne / 32; u += 32) sub_dots<T>(cb + (u / UPB) * BS, u % UPB, a, xr, cs + 32 * u, t.cnt, acc);
+  }
+#pragma unroll
+  for (int k = 0; k < kMcolCols; ++k) {
+    if (k >= t.cnt) break;
+    const float v = warp_sum(acc[k]);
+    if (lane == 0) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
+  }
+}
+
+// ---- plain weights -------------------------------------------------------------------------
+
+__device__ __forceinline__ const float *x_row_ptr(const TView &x, int r) {
+  const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+  return reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]);
+}
+
+// split: warps per row (1, 2, 4, 8); vec: weights and activation rows 16-byte aligned, K % 8 == 0.
+template <DType T>
+__global__ void __launch_bounds__(kMcPlainWarps * 32) mcol_plain_kernel(McolArgs a, int split, bool vec) {
+  __shared__ float s_part[kMcPlainWarps][kMcolCols];
+  constexpr int elem = T == DType::F32 ? 4 : 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rows_per_block = kMcPlainWarps / split, part = warp % split;
+  const int row = static_cast<int>(blockIdx.x) * rows_per_block + warp / split;
+  const bool dense = a.tiles == nullptr, row_ok = row < a.M;
+  // This warp's share [kb, kb + kn) of K: multiples of 8 elements (keeps 16-byte alignment).
+  const int kw = ((a.K + split - 1) / split + 7) / 8 * 8;
+  const int kb = min(a.K, part * kw), kn = min(a.K - kb, kw);
+  if (dense && row_ok) prefetch_l2(a.w + static_cast<int64_t>(row) * a.rb + static_cast<int64_t>(kb) * elem, static_cast<int64_t>(kn) * elem);
+  pdl_enter();
+  const McTile t = tile_of(a);
+  if (t.cnt <= 0) return;  // block-uniform, before the barrier
+  const float *xp[kMcolCols];
+#pragma unroll
+  for (int k = 0; k < kMcolCols; ++k) xp[k] = x_row_ptr(a.x, x_row_of(a, t, k));
+  const uint8_t *wrow = a.w + static_cast<int64_t>(t.expert) * a.eb + static_cast<int64_t>(row_ok ? row : 0) * a.rb;
+  float acc[kMcolCols];
+#pragma unroll
+  for (int k = 0; k < kMcolCols; ++k) acc[k] = 0.0f;
+  if (row_ok && vec) {
+#pragma unroll 2
+    for (int i = kb + 8 * lane; i < kb + kn; i += 256) {
+      float w[8];
+      load8<T>(wrow, i, w);
+#pragma unroll
+      for (int k = 0; k < kMcolCols; ++k) {
+        if (k >= t.cnt) break;
+        const float4 p = __ldg(reinterpret_cast<const float4 *>(xp[k] + i)), q = __ldg(reinterpret_cast<const float4 *>(xp[k] + i) + 1);
+        const float x[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int l = 0; l < 8; ++l) acc[k] += w[l] * round_plain<T>(x[l]);
+      }
+    }
+  } else if (row_ok) {
+    for (int i = kb + lane; i < kb + kn; i += 32) {
+      const float w = plain_at<T>(wrow, i);
+#pragma unroll
+      for (int k = 0; k < kMcolCols; ++k) {
+        if (k >= t.cnt) break;
+        acc[k] += w * round_plain<T>(__ldg(xp[k] + i));
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kMcolCols; ++k) {
+    if (k >= t.cnt) break;
+    const float v = warp_sum(acc[k]);
+    if (lane == 0) s_part[warp][k] = v;
+  }
+  __syncthreads();
+  const int r = static_cast<int>(threadIdx.x) / kMcolCols, k = static_cast<int>(threadIdx.x) % kMcolCols;
+  const int orow = static_cast<int>(blockIdx.x) * rows_per_block + r;
+  if (r < rows_per_block && k < t.cnt && orow < a.M) {
+    float v = 0.0f;
+    for (int p = 0; p < split; ++p) v += s_part[r * split + p][k];
+    a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + orow] = v;
+  }
+}
+
+unsigned blocks_of(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+// Warps per row of the plain kernel: the fewest that still give two blocks per multiprocessor
+// (a router of 128 rows: 8, a block per row; 4096 rows: 1, eight rows per block).
+int plain_split(int64_t M, int n_tiles, int n_sm) {
+  for (int split = 1; split < kMcPlainWarps; split *= 2)
+    if (static_cast<int64_t>(blocks_of(M, kMcPlainWarps / split)) * n_tiles >= 2 * static_cast<int64_t>(n_sm)) return split;
+  return kMcPlainWarps;
+}
+
+bool aligned16(const void *p, int64_t stride) { return ((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(stride)) & 15) == 0; }
+
+}  // namespace
+
+bool cuda_mcol_type(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q8_0: case DType::MXFP4:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
+  if (a.M == 0 || n_tiles == 0) return;
+  if (is_plain(t)) {
+    const int split = plain_split(a.M, n_tiles, n_sm);
+    const dim3 grid(blocks_of(a.M, kMcPlainWarps / split), static_cast<unsigned>(n_tiles)), block(kMcPlainWarps * 32);
+    const bool vec = a.K % 8 == 0 && aligned16(a.w, a.rb | a.eb) && aligned16(a.x.data, a.x.nb[1] | a.x.nb[2] | a.x.nb[3]);
+    switch (t) {
+      case DType::F32: launch_pdl(mcol_plain_kernel<DType::F32>, grid, block, 0, s, a, split, vec); break;
+      case DType::F16: launch_pdl(mcol_plain_kernel<DType::F16>, grid, block, 0, s, a, split, vec); break;
+      case DType::BF16: launch_pdl(mcol_plain_kernel<DType::BF16>, grid, block, 0, s, a, split, vec); break;
+      default: fail(Status::Internal, "CUDA multi-column mat-vec: type %s not dispatched", dtype_name(t));
+    }
+    return;
+  }
+  const dim3 grid(blocks_of(a.M, kMcWarps), static_cast<unsigned>(n_tiles)), block(kMcWarps * 32);
+  switch (t) {
+#define MOE_MCOL_CASE(TY) \
+  case TY: launch_pdl(mcol_quant_kernel<TY>, grid, block, 0, s, a); break;
+    MOE_MCOL_CASE(DType::Q4_0)
+    MOE_MCOL_CASE(DType::Q8_0)
+    MOE_MCOL_CASE(DType::MXFP4)
+    MOE_MCOL_CASE(DType::Q2_K)
+    MOE_MCOL_CASE(DType::Q3_K)
+    MOE_MCOL_CASE(DType::Q4_K)
+    MOE_MCOL_CASE(DType::Q5_K)
+    MOE_MCOL_CASE(DType::Q6_K)
+#undef MOE_MCOL_CASE
+    default: fail(Status::Internal, "CUDA multi-column mat-vec: type %s not dispatched", dtype_name(t));
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,46 @@
+// Multi-column mat-vec: MatMul with 2..15 activation columns and MatMulId with 2+ tokens below
+// the tensor-core thresholds, each weight row read once for a tile of up to kMcolCols columns
+// (see matvec_cols.cu).
+//
+//   McolArgs a{...};                       // weights, activations, output, tiles
+//   launch_act_round(...int8...);          // quantized types only: a.xq / a.xs
+//   cuda_launch_route(...);                // MatMulId only: a.tiles / a.entries
+//   launch_mcol(w.type, stream, a, n_tiles, n_sm);
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/cuda_common.h"
+#include "quant/dtype.h"
+
+namespace moe {
+
+constexpr int kMcolCols = 8;  // columns per tile (matmul.cu's kTile: MatMulId's route tiles)
+
+// Weight types launch_mcol takes: those of the one-token mat-vec (matvec.cu).
+bool cuda_mcol_type(DType t);
+
+struct McolArgs {
+  const uint8_t *w;      // weights; expert e at w + e * eb
+  int64_t rb, eb;        // row and expert strides (bytes; eb 0 for MatMul)
+  int K, M;              // row length, rows
+  // Quantized types: activation row r rounded through the weight's activation format as
+  // launch_act_round writes it for the int8 paths: K integers at xq + r K, and per 16
+  // elements (scale, integer sum) at xs + r K / 16. Unused for plain types.
+  const int8_t *xq;
+  const float2 *xs;
+  // Plain types (F32 / F16 / BF16): the f32 activations, row r at i1 = r % ne1,
+  // i2 = (r / ne1) % ne2, i3 = r / (ne1 ne2) (act_round_kernel's order), rounded on the fly.
+  TView x;
+  float *y;              // output row o at y + o M
+  int ncols;             // MatMul: activation columns (column c reads row c, writes row c)
+  const int4 *tiles;     // MatMulId: route tiles (matmul_route.h) of <= kMcolCols entries; null for MatMul
+  const int2 *entries;   // MatMulId: route entries (activation row, output row)
+};
+
+// Y = W X over n_tiles column tiles (MatMul: ceil(ncols / kMcolCols); MatMulId: the route's
+// tile capacity). With PDL where the stream has it.
+void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm);
+
+}  // namespace moe
