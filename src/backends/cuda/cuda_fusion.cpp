@@ -44,8 +44,12 @@ public:
       if (!is_compute(g_.node(i))) continue;
       FusedGroup grp;
       if (!match_at(i, grp) || !safe(grp)) {
-        grp = FusedGroup{};  // a norm that cannot join its router may still form a row chain
-        if (nd(i).op != Op::RmsNorm || !match_row_chains(i, grp) || !safe(grp)) continue;
+        // A norm that cannot join its router (or gated norm) may still form a row chain, a
+        // Slice that cannot start a DeltaIn group a sequence.
+        grp = FusedGroup{};
+        const Op op = nd(i).op;
+        const bool seq = op == Op::Slice || op == Op::Concat || op == Op::Sigmoid;
+        if (!(op == Op::RmsNorm ? match_row_chains(i, grp) : seq && match_sequence(i, grp)) || !safe(grp)) continue;
       } else {
         add_norm_tail(grp);
       }
