@@ -40,6 +40,11 @@ struct Shape {
   bool next;  // qwen3next's fused ba projection (gates through two Slices) vs qwen35moe's beta / alpha
 };
 
+}  // namespace
+
+#ifdef MOEINFER_WITH_CUDA
+namespace {
+
 struct Section {
   int qkv = -1, z = -1, ba = -1, beta = -1, alpha = -1;  // inputs
   int gates = -1, o = -1, y = -1, sp = -1, conv = -1;
@@ -96,7 +101,7 @@ Graph build(const Shape &s, const Weights &w, int64_t T, Section &x, int extra =
 
 }  // namespace
 
-#ifdef MOEINFER_WITH_CUDA
+
 namespace {
 
 // The fusion labels of the section's graph for T tokens, compiled on the host and its arena laid
@@ -121,7 +126,7 @@ std::vector<std::string> labels(const Shape &s, int64_t T, int extra) {
 bool has(const std::vector<std::string> &v, const std::string &l) { return std::find(v.begin(), v.end(), l) != v.end(); }
 
 }  // namespace
-#endif
+#endif  // MOEINFER_WITH_CUDA
 
 TEST_CASE("cuda dnfuse plan: the DeltaNet section fuses, and stays apart where a reader outside needs an intermediate", "[fusion][dnfuse]") {
 #ifdef MOEINFER_WITH_CUDA
@@ -148,6 +153,7 @@ TEST_CASE("cuda dnfuse plan: the DeltaNet section fuses, and stays apart where a
 #endif
 }
 
+#ifdef MOEINFER_WITH_CUDA
 namespace {
 
 double scaled_diff(const std::vector<float> &a, const std::vector<float> &b) {
@@ -253,6 +259,11 @@ struct Sides {
   }
 };
 
+}  // namespace
+#endif
+
+namespace {
+
 void run_plan(const Shape &s) {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -290,4 +301,67 @@ TEST_CASE("cuda dnfuse: odd shapes (head sizes 48, 5 and 200, conv widths 3 and 
   run_plan({48, 2, 6, 4, false});
   run_plan({5, 1, 3, 3, true});
   run_plan({200, 1, 2, 2, false});
+}
+
+#ifdef MOEINFER_WITH_CUDA
+namespace {
+
+// Both hybrids' shared-expert tail: y = (routed + shared * sigmoid(logit)) + res, the adds'
+// operands in either order; extra = true: the gated value is also read outside (no group).
+struct Tail {
+  int logit, shared, routed, res, y;
+};
+Graph build_tail(int64_t M, int64_t T, bool swapped, bool extra, Tail &x) {
+  Graph g;
+  x.logit = g.input("logit", DType::F32, {1, T});
+  x.shared = g.input("shared", DType::F32, {M, T});
+  x.routed = g.input("routed", DType::F32, {M, T});
+  x.res = g.input("res", DType::F32, {M, T});
+  const int gated = g.moe_combine(g.view(x.shared, {M, 1, T}), g.sigmoid(x.logit));
+  const int a = swapped ? g.add(gated, x.routed) : g.add(x.routed, gated);
+  x.y = swapped ? g.add(x.res, a) : g.add(a, x.res);
+  g.mark_output(x.y, "y");
+  if (extra) g.mark_output(g.scale(gated, 3.0f), "extra");
+  return g;
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("cuda dnfuse: the gated shared expert plus residual in one launch equals unfused (bits) and the CPU", "[cuda][dnfuse]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+#ifdef MOEINFER_WITH_CUDA
+  for (int64_t M : {int64_t{2048}, int64_t{37}})
+    for (int64_t T : {int64_t{1}, int64_t{3}})
+      for (bool swapped : {false, true})
+        for (bool extra : {false, true}) {
+          INFO("M " << M << " T " << T << " swapped " << swapped << " extra reader " << extra);
+          Tail x;
+          {  // the plan (host): one SharedGate group unless the gated value is read outside
+            CompileOptions o;
+            o.devices = {reg.cpu()};
+            auto plan = compile_graph(build_tail(M, T, swapped, extra, x), o);
+            int n = 0;
+            for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups) n += grp.kind == FusedKind::SharedGate;
+            CHECK(n == (extra ? 0 : 1));
+          }
+          if (!gpu) continue;
+          const std::vector<moe_test::Input> ins = {in(x.logit, randn(static_cast<size_t>(T), 3, 2.0f)),
+                                                     in(x.shared, randn(static_cast<size_t>(M * T), 4)),
+                                                     in(x.routed, randn(static_cast<size_t>(M * T), 5)),
+                                                     in(x.res, randn(static_cast<size_t>(M * T), 6))};
+          std::vector<float> out[3];
+          for (int side = 0; side < 3; ++side) {
+            GpuTuning t;
+            t.fusion = side == 1;
+            Graph g = build_tail(M, T, swapped, extra, x);
+            out[side] = moe_test::as_f32(moe_test::run_on(side ? *gpu : *reg.cpu(), std::move(g), ins, {x.y}, ExecEnv{}, 1, t)[0]);
+          }
+          CHECK(out[1] == out[2]);
+          CHECK(scaled_diff(out[1], out[0]) < 1e-6);  // the CPU's sigmoid may differ from CUDA's expf in the last bit
+        }
+#else
+  (void)gpu;
+#endif
 }

@@ -229,6 +229,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
 // The gated DeltaNet layers of both hybrids (cuda_fusion.h: DeltaIn, GatedNorm): at one token
 // and at a few, every DeltaNet layer plans its gate chain, conv, slices and L2 norms as ONE
 // group and its output norm as another; prompts past kMaxDeltaInTokens keep the conv apart.
+// Every layer adds its gated shared expert and residual in one (SharedGate).
 // Runs without a GPU.
 TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse their input chain and output norm", "[fusion]") {
 #ifdef MOEINFER_WITH_CUDA
@@ -244,9 +245,11 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
       for (int64_t T : {int64_t{1}, int64_t{3}, kMaxDeltaInTokens, kMaxDeltaInTokens + 1}) {
         auto by_layer = plan_by_layer(reg, m, T, preset, 0);
         for (uint32_t il = 0; il < m.hp.n_layer; ++il) {
-          if ((il + 1) % m.hp.full_attn_interval == 0) continue;  // full attention
           INFO(preset << " T " << T << " layer " << il);
           const auto &v = by_layer[static_cast<int>(il) + 1];
+          // Every layer: the sigmoid-gated shared expert plus residual in one launch.
+          CHECK(std::find(v.begin(), v.end(), std::string("fused:sigmoid+moe_combine+add+add")) != v.end());
+          if ((il + 1) % m.hp.full_attn_interval == 0) continue;  // full attention
           const bool has_in = std::find(v.begin(), v.end(), in) != v.end();
           CHECK(has_in == (T <= kMaxDeltaInTokens));
           CHECK(std::find(v.begin(), v.end(), std::string("fused:rms_norm+mul+swiglu")) != v.end());

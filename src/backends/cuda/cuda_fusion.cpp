@@ -118,7 +118,7 @@ private:
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
-      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_sequence(i, grp);
+      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
       case Op::Add: case Op::Softplus: case Op::SsmConv: return match_delta_in(i, grp);
       default: return false;
     }
@@ -455,6 +455,25 @@ private:
     return false;
   }
 
+  // Sigmoid -> MoeCombine(one expert) -> Add -> Add (cuda_fusion.h: SharedGate).
+  bool match_shared_gate(int i, FusedGroup &grp) const {
+    const int c = next(i), a = c >= 0 ? next(c) : -1, y = a >= 0 ? next(a) : -1;
+    if (y < 0 || nd(c).op != Op::MoeCombine || nd(a).op != Op::Add || nd(y).op != Op::Add) return false;
+    if (!same_place(i, c) || !same_place(i, a) || !same_place(i, y)) return false;
+    const Node &cn = nd(c), &sh = nd(cn.src[0]), &s = nd(i);
+    if (cn.src[1] != i || sh.ne[1] != 1 || s.ne[0] != 1 || s.ne[1] != cn.ne[1] || s.ne[2] * s.ne[3] != 1 || !f32_rows(s)) return false;
+    if ((nd(a).src[0] == c) == (nd(a).src[1] == c) || (nd(y).src[0] == a) == (nd(y).src[1] == a)) return false;
+    if (!private_to_group(i) || !private_to_group(c) || !private_to_group(a)) return false;
+    const Node &routed = nd(other_src(nd(a), c)), &res = nd(other_src(nd(y), a));
+    for (const Node *n : {&cn, &nd(a), &nd(y), &routed, &res})
+      if (!f32_rows(*n) || !same_shape(*n, nd(y)) || n->ne[2] * n->ne[3] != 1) return false;
+    if (sh.type != DType::F32 || sh.nb[0] != 4 || sh.ne[0] != cn.ne[0] || sh.ne[2] != cn.ne[1] || sh.ne[3] != 1) return false;
+    grp.kind = FusedKind::SharedGate;
+    grp.members = {i, c, a, y};
+    grp.written = {y};
+    return true;
+  }
+
   // An F32 vector of n values (dt_bias, ssm_a: broadcast over the tokens).
   bool f32_vector(int id, int64_t n) const {
     const Node &v = nd(id);
@@ -577,6 +596,11 @@ private:
     std::vector<std::pair<int, int>> own;  // (written node, input it may overwrite)
     if (grp.kind == FusedKind::RowChains)
       for (const auto &ch : row_chains(g_, grp.members)) own.push_back({ch.back(), nd(ch.front()).src[0]});
+    if (grp.kind == FusedKind::SharedGate) {  // y[i] from the operands' element i, by the thread that writes it
+      const Node &a = nd(grp.members[2]), &y = nd(grp.members[3]);
+      own.push_back({grp.members[3], other_src(a, grp.members[1])});
+      own.push_back({grp.members[3], other_src(y, grp.members[2])});
+    }
     const size_t n_prod = grp.n_producer();
     const Node &last = nd(grp.members[n_prod - 1]);
     if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
@@ -653,6 +677,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       break;
     case FusedKind::DeltaIn: return cuda_fused_delta_in(c, grp);
     case FusedKind::GatedNorm: return cuda_fused_gated_norm(c, grp);
+    case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));

@@ -31,6 +31,7 @@ enum class FusedKind : uint8_t {
   Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
   GatedNorm,     // RmsNorm -> Mul(row weight) -> SwiGLU(z, .) (the DeltaNet output norm)
+  SharedGate,    // Sigmoid -> MoeCombine(one expert) -> Add -> Add (sigmoid-gated shared expert + residual)
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -120,6 +121,9 @@ void delta_gate_source(const Graph &g, int operand, int &src, int64_t &start, in
 
 // A GatedNorm group: RmsNorm(x) -> Mul(., w of ne0 values) -> SwiGLU(z, .), the first two read
 // by nothing else (any row count); the SwiGLU is written.
+// A SharedGate group (qwen3next / qwen35moe, every layer): s = Sigmoid(logit [1, T]),
+// g = MoeCombine(shared [M, 1, T], s), a = Add(routed, g) (either order), y = Add(a, r) (either
+// order), all F32 rows [M, T]; s, g and a read by nothing else; y is written.
 
 // Runs a group; c.n is the node at grp.run_at. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
@@ -135,5 +139,6 @@ bool cuda_fused_sequence_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run
 // ops/delta_net_fused.cu.
 void cuda_fused_delta_in(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_gated_norm(const CudaOpCtx &c, const FusedGroup &grp);
+void cuda_fused_shared_gate(const CudaOpCtx &c, const FusedGroup &grp);
 
 }  // namespace moe

@@ -1,4 +1,5 @@
-// Fused launches of the gated DeltaNet layer (FusedKind::DeltaIn and GatedNorm, cuda_fusion.h):
+// Fused launches of the qwen3next / qwen35moe layers (FusedKind::DeltaIn, GatedNorm and
+// SharedGate, cuda_fusion.h):
 //
 //   DeltaIn: everything between the input projections and the DeltaNet kernel in ONE launch:
 //     the gate chain   g = concat(softplus(alpha + dt_bias) * ssm_a, sigmoid(beta))
@@ -8,6 +9,8 @@
 //   channels of v, then one block for the gates; grid.y walks the ubatch's sequences as the
 //   SsmConv kernel does (the gate block runs in slot 0 only).
 //   GatedNorm: RmsNorm(o) -> Mul(ssm_norm) -> SwiGLU(z, .) per head row in one launch.
+//   SharedGate: the sigmoid-gated shared expert added to the routed experts and the residual
+//     (Sigmoid, MoeCombine, Add, Add) in one element-wise launch.
 //
 // Every value is computed with the unfused kernels' expressions and reduction orders (the
 // SsmConv sum of delta_net.cu, l2_row_scale / rms_row_scale with the row kernels' block
@@ -170,6 +173,22 @@ __global__ void gated_norm_kernel(const __grid_constant__ GatedNormArgs a) {
   }
 }
 
+struct SharedGateArgs {
+  TView out, routed, res, shared, logit;  // out, routed, res: [M, T]; shared [M, 1, T]; logit [1, T]
+};
+
+// y = (routed + shared * sigmoid(logit)) + res, each step rounded as the unfused Sigmoid,
+// MoeCombine (one expert: one rounded product) and Adds store it.
+__global__ void shared_gate_kernel(const __grid_constant__ SharedGateArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t t = blockIdx.y, i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.out.ne[0]) return;
+  const float s = ew_value(kSigmoid, *rowp(a.logit, t, 0, 0), 0.0f, 0, 1, 0, 0);
+  const float g = __fmul_rn(rowp(a.shared, 0, t, 0)[i], s);
+  rowp(a.out, t, 0, 0)[i] = __fadd_rn(__fadd_rn(rowp(a.routed, t, 0, 0)[i], g), rowp(a.res, t, 0, 0)[i]);
+}
+
 // --- end of kernels (tools/cuda_emu/gen_dnfuse.py cuts the text above) ---
 
 GateSrc gate_src(const Graph &g, int operand) {
@@ -234,6 +253,16 @@ void cuda_fused_gated_norm(const CudaOpCtx &c, const FusedGroup &grp) {
   GatedNormArgs a{tview(sw), tview(c.g.node(norm.src[0])), tview(c.g.node(sw.src[0])), static_cast<const float *>(c.g.node(mul.src[1]).data),
                   norm.fp[0], row_threads(sw.ne[0])};
   launch_pdl(gated_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(static_cast<unsigned>(a.rms_threads)), 0, c.stream, a);
+}
+
+void cuda_fused_shared_gate(const CudaOpCtx &c, const FusedGroup &grp) {
+  const Graph &g = c.g;
+  const Node &s = g.node(grp.members[0]), &cn = g.node(grp.members[1]), &a = g.node(grp.members[2]), &y = g.node(grp.members[3]);
+  const int64_t M = y.ne[0], T = y.ne[1];
+  if (M == 0 || T == 0) return;
+  const int routed = a.src[0] == grp.members[1] ? a.src[1] : a.src[0], res = y.src[0] == grp.members[2] ? y.src[1] : y.src[0];
+  SharedGateArgs args{tview(y), tview(g.node(routed)), tview(g.node(res)), tview(g.node(cn.src[0])), tview(g.node(s.src[0]))};
+  launch_pdl(shared_gate_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0, c.stream, args);
 }
 
 }  // namespace moe
