@@ -2,7 +2,8 @@
 // delta_in_kernel (the gate chain through qwen3next's ba slices or qwen35moe's plain beta /
 // alpha, the conv over each sequence's tail with tokens of two sequences interleaved, one
 // sequence advancing its state in place, the q / k rows L2-normalised, v) and gated_norm_kernel
-// (silu(z) * rms_norm(x) * w). Head sizes 128, 48, 5 and 200, conv widths 4 (the compiled-width
+// (silu(z) * rms_norm(x) * w) and shared_gate_kernel ((routed + shared * sigmoid(logit)) + res).
+// Head sizes 128, 48, 5 and 200, conv widths 4 (the compiled-width
 // kernel), 3 and 2. The conv tails written back are copies of inputs: compared exactly.
 // Included at the end of the generated dnfuse_emu.cpp (gen_dnfuse.py). Exit status 1 on any failure.
 #include <cmath>
@@ -170,6 +171,23 @@ int main() {
       }
     }
     report(e_n < 2e-6, "gated norm", ci, e_n);
+  }
+  // shared_gate_kernel: (routed + shared * sigmoid(logit)) + res, M = 300 (a partial block), T = 3.
+  {
+    const int64_t M = 300, T = 3;
+    std::vector<float> logit(static_cast<size_t>(T)), sh(static_cast<size_t>(M * T)), ro(sh.size()), re(sh.size()), out(sh.size());
+    for (auto *vv : {&logit, &sh, &ro, &re}) for (float &f : *vv) f = nd(rng) * 2.0f;
+    SharedGateArgs sa{view3(out.data(), M, T, 1), view3(ro.data(), M, T, 1), view3(re.data(), M, T, 1), view3(sh.data(), M, 1, T),
+                      view3(logit.data(), 1, T, 1)};
+    launch_pdl(shared_gate_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0, nullptr, sa);
+    double e = 0;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < M; ++i) {
+        const size_t k = static_cast<size_t>(t * M + i);
+        const double sg = 1.0 / (1.0 + std::exp(-static_cast<double>(logit[static_cast<size_t>(t)])));
+        e = std::max(e, rel(out[k], static_cast<double>(ro[k]) + sh[k] * sg + re[k]));
+      }
+    report(e < 2e-6, "shared gate", 0, e);
   }
   std::printf("%d of %d checks failed\n", fails, checks);
   return fails ? 1 : 0;
