@@ -123,6 +123,15 @@ public:
   // that run with these options (the executor must get the same ones: some choose the
   // kernel and so its scratch). CPU backends ignore tuning.
   virtual size_t work_size(const Graph &g, int node, int n_threads, const GpuTuning &tuning) const = 0;
+  // (optional) Values that must outlive their last reader on this device (index `device` of the
+  // plan): raise keep_until[i] to the last node whose run must still find node i intact (see
+  // plan_memory). A fused launch that reads a value after it has written outputs placed later
+  // needs it. Defaults to nothing.
+  virtual void extend_lifetimes(const Graph &g, int device, std::vector<int> &keep_until) const {
+    (void)g;
+    (void)device;
+    (void)keep_until;
+  }
   // An executor whose kernels use `tuning` (the context's options; CPU executors ignore it).
   virtual std::unique_ptr<Executor> make_executor(int n_threads, const GpuTuning &tuning) = 0;
   // Bytes per second this device streams out of its own memory, measured on the first call

@@ -238,10 +238,12 @@ std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   place(p->graph, o);
   p->n_transfers = insert_transfers(p->graph, o);
   mark_final_outputs(p->graph);
+  std::vector<int> keep_until(p->graph.nodes().size(), -1);
+  for (size_t d = 0; d < o.devices.size(); ++d) o.devices[d]->extend_lifetimes(p->graph, static_cast<int>(d), keep_until);
   PlanStats st = plan_memory(p->graph, [&](int id) {
     const Node &n = p->graph.node(id);
     return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads, o.gpu_tuning);
-  });
+  }, keep_until);
   for (int d = 0; d < kMaxDevices; ++d) {
     p->arena_bytes[d] = st.arena_bytes[d];
     p->work_bytes[d] = st.work_bytes[d];

@@ -79,7 +79,7 @@ bool needs_arena(const Node &n) {
 
 }  // namespace
 
-PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size) {
+PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size, const std::vector<int> &keep_until) {
   auto &nodes = g.nodes();
   const int n = static_cast<int>(nodes.size());
   PlanStats st;
@@ -91,6 +91,7 @@ PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size) {
     for (int s : nodes[static_cast<size_t>(i)].src)
       if (s >= 0) last_use[static_cast<size_t>(s)] = std::max(last_use[static_cast<size_t>(s)], i);
   }
+  for (size_t i = 0; i < keep_until.size() && i < last_use.size(); ++i) last_use[i] = std::max(last_use[i], std::min(keep_until[i], n - 1));
   std::vector<bool> pinned(static_cast<size_t>(n), false);  // inputs and outputs: live for the whole run
   for (int id : g.outputs()) pinned[static_cast<size_t>(id)] = true;
   for (int i = 0; i < n; ++i)

@@ -127,7 +127,9 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   GpuTuning tuning;
   tuning.norm_tails = norm_tails;
   const CudaPaths paths = cuda_select_paths(90, 90, 232448);  // an H200 (runs without a GPU)
-  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, tuning, paths); });
+  std::vector<int> keep;
+  cuda_fusion_keep_live(cg, 0, keep);  // what CudaBackend::extend_lifetimes asks for
+  plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, tuning, paths); }, keep);
   const FusionPlan fp = plan_fusion(cg, norm_tails);
   std::map<int, std::vector<std::string>> by_layer;
   if (n_tails) *n_tails = 0;
@@ -216,6 +218,41 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           CHECK(has(seg, "fused:slice+rope+slice+rms_norm+mul"));
           CHECK(has(seg, "fused:concat+concat+kv_store"));
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
+        }
+      }
+    }
+    std::remove(path.c_str());
+  }
+#endif
+}
+
+// The gated DeltaNet layers of both hybrids (cuda_fusion.h: DeltaIn, GatedNorm): at one token
+// and at a few, every DeltaNet layer plans its gate chain, conv, slices and L2 norms as ONE
+// group and its output norm as another; prompts past kMaxDeltaInTokens keep the conv apart.
+// Every layer adds its gated shared expert and residual in one (SharedGate).
+// Runs without a GPU.
+TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse their input chain and output norm", "[fusion]") {
+#ifdef MOEINFER_WITH_CUDA
+  BackendRegistry reg;
+  for (const char *preset : {"tiny-qwen3next", "tiny-qwen35moe"}) {
+    const std::string path = write_tiny(preset, "q8_0");
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      const Model::Impl &m = model->impl();
+      const bool next = std::string(preset) == "tiny-qwen3next";
+      const std::string in = next ? "fused:slice+slice+add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice"
+                                  : "fused:add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
+      for (int64_t T : {int64_t{1}, int64_t{3}, kMaxDeltaInTokens, kMaxDeltaInTokens + 1}) {
+        auto by_layer = plan_by_layer(reg, m, T, preset, 0);
+        for (uint32_t il = 0; il < m.hp.n_layer; ++il) {
+          INFO(preset << " T " << T << " layer " << il);
+          const auto &v = by_layer[static_cast<int>(il) + 1];
+          // Every layer: the sigmoid-gated shared expert plus residual in one launch.
+          CHECK(std::find(v.begin(), v.end(), std::string("fused:sigmoid+moe_combine+add+add")) != v.end());
+          if ((il + 1) % m.hp.full_attn_interval == 0) continue;  // full attention
+          const bool has_in = std::find(v.begin(), v.end(), in) != v.end();
+          CHECK(has_in == (T <= kMaxDeltaInTokens));
+          CHECK(std::find(v.begin(), v.end(), std::string("fused:rms_norm+mul+swiglu")) != v.end());
         }
       }
     }

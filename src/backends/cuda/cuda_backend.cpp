@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_alloc.h"
+#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/cuda_paths.h"
 #include "core/alloc_test_hook.h"
@@ -330,6 +331,10 @@ std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes, const char *purpo
 
 size_t CudaBackend::work_size(const Graph &g, int node, int, const GpuTuning &tuning) const {
   return cuda_work_size(g, node, tuning, paths_);
+}
+
+void CudaBackend::extend_lifetimes(const Graph &g, int device, std::vector<int> &keep_until) const {
+  cuda_fusion_keep_live(g, device, keep_until);
 }
 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning);

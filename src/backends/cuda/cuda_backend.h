@@ -23,6 +23,7 @@ public:
   std::unique_ptr<HostRegistration> register_host(void *p, size_t bytes) override;
   void rename(const std::string &name) { info_.name = name; }  // the test twin of a device
   size_t work_size(const Graph &g, int node, int n_threads, const GpuTuning &tuning) const override;
+  void extend_lifetimes(const Graph &g, int device, std::vector<int> &keep_until) const override;
   std::unique_ptr<Executor> make_executor(int n_threads, const GpuTuning &tuning) override;
   double read_bandwidth() override;  // ops/read_bandwidth.cu
 

@@ -44,8 +44,12 @@ public:
       if (!is_compute(g_.node(i))) continue;
       FusedGroup grp;
       if (!match_at(i, grp) || !safe(grp)) {
-        grp = FusedGroup{};  // a norm that cannot join its router may still form a row chain
-        if (nd(i).op != Op::RmsNorm || !match_row_chains(i, grp) || !safe(grp)) continue;
+        // A norm that cannot join its router (or gated norm) may still form a row chain, a
+        // Slice that cannot start a DeltaIn group a sequence.
+        grp = FusedGroup{};
+        const Op op = nd(i).op;
+        const bool seq = op == Op::Slice || op == Op::Concat || op == Op::Sigmoid;
+        if (!(op == Op::RmsNorm ? match_row_chains(i, grp) : seq && match_sequence(i, grp)) || !safe(grp)) continue;
       } else {
         add_norm_tail(grp);
       }
@@ -61,6 +65,21 @@ public:
       p.groups.push_back(std::move(grp));
     }
     return p;
+  }
+
+  // Every value a DeltaIn group of `device` reads from outside stays intact until its last
+  // member ran: the launch reads qkv and the gate operands while other blocks write the q / k /
+  // v / gates outputs, which the planner would otherwise put over them (they die inside).
+  void keep_live(int device, std::vector<int> &keep_until) const {
+    for (int i = 0; i < n_; ++i) {
+      FusedGroup grp;
+      if (nd(i).device != device || !is_compute(nd(i)) || !match_delta_in(i, grp)) continue;
+      for (int m : grp.members)
+        for (int s : nd(m).src)
+          if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end())
+            keep_until[static_cast<size_t>(s)] = std::max(keep_until[static_cast<size_t>(s)], grp.members.back());
+      i = grp.members.back();
+    }
   }
 
 private:
@@ -97,9 +116,10 @@ private:
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
-      case Op::RmsNorm: return match_norm_router(i, grp) || match_row_chains(i, grp);
+      case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
-      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_sequence(i, grp);
+      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
+      case Op::Add: case Op::Softplus: case Op::SsmConv: return match_delta_in(i, grp);
       default: return false;
     }
   }
@@ -118,6 +138,8 @@ private:
     if (mm.ne[1] * mm.ne[2] * mm.ne[3] != 1) return false;
     const Node &add = nd(a);
     if ((add.src[0] == i) == (add.src[1] == i)) return false;
+    FusedGroup delta;  // a DeltaNet's alpha + dt_bias: its Add starts the DeltaIn group (one launch more saved)
+    if (match_delta_in(a, delta)) return false;
     const Node &r = nd(other_src(add, i));
     if (!f32_rows(add) || !f32_rows(r) || !f32_rows(mm) || !same_shape(r, add) || !same_shape(mm, add)) return false;
     grp.kind = FusedKind::MatMulAdd;
@@ -408,6 +430,130 @@ private:
     return true;
   }
 
+  // RmsNorm(x) -> Mul(w) -> SwiGLU(z, .) (cuda_fusion.h: GatedNorm).
+  bool match_gated_norm(int i, FusedGroup &grp) const {
+    const int m = next(i);
+    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
+    const int s = next(m);
+    if (s < 0 || nd(s).op != Op::SwiGLU || nd(s).src[1] != m || nd(s).src[0] == i || !same_place(i, s) || !private_to_group(m)) return false;
+    const Node &x = nd(nd(i).src[0]), &w = nd(nd(m).src[1]), &z = nd(nd(s).src[0]);
+    if (!f32_rows(x) || !f32_rows(nd(i)) || !f32_rows(nd(m)) || !f32_rows(nd(s)) || !f32_rows(z)) return false;
+    if (!same_shape(x, nd(i)) || !same_shape(nd(i), nd(m)) || !same_shape(nd(m), nd(s)) || !same_shape(z, nd(s))) return false;
+    if (w.type != DType::F32 || !w.is_contiguous() || w.nelements() != nd(i).ne[0]) return false;
+    grp.kind = FusedKind::GatedNorm;
+    grp.members = {i, m, s};
+    grp.written = {s};
+    return true;
+  }
+
+  // Read by one node only (a View: by one node of its own, and so on) and no graph output.
+  bool private_through_views(int id) const {
+    if (!private_to_group(id)) return false;
+    for (int k = id + 1; k < n_; ++k)
+      for (int s : nd(k).src)
+        if (s == id) return nd(k).op != Op::View || private_through_views(k);
+    return false;
+  }
+
+  // Sigmoid -> MoeCombine(one expert) -> Add -> Add (cuda_fusion.h: SharedGate).
+  bool match_shared_gate(int i, FusedGroup &grp) const {
+    const int c = next(i), a = c >= 0 ? next(c) : -1, y = a >= 0 ? next(a) : -1;
+    if (y < 0 || nd(c).op != Op::MoeCombine || nd(a).op != Op::Add || nd(y).op != Op::Add) return false;
+    if (!same_place(i, c) || !same_place(i, a) || !same_place(i, y)) return false;
+    const Node &cn = nd(c), &sh = nd(cn.src[0]), &s = nd(i);
+    if (cn.src[1] != i || sh.ne[1] != 1 || s.ne[0] != 1 || s.ne[1] != cn.ne[1] || s.ne[2] * s.ne[3] != 1 || !f32_rows(s)) return false;
+    if ((nd(a).src[0] == c) == (nd(a).src[1] == c) || (nd(y).src[0] == a) == (nd(y).src[1] == a)) return false;
+    if (!private_to_group(i) || !private_to_group(c) || !private_to_group(a)) return false;
+    const Node &routed = nd(other_src(nd(a), c)), &res = nd(other_src(nd(y), a));
+    for (const Node *n : {&cn, &nd(a), &nd(y), &routed, &res})
+      if (!f32_rows(*n) || !same_shape(*n, nd(y)) || n->ne[2] * n->ne[3] != 1) return false;
+    if (sh.type != DType::F32 || sh.nb[0] != 4 || sh.ne[0] != cn.ne[0] || sh.ne[2] != cn.ne[1] || sh.ne[3] != 1) return false;
+    grp.kind = FusedKind::SharedGate;
+    grp.members = {i, c, a, y};
+    grp.written = {y};
+    return true;
+  }
+
+  // An F32 vector of n values (dt_bias, ssm_a: broadcast over the tokens).
+  bool f32_vector(int id, int64_t n) const {
+    const Node &v = nd(id);
+    return v.type == DType::F32 && v.is_contiguous() && v.ne[0] == n && v.nelements() == n;
+  }
+  // Through a View (always a contiguous reinterpretation) to its source.
+  int through_view(int id) const { return nd(id).op == Op::View && nd(id).view_offset == 0 ? nd(id).src[0] : id; }
+
+  // The DeltaNet's input chain starting at node i (cuda_fusion.h: DeltaIn).
+  bool match_delta_in(int i, FusedGroup &grp) const {
+    std::vector<int> run;
+    int dn = -1;
+    for (int j = i; j >= 0 && static_cast<int>(run.size()) <= kMaxDeltaIn; j = next(j)) {
+      if (!same_place(i, j)) return false;
+      if (nd(j).op == Op::DeltaNet) { dn = j; break; }
+      run.push_back(j);
+    }
+    if (dn < 0 || !cuda_delta_net_supported(g_, nd(dn))) return false;
+    const Node &D = nd(dn);
+    const int64_t d = D.ne[0], n_v = D.ne[1], T = D.ne[2];
+    if (T > kMaxDeltaInTokens || d > 1024) return false;
+    // q, k: L2Norm(View(Slice(conv))); v: View(Slice(conv)).
+    const int l2q = D.src[0], l2k = D.src[1], sv = through_view(D.src[2]), cc = D.src[3];
+    if (nd(l2q).op != Op::L2Norm || nd(l2k).op != Op::L2Norm || nd(sv).op != Op::Slice || nd(cc).op != Op::Concat) return false;
+    const int sq = through_view(nd(l2q).src[0]), sk = through_view(nd(l2k).src[0]);
+    if (nd(sq).op != Op::Slice || nd(sk).op != Op::Slice) return false;
+    const int conv = nd(sq).src[0];
+    const int64_t n_k = nd(l2q).ne[1];
+    if (nd(conv).op != Op::SsmConv || nd(sk).src[0] != conv || nd(sv).src[0] != conv || !cuda_delta_net_supported(g_, nd(conv))) return false;
+    const Node &cn = nd(conv);
+    if (cn.ne[1] != T || cn.ne[0] != 2 * d * n_k + d * n_v || nd(l2q).ne[0] != d || nd(l2k).ne[0] != d || nd(l2k).ne[1] != n_k) return false;
+    if (nd(sq).ip[0] != 0 || nd(sk).ip[0] != d * n_k || nd(sv).ip[0] != 2 * d * n_k || nd(sq).ip[1] != d * n_k || nd(sk).ip[1] != d * n_k)
+      return false;
+    for (int l : {l2q, l2k})
+      if (!f32_rows(nd(l)) || nd(l).ne[2] != T || nd(l).ne[3] != 1) return false;
+    if (!nd(sv).is_contiguous() || nd(sv).type != DType::F32 || !f32_rows(nd(cn.src[0]))) return false;
+    // Gates: Concat(Mul(Softplus(Add(alpha, bias)), a), Sigmoid(beta)), each [n_v, T].
+    const int mul = nd(cc).src[0], sig = nd(cc).src[1];
+    if (nd(mul).op != Op::Mul || nd(sig).op != Op::Sigmoid || !nd(cc).is_contiguous() || nd(cc).ne[0] != 2 * n_v || nd(cc).ne[1] != T)
+      return false;
+    const int sp = nd(mul).src[0], add = nd(sp).src[0];
+    if (nd(sp).op != Op::Softplus || nd(add).op != Op::Add || !f32_vector(nd(mul).src[1], n_v) || !f32_vector(nd(add).src[1], n_v)) return false;
+    for (int e : {mul, sig, sp, add})
+      if (nd(e).type != DType::F32 || nd(e).ne[0] != n_v || nd(e).nelements() != n_v * T) return false;
+    std::vector<int> want = {conv, sq, l2q, sk, l2k, sv, cc, mul, sp, add, sig};
+    for (int operand : {nd(add).src[0], nd(sig).src[0]}) {
+      int src = 0;
+      int64_t start = 0, len = 0;
+      delta_gate_source(g_, operand, src, start, len);
+      const Node &s = nd(src);
+      if (s.type != DType::F32 || s.nb[0] != 4 || s.ne[3] != 1 || len < 1 || start + len > s.ne[0] || len * s.ne[1] * s.ne[2] != n_v * T)
+        return false;
+      const int sl = through_view(operand);
+      if (sl != src) want.push_back(sl);  // the Slice: a member (if it is in the run)
+    }
+    // The run is exactly these nodes (a Slice of ba made before the run stays outside).
+    std::vector<int> sorted_run = run, sorted_want = want;
+    std::sort(sorted_run.begin(), sorted_run.end());
+    std::sort(sorted_want.begin(), sorted_want.end());
+    sorted_want.erase(std::unique(sorted_want.begin(), sorted_want.end()), sorted_want.end());
+    if (sorted_run != sorted_want) return false;
+    // Unwritten intermediates have no reader outside the group.
+    if (uses_[static_cast<size_t>(conv)] != 3 || output_[static_cast<size_t>(conv)]) return false;
+    for (int m : run)
+      if (m != conv && m != l2q && m != l2k && m != sv && m != cc && !private_through_views(m)) return false;
+    grp.kind = FusedKind::DeltaIn;
+    grp.members = run;
+    grp.written = {l2q, l2k, sv, cc};
+    grp.parts.assign(kDiParts, -1);
+    grp.parts[kDiConv] = conv;
+    grp.parts[kDiQ] = l2q;
+    grp.parts[kDiK] = l2k;
+    grp.parts[kDiV] = sv;
+    grp.parts[kDiGates] = cc;
+    grp.parts[kDiAdd] = add;
+    grp.parts[kDiMul] = mul;
+    grp.parts[kDiSigmoid] = sig;
+    return true;
+  }
+
   // Arena bytes of a node's storage (whole root, conservatively); false for weights/KV tokens.
   bool range_of(int id, Range &r) const {
     const Node &n = nd(id);
@@ -450,6 +596,11 @@ private:
     std::vector<std::pair<int, int>> own;  // (written node, input it may overwrite)
     if (grp.kind == FusedKind::RowChains)
       for (const auto &ch : row_chains(g_, grp.members)) own.push_back({ch.back(), nd(ch.front()).src[0]});
+    if (grp.kind == FusedKind::SharedGate) {  // y[i] from the operands' element i, by the thread that writes it
+      const Node &a = nd(grp.members[2]), &y = nd(grp.members[3]);
+      own.push_back({grp.members[3], other_src(a, grp.members[1])});
+      own.push_back({grp.members[3], other_src(y, grp.members[2])});
+    }
     const size_t n_prod = grp.n_producer();
     const Node &last = nd(grp.members[n_prod - 1]);
     if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
@@ -478,6 +629,11 @@ bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
 FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) { return Matcher(g, norm_tails & kNormTailsAll).run(); }
 
+void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until) {
+  if (keep_until.size() < g.nodes().size()) keep_until.resize(g.nodes().size(), -1);
+  Matcher(g, 0).keep_live(device, keep_until);
+}
+
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members) {
   std::vector<std::vector<int>> chains;
   for (int m : members) {
@@ -487,6 +643,20 @@ std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> 
     if (!appended) chains.push_back({m});
   }
   return chains;
+}
+
+void delta_gate_source(const Graph &g, int operand, int &src, int64_t &start, int64_t &len) {
+  const Node &o = g.node(operand);
+  const int sl = o.op == Op::View && o.view_offset == 0 ? o.src[0] : operand;
+  if (g.node(sl).op == Op::Slice) {
+    src = g.node(sl).src[0];
+    start = g.node(sl).ip[0];
+    len = g.node(sl).ip[1];
+  } else {
+    src = operand;
+    start = 0;
+    len = o.ne[0];
+  }
 }
 
 namespace {
@@ -505,6 +675,9 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::Sequence:
       if (cuda_fused_sequence_fit(c, grp)) return cuda_fused_sequence(c, grp);
       break;
+    case FusedKind::DeltaIn: return cuda_fused_delta_in(c, grp);
+    case FusedKind::GatedNorm: return cuda_fused_gated_norm(c, grp);
+    case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));

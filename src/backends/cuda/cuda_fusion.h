@@ -29,6 +29,9 @@ enum class FusedKind : uint8_t {
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
   Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
+  DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
+  GatedNorm,     // RmsNorm -> Mul(row weight) -> SwiGLU(z, .) (the DeltaNet output norm)
+  SharedGate,    // Sigmoid -> MoeCombine(one expert) -> Add -> Add (sigmoid-gated shared expert + residual)
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -51,6 +54,7 @@ struct FusedGroup {
   // ids, so their writer ran at least two launches earlier and, under the PDL contract
   // (pdl.cuh), has completed when this kernel starts: it may read them before pdl_wait.
   bool ids_settled = false;
+  std::vector<int> parts;      // DeltaIn: its nodes by role (DeltaInPart)
   int last_member() const { return members.back(); }
   // The producer's members (all of them but a norm tail's RmsNorm -> Mul).
   size_t n_producer() const { return members.size() - (norm_tail ? 2 : 0); }
@@ -73,6 +77,9 @@ constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
 bool cuda_fused_matvec_available();
 
 FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail*
+// The lifetimes the memory planner must extend for the groups of `device` (Backend::extend_lifetimes):
+// DeltaIn groups read their inputs after writing outputs placed after those inputs' last reader.
+void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until);
 
 // The chains of a RowChains group: each chain lists member ids; a chain's first node reads
 // its input (src0) from outside the group, every later node reads the previous one.
@@ -93,6 +100,31 @@ constexpr int kMaxFusedSequence = 8;
 constexpr int64_t kMaxSequenceValues = 16384;
 constexpr int64_t kMaxSequenceRows = 4;
 
+// A DeltaIn group is the consecutive run of compute nodes between a gated DeltaNet layer's
+// input projections and its DeltaNet node, exactly these (any order; qwen3next / qwen35moe):
+//   [Slice(ba) x2 ->] Add(alpha, dt_bias) -> Softplus -> Mul(., ssm_a); Sigmoid(beta);
+//   Concat(decay, sigmoid) = the DeltaNet's gates; SsmConv(qkv) -> Slice q / k / v (channels
+//   [0, d n_k), [d n_k, 2 d n_k), the rest), q and k through L2Norm (rows of d = the head size)
+// where the intermediates have no reader outside (the Concat, the L2Norms and the v Slice are
+// written) and the ubatch has at most kMaxDeltaInTokens tokens (the kernel's L2 norms run token
+// after token per sequence: prompts keep the unfused kernels). The planner keeps the group's
+// inputs live until its last member (cuda_fusion_keep_live), so its outputs never lie over them.
+// The roles in FusedGroup::parts:
+enum DeltaInPart : int { kDiConv, kDiQ, kDiK, kDiV, kDiGates, kDiAdd, kDiMul, kDiSigmoid, kDiParts };
+constexpr int kMaxDeltaIn = 13;
+constexpr int64_t kMaxDeltaInTokens = 16;
+// A gate operand (the Add's alpha, the Sigmoid's beta: [n_v, T]) as the kernel reads it: element
+// f = h + n_v t is element (start + f % len, rest % ne1, rest / ne1) of node src, rest = f / len.
+// Through a View of a Slice (qwen3next's ba) src is the Slice's source, else the operand itself
+// (start 0, len = its ne0).
+void delta_gate_source(const Graph &g, int operand, int &src, int64_t &start, int64_t &len);
+
+// A GatedNorm group: RmsNorm(x) -> Mul(., w of ne0 values) -> SwiGLU(z, .), the first two read
+// by nothing else (any row count); the SwiGLU is written.
+// A SharedGate group (qwen3next / qwen35moe, every layer): s = Sigmoid(logit [1, T]),
+// g = MoeCombine(shared [M, 1, T], s), a = Add(routed, g) (either order), y = Add(a, r) (either
+// order), all F32 rows [M, T]; s, g and a read by nothing else; y is written.
+
 // Runs a group; c.n is the node at grp.run_at. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
@@ -104,5 +136,9 @@ bool cuda_fused_row_chains_fit(const CudaOpCtx &c, const FusedGroup &grp);  // r
 // ops/fused_sequence.cu.
 void cuda_fused_sequence(const CudaOpCtx &c, const FusedGroup &grp);
 bool cuda_fused_sequence_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run-time checks (KV type)
+// ops/delta_net_fused.cu.
+void cuda_fused_delta_in(const CudaOpCtx &c, const FusedGroup &grp);
+void cuda_fused_gated_norm(const CudaOpCtx &c, const FusedGroup &grp);
+void cuda_fused_shared_gate(const CudaOpCtx &c, const FusedGroup &grp);
 
 }  // namespace moe
