@@ -78,8 +78,10 @@ inline float emu_h(uint32_t reg, int hi) {
   std::memcpy(&h, &bits, 2);
   return __half2float(h);
 }
-// D = A B + C, 16x16 f16 A (row), 16x8 f16 B (col), f32 C/D, PTX fragment layouts.
-inline void emu_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// The same for a bf16 half (its bits are the upper half of a float's).
+inline float emu_bf(uint32_t reg, int hi) { return __uint_as_float((hi ? reg >> 16 : reg & 0xffff) << 16); }
+// D = A B + C, 16x16 f16 (BF: bf16) A (row), 16x8 B (col), f32 C/D, PTX fragment layouts.
+template <bool BF = false> inline void emu_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const int lane = threadIdx.x & 31;
   EmuWarp &W = g_warps[threadIdx.x >> 5];
   for (int i = 0; i < 4; ++i) W.a[lane][i] = a[i];
@@ -88,11 +90,11 @@ inline void emu_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
   W.bar->arrive_and_wait();
   auto A = [&](int row, int k) {
     const int l = (row % 8) * 4 + (k % 8) / 2, reg = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return emu_h(W.a[l][reg], k & 1);
+    return BF ? emu_bf(W.a[l][reg], k & 1) : emu_h(W.a[l][reg], k & 1);
   };
   auto B = [&](int k, int col) {
     const int l = col * 4 + (k % 8) / 2, reg = k >= 8 ? 1 : 0;
-    return emu_h(W.b[l][reg], k & 1);
+    return BF ? emu_bf(W.b[l][reg], k & 1) : emu_h(W.b[l][reg], k & 1);
   };
   float d[4];
   for (int i = 0; i < 4; ++i) {
@@ -159,6 +161,7 @@ inline void __syncwarp() { g_warps[threadIdx.x >> 5].bar->arrive_and_wait(); }
 inline float __ldg(const float *p) { return *p; }
 inline float4 __ldg(const float4 *p) { return *p; }
 inline int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

@@ -6,6 +6,8 @@ import os
 import re
 import sys
 
+from emu_slice import write_mma_common
+
 src = os.path.join(sys.argv[1], 'src/backends/cuda/ops')
 out = sys.argv[2]
 
@@ -66,22 +68,7 @@ write('comb_emu.cpp', '#include "backends/cuda/ops/attention.cuh"\n#include "bac
 
 # The MLA prefill kernel (attention_mla.cu) and the wrappers it takes from mma_common.cuh,
 # whose emulated copy goes to OUT/inc (searched before the repository's src).
-c = open(os.path.join(src, 'mma_common.cuh')).read()
-for head, body in [
-    ('__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t *p)', '{ emu_ldsm(r, p, false); }'),
-    ('__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t *p)', '{ emu_ldsm(r, p, true); }'),
-    ('template <bool BF> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])',
-     '{ emu_mma(d, a, b[0], b[1]); }'),
-    ('__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem)', '{ std::memcpy(smem, gmem, 16); }'),
-    ('__device__ __forceinline__ void cp_async_4(void *smem, const void *gmem)', '{ std::memcpy(smem, gmem, 4); }'),
-    ('__device__ __forceinline__ void cp_async_commit_wait_all()', '{}'),
-]:
-    c = swap_function(c, head, body)
-# Other inline-asm helpers of that header stay as they are: unused inline functions are never
-# emitted, and a used one without emulation fails at assembly.
-os.makedirs(os.path.join(out, 'inc/backends/cuda/ops'), exist_ok=True)
-with open(os.path.join(out, 'inc/backends/cuda/ops/mma_common.cuh'), 'w') as f:
-    f.write(c)
+write_mma_common(sys.argv[1], out)
 m = open(os.path.join(src, 'attention_mla.cu')).read()
 m = swap_function(m, 'bool mla_smem_available()', '{ return true; }')
 smem = 'extern __shared__ __align__(16) uint8_t mla_smem[];'

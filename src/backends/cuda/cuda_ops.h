@@ -94,6 +94,9 @@ void cuda_op_grouped_top_k(const CudaOpCtx &c);
 void cuda_op_ssm_conv(const CudaOpCtx &c);     // ops/delta_net.cu
 void cuda_op_delta_net(const CudaOpCtx &c);
 bool cuda_delta_net_supported(const Graph &g, const Node &n);
+// Prompts on tensor cores (ops/delta_net_chunked.cu) with the layer's state buffer; false: not
+// taken (no tensor cores or shared memory, d != 128, a short ubatch), nothing launched.
+bool cuda_delta_net_chunked(const CudaOpCtx &c, float *base);
 bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
 // The kernel family cuda_op_matmul runs n on (the choice cuda_matmul_work_size sizes for):

@@ -14,8 +14,8 @@
 //
 // DeltaNet rows are independent (row j of S only meets k, q, v_j): one warp per state row, its
 // d values in registers (lane l holds i = l + 32 m), two warp sums per token. Prompts
-// (i[1] = 1, the chunked form on the CPU) run the same token-sequential recurrence: a
-// tensor-core chunked kernel is future work (docs/perf/qwen3next-cuda.md).
+// Ubatches of kChunkMinTokens or more with d = 128 take the chunked tensor-core kernel of
+// ops/delta_net_chunked.cu on sm_80+ (docs/perf/qwen3next-cuda.md); the rest run this one.
 #include <algorithm>
 
 #include "backends/cuda/cuda_ops.h"
@@ -289,6 +289,7 @@ void cuda_op_delta_net(const CudaOpCtx &c) {
   const int64_t d = v.ne[0], n_v = v.ne[1], T = v.ne[2];
   if (d == 0 || n_v == 0 || T == 0) return;
   float *base = layer_state(c);
+  if (cuda_delta_net_chunked(c, base)) return;
   const KvLayerDims &dims = c.kv->dims(n.kv_layer);
   DeltaArgs a{static_cast<float *>(n.data), static_cast<const float *>(q.data), static_cast<const float *>(c.src(1).data),
               static_cast<const float *>(v.data), static_cast<const float *>(c.src(3).data), d, q.ne[1], n_v, T, dims.conv_state,
