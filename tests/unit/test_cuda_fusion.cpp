@@ -601,6 +601,84 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
 #endif
 }
 
+// gpt-oss's q, k, v: MatMul -> Add(bias) pairs of one activation in one MatVecs launch (each
+// bias added to its product in the mat-vec's epilogue), against the unfused MatMul + Add
+// launches and the CPU. Odd rows, Q8_0 mixed with MXFP4 / Q4_0 (one activation rounding), five
+// pairs (four per launch, the fifth a MatMul + Add group), a bias on the first pair only (no
+// group of pairs: a MatMul + Add, then k and v as a plain MatVecs group), and a row from an
+// input instead of a weight.
+TEST_CASE("cuda fusion: mat-vecs with their bias adds (gpt-oss q, k, v) equal unfused and the CPU", "[ops][cuda][fusion]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();
+  struct Variant {
+    int64_t K;
+    std::vector<DType> types;
+    std::vector<int64_t> rows;
+    std::vector<bool> bias;             // pair i has an Add
+    bool input_row;                     // the added rows are graph inputs, not weights
+    std::vector<std::string> labels;    // the planned groups
+  };
+  using D = DType;
+  const Variant variants[] = {
+      {512, {D::Q8_0, D::Q8_0, D::Q8_0}, {640, 64, 64}, {true, true, true}, false, {"fused:matmul+add+matmul+add+matmul+add"}},
+      {2080, {D::Q8_0, D::MXFP4, D::Q4_0}, {301, 37, 5}, {true, true, true}, true, {"fused:matmul+add+matmul+add+matmul+add"}},
+      {256, {D::Q8_0, D::Q8_0, D::Q8_0, D::Q8_0, D::Q8_0}, {96, 32, 32, 64, 7}, {true, true, true, true, true}, false,
+       {"fused:matmul+add+matmul+add+matmul+add+matmul+add", "fused:matmul+add"}},
+      {256, {D::Q8_0, D::Q8_0, D::Q8_0}, {96, 32, 32}, {true, false, false}, false, {"fused:matmul+add", "fused:matmul+matmul"}},
+  };
+  uint32_t seed = 1900;
+  for (const Variant &v : variants) {
+    const size_t n = v.types.size();
+    WeightStore ws;
+    std::vector<const GgufTensorInfo *> w, b;
+    for (size_t i = 0; i < n; ++i) {
+      w.push_back(ws.add("w" + std::to_string(i), v.types[i], {v.K, v.rows[i]}, randn(static_cast<size_t>(v.K * v.rows[i]), seed++, 0.5f)));
+      b.push_back(ws.add("b" + std::to_string(i), DType::F32, {v.rows[i]}, randn(static_cast<size_t>(v.rows[i]), seed++)));
+    }
+    int x = -1;
+    std::vector<int> outs, rows_in;
+    auto build = [&]() {
+      Graph g;
+      x = g.input("x", DType::F32, {v.K, 1});
+      outs.clear();
+      rows_in.clear();
+      for (size_t i = 0; i < n; ++i) {
+        int y = g.matmul(g.weight(w[i]), x);
+        if (v.bias[i]) {
+          const int r = v.input_row ? g.input("r" + std::to_string(i), DType::F32, {v.rows[i], 1}) : g.weight(b[i]);
+          if (v.input_row) rows_in.push_back(r);
+          y = g.add(y, r);
+        }
+        outs.push_back(y);
+      }
+      for (size_t i = 0; i < n; ++i) g.mark_output(outs[i], "y" + std::to_string(i));
+      return g;
+    };
+    INFO("K " << v.K << " pairs " << n << " input rows " << v.input_row);
+    const FusionPlan fp = plan_on(*gpu, build());
+    std::vector<std::string> labels;
+    for (const FusedGroup &grp : fp.groups) labels.push_back(grp.label);
+    CHECK(labels == v.labels);
+    std::vector<Input> ins = {in(x, randn(static_cast<size_t>(v.K), seed++))};
+    for (size_t i = 0; i < rows_in.size(); ++i) ins.push_back(in(rows_in[i], randn(static_cast<size_t>(v.rows[i]), seed++)));
+    auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, cpu_order);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false, cpu_order);
+    for (size_t i = 0; i < n; ++i) {
+      INFO("output " << i);
+      CHECK(rel_err(f.out[i], u.out[i]) < 1e-5);
+      CHECK(rel_err(f.out[i], rc[i]) < 1e-4);
+    }
+    size_t saved = 0;
+    for (const FusedGroup &grp : fp.groups) saved += grp.members.size() - 1;
+    CHECK(f.launches + saved == u.launches);
+  }
+#endif
+}
+
 // The router's one-token F32 mat-vec in the router's launch, optionally with the RmsNorm ->
 // Mul in front of it: many blocks compute the logits in the unfused mat-vec's summation
 // order (each normalising the row like the row chains), the last block routes (bit-identical

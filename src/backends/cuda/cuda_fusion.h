@@ -27,7 +27,7 @@ enum class FusedKind : uint8_t {
   MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
-  MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
+  MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights), or as many MatMul -> Add pairs
   Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
 };
 
