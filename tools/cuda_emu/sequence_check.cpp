@@ -79,7 +79,7 @@ float kv_value(const uint8_t *row, int64_t i, DType t) {
   return __half2float(*reinterpret_cast<const __half *>(blk)) * static_cast<float>(static_cast<int8_t>(blk[2 + i % 32]));
 }
 
-// alias: the latent's slice over the k_pe slice's buffer (another row layout: one block).
+// alias: the latent's slice over the k_pe slice's buffer (another row layout: a serial part).
 // blocks_a / blocks_b: the expected block counts of the two launches (0: not checked).
 void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, int64_t T, DType kt, bool rope_in_place, std::mt19937 &rng,
               bool alias = false, int blocks_a = 0, int blocks_b = 0) {
@@ -275,7 +275,9 @@ int main() {
   mla_case("MLA glue, GLM-4.7-Flash dims, one token", 20, 192, 64, 512, 1, DType::F16, false, rng, false, 42, 21);
   mla_case("MLA glue, GLM-4.7-Flash dims, rope in place, two tokens", 20, 192, 64, 512, 2, DType::Q8_0, true, rng, false, 84, 42);
   mla_case("MLA glue, 50 heads, three tokens: 150 rows dealt to 128 blocks", 50, 16, 8, 32, 3, DType::F16, false, rng, false, 262, 131);
-  mla_case("MLA glue, latent slice over the k_pe slice: one block", 4, 16, 8, 32, 2, DType::F32, false, rng, true, 1, 10);
+  // 17 = 8 q_nope rows + 8 q_pe rows + one block for the k_pe and latent chains, which meet
+  // with another row layout (a serial part).
+  mla_case("MLA glue, latent slice over the k_pe slice: a serial part", 4, 16, 8, 32, 2, DType::F32, false, rng, true, 17, 10);
   router_case("sigmoid router tail, 64 experts, 4 used, one token", 64, 4, 1, rng);
   router_case("sigmoid router tail, 300 experts, 8 used, 5 tokens", 300, 8, 5, rng);
   router_case("sigmoid router tail, 16 experts, 4 used, 37 tokens (warps loop)", 16, 4, 37, rng);

@@ -13,9 +13,9 @@
 // a part running rows j, j + nb, ... of each of its steps with a block barrier between steps.
 // The MLA glue at one token so runs as 40 (q: nope copy | pe slice -> rope), 2 (k_pe ->
 // rope | latent -> norm -> mul) and 21 (qk concat | kk concat -> K store) blocks instead of one
-// block running every row of every step in turn. Where any two steps' bytes meet otherwise
-// (the planner reused a dead buffer with another row layout) the launch is one block with
-// one part: every read and write then happens in the unfused order, whatever aliases.
+// block running every row of every step in turn. Steps whose bytes meet otherwise (the
+// planner reused a dead buffer with another row layout) form a serial part: one block runs
+// all its rows, every read and write in the unfused order, whatever aliases.
 #include "backends/cuda/cuda_fusion.h"
 
 #include <algorithm>
@@ -283,50 +283,63 @@ bool same_rows(const TView &x, const TView &y) {
 
 // Splits the steps into parts and deals the blocks (a.part_block, each step's part); returns
 // the block count. Steps p < m whose bytes meet (m reads what p wrote, m overwrites what p
-// read, both write the same bytes) join one part when those bytes are the same rows, each
-// read row for row; any other meeting makes the launch one block, one part.
+// read, both write the same bytes) join one part. A part whose meetings are all the same rows
+// read row for row gets a block per row; a part with any other meeting (the planner put a
+// buffer over a dead one of another row layout) is serial: one block runs all its rows, so
+// its reads and writes happen in the unfused order. Parts never meet: they run side by side.
 int plan_blocks(SeqArgs &a) {
   int parent[kMaxFusedSequence];
-  for (int k = 0; k < a.n; ++k) parent[k] = k;
+  bool serial[kMaxFusedSequence];
+  for (int k = 0; k < a.n; ++k) {
+    parent[k] = k;
+    serial[k] = false;
+  }
   auto root = [&](int k) {
     while (parent[k] != k) k = parent[k];
     return k;
   };
-  bool parallel = true;
-  for (int m = 0; m < a.n && parallel; ++m) {
+  for (int m = 0; m < a.n; ++m) {
     Operand om[2];
     const int nm = operands(a.s[m], om);
     const bool m_writes = a.s[m].op != kSqKvStore;  // (the K store writes the cache, which no step reads)
-    for (int p = 0; p < m && parallel; ++p) {
+    for (int p = 0; p < m; ++p) {
       Operand op[2];
       const int np = operands(a.s[p], op);
       const bool p_writes = a.s[p].op != kSqKvStore;
-      bool join = false;
+      bool join = false, by_rows = true;
       auto check = [&](const TView &x, bool x_by_row, const TView &y, bool y_by_row) {
         if (!bytes_of(x).meets(bytes_of(y))) return;
-        if (x_by_row && y_by_row && same_rows(x, y)) join = true;
-        else parallel = false;
+        join = true;
+        by_rows = by_rows && x_by_row && y_by_row && same_rows(x, y);
       };
       for (int i = 0; i < nm && p_writes; ++i) check(om[i].v, om[i].by_row, a.s[p].d, true);   // m reads p's output
       for (int i = 0; i < np && m_writes; ++i) check(a.s[m].d, true, op[i].v, op[i].by_row);  // m overwrites p's input
       if (m_writes && p_writes) check(a.s[m].d, true, a.s[p].d, true);                        // both write
-      if (join) parent[root(m)] = root(p);
+      if (!join) continue;
+      const int rm = root(m), rp = root(p);
+      const bool ser = serial[rm] || serial[rp] || !by_rows;
+      parent[rm] = rp;
+      serial[rp] = ser;
     }
   }
   int n_parts = 0, blocks = 0;
   int part_of_root[kMaxFusedSequence];
   for (int k = 0; k < a.n; ++k) part_of_root[k] = -1;
   for (int k = 0; k < a.n; ++k) {
-    const int r = parallel ? root(k) : 0;
+    const int r = root(k);
     if (part_of_root[r] < 0) part_of_root[r] = n_parts++;
     a.s[k].part = part_of_root[r];
   }
   a.part_block[0] = 0;
   for (int p = 0; p < n_parts; ++p) {
     int64_t rows = 1;
+    bool ser = false;
     for (int k = 0; k < a.n; ++k)
-      if (a.s[k].part == p) rows = std::max(rows, step_rows(a.s[k]));
-    blocks += parallel ? static_cast<int>(std::min<int64_t>(rows, kMaxPartBlocks)) : 1;
+      if (a.s[k].part == p) {
+        rows = std::max(rows, step_rows(a.s[k]));
+        ser = ser || serial[root(k)];
+      }
+    blocks += ser ? 1 : static_cast<int>(std::min<int64_t>(rows, kMaxPartBlocks));
     a.part_block[p + 1] = blocks;
   }
   return blocks;
