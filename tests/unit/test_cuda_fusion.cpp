@@ -218,6 +218,14 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
         }
       }
+      if (std::string(preset) == "tiny-gpt-oss" && cuda_fused_matvec_available()) {
+        // q, k, v with their biases: one MatVecs launch per layer (match_matvecs_add).
+        for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer); ++seg) {
+          INFO("segment " << seg);
+          const auto &v = by_layer[seg];
+          CHECK(std::find(v.begin(), v.end(), std::string("fused:matmul+add+matmul+add+matmul+add")) != v.end());
+        }
+      }
     }
     std::remove(path.c_str());
   }
