@@ -219,11 +219,15 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         }
       }
       if (std::string(preset) == "tiny-gpt-oss" && cuda_fused_matvec_available()) {
-        // q, k, v with their biases: one MatVecs launch per layer (match_matvecs_add).
+        // q, k, v with their biases: one MatVecs launch per layer (match_matvecs_add); the
+        // router tail (top-k, gather, softmax) one Sequence launch.
         for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer); ++seg) {
           INFO("segment " << seg);
           const auto &v = by_layer[seg];
           CHECK(std::find(v.begin(), v.end(), std::string("fused:matmul+add+matmul+add+matmul+add")) != v.end());
+          const bool tail = std::find(v.begin(), v.end(), std::string("fused:top_k+gather_cols+softmax")) != v.end() ||
+                            std::find(v.begin(), v.end(), std::string("fused:top_k+gather_cols+softmax+scale")) != v.end();
+          CHECK(tail);  // the router tail (top-k before the softmax) as one Sequence
         }
       }
     }
@@ -531,6 +535,50 @@ TEST_CASE("cuda fusion: sigmoid router tail (sigmoid, add, top_k, gather_cols, n
       CHECK(rel_err(f.out[1], rc[1]) < 1e-5);
       CHECK(f.launches + 5 == u.launches);
     }
+#endif
+}
+
+// gpt-oss's router tail: top-k of the raw logits, gather of the chosen ones, softmax over
+// them [, scale]: one Sequence launch (a block per token), bit-identical to the unfused ops.
+// Tied logits (the lower index wins); k past 16 (the softmax's vector chunks and tail).
+TEST_CASE("cuda fusion: gpt-oss router tail (top_k, gather_cols, softmax, scale) equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  for (int64_t E : {32, 128, 300})
+    for (int64_t T : {1, 3})
+      for (bool scale : {false, true}) {
+        const int64_t k = E == 300 ? 20 : 4;
+        int li, ids, w;
+        auto build = [&]() {
+          Graph g;
+          li = g.input("logits", DType::F32, {E, T});
+          ids = g.top_k(li, static_cast<int>(k));
+          w = g.softmax(g.gather_cols(li, ids));
+          if (scale) w = g.scale(w, 0.5f);
+          g.mark_output(ids, "ids");
+          g.mark_output(w, "w");
+          return g;
+        };
+        INFO("E " << E << " T " << T << " scale " << scale);
+        const FusionPlan fp = plan_on(*gpu, build());
+        REQUIRE(fp.groups.size() == 1);
+        CHECK(fp.groups[0].kind == FusedKind::Sequence);
+        CHECK(fp.groups[0].label == std::string("fused:top_k+gather_cols+softmax") + (scale ? "+scale" : ""));
+        auto lv = randn(static_cast<size_t>(E * T), static_cast<uint32_t>(180 + E + T));
+        lv[2] = lv[5];  // a tie
+        const std::vector<Input> ins = {in(li, lv)};
+        const std::vector<int> outs = {ids, w};
+        auto rc = run_on(*reg.cpu(), build(), ins, outs);
+        const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+        const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+        CHECK(f.out[0] == u.out[0]);
+        CHECK(f.out[1] == u.out[1]);  // bit-identical: softmax_row in both
+        CHECK(f.out[0] == rc[0]);     // ids exactly
+        CHECK(rel_err(f.out[1], rc[1]) < 1e-6);
+        CHECK(f.launches + (scale ? 3 : 2) == u.launches);
+      }
 #endif
 }
 

@@ -229,6 +229,49 @@ void router_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937
   std::printf("%s: sigmoid err %.2e\n", name, perr);
 }
 
+// gpt-oss's router tail: top-k of the raw logits, gather of the chosen, softmax over them,
+// scale; against a host top-k and a float64 softmax.
+void softmax_tail_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937 &rng) {
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> logits(E * T);
+  for (float &x : logits) x = nd(rng);
+  logits[2] = logits[5];  // a tie: the lower index wins
+  std::vector<float> g(k * T, NAN), sm(k * T, NAN), out(k * T, NAN);
+  std::vector<int32_t> ids(k * T, -7);
+  SeqArgs a{};
+  a.s[0] = step(kSqTopK, 0, tv(ids.data(), {k, T}), tv(logits.data(), {E, T}), TView{});
+  a.s[1] = step(kSqGatherCols, 0, tv(g.data(), {k, T}), tv(logits.data(), {E, T}), tv(ids.data(), {k, T}));
+  SeqStep s = step(kSqSoftmax, 0, tv(sm.data(), {k, T}), tv(g.data(), {k, T}), TView{});
+  s.nthr = row_threads(k);
+  a.s[2] = s;
+  s = step(kSqEw, kScale, tv(out.data(), {k, T}), tv(sm.data(), {k, T}), TView{});
+  s.f0 = 0.5f;
+  a.s[3] = s;
+  a.n = 4;
+  const int blocks = plan_blocks(a);
+  launch_sequence(a, nullptr);
+  bool ok = blocks == static_cast<int>(T);  // one part: each step reads the previous one's rows
+  double err = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> order(E);
+    for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return logits[t * E + x] > logits[t * E + y]; });
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      ok &= ids[t * k + j] == order[j] && g[t * k + j] == logits[t * E + order[j]];
+      mx = std::max(mx, double(g[t * k + j]));
+    }
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(double(g[t * k + j]) - mx);
+    for (int64_t j = 0; j < k; ++j) {
+      err = std::max(err, std::fabs(sm[t * k + j] - std::exp(double(g[t * k + j]) - mx) / sum));
+      ok &= out[t * k + j] == sm[t * k + j] * 0.5f;
+    }
+  }
+  expect(ok, "blocks, selection, gather, scale", name);
+  expect(err < 1e-6, "softmax against float64", name);
+  std::printf("%s: blocks %d, softmax err %.2e\n", name, blocks, err);
+}
+
 // Bad indices (cuda_kernel_errors.h): a KV store with one cell outside the cache stores the
 // other token and skips that one; a gather with an id outside the row writes 0 there; both
 // are reported in the error words, the first report with its index and bound.
@@ -281,6 +324,9 @@ int main() {
   router_case("sigmoid router tail, 64 experts, 4 used, one token", 64, 4, 1, rng);
   router_case("sigmoid router tail, 300 experts, 8 used, 5 tokens", 300, 8, 5, rng);
   router_case("sigmoid router tail, 16 experts, 4 used, 37 tokens (warps loop)", 16, 4, 37, rng);
+  softmax_tail_case("gpt-oss router tail, 32 experts, 4 used, one token", 32, 4, 1, rng);
+  softmax_tail_case("gpt-oss router tail, 128 experts, 4 used, three tokens", 128, 4, 3, rng);
+  softmax_tail_case("router tail, 300 experts, 20 used (softmax rows past 16), two tokens", 300, 20, 2, rng);
   bad_index_case("bad KV cell and gather ids");
   std::printf("%d failures\n", g_fails);
   return g_fails ? 1 : 0;

@@ -101,7 +101,7 @@ private:
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
-      case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_sequence(i, grp);
+      case Op::Slice: case Op::Concat: case Op::Sigmoid: case Op::TopK: return match_sequence(i, grp);
       default: return false;
     }
   }
@@ -396,7 +396,7 @@ private:
     const Node &n = nd(j);
     switch (n.op) {
       case Op::Slice: case Op::Concat: case Op::Rope: case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale:
-      case Op::Sigmoid: case Op::TopK: case Op::GatherCols: case Op::NormSum: case Op::KvStore: break;
+      case Op::Sigmoid: case Op::TopK: case Op::GatherCols: case Op::NormSum: case Op::KvStore: case Op::Softmax: break;
       default: return false;
     }
     if (n.nelements() > kMaxSequenceValues) return false;
@@ -410,11 +410,12 @@ private:
     }
     if (n.op == Op::Rope)
       return f32_rows(n) && n.ne[3] == 1 && n.rope.n_rot <= kMaxRopeDims && n.rope.n_rot <= n.ne[0] && n.ne[2] <= kMaxSequenceRows;
-    if (n.op == Op::RmsNorm) return f32_rows(n) && n.ne[1] * n.ne[2] * n.ne[3] <= kMaxSequenceRows;
+    if (n.op == Op::RmsNorm || n.op == Op::Softmax)
+      return f32_rows(n) && f32_rows(nd(n.src[0])) && n.ne[1] * n.ne[2] * n.ne[3] <= kMaxSequenceRows;
     return n.op == Op::TopK || f32_rows(n);
   }
 
-  // Slice / Concat / Sigmoid and the small ops after it (see cuda_fusion.h), at most
+  // Slice / Concat / Sigmoid / TopK and the small ops after it (see cuda_fusion.h), at most
   // kMaxFusedSequence of them.
   bool match_sequence(int i, FusedGroup &grp) const {
     std::vector<int> members;

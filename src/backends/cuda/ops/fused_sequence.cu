@@ -1,8 +1,9 @@
 // Fused op sequences (FusedKind::Sequence, cuda_fusion.h): a few consecutive small ops (the
 // MLA glue of deepseek2 at one token: slices, ropes, concats, the latent's norm, the K store;
-// the sigmoid router's tail: sigmoid, bias add, top-k, gather, renormalise, scale) in one
-// launch. Each op computes its values with the unfused kernel's device functions (ew_value,
-// rms_row_scale, rope_*, warp_top_k, kv_store_values), so the results are bit-identical to
+// the sigmoid router's tail: sigmoid, bias add, top-k, gather, renormalise, scale; gpt-oss's
+// router tail: top-k, gather, softmax of the chosen) in one launch. Each op computes its
+// values with the unfused kernel's device functions (ew_value, rms_row_scale, softmax_row,
+// rope_*, warp_top_k, kv_store_values), so the results are bit-identical to
 // the unfused launches. Only for small tensors (the matcher caps the values per op).
 //
 // Every op here is row-wise: output row r reads row r of each operand (a broadcast operand:
@@ -36,7 +37,7 @@ constexpr int kSeqThreads = 512;   // one-block launches: a power of 2 (run_ew's
 constexpr int kPartThreads = 256;  // launches of several blocks (rows of a few hundred values): >= row_threads(n) too
 constexpr int kMaxPartBlocks = 128;  // blocks per part (a part with more rows deals them out)
 
-enum SeqOp : int { kSqEw, kSqRope, kSqRmsNorm, kSqTopK, kSqGatherCols, kSqNormSum, kSqKvStore };
+enum SeqOp : int { kSqEw, kSqRope, kSqRmsNorm, kSqSoftmax, kSqTopK, kSqGatherCols, kSqNormSum, kSqKvStore };
 
 struct SeqStep {
   int op;              // SeqOp
@@ -45,7 +46,7 @@ struct SeqStep {
   TView d, a, b;       // output, src0, src1 (Concat's second part, Mul/Add operand, GatherCols ids)
   int64_t start;       // Slice: first element of each source row
   float f0, f1;        // Scale: x * f0 + f1; RmsNorm: eps = f0
-  int nthr;            // RmsNorm: the unfused kernel's block size (its reduction order)
+  int nthr;            // RmsNorm, Softmax: the unfused kernel's block size (its reduction order)
   RopeArgs ra;
   const int32_t *pos;  // Rope positions
   uint8_t *kv;         // KvStore: the cache tensor, its row bytes, its DType, values per token
@@ -156,6 +157,15 @@ __device__ void run_rms_norm(const SeqStep &s, RowSet rs, double *s_red) {
   }
 }
 
+// softmax_kernel's work, row after row (the CPU's order: softmax_row).
+__device__ void run_softmax(const SeqStep &s, RowSet rs, float *s_redf, double *s_red) {
+  const int64_t rows = s.d.ne[1] * s.d.ne[2] * s.d.ne[3];
+  for (int64_t r = rs.j; r < rows; r += rs.nb) {
+    const int64_t i1 = r % s.d.ne[1], i2 = (r / s.d.ne[1]) % s.d.ne[2], i3 = r / (s.d.ne[1] * s.d.ne[2]);
+    softmax_row(rowp(s.a, i1, i2, i3), rowp(s.d, i1, i2, i3), static_cast<int>(s.d.ne[0]), s_redf, s_red, s.nthr);  // block-wide
+  }
+}
+
 // top_k_kernel's work: a warp per token row.
 __device__ void run_top_k(const SeqStep &s, RowSet rs) {
   const int64_t T = rs.count(s.d.ne[1]);
@@ -211,6 +221,7 @@ __global__ void __launch_bounds__(kSeqThreads) sequence_kernel(const __grid_cons
   __shared__ float s_theta[kMaxRopeDims / 2];
   __shared__ float s_cs[kMaxRopeDims];
   __shared__ double s_red[32];
+  __shared__ float s_redf[32];
   int part = 0;
   while (static_cast<int>(blockIdx.x) >= a.part_block[part + 1]) ++part;
   const RowSet rs{static_cast<int64_t>(blockIdx.x) - a.part_block[part], static_cast<int64_t>(a.part_block[part + 1] - a.part_block[part])};
@@ -223,6 +234,7 @@ __global__ void __launch_bounds__(kSeqThreads) sequence_kernel(const __grid_cons
       case kSqEw: run_ew(s, rs); break;
       case kSqRope: run_rope(s, rs, s_theta, s_cs); break;
       case kSqRmsNorm: run_rms_norm(s, rs, s_red); break;
+      case kSqSoftmax: run_softmax(s, rs, s_redf, s_red); break;
       case kSqTopK: run_top_k(s, rs); break;
       case kSqGatherCols: run_gather_cols(s, rs, a.err); break;
       case kSqNormSum: run_norm_sum(s, rs); break;
@@ -377,6 +389,7 @@ SeqStep make_step(const CudaOpCtx &c, const Node &n) {
       s.pos = static_cast<const int32_t *>(c.g.node(n.src[1]).data);
       break;
     case Op::RmsNorm: s.op = kSqRmsNorm; s.f0 = n.fp[0]; s.nthr = row_threads(n.ne[0]); break;
+    case Op::Softmax: s.op = kSqSoftmax; s.nthr = row_threads(n.ne[0]); break;
     case Op::TopK: s.op = kSqTopK; break;
     case Op::GatherCols: s.op = kSqGatherCols; break;
     case Op::NormSum: s.op = kSqNormSum; break;
