@@ -220,6 +220,18 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
         }
       }
+      if (std::string(preset) == "tiny-gpt-oss" && cuda_fused_matvec_available()) {
+        // q, k, v with their biases: one MatVecs launch per layer (match_matvecs_add); the
+        // router tail (top-k, gather, softmax) one Sequence launch.
+        for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer); ++seg) {
+          INFO("segment " << seg);
+          const auto &v = by_layer[seg];
+          CHECK(std::find(v.begin(), v.end(), std::string("fused:matmul+add+matmul+add+matmul+add")) != v.end());
+          const bool tail = std::find(v.begin(), v.end(), std::string("fused:top_k+gather_cols+softmax")) != v.end() ||
+                            std::find(v.begin(), v.end(), std::string("fused:top_k+gather_cols+softmax+scale")) != v.end();
+          CHECK(tail);  // the router tail (top-k before the softmax) as one Sequence
+        }
+      }
     }
     std::remove(path.c_str());
   }
@@ -563,6 +575,50 @@ TEST_CASE("cuda fusion: sigmoid router tail (sigmoid, add, top_k, gather_cols, n
 #endif
 }
 
+// gpt-oss's router tail: top-k of the raw logits, gather of the chosen ones, softmax over
+// them [, scale]: one Sequence launch (a block per token), bit-identical to the unfused ops.
+// Tied logits (the lower index wins); k past 16 (the softmax's vector chunks and tail).
+TEST_CASE("cuda fusion: gpt-oss router tail (top_k, gather_cols, softmax, scale) equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  for (int64_t E : {32, 128, 300})
+    for (int64_t T : {1, 3})
+      for (bool scale : {false, true}) {
+        const int64_t k = E == 300 ? 20 : 4;
+        int li, ids, w;
+        auto build = [&]() {
+          Graph g;
+          li = g.input("logits", DType::F32, {E, T});
+          ids = g.top_k(li, static_cast<int>(k));
+          w = g.softmax(g.gather_cols(li, ids));
+          if (scale) w = g.scale(w, 0.5f);
+          g.mark_output(ids, "ids");
+          g.mark_output(w, "w");
+          return g;
+        };
+        INFO("E " << E << " T " << T << " scale " << scale);
+        const FusionPlan fp = plan_on(*gpu, build());
+        REQUIRE(fp.groups.size() == 1);
+        CHECK(fp.groups[0].kind == FusedKind::Sequence);
+        CHECK(fp.groups[0].label == std::string("fused:top_k+gather_cols+softmax") + (scale ? "+scale" : ""));
+        auto lv = randn(static_cast<size_t>(E * T), static_cast<uint32_t>(180 + E + T));
+        lv[2] = lv[5];  // a tie
+        const std::vector<Input> ins = {in(li, lv)};
+        const std::vector<int> outs = {ids, w};
+        auto rc = run_on(*reg.cpu(), build(), ins, outs);
+        const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+        const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+        CHECK(f.out[0] == u.out[0]);
+        CHECK(f.out[1] == u.out[1]);  // bit-identical: softmax_row in both
+        CHECK(f.out[0] == rc[0]);     // ids exactly
+        CHECK(rel_err(f.out[1], rc[1]) < 1e-6);
+        CHECK(f.launches + (scale ? 3 : 2) == u.launches);
+      }
+#endif
+}
+
 // One-token MatMuls of one activation (q, k, v): one launch per run of up to four quantized
 // MatMuls whose types round the activation alike (K-quants; Q4_0 / Q8_0 / MXFP4), types
 // mixed; bit-identical to their own launches (same device code).
@@ -633,6 +689,84 @@ TEST_CASE("cuda fusion: mat-vecs of one activation (q, k, v) equal unfused and t
     }
     uint64_t saved = v.add_last ? 1 : 0;
     for (size_t m : v.groups) saved += m - 1;
+    CHECK(f.launches + saved == u.launches);
+  }
+#endif
+}
+
+// gpt-oss's q, k, v: MatMul -> Add(bias) pairs of one activation in one MatVecs launch (each
+// bias added to its product in the mat-vec's epilogue), against the unfused MatMul + Add
+// launches and the CPU. Odd rows, Q8_0 mixed with MXFP4 / Q4_0 (one activation rounding), five
+// pairs (four per launch, the fifth a MatMul + Add group), a bias on the first pair only (no
+// group of pairs: a MatMul + Add, then k and v as a plain MatVecs group), and a row from an
+// input instead of a weight.
+TEST_CASE("cuda fusion: mat-vecs with their bias adds (gpt-oss q, k, v) equal unfused and the CPU", "[ops][cuda][fusion]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();
+  struct Variant {
+    int64_t K;
+    std::vector<DType> types;
+    std::vector<int64_t> rows;
+    std::vector<bool> bias;             // pair i has an Add
+    bool input_row;                     // the added rows are graph inputs, not weights
+    std::vector<std::string> labels;    // the planned groups
+  };
+  using D = DType;
+  const Variant variants[] = {
+      {512, {D::Q8_0, D::Q8_0, D::Q8_0}, {640, 64, 64}, {true, true, true}, false, {"fused:matmul+add+matmul+add+matmul+add"}},
+      {2080, {D::Q8_0, D::MXFP4, D::Q4_0}, {301, 37, 5}, {true, true, true}, true, {"fused:matmul+add+matmul+add+matmul+add"}},
+      {256, {D::Q8_0, D::Q8_0, D::Q8_0, D::Q8_0, D::Q8_0}, {96, 32, 32, 64, 7}, {true, true, true, true, true}, false,
+       {"fused:matmul+add+matmul+add+matmul+add+matmul+add", "fused:matmul+add"}},
+      {256, {D::Q8_0, D::Q8_0, D::Q8_0}, {96, 32, 32}, {true, false, false}, false, {"fused:matmul+add", "fused:matmul+matmul"}},
+  };
+  uint32_t seed = 1900;
+  for (const Variant &v : variants) {
+    const size_t n = v.types.size();
+    WeightStore ws;
+    std::vector<const GgufTensorInfo *> w, b;
+    for (size_t i = 0; i < n; ++i) {
+      w.push_back(ws.add("w" + std::to_string(i), v.types[i], {v.K, v.rows[i]}, randn(static_cast<size_t>(v.K * v.rows[i]), seed++, 0.5f)));
+      b.push_back(ws.add("b" + std::to_string(i), DType::F32, {v.rows[i]}, randn(static_cast<size_t>(v.rows[i]), seed++)));
+    }
+    int x = -1;
+    std::vector<int> outs, rows_in;
+    auto build = [&]() {
+      Graph g;
+      x = g.input("x", DType::F32, {v.K, 1});
+      outs.clear();
+      rows_in.clear();
+      for (size_t i = 0; i < n; ++i) {
+        int y = g.matmul(g.weight(w[i]), x);
+        if (v.bias[i]) {
+          const int r = v.input_row ? g.input("r" + std::to_string(i), DType::F32, {v.rows[i], 1}) : g.weight(b[i]);
+          if (v.input_row) rows_in.push_back(r);
+          y = g.add(y, r);
+        }
+        outs.push_back(y);
+      }
+      for (size_t i = 0; i < n; ++i) g.mark_output(outs[i], "y" + std::to_string(i));
+      return g;
+    };
+    INFO("K " << v.K << " pairs " << n << " input rows " << v.input_row);
+    const FusionPlan fp = plan_on(*gpu, build());
+    std::vector<std::string> labels;
+    for (const FusedGroup &grp : fp.groups) labels.push_back(grp.label);
+    CHECK(labels == v.labels);
+    std::vector<Input> ins = {in(x, randn(static_cast<size_t>(v.K), seed++))};
+    for (size_t i = 0; i < rows_in.size(); ++i) ins.push_back(in(rows_in[i], randn(static_cast<size_t>(v.rows[i]), seed++)));
+    auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, cpu_order);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false, cpu_order);
+    for (size_t i = 0; i < n; ++i) {
+      INFO("output " << i);
+      CHECK(rel_err(f.out[i], u.out[i]) < 1e-5);
+      CHECK(rel_err(f.out[i], rc[i]) < 1e-4);
+    }
+    size_t saved = 0;
+    for (const FusedGroup &grp : fp.groups) saved += grp.members.size() - 1;
     CHECK(f.launches + saved == u.launches);
   }
 #endif

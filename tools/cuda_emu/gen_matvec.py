@@ -51,7 +51,7 @@ void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_s
 }
 bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
   MvSeg sg[kMaxFusedMatVecs];
-  for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].M, segs[i].type, segs[i].mode};
+  for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].add, segs[i].M, segs[i].type, segs[i].mode};
   return launch_group(to_args(base), sg, n, n_sm, true, LaunchStream{});  // lean groups: the default
 }
 // A final output in CUDA's own order (matvec_rows8_kernel<T, false>); false: not such a type.

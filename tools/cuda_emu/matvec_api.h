@@ -28,6 +28,7 @@ struct EmuSeg {
   int M;
   DType type;
   int mode;
+  const float *add;  // a row added to the product (the q / k / v biases) or null
 };
 // A norm tail (matvec.cu's RowTail): RmsNorm -> Mul(w) of the output row into out.
 struct EmuTail {

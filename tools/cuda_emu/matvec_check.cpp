@@ -406,11 +406,12 @@ void check_type(DType t) {
 
 // The MatVecs group against single launches, for several SM counts (1 and
 // 2 give two logical blocks per thread block, incl. a segment whose last one is half empty;
-// lean_sm the lean 8-warp kernel, one chunk in flight).
-void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows) {
+// lean_sm the lean 8-warp kernel, one chunk in flight). bias: each segment adds a row (gpt-oss's
+// q / k / v biases), as does its single launch (MatMul + Add).
+void check_group(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows, bool bias = false) {
   const size_t n = types.size();
   std::vector<std::unique_ptr<Buf>> w;
-  std::vector<std::vector<float>> y_old(n), y_new(n);
+  std::vector<std::vector<float>> y_old(n), y_new(n), adds(n);
   auto xs = randn(static_cast<size_t>(K));
   EmuMv base{};
   base.K = static_cast<int>(K);
@@ -420,7 +421,7 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
   base.E = 1;
   base.n_used = 1;
   base.mode = kRows;
-  std::string tag = "group K " + std::to_string(K);
+  std::string tag = std::string(bias ? "group + bias K " : "group K ") + std::to_string(K);
   for (size_t i = 0; i < n; ++i) {
     tag += std::string(" ") + dtype_name(types[i]) + "x" + std::to_string(rows[i]);
     w.emplace_back(ref_type(types[i]) ? random_blocks(types[i], K, rows[i]) : weights(types[i], K, rows[i]));
@@ -431,9 +432,11 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
     y_old[i].assign(static_cast<size_t>(rows[i]), NAN);
     m.y = y_old[i].data();
     m.mode = mode;
+    if (bias) adds[i] = randn(static_cast<size_t>(rows[i]));
+    m.add = bias ? adds[i].data() : nullptr;
     // The new single launches (checked against the old version or the CPU by check_type).
     emu_new::launch_mv(types[i], false, cdiv(rows[i], mode == kRows ? 16 : 8), 1, 1, 0, m);
-    if (ref_type(types[i]))
+    if (ref_type(types[i]) && !bias)
       same(cpu_rows(types[i], w[i]->p, static_cast<size_t>(m.rb), rows[i], K, xs.data(), false).data(), y_old[i].data(),
            y_old[i].size(), tag + " single launch vs CPU");
   }
@@ -445,7 +448,8 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
     std::vector<EmuSeg> segs;
     for (size_t i = 0; i < n; ++i) {
       y_new[i].assign(static_cast<size_t>(rows[i]), NAN);
-      segs.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y_new[i].data(), rows[i], types[i], mode});
+      segs.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y_new[i].data(), rows[i], types[i], mode,
+                            bias ? adds[i].data() : nullptr});
     }
     ++checks;
     if (!emu_new::launch_grp(base, segs.data(), static_cast<int>(n), n_sm)) {
@@ -547,6 +551,9 @@ int main(int argc, char **argv) {
     check_group({DType::Q8_0, DType::Q4_0, DType::MXFP4}, {33, 16, 2}, 2080);
     check_group({DType::Q4_K, DType::Q6_K, DType::Q5_K}, {9, 20, 3}, 1024, kHalves);
     check_group({DType::Q8_0, DType::MXFP4}, {17, 4}, 128, kHalves);
+    check_group({DType::Q8_0, DType::Q8_0, DType::Q8_0}, {64, 8, 8}, 2880, kRows, true);  // gpt-oss's q, k, v (+ biases), fewer rows
+    check_group({DType::Q8_0, DType::MXFP4, DType::Q4_0}, {33, 16, 2}, 2080, kRows, true);
+    check_group({DType::Q8_0, DType::Q8_0}, {17, 4}, 128, kHalves, true);
     std::printf("group: %d checks, %d failures\n", checks, failures);
   }
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);

@@ -79,7 +79,10 @@ float kv_value(const uint8_t *row, int64_t i, DType t) {
   return __half2float(*reinterpret_cast<const __half *>(blk)) * static_cast<float>(static_cast<int8_t>(blk[2 + i % 32]));
 }
 
-void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, int64_t T, DType kt, bool rope_in_place, std::mt19937 &rng) {
+// alias: the latent's slice over the k_pe slice's buffer (another row layout: a serial part).
+// blocks_a / blocks_b: the expected block counts of the two launches (0: not checked).
+void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, int64_t T, DType kt, bool rope_in_place, std::mt19937 &rng,
+              bool alias = false, int blocks_a = 0, int blocks_b = 0) {
   std::normal_distribution<float> nd(0, 1);
   auto rnd = [&](int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -89,7 +92,9 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
   const int64_t hd = nope + P, L = R + P;
   std::vector<float> q = rnd(hd * H * T), kv = rnd(L * T), w = rnd(R), q_abs = rnd(R * H * T);
   std::vector<float> q_nope(nope * H * T, NAN), q_pe_s(P * H * T, NAN), q_pe(P * H * T, NAN), kpe_s(P * T, NAN), k_pe(P * T, NAN);
-  std::vector<float> lat_s(R * T, NAN), lat_n(R * T, NAN), latent(R * T, NAN), qk(L * H * T, NAN), kk(L * T, NAN);
+  std::vector<float> lat_s_own(R * T, NAN), lat_n(R * T, NAN), latent(R * T, NAN), qk(L * H * T, NAN), kk(L * T, NAN);
+  if (alias) kpe_s.resize(static_cast<size_t>(std::max(P, R) * T), NAN);
+  float *lat_s = alias ? kpe_s.data() : lat_s_own.data();
   std::vector<int32_t> pos(T), cells(T);
   for (int64_t t = 0; t < T; ++t) { pos[t] = static_cast<int32_t>(5 + 3 * t); cells[t] = static_cast<int32_t>((3 * t + 1) % (T + 2)); }
   const size_t rb = kv_row_bytes(kt, L);
@@ -115,14 +120,15 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
   s.ra = rope_args(static_cast<int>(P));
   s.pos = pos.data();
   a.s[4] = s;
-  a.s[5] = step(kSqEw, kSlice, tv(lat_s.data(), {R, T}), tv(kv.data(), {L, T}), TView{});
-  s = step(kSqRmsNorm, 0, tv(lat_n.data(), {R, T}), tv(lat_s.data(), {R, T}), TView{});
+  a.s[5] = step(kSqEw, kSlice, tv(lat_s, {R, T}), tv(kv.data(), {L, T}), TView{});
+  s = step(kSqRmsNorm, 0, tv(lat_n.data(), {R, T}), tv(lat_s, {R, T}), TView{});
   s.f0 = 1e-6f;
   s.nthr = row_threads(R);
   a.s[6] = s;
   a.s[7] = step(kSqEw, kMul, tv(latent.data(), {R, T}), tv(lat_n.data(), {R, T}), tv(w.data(), {R}));
   a.n = 8;
-  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, a);
+  const int got_a = plan_blocks(a);
+  launch_sequence(a, nullptr);
 
   SeqArgs b{};
   b.cells = cells.data();
@@ -136,7 +142,9 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
   s.kv_row = L;
   b.s[2] = s;
   b.n = 3;
-  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, b);
+  const int got_b = plan_blocks(b);
+  launch_sequence(b, nullptr);
+  expect((!blocks_a || got_a == blocks_a) && (!blocks_b || got_b == blocks_b), "block counts of the launches", name);
 
   bool copies = true;
   for (int64_t t = 0; t < T; ++t)
@@ -149,7 +157,8 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
         copies &= qk[(t * H + h) * L + i] == (i < R ? q_abs[(t * H + h) * R + i] : pe_out[(t * H + h) * P + i - R]);
     }
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t i = 0; i < P; ++i) copies &= kpe_s[t * P + i] == kv[t * L + R + i];
+    if (!alias)
+      for (int64_t i = 0; i < P; ++i) copies &= kpe_s[t * P + i] == kv[t * L + R + i];
     for (int64_t i = 0; i < R; ++i) copies &= lat_s[t * R + i] == kv[t * L + i] && latent[t * R + i] == lat_n[t * R + i] * w[i];
     for (int64_t i = 0; i < L; ++i) copies &= kk[t * L + i] == (i < R ? latent[t * R + i] : k_pe[t * P + i - R]);
   }
@@ -175,7 +184,7 @@ void mla_case(const char *name, int64_t H, int64_t nope, int64_t P, int64_t R, i
       kv_err = std::max(kv_err, std::fabs(kv_value(cache.data() + cells[t] * rb, i, kt) - ref) / std::max(1.0, std::fabs(ref)));
     }
   expect(kv_err <= tol * 4, "K cache rows", name);
-  std::printf("%s: rope/norm err %.2e, kv err %.2e\n", name, err, kv_err);
+  std::printf("%s: blocks %d + %d, rope/norm err %.2e, kv err %.2e\n", name, got_a, got_b, err, kv_err);
 }
 
 void router_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937 &rng) {
@@ -196,7 +205,7 @@ void router_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937
   s.f0 = 1.8f;
   a.s[5] = s;
   a.n = 6;
-  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, a);
+  launch_sequence(a, nullptr);
   bool ok = true;
   double perr = 0;
   for (int64_t t = 0; t < T; ++t) {
@@ -218,6 +227,49 @@ void router_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937
   expect(ok, "selection, gather, norm, scale", name);
   expect(perr < 1e-6, "sigmoid against float64", name);
   std::printf("%s: sigmoid err %.2e\n", name, perr);
+}
+
+// gpt-oss's router tail: top-k of the raw logits, gather of the chosen, softmax over them,
+// scale; against a host top-k and a float64 softmax.
+void softmax_tail_case(const char *name, int64_t E, int64_t k, int64_t T, std::mt19937 &rng) {
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> logits(E * T);
+  for (float &x : logits) x = nd(rng);
+  logits[2] = logits[5];  // a tie: the lower index wins
+  std::vector<float> g(k * T, NAN), sm(k * T, NAN), out(k * T, NAN);
+  std::vector<int32_t> ids(k * T, -7);
+  SeqArgs a{};
+  a.s[0] = step(kSqTopK, 0, tv(ids.data(), {k, T}), tv(logits.data(), {E, T}), TView{});
+  a.s[1] = step(kSqGatherCols, 0, tv(g.data(), {k, T}), tv(logits.data(), {E, T}), tv(ids.data(), {k, T}));
+  SeqStep s = step(kSqSoftmax, 0, tv(sm.data(), {k, T}), tv(g.data(), {k, T}), TView{});
+  s.nthr = row_threads(k);
+  a.s[2] = s;
+  s = step(kSqEw, kScale, tv(out.data(), {k, T}), tv(sm.data(), {k, T}), TView{});
+  s.f0 = 0.5f;
+  a.s[3] = s;
+  a.n = 4;
+  const int blocks = plan_blocks(a);
+  launch_sequence(a, nullptr);
+  bool ok = blocks == static_cast<int>(T);  // one part: each step reads the previous one's rows
+  double err = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> order(E);
+    for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return logits[t * E + x] > logits[t * E + y]; });
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      ok &= ids[t * k + j] == order[j] && g[t * k + j] == logits[t * E + order[j]];
+      mx = std::max(mx, double(g[t * k + j]));
+    }
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(double(g[t * k + j]) - mx);
+    for (int64_t j = 0; j < k; ++j) {
+      err = std::max(err, std::fabs(sm[t * k + j] - std::exp(double(g[t * k + j]) - mx) / sum));
+      ok &= out[t * k + j] == sm[t * k + j] * 0.5f;
+    }
+  }
+  expect(ok, "blocks, selection, gather, scale", name);
+  expect(err < 1e-6, "softmax against float64", name);
+  std::printf("%s: blocks %d, softmax err %.2e\n", name, blocks, err);
 }
 
 // Bad indices (cuda_kernel_errors.h): a KV store with one cell outside the cache stores the
@@ -243,7 +295,7 @@ void bad_index_case(const char *name) {
   a.s[0] = s;
   a.s[1] = step(kSqGatherCols, 0, tv(g.data(), {2, T}), tv(probs.data(), {E, T}), tv(ids.data(), {2, T}));
   a.n = 2;
-  launch_pdl(sequence_kernel, dim3(1), dim3(kSeqThreads), 0, nullptr, a);
+  launch_sequence(a, nullptr);
   bool stored = std::memcmp(cache.data() + n * 4, rows.data(), static_cast<size_t>(n) * 4) == 0;
   for (size_t i = 0; i < cache.size(); ++i)
     if (i < static_cast<size_t>(n) * 4 || i >= static_cast<size_t>(2 * n) * 4) stored &= cache[i] == 0xAB;
@@ -261,10 +313,20 @@ int main() {
   mla_case("MLA glue, odd dims, one token, F32", 3, 13, 6, 20, 1, DType::F32, false, rng);
   mla_case("MLA glue, three tokens, rope in place, F16", 5, 24, 8, 40, 3, DType::F16, true, rng);
   mla_case("MLA glue, Q8_0 rows of 96, two tokens", 2, 24, 32, 64, 2, DType::Q8_0, false, rng);
-  mla_case("MLA glue, GLM-4.7-Flash dims, one token", 20, 192, 64, 512, 1, DType::F16, false, rng);
+  // 42 = 20 q_nope rows + 20 q_pe rows (slice -> rope) + k_pe (slice -> rope) + latent (slice
+  // -> norm -> mul); 21 = 20 qk rows + the kk row (concat -> K store).
+  mla_case("MLA glue, GLM-4.7-Flash dims, one token", 20, 192, 64, 512, 1, DType::F16, false, rng, false, 42, 21);
+  mla_case("MLA glue, GLM-4.7-Flash dims, rope in place, two tokens", 20, 192, 64, 512, 2, DType::Q8_0, true, rng, false, 84, 42);
+  mla_case("MLA glue, 50 heads, three tokens: 150 rows dealt to 128 blocks", 50, 16, 8, 32, 3, DType::F16, false, rng, false, 262, 131);
+  // 17 = 8 q_nope rows + 8 q_pe rows + one block for the k_pe and latent chains, which meet
+  // with another row layout (a serial part).
+  mla_case("MLA glue, latent slice over the k_pe slice: a serial part", 4, 16, 8, 32, 2, DType::F32, false, rng, true, 17, 10);
   router_case("sigmoid router tail, 64 experts, 4 used, one token", 64, 4, 1, rng);
   router_case("sigmoid router tail, 300 experts, 8 used, 5 tokens", 300, 8, 5, rng);
   router_case("sigmoid router tail, 16 experts, 4 used, 37 tokens (warps loop)", 16, 4, 37, rng);
+  softmax_tail_case("gpt-oss router tail, 32 experts, 4 used, one token", 32, 4, 1, rng);
+  softmax_tail_case("gpt-oss router tail, 128 experts, 4 used, three tokens", 128, 4, 3, rng);
+  softmax_tail_case("router tail, 300 experts, 20 used (softmax rows past 16), two tokens", 300, 20, 2, rng);
   bad_index_case("bad KV cell and gather ids");
   std::printf("%d failures\n", g_fails);
   return g_fails ? 1 : 0;

@@ -114,11 +114,14 @@ private:
     if ((nd(i).op == Op::MatMul || nd(i).op == Op::MatMulId) && cuda_f16_halfsum_applies(g_, nd(i))) return false;
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
-      case Op::MatMul: return match_gate_up(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) || match_matvecs(i, grp);
+      case Op::MatMul:
+        return match_gate_up(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) ||
+               match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
+      case Op::TopK: return match_sequence(i, grp);
       case Op::Add: case Op::Softplus: case Op::SsmConv: return match_delta_in(i, grp);
       default: return false;
     }
@@ -210,6 +213,26 @@ private:
     grp.kind = FusedKind::MatVecs;
     grp.members = members;
     grp.written = members;
+    return true;
+  }
+
+  // (MatMul -> Add(product, row)) x 2..kMaxFusedMatVecs in a row, the MatMuls reading the same
+  // activation with weight types of one group key (gpt-oss's q, k, v with their biases): one
+  // MatVecs launch adds each row to its product; only the Adds' outputs are written.
+  bool match_matvecs_add(int i, FusedGroup &grp) const {
+    const int key = matvec_key(i);
+    if (!MOE_CUDA_FUSED_MATVEC || key == 0) return false;
+    std::vector<int> members;
+    for (int j = i; j >= 0 && static_cast<int>(members.size()) < 2 * kMaxFusedMatVecs; j = next(j)) {
+      FusedGroup pair;
+      if (matvec_key(j) != key || nd(j).src[1] != nd(i).src[1] || !same_place(i, j) || !match_matmul_add(j, pair)) break;
+      members.insert(members.end(), pair.members.begin(), pair.members.end());
+      j = pair.members.back();
+    }
+    if (members.size() < 4) return false;
+    grp.kind = FusedKind::MatVecs;
+    grp.members = members;
+    for (size_t k = 1; k < members.size(); k += 2) grp.written.push_back(members[k]);
     return true;
   }
 
@@ -396,7 +419,7 @@ private:
     const Node &n = nd(j);
     switch (n.op) {
       case Op::Slice: case Op::Concat: case Op::Rope: case Op::RmsNorm: case Op::Mul: case Op::Add: case Op::Scale:
-      case Op::Sigmoid: case Op::TopK: case Op::GatherCols: case Op::NormSum: case Op::KvStore: break;
+      case Op::Sigmoid: case Op::TopK: case Op::GatherCols: case Op::NormSum: case Op::KvStore: case Op::Softmax: break;
       default: return false;
     }
     if (n.nelements() > kMaxSequenceValues) return false;
@@ -410,11 +433,12 @@ private:
     }
     if (n.op == Op::Rope)
       return f32_rows(n) && n.ne[3] == 1 && n.rope.n_rot <= kMaxRopeDims && n.rope.n_rot <= n.ne[0] && n.ne[2] <= kMaxSequenceRows;
-    if (n.op == Op::RmsNorm) return f32_rows(n) && n.ne[1] * n.ne[2] * n.ne[3] <= kMaxSequenceRows;
+    if (n.op == Op::RmsNorm || n.op == Op::Softmax)
+      return f32_rows(n) && f32_rows(nd(n.src[0])) && n.ne[1] * n.ne[2] * n.ne[3] <= kMaxSequenceRows;
     return n.op == Op::TopK || f32_rows(n);
   }
 
-  // Slice / Concat / Sigmoid and the small ops after it (see cuda_fusion.h), at most
+  // Slice / Concat / Sigmoid / TopK and the small ops after it (see cuda_fusion.h), at most
   // kMaxFusedSequence of them.
   bool match_sequence(int i, FusedGroup &grp) const {
     std::vector<int> members;

@@ -27,8 +27,8 @@ enum class FusedKind : uint8_t {
   MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
-  MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights)
-  Sequence,      // 2..kMaxFusedSequence small row ops run in order by one block (MLA glue, sigmoid router tail)
+  MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights), or as many MatMul -> Add pairs
+  Sequence,      // 2..kMaxFusedSequence small row ops run in order, a block per row of each independent part (MLA glue, router tails)
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
   GatedNorm,     // RmsNorm -> Mul(row weight) -> SwiGLU(z, .) (the DeltaNet output norm)
   SharedGate,    // Sigmoid -> MoeCombine(one expert) -> Add -> Add (sigmoid-gated shared expert + residual)
@@ -87,11 +87,12 @@ constexpr int kMaxFusedChains = 4;
 constexpr int64_t kMaxFusedRow = 8192;  // values per row (the row is staged in shared memory)
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members);
 
-// A Sequence group starts at a Slice, Concat or Sigmoid (the glue of deepseek2's MLA and its
-// sigmoid router; other architectures keep their plans) and takes the consecutive ops of
-// {Slice, Concat, Rope, RmsNorm, Mul, Add, Scale, Sigmoid, TopK, GatherCols, NormSum,
-// KvStore} after it whose operands and outputs hold at most kMaxSequenceValues values and
-// whose RmsNorm rows / Rope and KvStore tokens (done one after another) are at most
+// A Sequence group starts at a Slice, Concat, Sigmoid or TopK (the glue of deepseek2's MLA and
+// its sigmoid router; gpt-oss's router tail, top-k before the softmax; a softmax router starts
+// at its Softmax, a Router group) and takes the consecutive ops of {Slice, Concat, Rope,
+// RmsNorm, Softmax, Mul, Add, Scale, Sigmoid, TopK, GatherCols, NormSum, KvStore} after it
+// whose operands and outputs hold at most kMaxSequenceValues values and whose RmsNorm /
+// Softmax rows and Rope / KvStore tokens (done one after another) are at most
 // kMaxSequenceRows: decode and a few tokens. Its
 // kernel runs the members in their order, each completed before the next, so it reads and
 // writes exactly as the unfused schedule does: the group needs no aliasing check, and every

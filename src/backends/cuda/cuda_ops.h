@@ -122,7 +122,8 @@ void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &c
                              const Node *mul = nullptr, bool ids_settled = false);  // MatMulId + MoeCombine (+ Add residual); ids_settled: FusedGroup's
 // 2..kMaxFusedMatVecs MatMuls of one activation (a layer's q, k, v) in one launch; each
 // member's output is written. Quantized weights whose types have the same group key (the
-// same activation rounding); key 0: the type never joins a group.
+// same activation rounding); key 0: the type never joins a group. A MatMul may be followed
+// in members by Add(it, row) (gpt-oss's q / k / v biases): then the Add's output is written.
 constexpr int kMaxFusedMatVecs = 4;
 int cuda_matvec_group_key(DType t);
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members);

@@ -919,6 +919,7 @@ struct MvSeg {
   const uint8_t *w;
   int64_t rb;
   float *y;
+  const float *add;  // a row added to the product (gpt-oss's q / k / v biases) or null
   int M;
   DType type;
   int mode;  // kModeRows / kModeHalves (rows_mode)
@@ -945,6 +946,7 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
       a.w = g.seg[s].w;
       a.rb = g.seg[s].rb;
       a.y = g.seg[s].y;
+      a.add = g.seg[s].add;
       a.M = g.seg[s].M;
       a.mode = g.seg[s].mode;
       t = g.seg[s].type;
@@ -1144,18 +1146,31 @@ int cuda_matvec_group_key(DType t) {
 }
 
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
-  const int n = static_cast<int>(members.size());
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
   const DType V = act_type(c.g.node(first.src[0]).type);
-  bool ok = n <= kMaxFusedMatVecs;
+  bool ok = true;
+  int n = 0;
   MvSeg segs[kMaxFusedMatVecs];
-  for (int s = 0; ok && s < n; ++s) {
-    const Node &mm = c.g.node(members[static_cast<size_t>(s)]), &w = c.g.node(mm.src[0]);
-    ok = mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
+  for (size_t k = 0; ok && k < members.size(); ++k) {
+    const Node &mm = c.g.node(members[k]);
+    if (mm.op == Op::Add && n > 0) {  // Add(product, row) right after its MatMul: the row joins that segment
+      const Node &prev = c.g.node(members[k - 1]);
+      const bool first_src = &c.g.node(mm.src[0]) == &prev;
+      const Node &row = c.g.node(first_src ? mm.src[1] : mm.src[0]);
+      ok = prev.op == Op::MatMul && (first_src || &c.g.node(mm.src[1]) == &prev) && row.type == DType::F32 && row.ne[0] == prev.ne[0] &&
+           segs[n - 1].add == nullptr;
+      if (ok) {
+        segs[n - 1].add = f32_data(row);
+        segs[n - 1].y = static_cast<float *>(mm.data);
+      }
+      continue;
+    }
+    const Node &w = c.g.node(mm.src[0]);
+    ok = n < kMaxFusedMatVecs && mm.op == Op::MatMul && mm.src[1] == first.src[1] && w.ne[0] == K && cuda_matvec_group_key(w.type) != 0 &&
          act_type(w.type) == V && one_token_ok(c.g, mm);
-    if (ok) segs[s] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data),
-                            static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
+    if (ok) segs[n++] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data), nullptr,
+                              static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
   if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.tuning.lean_groups, c.stream))
     for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
