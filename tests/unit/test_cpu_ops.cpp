@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "backends/backend.h"
 #include "core/fp16.h"
@@ -108,6 +109,49 @@ TEST_CASE("cpu op: matmul_id routes each token to its experts", "[ops][cpu][moe]
       INFO("type " << dtype_name(t) << " X=" << X);
       CHECK(max_abs_diff(got, want) < 0.05 * std::sqrt(static_cast<double>(K)));
     }
+  }
+}
+
+TEST_CASE("cpu op: decode products small enough for one thread run back to back without barriers", "[ops][cpu][threads]") {
+  // Three small products in one serial run (thread 0 alone, no barrier in between: each must
+  // restart the shared item counter), then a product too large for one thread, at 2 and 3
+  // threads; all against float64. A missed restart leaves the later products' rows unwritten.
+  auto cpu = make_cpu_backend();
+  const int64_t K = 256, M1 = 16, M2 = 24, M3 = 20, E = 6, k = 2, Mbig = 512;
+  WeightStore ws;
+  const GgufTensorInfo *w1 = ws.add("w1", DType::F32, {K, M1}, randn(static_cast<size_t>(K * M1), 21, 0.5f));
+  const GgufTensorInfo *w2 = ws.add("w2", DType::Q4_K, {K, M2}, randn(static_cast<size_t>(K * M2), 22, 0.5f));
+  const GgufTensorInfo *we = ws.add("we", DType::Q4_K, {K, M3, E}, randn(static_cast<size_t>(K * M3 * E), 23, 0.5f));
+  const GgufTensorInfo *wb = ws.add("wb", DType::Q4_K, {K, Mbig}, randn(static_cast<size_t>(K * Mbig), 24, 0.5f));
+  for (int threads : {2, 3}) {
+    Graph g;
+    const int x = g.input("x", DType::F32, {K, 1});
+    const int ids = g.input("ids", DType::I32, {k, 1});
+    const int y1 = g.matmul(g.weight(w1), x), y2 = g.matmul(g.weight(w2), x);
+    const int y3 = g.matmul_id(g.weight(we), g.view(x, {K, 1, 1}), ids);
+    const int y4 = g.matmul(g.weight(wb), x);
+    for (int y : {y1, y2, y3, y4}) g.mark_output(y, "y" + std::to_string(y));
+    GraphRun run(std::move(g), *cpu, threads);
+    const auto xv = randn(static_cast<size_t>(K), 25);
+    const std::vector<int32_t> idv = {4, 1};
+    run.set_input(x, xv.data(), xv.size() * 4);
+    run.set_input(ids, idv.data(), idv.size() * 4);
+    run.run();
+    auto want = [&](const GgufTensorInfo *w, int64_t M, int64_t e) {
+      const auto wd = dequant_matrix(w);
+      std::vector<double> r(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t q = 0; q < K; ++q) r[static_cast<size_t>(m)] += wd[static_cast<size_t>((e * M + m) * K + q)] * xv[static_cast<size_t>(q)];
+      return r;
+    };
+    std::vector<double> w3 = want(we, M3, idv[0]), w3b = want(we, M3, idv[1]);
+    w3.insert(w3.end(), w3b.begin(), w3b.end());
+    const double tol = 0.05 * std::sqrt(static_cast<double>(K));
+    INFO("threads " << threads);
+    CHECK(max_abs_diff(run.output(y1), want(w1, M1, 0)) < 1e-3);
+    CHECK(max_abs_diff(run.output(y2), want(w2, M2, 0)) < tol);
+    CHECK(max_abs_diff(run.output(y3), w3) < tol);
+    CHECK(max_abs_diff(run.output(y4), want(wb, Mbig, 0)) < tol);
   }
 }
 

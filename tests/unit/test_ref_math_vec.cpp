@@ -44,17 +44,20 @@ TEST_CASE("array expf / silu match the scalar reference mirrors bit for bit", "[
   const CpuIsa saved = active_cpu_isa();
   for (CpuIsa isa : {CpuIsa::Scalar, detect_cpu_isa()}) {
     set_cpu_isa(isa);
-    std::vector<float> e(x.size()), s(x.size());
+    std::vector<float> e(x.size()), s(x.size()), si(x.size());
     ref_expf_shift(n, x.data(), 1.5f, e.data());
     ref_silu_mul(n, x.data(), u.data(), s.data());
-    int bad_e = 0, bad_s = 0;
+    ref_silu(n - 5, x.data(), si.data());  // a length with a scalar tail
+    int bad_e = 0, bad_s = 0, bad_si = 0;
     for (size_t i = 0; i < x.size(); ++i) {
       bad_e += !same_bits(e[i], refmath::expf_v(x[i] - 1.5f));
       bad_s += !same_bits(s[i], refmath::silu_v(x[i]) * u[i]);
+      bad_si += !same_bits(si[i], i + 5 < x.size() ? refmath::silu_v(x[i]) : 0.0f);
     }
     INFO("isa " << cpu_isa_name(isa));
     CHECK(bad_e == 0);
     CHECK(bad_s == 0);
+    CHECK(bad_si == 0);
   }
   set_cpu_isa(saved);
 }

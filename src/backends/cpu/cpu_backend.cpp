@@ -1,4 +1,5 @@
 // The CPU backend: host buffers, the per-context thread pool, and kernel dispatch.
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -101,12 +102,32 @@ private:
 // Nodes small enough that one thread runs them faster than the threads can meet at a
 // barrier (a decode step's norms, RoPE, routing softmax / top-k, residual adds): thread 0
 // runs them alone with nth = 1, and a run of them needs no barrier in between, since no
-// other thread touches their data. Only row-local kernels that never use the pool
-// (barriers, shared item counters) qualify; their results do not depend on the split.
+// other thread touches their data. Row-local kernels qualify, and products that convert
+// their activations privately (no barrier inside) and share work only through the item
+// counter, which thread 0 then restarts before each of them (ThreadPool::reset_items).
 constexpr int64_t kSerialMaxElements = 4096;
+// Weight bytes a decode product reads below which one thread beats a split: ~1.5 us of a
+// cache-resident tile, about two barrier round trips between cores of this class of VM. The
+// hybrids' router (16 F32 columns of 256 on the tiny presets), beta / alpha and shared-expert
+// gate products; a real Qwen3-Next router (512 x 2048 F32, 4 MiB) stays split.
+constexpr size_t kSerialMaxWeightBytes = 32 * 1024;
+
+bool small_product(const Graph &g, const Node &n) {
+  const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
+  if (n.op == Op::MatMul) {
+    const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
+    return private_activations(rows) && row_size(w.type, w.ne[0]) * static_cast<size_t>(w.ne[1]) <= kSerialMaxWeightBytes;
+  }
+  const Node &ids = g.node(n.src[2]);  // MatMulId: the experts its tokens chose, each read once at most
+  const int64_t rows = x.ne[1] * x.ne[2], picks = ids.ne[0] * ids.ne[1];
+  return private_activations(rows) && row_size(w.type, w.ne[0]) * static_cast<size_t>(w.ne[1] * std::min(picks, w.ne[2])) <= kSerialMaxWeightBytes;
+}
+
 bool cpu_node_serial(const Graph &g, const Node &n) {
   switch (n.op) {
-    case Op::MatMul: case Op::MatMulId: case Op::MatMulHeads: case Op::Attention: case Op::Leaf: case Op::View:
+    case Op::MatMul: case Op::MatMulId:
+      return small_product(g, n);
+    case Op::MatMulHeads: case Op::Attention: case Op::Leaf: case Op::View:
       return false;
     case Op::DeltaNet: {
       // Its work is the d x d state of every value head per token, not its d outputs per head:
@@ -172,6 +193,7 @@ public:
         const double t0 = ith == 0 ? MOE_PROF_NOW() : 0.0;
         if ((*serial)[static_cast<size_t>(i)]) {
           if (ith == 0 && !stop) {
+            jp->pool->reset_items();
             CpuKernelArgs args{gr, n, 0, 1, *jp->pool, static_cast<uint8_t *>(n.work), ev, &jp->error};
             cpu_kernel_for(n.op)(args);
             stop = poll_abort(*jp->pool, ev);

@@ -57,6 +57,9 @@ public:
     if (ith == 0 && stop_poll_) poll_stop();
     return stop_requested_.load(std::memory_order_relaxed) || flag_says_stop();
   }
+  // Restarts the item counter without a barrier: only while no other thread can take items
+  // (thread 0 running a node alone while the others wait at the next barrier).
+  void reset_items() { items_.store(0, std::memory_order_relaxed); }
   static constexpr int64_t kNoMoreItems = INT64_MAX / 4;
   static constexpr int64_t kStopPollIntervalNs = 250000;  // 0.25 ms between polls inside a kernel
 

@@ -5,6 +5,7 @@
 //
 //   ref_expf_shift(n, src, mx, dst);      // dst[i] = expf_v(src[i] - mx), n % 16 == 0
 //   ref_silu_mul(n, g, u, dst);           // dst[i] = silu_v(g[i]) * u[i],  n % 16 == 0
+//   ref_silu(n, x, dst);                  // dst[i] = silu_v(x[i]), any n (dst may be x)
 #pragma once
 #include <cstdint>
 
@@ -12,5 +13,6 @@ namespace moe {
 
 void ref_expf_shift(int64_t n, const float *src, float mx, float *dst);
 void ref_silu_mul(int64_t n, const float *g, const float *u, float *dst);
+void ref_silu(int64_t n, const float *x, float *dst);
 
 }  // namespace moe

@@ -47,6 +47,14 @@ void ref_silu_mul_avx512(int64_t n, const float *g, const float *u, float *dst) 
   }
 }
 
+void ref_silu_avx512(int64_t n, const float *x, float *dst) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    _mm512_storeu_ps(dst + i, _mm512_div_ps(v, _mm512_add_ps(one, expf_v16(_mm512_sub_ps(_mm512_setzero_ps(), v)))));
+  }
+}
+
 bool ref_math_avx512_built() { return true; }
 
 }  // namespace moe
@@ -56,6 +64,7 @@ bool ref_math_avx512_built() { return true; }
 namespace moe {
 void ref_expf_shift_avx512(int64_t, const float *, float, float *) {}
 void ref_silu_mul_avx512(int64_t, const float *, const float *, float *) {}
+void ref_silu_avx512(int64_t, const float *, float *) {}
 bool ref_math_avx512_built() { return false; }
 }  // namespace moe
 

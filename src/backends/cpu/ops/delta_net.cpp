@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backends/cpu/kernels/ref_math.h"
+#include "backends/cpu/kernels/ref_math_vec.h"
 #include "backends/cpu/kernels/vec_dot.h"
 #include "backends/cpu/ops/cpu_ops.h"
 #include "backends/cpu/ops/delta_net_step.h"
@@ -33,32 +34,50 @@ struct SeenSeqs {
   }
 };
 
+// Channels are independent: each thread takes blocks of kConvBlock channels, and for each
+// sequence walks its tokens in order with the window as K column pointers (the committed tail
+// rows, then the ubatch's own inputs), so the sums run over contiguous channels (SIMD) and the
+// tail is written once per sequence, not shifted per token. Per channel the sum goes oldest to
+// newest from 0, as the reference sums.
+constexpr int64_t kConvBlock = 64;
+
 void cpu_ssm_conv(const CpuKernelArgs &a) {
   const Node &x = a.src(0), &w = a.src(1);
   const UbatchInfo &ub = *a.env.ub;
   KvCache &kv = *a.env.kv;
   const int layer = a.n.kv_layer;
   const int64_t C = x.ne[0], K = a.n.ip[0], T = x.ne[1];
-  float win[64];
-  int64_t c0, c1;
-  split_rows(C, a.ith, a.nth, c0, c1);
-  for (int64_t c = c0; c < c1; ++c) {
-    const float *wc = static_cast<const float *>(w.data) + c * K;
-    SeenSeqs seen;
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t s = ub.seq[t];
-      float *st = kv.recurrent_dst(layer, s);  // tail [K-1][C], oldest first
-      if (seen.first(s)) {
-        const float *from = kv.recurrent_src(layer, s);
-        if (from != st)
-          for (int64_t j = 0; j + 1 < K; ++j) st[j * C + c] = from[j * C + c];
+  uint64_t pending = 0;
+  for (int64_t t = 0; t < T; ++t) pending |= 1ull << ub.seq[t];
+  float wt[64 * kConvBlock];  // this block's weights, [K][channel]
+  const float *win[64];       // the window, oldest first (K - 1 tail rows, then the new input)
+  int64_t b0, b1;
+  split_rows((C + kConvBlock - 1) / kConvBlock, a.ith, a.nth, b0, b1);
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t c0 = b * kConvBlock, nc = std::min(kConvBlock, C - c0);
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t j = 0; j < K; ++j) wt[j * kConvBlock + c] = static_cast<const float *>(w.data)[(c0 + c) * K + j];
+    for (int32_t s = 0; s < 64; ++s) {
+      if (!(pending >> s & 1)) continue;
+      const float *from = kv.recurrent_src(layer, s);  // tail [K-1][C], oldest first
+      float *st = kv.recurrent_dst(layer, s);
+      for (int64_t j = 0; j + 1 < K; ++j) win[j] = from + j * C + c0;
+      for (int64_t t = 0; t < T; ++t) {
+        if (ub.seq[t] != s) continue;
+        win[K - 1] = col_f32(x, t) + c0;
+        float *out = col_f32_mut(a.n, t) + c0;
+        for (int64_t c = 0; c < nc; ++c) out[c] = 0.0f;
+        for (int64_t j = 0; j < K; ++j) {
+          const float *in = win[j], *wj = wt + j * kConvBlock;
+          for (int64_t c = 0; c < nc; ++c) out[c] += in[c] * wj[c];
+        }
+        ref_silu(nc, out, out);
+        for (int64_t j = 0; j + 1 < K; ++j) win[j] = win[j + 1];
       }
-      for (int64_t j = 0; j + 1 < K; ++j) win[j] = st[j * C + c];
-      win[K - 1] = col_f32(x, t)[c];
-      float sum = 0.0f;  // oldest to newest, as the reference sums
-      for (int64_t j = 0; j < K; ++j) sum += win[j] * wc[j];
-      col_f32_mut(a.n, t)[c] = refmath::silu_v(sum);
-      for (int64_t j = 0; j + 1 < K; ++j) st[j * C + c] = win[j + 1];
+      // The new tail: the last K - 1 inputs. In place (from == st) a row j is read from tail
+      // row >= j or from x, so ascending rows never read one already overwritten.
+      for (int64_t j = 0; j + 1 < K; ++j)
+        if (win[j] != st + j * C + c0) std::memcpy(st + j * C + c0, win[j], static_cast<size_t>(nc) * sizeof(float));
     }
   }
 }
