@@ -1,6 +1,7 @@
 // MatMul / MatMulId / GetRows of the extra weight types (quant_extra.h): activation rounding
 // into the CPU's Q8 blocks, the integer-dot warp-per-row kernel, f16 dequantization for cuBLAS,
-// the batches handed to the int8 tensor-core GEMM (matmul_mmq_i8.cu) and GetRows. Decoders and device tables: quant_extra_decode.cuh (this file is its one user).
+// the batches handed to the int8 tensor-core GEMM (matmul_mmq_i8.cu) and GetRows. Decoders and
+// device tables: quant_extra_decode.cuh (also staged for the GEMM by mmq_i8_extra.cuh).
 #include "backends/cuda/ops/quant_extra.h"
 
 #include <algorithm>
