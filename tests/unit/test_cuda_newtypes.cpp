@@ -1,13 +1,15 @@
 // The twelve extra weight types on CUDA (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS,
 // IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M: src/backends/cuda/ops/quant_extra.h) against the CPU
 // backend on random weights written by our quantizers and random activations: GetRows, the
-// one-token mat-vec, small batches, prompt products (the integer kernel and cuBLAS), MatMulId
-// over several experts, MatMulHeads; a type without a kernel refused at compile time; synthetic
-// models in these mixes decoding the same greedy tokens as on the CPU.
+// one-token mat-vec, small batches, prompt products (the int8 tensor-core MMQ and cuBLAS),
+// MatMulId over several experts (dp4a and MMQ), the MMQ's staging decoded back to weights, the
+// paths of older GPUs (emulated), MatMulHeads; a type without a kernel refused at compile time;
+// synthetic models in these mixes decoding the same greedy tokens as on the CPU.
 // Without a CUDA build or device every case WARNs and returns (tags [cuda][newtypes]).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -25,6 +27,11 @@
 #include "support/random_data.h"
 #include "support/temp_files.h"
 #include "support/tiny_model.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_paths.h"
+#include "backends/cuda/ops/matmul_mma.h"
+#endif
 
 using namespace moe;
 using moe_test::gpu_or_skip;
@@ -132,19 +139,138 @@ TEST_CASE("cuda new types: get_rows equals the CPU's dequantized rows", "[cuda][
     }
 }
 
-TEST_CASE("cuda new types: matmul at 1 token, small batches and prompts (integer kernel) matches the CPU", "[cuda][newtypes]") {
+TEST_CASE("cuda new types: matmul at 1 token and small batches (integer kernel) matches the CPU", "[cuda][newtypes]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   uint32_t seed = 1;
   for (DType t : kNewTypes)
     for (bool longer : {false, true})
-      for (int64_t N : {1, 2, 5, 8, 67}) {
+      for (int64_t N : {1, 2, 5, 8, 15}) {  // below kMmaMinCols: the dp4a kernel on every device
         const int64_t K = k_for(t, longer), M = longer ? 256 : 37;
         INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
         CHECK(dense_err(reg, *gpu, t, K, M, N, seed, 0) < kIntTol);  // 0: every column count on the integer kernel
         seed += 2;
       }
+}
+
+// Dense prompts without cuBLAS (blas min 0): on sm_80+ the int8 tensor-core MMQ (partial row,
+// column and K tiles; 300 columns: 5 column tiles; K split where the grid is small), else the
+// dp4a kernel. The same tolerance as the integer kernel: the same integers, the CPU's float
+// steps per block, another order of the block sums.
+TEST_CASE("cuda new types: prompt products (16, 77, 300 columns) on the int8 MMQ match the CPU", "[cuda][newtypes][mmq]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 1100;
+  for (DType t : kNewTypes)
+    for (bool longer : {false, true})
+      for (int64_t N : {16, 77, 300}) {
+        const int64_t K = k_for(t, longer), M = longer ? 256 : 203;
+        INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " N=" << N);
+        CHECK(dense_err(reg, *gpu, t, K, M, N, seed, 0) < kIntTol);
+        seed += 2;
+      }
+}
+
+// MatMulId at prompt sizes (64 and 100 tokens of 3 experts among 6: every expert repeated by
+// many tokens, tiles full, wide and narrow; X = 3: one activation row per slot) on the MMQ.
+TEST_CASE("cuda new types: matmul_id at 64 and 100 tokens on the int8 MMQ matches the CPU", "[cuda][newtypes][mmq]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 1300;
+  for (DType t : kNewTypes)
+    for (int64_t T : {64, 100})
+      for (int64_t X : {int64_t(1), int64_t(3)}) {
+        const int64_t K = k_for(t, T == 100), M = 130, E = 6, k = 3;
+        INFO("type " << dtype_name(t) << " K=" << K << " T=" << T << " X=" << X);
+        CHECK(moe_err(reg, *gpu, t, K, M, E, k, T, X, seed++) < kIntTol);
+      }
+}
+
+// The MMQ's staging of each sub-block (int8 integers, integer scales, (d k, m)) decoded back to
+// weights on the device equals the CPU's dequantize_row, on rows our quantizers wrote with
+// scales varied per 256 values.
+TEST_CASE("cuda new types: the int8 MMQ staging decodes to the CPU's dequantized weights", "[cuda][newtypes][mmq]") {
+  BackendRegistry reg;
+  if (!gpu_or_skip(reg)) return;
+#ifdef MOEINFER_WITH_CUDA
+  const int64_t K = 2048;
+  const int n_sub = static_cast<int>(K / 32);
+  uint32_t seed = 1500;
+  for (DType t : kNewTypes) {
+    std::vector<float> x = randn(static_cast<size_t>(K), seed++);
+    for (int64_t i = 0; i < K; ++i) x[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>((i / 256) % 7) - 3);
+    std::vector<uint8_t> row(row_size(t, K));
+    quantize_row(t, x.data(), row.data(), K);
+    std::vector<float> ref(static_cast<size_t>(K)), staged(static_cast<size_t>(K));
+    dequantize_row(t, row.data(), ref.data(), K);
+    uint8_t *d_row = nullptr;
+    float *d_w = nullptr, *d_ab = nullptr, *d_st = nullptr;
+    int *d_q = nullptr;
+    REQUIRE(cudaMalloc(&d_row, row.size()) == cudaSuccess);
+    REQUIRE(cudaMalloc(&d_w, static_cast<size_t>(K) * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&d_q, static_cast<size_t>(K) * sizeof(int)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&d_ab, static_cast<size_t>(4 * n_sub) * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&d_st, static_cast<size_t>(K) * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(d_row, row.data(), row.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    cuda_i8_unpack_check_launch(t, d_row, n_sub, d_w, d_q, d_ab, d_st, nullptr);
+    REQUIRE(cudaMemcpy(staged.data(), d_st, static_cast<size_t>(K) * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (void *p : {static_cast<void *>(d_row), static_cast<void *>(d_w), static_cast<void *>(d_q), static_cast<void *>(d_ab),
+                    static_cast<void *>(d_st)})
+      cudaFree(p);
+    int bad = 0;
+    for (int s = 0; s < n_sub; ++s) {
+      double scale = 0;
+      for (int l = 0; l < 32; ++l) scale = std::max(scale, std::fabs(double(ref[static_cast<size_t>(32 * s + l)])));
+      for (int l = 0; l < 32; ++l) {
+        const size_t i = static_cast<size_t>(32 * s + l);
+        if (!(std::fabs(double(staged[i]) - ref[i]) <= 1e-6 * scale + 1e-30) && bad++ < 3)
+          UNSCOPED_INFO("element " << i << ": staged " << staged[i] << ", CPU " << ref[i]);
+      }
+    }
+    INFO("type " << dtype_name(t));
+    CHECK(bad == 0);
+  }
+#endif
+}
+
+#ifdef MOEINFER_WITH_CUDA
+namespace {
+// While it lives, every CUDA backend created takes the paths of an older device.
+struct EmulatedDevice {
+  EmulatedDevice(int arch, int smem_optin) { cuda_emulate_device(arch, smem_optin); }
+  ~EmulatedDevice() { cuda_emulate_device(0, 0); }
+};
+}  // namespace
+#endif
+
+// sm_75 (no int8 MMQ: prompts stay on the dp4a kernel) and a 99 KB sm_86 (every extra type's
+// MMQ kernel must fit its shared memory, the largest at 99,072 + 2,048 bytes) against the CPU.
+TEST_CASE("cuda new types: prompts on the paths of older GPUs (sm_75, 99 KB sm_86) match the CPU", "[cuda][newtypes][mmq][paths]") {
+#ifdef MOEINFER_WITH_CUDA
+  for (const int arch : {75, 86}) {
+    const EmulatedDevice as(arch, arch == 75 ? 65536 : 101376);
+    BackendRegistry reg;  // created inside: its CUDA backend reads the emulated paths
+    Backend *gpu = gpu_or_skip(reg);
+    if (!gpu) return;
+    const CudaPaths p = static_cast<const CudaBackend *>(gpu)->paths();
+    INFO("emulated sm_" << arch);
+    REQUIRE(p.device_arch <= arch);
+    uint32_t seed = 1700;
+    for (DType t : kNewTypes) {
+      INFO("type " << dtype_name(t));
+      CHECK(cuda_mmq_i8_extra_gemm(t, p) == (arch >= 80));
+      CHECK(dense_err(reg, *gpu, t, k_for(t, true), 203, 77, seed, 0) < kIntTol);
+      CHECK(moe_err(reg, *gpu, t, k_for(t, true), 130, 6, 3, 100, 1, seed + 1) < kIntTol);
+      seed += 2;
+    }
+  }
+#else
+  BackendRegistry reg;
+  gpu_or_skip(reg);
+#endif
 }
 
 TEST_CASE("cuda new types: prompt products (>= 128 columns) on cuBLAS over f16 weights", "[cuda][newtypes]") {

@@ -23,6 +23,17 @@ inline int __dp4a(int a, int b, int c) {  // signed bytes
   return c;
 }
 inline float __fdividef(float a, float b) { return a / b; }
+// Byte-wise SIMD of the extra types' decoders (modulo 256 per byte, as the PTX vsub4 / vadd4).
+inline unsigned __vsub4(unsigned a, unsigned b) {
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
+  return r;
+}
+inline unsigned __vadd4(unsigned a, unsigned b) {
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) + (b >> (8 * i))) & 0xFFu) << (8 * i);
+  return r;
+}
 
 // D = A B + C with int8 A (16 x K, row-major) and B (K x 8, column-major), s32 C / D, K = 32
 // (a: 4 registers, b: 2) or 16 (a: 2, b: 1). Register r of lane l holds 4 consecutive k:

@@ -9,18 +9,7 @@ import sys
 from emu_slice import write_slice
 
 repo, out = sys.argv[1], sys.argv[2]
-prelude = '''#include "emu_int8.h"
-// Byte-wise SIMD of the decoders (modulo 256 per byte, as the PTX vsub4 / vadd4).
-inline unsigned __vsub4(unsigned a, unsigned b) {
-  unsigned r = 0;
-  for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
-  return r;
-}
-inline unsigned __vadd4(unsigned a, unsigned b) {
-  unsigned r = 0;
-  for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) + (b >> (8 * i))) & 0xFFu) << (8 * i);
-  return r;
-}
+prelude = '''#include "emu_int8.h"  // (with the decoders' byte-wise __vsub4 / __vadd4)
 inline float __shfl_sync(unsigned, float v, int src) { return emu_shfl_from(v, src); }
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/act_round_warp.cuh"

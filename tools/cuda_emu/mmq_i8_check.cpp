@@ -1,6 +1,6 @@
 // Checks the int8 MMQ kernel (matmul_mmq_i8.cu), run through emu.h / emu_int8.h, against a
-// float64 product of dequant32's weights and the int8 activations, dense and with routing
-// tiles, on random blocks; Q4_K and Q6_K also through the kernels from raw fragments
+// float64 product of dequant32's weights (the extra types, Q4_1 ... IQ1_M: the CPU's
+// dequantize_row) and the int8 activations, dense and with routing tiles, on random blocks; Q4_K and Q6_K also through the kernels from raw fragments
 // (mmq_q4k_raw.cuh, mmq_q6k_raw.cuh), bit for bit against mmq_i8_kernel (random bytes: every scale and min code, Q6_K's -128 included;
 // only the f16 block scales are set to sane values). Args: SEED [TYPE]; exit status 1 on failure.
 #include "emu_int8.h"
@@ -13,6 +13,8 @@
 #include "backends/cuda/ops/quant.cuh"
 #include <cstdio>
 #include <random>
+
+#include "quant/dtype.h"
 
 namespace moe {
 #include "mmq_i8_emu.inc"
@@ -29,6 +31,35 @@ template <> struct Layout<DType::MXFP4> { static constexpr int qk = 32, bytes = 
 template <> struct Layout<DType::Q4_K> { static constexpr int qk = 256, bytes = 144, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q5_K> { static constexpr int qk = 256, bytes = 176, d[2] = {0, 2}; };
 template <> struct Layout<DType::Q6_K> { static constexpr int qk = 256, bytes = 210, d[2] = {208, -1}; };
+// The extra types: f16 d at 0 (and Q4_1 / Q5_1's m at 2); IQ1_M's d is set by fix_iq1m.
+template <DType T> struct ExtraLayout {
+  static constexpr int qk = extra_qk<T>, bytes = extra_bytes<T>(), d[2] = {T == DType::IQ1_M ? -1 : 0, extra_has_min<T> ? 2 : -1};
+};
+#define MOE_EXTRA_LAYOUT(TY) \
+  template <> struct Layout<TY> : ExtraLayout<TY> {};
+MOE_EXTRA_LAYOUT(DType::Q4_1)
+MOE_EXTRA_LAYOUT(DType::Q5_0)
+MOE_EXTRA_LAYOUT(DType::Q5_1)
+MOE_EXTRA_LAYOUT(DType::IQ4_NL)
+MOE_EXTRA_LAYOUT(DType::IQ4_XS)
+MOE_EXTRA_LAYOUT(DType::IQ3_S)
+MOE_EXTRA_LAYOUT(DType::IQ3_XXS)
+MOE_EXTRA_LAYOUT(DType::IQ2_S)
+MOE_EXTRA_LAYOUT(DType::IQ2_XS)
+MOE_EXTRA_LAYOUT(DType::IQ2_XXS)
+MOE_EXTRA_LAYOUT(DType::IQ1_S)
+MOE_EXTRA_LAYOUT(DType::IQ1_M)
+#undef MOE_EXTRA_LAYOUT
+
+// IQ1_M keeps its f16 scale in the top nibbles of its four scale words (bytes 48..55).
+static void fix_iq1m(uint8_t *blk, uint16_t h) {
+  for (int k = 0; k < 4; ++k) {
+    uint16_t sc;
+    std::memcpy(&sc, blk + 48 + 2 * k, 2);
+    sc = static_cast<uint16_t>((sc & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+    std::memcpy(blk + 48 + 2 * k, &sc, 2);
+  }
+}
 
 // One case: E experts of M x K weights; tiles == empty: dense over N columns (K split into
 // k_len ranges, partial results summed here in order), else routed.
@@ -50,6 +81,8 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
         const uint16_t b = f16bits(ud(rng) * (f ? 0.02f : 0.01f));
         std::memcpy(&W[blk * L::bytes + L::d[f]], &b, 2);
       }
+  if (T == DType::IQ1_M)
+    for (size_t blk = 0; blk < W.size() / L::bytes; ++blk) fix_iq1m(&W[blk * L::bytes], f16bits(ud(rng) * 0.01f));
   if (T == DType::MXFP4)  // scales 2^-11 .. 2^4
     for (size_t blk = 0; blk < W.size() / L::bytes; ++blk) W[blk * L::bytes] = static_cast<uint8_t>(117 + rng() % 16);
   const int cblk = L::qk == 256 ? 256 : 32;  // Q8_K or Q8_0 activation blocks
@@ -65,6 +98,11 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
       for (int i = 0; i < 16; ++i) sum += Xq[static_cast<size_t>(n) * K + 16 * g + i];
       const float cn = c[static_cast<size_t>(n) * (K / cblk) + 16 * g / cblk];
       Xs[static_cast<size_t>(n) * (K / 16) + g] = make_float2(cn, static_cast<float>(sum));
+    }
+  if constexpr (mmq::i8_min32<T>)  // quant_extra.cu's layout: the 32-block's s = c X in its first group, 0 in the second
+    for (size_t g = 0; g < Xs.size(); g += 2) {
+      Xs[g].y = Xs[g].x * (Xs[g].y + Xs[g + 1].y);
+      Xs[g + 1].y = 0.0f;
     }
   const bool dense = tiles.empty();
   if (dense)
@@ -103,7 +141,7 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
     }
   }
 #ifdef MMQ_I8_OLD
-  if constexpr (T != DType::MXFP4) {  // new on this kernel (before: the f16 MMQ, matmul_mmq.cu)
+  if constexpr (T != DType::MXFP4 && !mmq::i8_extra<T>) {  // new on this kernel (before: the f16 MMQ, matmul_mmq.cu; the dp4a kernel)
     std::vector<float> part_old(part.size(), -777.0f);
     launch(mmq_i8_old::mmq_i8_kernel<T>, part_old);
     for (size_t i = 0; i < part.size(); ++i) differ += std::memcmp(&part[i], &part_old[i], 4) != 0;
@@ -124,7 +162,10 @@ static bool run_case(const char *name, int M, int K, int N, int E, std::vector<i
     const int xrow = entries[static_cast<size_t>(e)].x, yrow = entries[static_cast<size_t>(e)].y;
     for (int m = 0; m < M; ++m) {
       const uint8_t *row = W.data() + expert_of[static_cast<size_t>(e)] * expert_bytes + m * row_bytes;
-      for (int s = 0; s < K / 32; ++s) dequant32<T>(row, s, w.data() + 32 * s);
+      if constexpr (mmq::i8_extra<T>)
+        dequantize_row(T, row, w.data(), K);
+      else
+        for (int s = 0; s < K / 32; ++s) dequant32<T>(row, s, w.data() + 32 * s);
       double ref = 0, mag = 0;
       for (int k = 0; k < K; ++k) {
         const double x = double(Xq[static_cast<size_t>(xrow) * K + k]) * c[static_cast<size_t>(xrow) * (K / cblk) + k / cblk];
@@ -241,6 +282,18 @@ int main(int argc, char **argv) {
   if (want("Q4_K")) ok &= type_cases<DType::Q4_K>("Q4_K", seed * 100 + 20);
   if (want("Q5_K")) ok &= type_cases<DType::Q5_K>("Q5_K", seed * 100 + 30);
   if (want("Q6_K")) ok &= type_cases<DType::Q6_K>("Q6_K", seed * 100 + 40);
+  if (want("Q4_1")) ok &= type_cases<DType::Q4_1>("Q4_1", seed * 100 + 60);
+  if (want("Q5_0")) ok &= type_cases<DType::Q5_0>("Q5_0", seed * 100 + 61);
+  if (want("Q5_1")) ok &= type_cases<DType::Q5_1>("Q5_1", seed * 100 + 62);
+  if (want("IQ4_NL")) ok &= type_cases<DType::IQ4_NL>("IQ4_NL", seed * 100 + 63);
+  if (want("IQ4_XS")) ok &= type_cases<DType::IQ4_XS>("IQ4_XS", seed * 100 + 64);
+  if (want("IQ3_S")) ok &= type_cases<DType::IQ3_S>("IQ3_S", seed * 100 + 65);
+  if (want("IQ3_XXS")) ok &= type_cases<DType::IQ3_XXS>("IQ3_XXS", seed * 100 + 66);
+  if (want("IQ2_S")) ok &= type_cases<DType::IQ2_S>("IQ2_S", seed * 100 + 67);
+  if (want("IQ2_XS")) ok &= type_cases<DType::IQ2_XS>("IQ2_XS", seed * 100 + 68);
+  if (want("IQ2_XXS")) ok &= type_cases<DType::IQ2_XXS>("IQ2_XXS", seed * 100 + 69);
+  if (want("IQ1_S")) ok &= type_cases<DType::IQ1_S>("IQ1_S", seed * 100 + 70);
+  if (want("IQ1_M")) ok &= type_cases<DType::IQ1_M>("IQ1_M", seed * 100 + 71);
   std::printf(ok ? "all passed\n" : "FAILED\n");
   return ok ? 0 : 1;
 }

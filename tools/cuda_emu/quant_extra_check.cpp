@@ -127,7 +127,18 @@ void round_acts(DType t, const std::vector<float> &x, int64_t K, int64_t N, std:
   const int64_t units = N * ((K + 255) / 256);
   TView xv{const_cast<float *>(x.data()), {K, N, 1, 1}, {4, 4 * K, 4 * K * N, 4 * K * N}};
   emu_launch(dim3(static_cast<unsigned>((units + kQuantWarps - 1) / kQuantWarps)), kQuantWarps * 32, quantize_acts_kernel, xv,
-             static_cast<int>(K), units, vdt == DType::Q8_K, q.data(), ds.data());
+             static_cast<int>(K), units, vdt == DType::Q8_K, false, q.data(), ds.data());
+  {  // the int8 MMQ's layout (per16): the same integers, (d, s) then (d, 0) per 32
+    std::vector<int8_t> q16(q.size());
+    std::vector<float2> ds16(static_cast<size_t>(K / 16 * N));
+    emu_launch(dim3(static_cast<unsigned>((units + kQuantWarps - 1) / kQuantWarps)), kQuantWarps * 32, quantize_acts_kernel, xv,
+               static_cast<int>(K), units, vdt == DType::Q8_K, true, q16.data(), ds16.data());
+    EXPECT(q16 == q, "%s: per16 rounding changed the integers", dtype_name(t));
+    for (size_t j = 0; j < ds.size(); ++j) {
+      const float2 a = ds16[2 * j], b = ds16[2 * j + 1];
+      EXPECT(a.x == ds[j].x && b.x == ds[j].x && a.y == ds[j].y && b.y == 0.0f, "%s: per16 scales of block %zu", dtype_name(t), j);
+    }
+  }
   const size_t vrb = row_size(vdt, K);
   cpu.assign(vrb * static_cast<size_t>(N), 0);
   int bad = 0;

@@ -15,7 +15,15 @@ git -C "$REPO" show "${OLD:-5993875}:src/backends/cuda/ops/matmul_mmq_i8.cu" > "
 python3 "$HERE/gen_mmq.py" "$REPO" "$OUT"
 SAN=""
 [ "${SANITIZE:-0}" = 1 ] && SAN="-fsanitize=address -fno-omit-frame-pointer"
+# The CPU's dequantizers (the extra types' reference).
+OBJS=""
+for f in "$REPO"/src/quant/*.cpp "$REPO"/src/core/status.cpp "$REPO"/src/core/log.cpp; do
+  o="$OUT/$(basename "$f" .cpp).o"
+  [ "$o" -nt "$f" ] || g++ -std=c++20 -O2 $SAN -I"$REPO/src" -I"$REPO/include" -c "$f" -o "$o"
+  OBJS="$OBJS $o"
+done
 g++ -std=c++20 -O1 $SAN -include "$HERE/emu.h" -I"$OUT/inc" -I"$OUT" -I"$HERE" -I"$CUDA_INC" -I"$REPO/src" -I"$REPO/include" \
-  -DMOEINFER_WITH_CUDA=1 -DMMQ_I8_OLD=1 "$HERE/mmq_i8_check.cpp" -pthread -o "$OUT/mmq_i8_check"
+  -DMOEINFER_WITH_CUDA=1 -DMMQ_I8_OLD=1 -c "$HERE/mmq_i8_check.cpp" -o "$OUT/mmq_i8_check.o"
+g++ $SAN -pthread "$OUT/mmq_i8_check.o" $OBJS -o "$OUT/mmq_i8_check"
 "$OUT/mmq_i8_check" "${1:-1}" $2
 EMU_LAG_WARP=1 "$OUT/mmq_i8_check" "${1:-1}" $2

@@ -39,7 +39,7 @@ bool cuda_supports_node(const Graph &g, int id) {
 size_t cuda_work_size(const Graph &g, int id, const GpuTuning &tuning, const CudaPaths &paths) {
   const Node &n = g.node(id);
   if ((n.op == Op::MatMul || n.op == Op::MatMulId || n.op == Op::MatMulHeads) && cuda_extra_type(g.node(n.src[0]).type))
-    return cuda_extra_matmul_work_size(g, n, tuning);  // dp4a and cuBLAS only: the same on every architecture
+    return cuda_extra_matmul_work_size(g, n, tuning, paths);
   if (n.op == Op::MatMul || n.op == Op::MatMulId) return cuda_matmul_work_size(g, n, tuning, paths);
   if (n.op == Op::Attention) return cuda_attention_work_size(g, n, tuning);
   if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n, paths);

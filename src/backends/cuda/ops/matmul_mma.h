@@ -53,6 +53,10 @@ bool cuda_mmq_int8_type(DType t);
 void launch_mmq_i8_matmul(DType t, const LaunchStream &s, const uint8_t *W, int64_t row_bytes, int64_t expert_bytes, int K, int M,
                           const int8_t *Xq, const float2 *Xs, float *Y, int ncols, const int4 *tiles, const int2 *entries,
                           int n_col_tiles, float *part, int k_splits);
+// The extra weight types (quant_extra.h: Q4_1 ... IQ1_M) take launch_mmq_i8_matmul too
+// (mmq_i8_extra.cuh; activations as quant_extra.cu rounds them for it) where this is true:
+// sm_80 code and room for the type's kernel in a block's shared memory.
+bool cuda_mmq_i8_extra_gemm(DType t, const CudaPaths &paths);
 // The K splits for a dense K x M product on ncols columns and n_sm SMs: enough blocks for
 // two per SM, at most kMaxKSplits and K / 256; 1 = none.
 int mmq_i8_k_splits(int64_t K, int64_t M, int64_t ncols, int n_sm);

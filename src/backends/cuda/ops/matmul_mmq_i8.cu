@@ -1,5 +1,6 @@
 // Exact-product tensor-core GEMM on int8 mma (prefill MatMul / MatMulId) for Q4_0, Q8_0,
-// MXFP4, Q4_K, Q5_K, Q6_K: the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
+// MXFP4, Q4_K, Q5_K, Q6_K and the twelve extra types (mmq_i8_extra.cuh: the 256-block ones
+// fold as the K-quants, the 32-block ones as Q4_0, Q4_1 / Q5_1 with their min): the weights' integers (mmq_i8_weights.cuh) meet the activations' Q8_0 /
 // Q8_K integers (act_round_kernel, int8, with per-16 (c, X = sum qx)) in
 // mma.sync.m16n8k32.s8 with s32 results, exact, at twice the f16 rate of matmul_mmq.cu and
 // half its shared-memory bytes per K. The folds follow the CPU's dot products:
@@ -71,7 +72,7 @@ template <DType T> constexpr int kStages = T == DType::Q6_K ? 3 : 4;
 //     2 rows of a warp per bank);
 //   sB[stage][col][kLd8]: the step's activation integers (the mma reads them there);
 //   sXs[stage][col][kGroups]: their (c, X) per k16 group;
-//   the decoded step tiles (one buffer, I8Tiles): sA, sSc, sD, sC, sMA, sMB.
+//   the decoded step tiles (one buffer, I8Tiles): sA, sSc, sD, sC, sMA, sMB, sX.
 template <DType T> struct I8Smem {
   static constexpr int kRawRow = (i8_raw_chunks<T> | 1) * 16;
   static constexpr int kRaw = 0;
@@ -83,9 +84,10 @@ template <DType T> struct I8Smem {
   static constexpr int kC = kD + kBM * kSubs * 4;
   static constexpr int kMA = kC + kBN * kSld * 4;
   static constexpr int kMB = kMA + (has_min<T> ? kBM : 0) * kMinLd * 2;
-  static constexpr int kBytes = kMB + (has_min<T> ? kBN : 0) * kMinLd * 2;
+  static constexpr int kX = kMB + (has_min<T> ? kBN : 0) * kMinLd * 2;
+  static constexpr int kBytes = kX + (i8_min32<T> ? kBN : 0) * kSld * 4;
   static_assert(kRawRow % 16 == 0 && kB % 16 == 0 && kXs % 16 == 0 && kA % 16 == 0 && kSc % 16 == 0 && kD % 16 == 0 &&
-                    kC % 16 == 0 && kMA % 16 == 0 && kMB % 16 == 0,
+                    kC % 16 == 0 && kMA % 16 == 0 && kMB % 16 == 0 && kX % 16 == 0,
                 "16-byte aligned parts (cp.async, uint4 stores, ldmatrix rows)");
   // Two blocks per SM on sm_90 (228 KB per SM, 1 KB of it reserved per block, + the static
   // row tables), as the registers allow.
@@ -107,7 +109,7 @@ __device__ __forceinline__ void issue_step_copies(uint8_t *smem, int st, const u
     uint8_t *raw = smem + L::kRaw + (st * kBM + r) * L::kRawRow;
     int q0 = 0;  // first chunk of the region
 #pragma unroll
-    for (int rg = 0; rg < 3; ++rg) {
+    for (int rg = 0; rg < kI8Regions; ++rg) {
       const int nc = I8Raw<T>::chunks(rg);
       if (nc == 0) continue;
       const int2 reg = I8Raw<T>::region(rg, k0, K);
@@ -138,6 +140,7 @@ __device__ __forceinline__ void issue_step_copies(uint8_t *smem, int st, const u
 // The shared tiles of one K step. sA[row][k] / sB[col][k]: int8 weights / activations.
 // sSc[row][g]: integer scale of k16 group g; sD[row][s]: f16 pair (d, dmin) of sub-block s;
 // sC[col][g]: c. sMA[row][g] / sMB[col][g]: m / X of k16 group g of the 256-block (f16).
+// sX[col][g]: Q4_1 / Q5_1: the activations' Q8_1 s of the 32-block at group g = 2 s (quant_extra.cu).
 struct I8Tiles {
   uint16_t (*sA)[kLd8];
   uint16_t (*sB)[kLd8];
@@ -146,6 +149,7 @@ struct I8Tiles {
   float (*sC)[kSld];
   uint16_t (*sMA)[kMinLd];
   uint16_t (*sMB)[kMinLd];
+  float (*sX)[kSld];
 };
 
 template <DType T> __device__ __forceinline__ I8Tiles i8_tiles(uint8_t *smem, int st) {
@@ -156,7 +160,8 @@ template <DType T> __device__ __forceinline__ I8Tiles i8_tiles(uint8_t *smem, in
                  reinterpret_cast<uint32_t(*)[kSubs]>(smem + L::kD),
                  reinterpret_cast<float(*)[kSld]>(smem + L::kC),
                  reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMA),
-                 reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMB)};
+                 reinterpret_cast<uint16_t(*)[kMinLd]>(smem + L::kMB),
+                 reinterpret_cast<float(*)[kSld]>(smem + L::kX)};
 }
 
 // Decodes stage st of K step k0 (s4: its place in its 256-block) into the step tiles:
@@ -172,10 +177,10 @@ template <DType T> __device__ __forceinline__ void decode_step(uint8_t *smem, in
     // Region rg's first byte: its chunks' slot plus its global address modulo 16.
     const uintptr_t grow = reinterpret_cast<uintptr_t>(We + static_cast<int64_t>(row0 + r) * row_bytes);
     const uint8_t *raw = smem + L::kRaw + (st * kBM + r) * L::kRawRow;
-    const uint8_t *p[3];
+    const uint8_t *p[kI8Regions];
     int q0 = 0;
 #pragma unroll
-    for (int rg = 0; rg < 3; ++rg) {
+    for (int rg = 0; rg < kI8Regions; ++rg) {
       const int2 reg = I8Raw<T>::chunks(rg) ? I8Raw<T>::region(rg, k0, K) : make_int2(0, 0);
       p[rg] = raw + 16 * q0 + ((grow + static_cast<uintptr_t>(reg.x)) & 15u);
       q0 += I8Raw<T>::chunks(rg);
@@ -193,6 +198,7 @@ template <DType T> __device__ __forceinline__ void decode_step(uint8_t *smem, in
   t.sD[r][h] = w.dm;
   const float2 xs = reinterpret_cast<const float2 *>(smem + L::kXs)[(st * kBN + c) * kGroups + g];
   t.sC[c][g] = xs.x;
+  if constexpr (i8_min32<T>) t.sX[c][g] = xs.y;
   if constexpr (has_min<T>) {
     const float m = static_cast<float>((w.scm >> 16) & 0xFFu);  // m <= 63, |X| <= 2032: exact in f16
     *reinterpret_cast<uint32_t *>(&t.sMA[r][4 * s4 + 2 * h]) = pack2<false>(m, m);
@@ -213,7 +219,7 @@ struct SubRange {
 // halves). One 16-row A fragment at a time keeps the registers of the integer sums affordable.
 template <DType T> __device__ __forceinline__ void block_sum_sub(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, int s) {
   const int lane = wt.lane, g = lane >> 2;
-  constexpr bool per16 = T == DType::Q6_K;
+  constexpr bool per16 = i8_per16<T>;
   {
     uint32_t b[4][2];
     load_b_frags<kLd8>(b, t.sB, wt.wn, s * 16, lane);
@@ -248,7 +254,7 @@ template <DType T> __device__ __forceinline__ void block_sum_sub(int (&I)[2][4][
 
 template <DType T>
 __device__ __forceinline__ void block_sum_step(int (&I)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
-  if constexpr (T == DType::Q6_K) {
+  if constexpr (i8_per16<T>) {
 #pragma unroll 1  // one sub-block after the other: Q6_K's two sums and scales would spill
     for (int s = sr.s0; s < sr.s1; ++s) block_sum_sub<T>(I, t, wt, s);
   } else {
@@ -281,7 +287,8 @@ __device__ __forceinline__ void fold_block(float (&acc)[2][4][4], int (&I)[2][4]
   }
 }
 
-// Q4_0 / Q8_0 / MXFP4, one K step: per sub-block acc += S (d c) (weight and Q8_0 scales per 32).
+// Q4_0 / Q8_0 / MXFP4 and the extra 32-block types, one K step: per sub-block acc += S (d c)
+// (weight and Q8_0 scales per 32), Q4_1 / Q5_1 then + m s (the CPU's m * Q8_1 s).
 template <DType T>
 __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tiles &t, const WarpTile &wt, const SubRange &sr) {
   const int lane = wt.lane, g = lane >> 2, tq = lane & 3;
@@ -290,23 +297,30 @@ __device__ __forceinline__ void fold_per_sub(float (&acc)[2][4][4], const I8Tile
     if (s < sr.s0 || s >= sr.s1) continue;  // warp-uniform
     uint32_t a[2][4], b[4][2];
     load_frags_k16<kLd8>(a, b, t.sA, t.sB, wt.wm, wt.wn, s * 16, lane);
-    float d[2][2];
+    float2 d[2][2];  // (d, m)
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) d[mi][h] = i8_d_dmin<T>(t.sD[wt.wm + 16 * mi + g + 8 * h][s]).x;
+      for (int h = 0; h < 2; ++h) d[mi][h] = i8_d_dmin<T>(t.sD[wt.wm + 16 * mi + g + 8 * h][s]);
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni) {
       if (ni * 8 >= wt.n_live) continue;
-      float c[2];
+      float c[2], xs[2] = {0.0f, 0.0f};
 #pragma unroll
-      for (int cc = 0; cc < 2; ++cc) c[cc] = t.sC[wt.wn + ni * 8 + 2 * tq + cc][2 * s];
+      for (int cc = 0; cc < 2; ++cc) {
+        c[cc] = t.sC[wt.wn + ni * 8 + 2 * tq + cc][2 * s];
+        if constexpr (i8_min32<T>) xs[cc] = t.sX[wt.wn + ni * 8 + 2 * tq + cc][2 * s];
+      }
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         int sum[4] = {0, 0, 0, 0};
         mma_s8_k32(sum, a[mi], b[ni]);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = fmaf(static_cast<float>(sum[e]), d[mi][e >> 1] * c[e & 1], acc[mi][ni][e]);
+        for (int e = 0; e < 4; ++e) {
+          float v = fmaf(static_cast<float>(sum[e]), d[mi][e >> 1].x * c[e & 1], acc[mi][ni][e]);
+          if constexpr (i8_min32<T>) v = fmaf(d[mi][e >> 1].y, xs[e & 1], v);
+          acc[mi][ni][e] = v;
+        }
       }
     }
   }
@@ -424,18 +438,25 @@ int split_len(int K, int k_splits) { return (K / 256 + k_splits - 1) / k_splits 
 // Test hook: sub-block s of `row` three ways, dequant32 into w[32 s ..], unpack32 into
 // q[32 s ..] and ab[4 s ..] = (a0, a1, b0, b1), and the kernel's int8 staging decoded back
 // to weights into staged[32 s ..] (with the kernel's f32 operations: (d sc) q - dmin m).
+// The extra types: w from dequant_sub (quant_extra_decode.cuh), q and ab untouched, and the
+// staged weights (d k) sc q + m.
 template <DType T> __global__ void i8_unpack_check_kernel(const uint8_t *row, int n_sub, float *w, int *q, float *ab, float *staged) {
   const int s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= n_sub) return;
-  dequant32<T>(row, s, w + 32 * s);
-  unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
+  if constexpr (i8_extra<T>) {
+    dequant_sub<T>(row, s, w + 32 * s);
+  } else {
+    dequant32<T>(row, s, w + 32 * s);
+    unpack32<T>(row, s, q + 32 * s, ab + 4 * s, ab + 4 * s + 2);
+  }
   I8Weights o;
   stage_i8<T>(row, s, o);
   const float2 dm = i8_d_dmin<T>(o.dm);
   const float d = dm.x, dmin = dm.y, m = static_cast<float>((o.scm >> 16) & 0xFFu);
   for (int l = 0; l < 32; ++l) {
     const float v = static_cast<float>(i8_byte(o.w[l / 4], l % 4));
-    staged[32 * s + l] = d * static_cast<float>(i8_byte(o.scm, l / 16)) * v - dmin * m;
+    const float ds = d * static_cast<float>(i8_byte(o.scm, l / 16));
+    staged[32 * s + l] = i8_extra<T> ? ds * v + dmin : ds * v - dmin * m;
   }
 }
 
@@ -504,7 +525,22 @@ bool cuda_mmq_int8_type(DType t) {
   }
 }
 
-#define MOE_MMQ_I8_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+#define MOE_MMQ_I8_BASE_TYPES(X) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+#define MOE_MMQ_I8_EXTRA_TYPES(X)                                                                                        \
+  X(DType::Q4_1) X(DType::Q5_0) X(DType::Q5_1) X(DType::IQ4_NL) X(DType::IQ4_XS) X(DType::IQ3_S) X(DType::IQ3_XXS) \
+  X(DType::IQ2_S) X(DType::IQ2_XS) X(DType::IQ2_XXS) X(DType::IQ1_S) X(DType::IQ1_M)
+#define MOE_MMQ_I8_TYPES(X) MOE_MMQ_I8_BASE_TYPES(X) MOE_MMQ_I8_EXTRA_TYPES(X)
+
+bool cuda_mmq_i8_extra_gemm(DType t, const CudaPaths &paths) {
+  if (!paths.tensor_cores) return false;
+#define MOE_MMQ_I8_EXTRA_FITS(TY) \
+  case TY: return i8_fits(I8Smem<TY>::kBytes, paths.smem_optin);
+  switch (t) {
+    MOE_MMQ_I8_EXTRA_TYPES(MOE_MMQ_I8_EXTRA_FITS)
+    default: return false;
+  }
+#undef MOE_MMQ_I8_EXTRA_FITS
+}
 
 bool cuda_tensor_core_gemm(DType t, const CudaPaths &paths) {
   if (!paths.tensor_cores || !(cuda_mma_type_supported(t) || cuda_mmq_type_supported(t))) return false;
@@ -512,7 +548,7 @@ bool cuda_tensor_core_gemm(DType t, const CudaPaths &paths) {
 #define MOE_MMQ_I8_FITS(TY) \
   case TY: return i8_any_fits<TY>(paths.smem_optin);
   switch (t) {
-    MOE_MMQ_I8_TYPES(MOE_MMQ_I8_FITS)
+    MOE_MMQ_I8_BASE_TYPES(MOE_MMQ_I8_FITS)
     default: return false;
   }
 #undef MOE_MMQ_I8_FITS
@@ -566,5 +602,7 @@ void cuda_i8_unpack_check_launch(DType t, const uint8_t *d_row, int n_sub, float
   MOE_CUDA_LAUNCH_CHECK("i8_unpack_check_kernel");
 }
 #undef MOE_MMQ_I8_TYPES
+#undef MOE_MMQ_I8_EXTRA_TYPES
+#undef MOE_MMQ_I8_BASE_TYPES
 
 }  // namespace moe

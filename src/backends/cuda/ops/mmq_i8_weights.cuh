@@ -8,40 +8,58 @@
 //               E2M1 value), d = 2^(e - 128) per 32 (sc = 1; d as f32: E8M0 exceeds f16)
 // The integers are the codes of the GGUF layouts (Q4_K 0..15, Q5_K 0..31, Q6_K -32..31,
 // Q4_0 -8..7, Q8_0 as stored; MXFP4 through a byte-permute table), four per 32-bit word
-// without per-byte work.
+// without per-byte work. The twelve extra types (Q4_1 ... IQ1_M): mmq_i8_extra.cuh.
 #pragma once
 #include <cuda_fp16.h>
 
 #include <cstdint>
 #include <cstring>
 
+#include "backends/cuda/ops/mmq_i8_extra.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
 namespace moe {
 namespace mmq {
 
-// The types matmul_mmq_i8.cu takes; of those, the K-quants sum integers over a 256-block.
+// The types matmul_mmq_i8.cu takes; of those, the K-quants and the extra 256-block types sum
+// integers over a 256-block.
 template <DType T>
 constexpr bool i8_type =
-    T == DType::Q4_0 || T == DType::Q8_0 || T == DType::MXFP4 || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
-template <DType T> constexpr bool i8_block_sum = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K;
+    T == DType::Q4_0 || T == DType::Q8_0 || T == DType::MXFP4 || T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K || i8_extra<T>;
+template <DType T>
+constexpr bool i8_block_sum = T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K || (i8_extra<T> && extra_qk<T> == 256);
+// Two integer scales per sub-block (one per k16 half).
+template <DType T> constexpr bool i8_per16 = T == DType::Q6_K || i8_extra_per16<T>;
 
 // Packed to keep the kernel's register staging small.
 struct I8Weights {
   uint32_t w[8];  // the 32 integers, int8
   uint32_t scm;   // bytes 0, 1: integer scale of k16 group 0, 1 (int8); byte 2: m (0 without a min)
-  uint32_t dm;    // f16 pair (d, dmin) (dmin 0 without a min term); MXFP4: d as f32 bits
+  uint32_t dm;    // f16 pair (d, dmin) (dmin 0 without a min term); MXFP4: d as f32 bits;
+                  // Q4_1 / Q5_1: (d, m), m the f16 min added to every weight
 };
 
-// (d, dmin) of a staged sub-block.
+// (d, dmin) of a staged sub-block (the extra types: (d k, m), mmq_i8_extra.cuh).
 template <DType T> __device__ __forceinline__ float2 i8_d_dmin(uint32_t dm) {
   if constexpr (T == DType::MXFP4) {
     return make_float2(__uint_as_float(dm), 0.0f);
   } else {
     __half2 h;
     memcpy(&h, &dm, 4);
-    return __half22float2(h);
+    float2 f = __half22float2(h);
+    if constexpr (i8_extra<T>) f.x *= extra_k<T>();  // a power of two: exact
+    return f;
   }
+}
+
+// A decoded extra-type sub-block as the kernel's operands.
+template <DType T> __device__ __forceinline__ void extra_to_i8(const SubBlock &b, I8Weights &o) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) o.w[k] = b.v[k];
+  o.scm = static_cast<uint32_t>(b.ls0 & 0xFF) | (static_cast<uint32_t>(b.ls1 & 0xFF) << 8);
+  // d and m came from f16 fields: back to f16 exactly.
+  o.dm = static_cast<uint32_t>(__half_as_ushort(__float2half_rn(b.d))) |
+         (static_cast<uint32_t>(__half_as_ushort(__float2half_rn(b.m))) << 16);
 }
 
 __device__ __forceinline__ int i8_byte(uint32_t v, int i) { return static_cast<int8_t>(static_cast<uint8_t>(v >> (8 * i))); }
@@ -189,7 +207,11 @@ __device__ __forceinline__ void stage_mxfp4(const uint8_t *blk, I8Weights &o) {
 
 template <DType T> __device__ __forceinline__ void stage_i8(const uint8_t *row, int s, I8Weights &o) {
   const int j = s & 7;
-  if constexpr (T == DType::Q4_K) {
+  if constexpr (i8_extra<T>) {
+    SubBlock b;
+    decode_sub<T>(row, s, b);
+    extra_to_i8<T>(b, o);
+  } else if constexpr (T == DType::Q4_K) {
     const uint8_t *blk = row + (s >> 3) * 144;
     stage_q4k(blk, blk + 16 + 32 * (j >> 1), j, o);
   } else if constexpr (T == DType::Q5_K) {
@@ -213,7 +235,7 @@ template <DType T> __device__ __forceinline__ void stage_i8(const uint8_t *row, 
 }
 
 // The row bytes a K step of 64 (elements k0 .. k0 + 63, k0 % 64 == 0, k0 < K) reads, as up to
-// three regions (offset in the row, length; region r exists where chunks(r) > 0), and the
+// kI8Regions regions (offset in the row, length; region r exists where chunks(r) > 0), and the
 // 16-byte chunks that the pipeline of matmul_mmq_i8.cu reserves per region for its cover
 // (the aligned chunks holding it; chunks(r) >= the most any alignment needs). Regions
 // start where stage_i8 reads:
@@ -232,14 +254,14 @@ template <> struct I8Raw<DType::Q4_K> {
   }
 };
 template <> struct I8Raw<DType::Q5_K> {
-  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 1 : r == 1 ? 2 : 2; }
+  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 1 : r == 1 ? 2 : r == 2 ? 2 : 0; }
   __device__ static int2 region(int r, int k0, int) {
     const int blk = (k0 >> 8) * 176;
     return r == 0 ? make_int2(blk, 16) : r == 1 ? make_int2(blk + 16, 32) : make_int2(blk + 48 + 32 * ((k0 >> 6) & 3), 32);
   }
 };
 template <> struct I8Raw<DType::Q6_K> {
-  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 5 : r == 1 ? 3 : 2; }
+  __host__ __device__ static constexpr int chunks(int r) { return r == 0 ? 5 : r == 1 ? 3 : r == 2 ? 2 : 0; }
   __device__ static int2 region(int r, int k0, int) {
     const int blk = (k0 >> 8) * 210, s4 = (k0 >> 6) & 3;
     if (r == 0) return make_int2(blk + 64 * (s4 >> 1), 64);
@@ -254,13 +276,17 @@ template <int B, int C> struct I8RawPer32 {
 template <> struct I8Raw<DType::Q4_0> : I8RawPer32<18, 4> {};
 template <> struct I8Raw<DType::Q8_0> : I8RawPer32<34, 6> {};
 template <> struct I8Raw<DType::MXFP4> : I8RawPer32<17, 4> {};
-template <DType T> constexpr int i8_raw_chunks = I8Raw<T>::chunks(0) + I8Raw<T>::chunks(1) + I8Raw<T>::chunks(2);
+template <DType T> constexpr int i8_raw_chunks = I8Raw<T>::chunks(0) + I8Raw<T>::chunks(1) + I8Raw<T>::chunks(2) + I8Raw<T>::chunks(3);
 
 // Sub-block h (0, 1) of the K step at k0 from p[r] = region r's first byte (wherever its
 // bytes were put, same position modulo 16).
-template <DType T> __device__ __forceinline__ void stage_i8_regions(const uint8_t *const (&p)[3], int k0, int h, I8Weights &o) {
+template <DType T> __device__ __forceinline__ void stage_i8_regions(const uint8_t *const (&p)[kI8Regions], int k0, int h, I8Weights &o) {
   const int s4 = (k0 >> 6) & 3, j = 2 * s4 + h;
-  if constexpr (T == DType::Q4_K) {
+  if constexpr (i8_extra<T>) {
+    SubBlock b;
+    extra_sub_regions<T>(p, k0, h, b);
+    extra_to_i8<T>(b, o);
+  } else if constexpr (T == DType::Q4_K) {
     stage_q4k(p[0], p[1], j, o);
   } else if constexpr (T == DType::Q5_K) {
     stage_q5k(p[0], p[1], p[2], j, o);

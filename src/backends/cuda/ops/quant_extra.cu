@@ -1,6 +1,7 @@
 // MatMul / MatMulId / GetRows of the extra weight types (quant_extra.h): activation rounding
-// into the CPU's Q8 blocks, the integer-dot warp-per-row kernel, f16 dequantization for cuBLAS
-// and GetRows. Decoders and device tables: quant_extra_decode.cuh (this file is its one user).
+// into the CPU's Q8 blocks, the integer-dot warp-per-row kernel, f16 dequantization for cuBLAS,
+// the batches handed to the int8 tensor-core GEMM (matmul_mmq_i8.cu) and GetRows. Decoders and
+// device tables: quant_extra_decode.cuh (also staged for the GEMM by mmq_i8_extra.cuh).
 #include "backends/cuda/ops/quant_extra.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "backends/cuda/ops/act_round_warp.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/matmul_heads.h"
+#include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_route.h"
 #include "backends/cuda/ops/quant_extra_decode.cuh"
 
@@ -19,8 +21,11 @@ namespace {
 constexpr int kXWarps = 4;       // weight rows per block of the dot kernel (a warp each)
 constexpr int kXTile = 8;        // activation columns per block beyond one token
 constexpr int kQuantWarps = 4;   // 256-value units per block of the activation rounding
-// Dense weights above this as f16 stay on the integer kernel (as matmul.cu's cuBLAS path).
+// Dense weights above this as f16 stay on the integer kernels (as matmul.cu's cuBLAS path).
 constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
+// The int8 MMQ's dense K splits are sized for an H200's SMs in the plan (as matmul.cu); fewer
+// fit any device.
+constexpr int kPlannedSms = 132;
 
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
@@ -29,8 +34,12 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 // Rows of x (row r = element (r % ne1, r / ne1 % ne2, ...) of its rows) into int8 q[r K + i]
 // and, per 32 values, ds[r K / 32 + i / 32] = (d, s): Q8_K: (the 256-block's scale, 0);
 // Q8_0 / Q8_1: (the f16 scale, Q8_1's f16 s = d * sum of the 32 integers), the values the CPU's
-// quantize_row gives. A warp per 256 values, lane l holding 8 (K % 32 == 0; Q8_K: K % 256 == 0).
-__global__ void __launch_bounds__(kQuantWarps * 32) quantize_acts_kernel(TView x, int K, int64_t units, bool q8k, int8_t *q, float2 *ds) {
+// quantize_row gives. per16 (the int8 MMQ's layout, launch_mmq_i8_matmul): ds per 16 values
+// instead, ds[r K / 16 + i / 16] = (d, s) for the first 16 of a 32 and (d, 0) for the second
+// (its Q4_1 / Q5_1 fold adds m s once per 32; the other types read only d).
+// A warp per 256 values, lane l holding 8 (K % 32 == 0; Q8_K: K % 256 == 0).
+__global__ void __launch_bounds__(kQuantWarps * 32) quantize_acts_kernel(TView x, int K, int64_t units, bool q8k, bool per16, int8_t *q,
+                                                                         float2 *ds) {
   const int64_t u = static_cast<int64_t>(blockIdx.x) * kQuantWarps + (threadIdx.x >> 5);
   if (u >= units) return;  // whole warps
   const int lane = threadIdx.x & 31, nb = (K + 255) / 256;
@@ -65,7 +74,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_acts_kernel(TView x
   }
   if (!in) return;
   *reinterpret_cast<uint2 *>(q + r * K + i0) = pack_int8x8(qi);
-  if ((lane & 3) == 0) ds[r * (K / 32) + i0 / 32] = make_float2(d, s);
+  if (per16 && (lane & 1) == 0) ds[r * (K / 16) + i0 / 16] = make_float2(d, (lane & 2) ? 0.0f : s);
+  if (!per16 && (lane & 3) == 0) ds[r * (K / 32) + i0 / 32] = make_float2(d, s);
 }
 
 // ---- the product -----------------------------------------------------------------------
@@ -235,9 +245,14 @@ struct XShape {
   int64_t K, M, E, rows;  // rows: activation rows to round (X * T for MatMulId, H * T for MatMulHeads)
   int n_used, T, X, max_tiles;
   bool moe, heads, blas;
+  bool mmq;  // the int8 tensor-core GEMM (matmul_mmq_i8.cu): MatMulId of >= kMmaMinEntries entries,
+             // dense of >= kMmaMinCols columns (cuBLAS first where blas says so)
+  int tile;  // MatMulId's routing tile: kMmaCols on the MMQ, else kXTile
 };
 
-XShape xshape(const Graph &g, const Node &n, const GpuTuning &tuning) {
+// The kernel choice for n under tuning on a device taking paths: the planner sizes the scratch
+// from it and the launch follows it.
+XShape xshape(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
   XShape s{};
   s.K = w.ne[0];
@@ -254,6 +269,7 @@ XShape xshape(const Graph &g, const Node &n, const GpuTuning &tuning) {
     s.rows = x.ne[1] * x.ne[2] * x.ne[3];
     const int blas_min = tuning.blas_min_tokens;
     s.blas = blas_min > 0 && s.rows >= blas_min && s.M * s.K * 2 <= kBlasMaxWeightBytes;
+    s.mmq = s.rows >= kMmaMinCols && cuda_mmq_i8_extra_gemm(w.type, paths);
   } else {
     const Node &ids = g.node(n.src[2]);
     s.E = w.ne[2];
@@ -261,26 +277,34 @@ XShape xshape(const Graph &g, const Node &n, const GpuTuning &tuning) {
     s.T = static_cast<int>(ids.ne[1]);
     s.X = static_cast<int>(x.ne[1]);
     s.rows = static_cast<int64_t>(s.X) * s.T;
-    s.max_tiles = cuda_route_max_tiles(s.n_used, s.T, s.E, kXTile);
+    s.mmq = s.T > 1 && s.n_used * s.T >= kMmaMinEntries && cuda_mmq_i8_extra_gemm(w.type, paths);
   }
+  s.tile = s.mmq ? kMmaCols : kXTile;
+  if (s.moe) s.max_tiles = cuda_route_max_tiles(s.n_used, s.T, s.E, s.tile);
   return s;
 }
 
 size_t act_q_bytes(const XShape &s) { return align256(static_cast<size_t>(s.rows * s.K)); }
-size_t act_bytes(const XShape &s) { return act_q_bytes(s) + align256(static_cast<size_t>(s.rows * (s.K / 32)) * sizeof(float2)); }
+// (d, s) per 32 values, or per 16 for the MMQ (quantize_acts_kernel's per16).
+size_t act_bytes(const XShape &s) {
+  return act_q_bytes(s) + align256(static_cast<size_t>(s.rows * (s.K / (s.mmq ? 16 : 32))) * sizeof(float2));
+}
 bool routed(const XShape &s) { return s.moe && s.T > 1; }
 size_t entries_bytes(const XShape &s) { return align256(static_cast<size_t>(s.n_used) * s.T * sizeof(int2)); }
 size_t route_bytes(const XShape &s) { return routed(s) ? entries_bytes(s) + align256(static_cast<size_t>(s.max_tiles) * sizeof(int4)) : 0; }
 size_t blas_w_bytes(const XShape &s) { return align256(static_cast<size_t>(s.M * s.K) * 2); }
 size_t blas_bytes(const XShape &s) { return blas_w_bytes(s) + align256(static_cast<size_t>(s.rows * s.K) * 2); }
+// Dense MMQ K splits: their partial results follow the activations.
+int mmq_splits(const XShape &s, int n_sm) { return s.mmq && !s.moe ? mmq_i8_k_splits(s.K, s.M, s.rows, n_sm) : 1; }
+size_t part_bytes(const XShape &s, int splits) { return splits > 1 ? align256(static_cast<size_t>(splits) * s.rows * s.M * 4) : 0; }
 
 }  // namespace
 
 bool cuda_extra_type(DType t) { return is_extra_type(t); }
 
-size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning) {
-  const XShape s = xshape(g, n, tuning);
-  const size_t ints = act_bytes(s) + route_bytes(s);
+size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
+  const XShape s = xshape(g, n, tuning, paths);
+  const size_t ints = act_bytes(s) + route_bytes(s) + part_bytes(s, mmq_splits(s, kPlannedSms));
   return s.blas ? std::max(ints, blas_bytes(s)) : ints;  // either may run (no cuBLAS handle: the integer kernel)
 }
 
@@ -290,9 +314,44 @@ bool cuda_extra_heads_supported(const Graph &g, const Node &n) {
          static_cast<int64_t>(x.ne[1]) * ((x.ne[2] + kXTile - 1) / kXTile) <= 65535;  // grid.y
 }
 
+namespace {
+
+// The batches of the int8 MMQ: activations rounded into its per-16 layout, MatMulId's
+// entries routed into tiles of kMmaCols, dense K split where the work buffer holds the parts.
+void matmul_extra_mmq(const CudaOpCtx &c, const XShape &s) {
+  const Node &w = c.src(0), &x = c.src(1);
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  const int K = static_cast<int>(s.K), M = static_cast<int>(s.M);
+  int8_t *xq = reinterpret_cast<int8_t *>(work);
+  float2 *xs = reinterpret_cast<float2 *>(work + act_q_bytes(s));
+  const int64_t units = s.rows * ((s.K + 255) / 256);
+  quantize_acts_kernel<<<static_cast<unsigned>((units + kQuantWarps - 1) / kQuantWarps), kQuantWarps * 32, 0, c.stream>>>(
+      tview(x), K, units, type_traits(w.type).vec_dot_type == DType::Q8_K, true, xq, xs);
+  MOE_CUDA_LAUNCH_CHECK("quantize_acts_kernel");
+  float *Y = static_cast<float *>(c.n.data);
+  if (!s.moe) {
+    int splits = mmq_splits(s, c.n_sm);
+    while (splits > 1 && act_bytes(s) + part_bytes(s, splits) > c.n.work_size) --splits;
+    float *part = splits > 1 ? reinterpret_cast<float *>(work + act_bytes(s)) : nullptr;
+    const int ncols = static_cast<int>(s.rows);
+    launch_mmq_i8_matmul(w.type, c.stream, W, w.nb[1], 0, K, M, xq, xs, Y, ncols, nullptr, nullptr, (ncols + kMmaCols - 1) / kMmaCols, part,
+                         splits);
+    return;
+  }
+  const Node &ids = c.src(2);
+  int2 *entries = reinterpret_cast<int2 *>(work + act_bytes(s));
+  int4 *tiles = reinterpret_cast<int4 *>(work + act_bytes(s) + entries_bytes(s));
+  cuda_launch_route(c.stream, static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T, static_cast<int>(s.E),
+                    s.X, s.tile, entries, tiles, s.max_tiles, c.ub.err);
+  launch_mmq_i8_matmul(w.type, c.stream, W, w.nb[1], w.nb[2], K, M, xq, xs, Y, 0, tiles, entries, s.max_tiles, nullptr, 1);
+}
+
+}  // namespace
+
 void cuda_op_matmul_extra(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
-  const XShape s = xshape(c.g, c.n, c.tuning);
+  const XShape s = xshape(c.g, c.n, c.tuning, c.paths);
   if (s.M == 0 || s.rows == 0) return;
   if (s.moe && s.E > kCudaMaxExperts) fail(Status::Unsupported, "CUDA MoE: %lld experts (max %d)", (long long)s.E, kCudaMaxExperts);
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
@@ -308,11 +367,12 @@ void cuda_op_matmul_extra(const CudaOpCtx &c) {
     cuda_blas_gemm_f16(c.blas, M, static_cast<int>(s.rows), K, W16, K, X16, K, static_cast<float *>(c.n.data), M);
     return;
   }
+  if (s.mmq) return matmul_extra_mmq(c, s);
   int8_t *xq = reinterpret_cast<int8_t *>(work);
   float2 *xds = reinterpret_cast<float2 *>(work + act_q_bytes(s));
   const int64_t units = s.rows * ((s.K + 255) / 256);
   quantize_acts_kernel<<<static_cast<unsigned>((units + kQuantWarps - 1) / kQuantWarps), kQuantWarps * 32, 0, c.stream>>>(
-      tview(x), K, units, vdt == DType::Q8_K, xq, xds);
+      tview(x), K, units, vdt == DType::Q8_K, false, xq, xds);
   MOE_CUDA_LAUNCH_CHECK("quantize_acts_kernel");
   float *Y = static_cast<float *>(c.n.data);
   const unsigned gx = static_cast<unsigned>((s.M + kXWarps - 1) / kXWarps);
@@ -349,7 +409,7 @@ void cuda_op_matmul_extra(const CudaOpCtx &c) {
   }
   int2 *entries = reinterpret_cast<int2 *>(work + act_bytes(s));
   int4 *tiles = reinterpret_cast<int4 *>(work + act_bytes(s) + entries_bytes(s));
-  cuda_launch_route(c.stream, static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T, cols.E, s.X, kXTile,
+  cuda_launch_route(c.stream, static_cast<const int32_t *>(ids.data), static_cast<int64_t>(ids.nb[1] / 4), s.n_used, s.T, cols.E, s.X, s.tile,
                     entries, tiles, s.max_tiles, c.ub.err);
   cols.tiles = tiles;
   cols.entries = entries;

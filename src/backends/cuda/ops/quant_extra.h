@@ -3,7 +3,7 @@
 // cuda_dispatch.cpp sends their nodes here; the fused one-token groups (cuda_fusion.h) fall
 // back to running their members one by one, because matvec.cu does not take these types.
 //
-//   if (cuda_extra_type(w.type)) { size = cuda_extra_matmul_work_size(g, n, tuning); ... cuda_op_matmul_extra(c); }
+//   if (cuda_extra_type(w.type)) { size = cuda_extra_matmul_work_size(g, n, tuning, paths); ... cuda_op_matmul_extra(c); }
 //
 // Paths (quant_extra.cu):
 //   * activations are rounded into the CPU's activation blocks for the type (its vec_dot_type:
@@ -11,8 +11,11 @@
 //   * MatMul, MatMulId: a warp per weight row dots each 32-weight sub-block, decoded to int8,
 //     with up to 8 activation columns (dp4a; the CPU's per-block integer sums and float steps);
 //     one token, a few tokens, and MatMulId's expert tiles (routed on the device, matmul_route.h)
-//     all take this kernel;
-//   * dense MatMul of >= GpuTuning::blas_min_tokens columns with a cuBLAS handle: the weights
+//     take this kernel;
+//   * on sm_80+ (cuda_mmq_i8_extra_gemm), dense MatMul of >= kMmaMinCols columns and MatMulId of
+//     >= kMmaMinEntries entries: the int8 tensor-core GEMM of the K-quants (matmul_mmq_i8.cu,
+//     staging in mmq_i8_extra.cuh), the same integers and the CPU's float steps per block;
+//   * dense MatMul of >= GpuTuning::blas_min_tokens columns with a cuBLAS handle (before the MMQ): the weights
 //     dequantized to f16 (the CPU's values, rounded once) and one cuBLAS GEMM, as matmul.cu
 //     does for the MMQ types;
 //   * GetRows: the CPU's dequantized values, bit for bit.
@@ -25,7 +28,8 @@
 namespace moe {
 
 bool cuda_extra_type(DType t);
-size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning);
+// Scratch for n under tuning on a device taking paths (the launch makes the same choices).
+size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
 // MatMulHeads nodes of these types whose shape the kernel takes (x [K, H, T], f32 output rows).
 bool cuda_extra_heads_supported(const Graph &g, const Node &n);
 void cuda_op_matmul_extra(const CudaOpCtx &c);  // MatMul, MatMulId and MatMulHeads

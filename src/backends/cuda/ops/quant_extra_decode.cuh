@@ -5,10 +5,12 @@
 //   weight l = value_scale(b, l / 16) * q[l] (+ b.m)           the CPU dequantizer's floats
 //   dot      = (b.d * xd) * (ls0 * isum(q[0..15]) + ls1 * isum(q[16..31])) (+ b.m * xs)
 //
-// so GetRows / f16 dequantization and the integer dot products (quant_extra.cu) start from one
+// so GetRows / f16 dequantization, the integer dot products (quant_extra.cu) and the int8 MMQ
+// staging (mmq_i8_extra.cuh) start from one
 // decoder per type, which follows the CPU's quant/iq_decode.cpp, quant/iq4.cpp and
 // quant/q4_1_q5.cpp. The grid and sign tables are quant/iq_grids.inc, the CPU's own numbers,
-// compiled here as __device__ arrays: include this header in ONE translation unit only.
+// compiled here as static __device__ arrays: each translation unit that includes this header
+// (quant_extra.cu, matmul_mmq_i8.cu through mmq_i8_extra.cuh) holds its own copy (~40 KB).
 #pragma once
 #include <cuda_fp16.h>
 
@@ -129,109 +131,148 @@ template <DType T> __device__ __forceinline__ void decode_block32(const uint8_t 
   }
 }
 
-// The 256-value block types: sub-block s & 7 of block s >> 3.
+// The 256-value block types, sub-block ib (0..7) of a block, from pointers to the fields it
+// reads (named after the BlockIQ* members; "_ib": already at sub-block ib's bytes), so that
+// the same decoders serve a block in global memory (decode_block256) and the copies of its
+// bytes in the int8 MMQ's shared memory (mmq_i8_extra.cuh). The pointers need the block's
+// 2-byte alignment, nothing more.
+// IQ4_XS: hdr = the block (d, scales_h, scales_l: 8 bytes), qs_ib = its 16 bytes of qs.
+__device__ __forceinline__ void iq4xs_sub(const uint8_t *hdr, const uint8_t *qs_ib, int ib, SubBlock &b) {
+  b.d = f16_at(hdr);
+  const uint32_t sh = ld16(hdr + 2), sl = hdr[4 + ib / 2];
+  b.ls0 = b.ls1 = static_cast<int>(((sl >> (4 * (ib % 2))) & 0xFu) | (((sh >> (2 * ib)) & 3u) << 4)) - 32;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t q = ld32(qs_ib + 4 * i);
+    b.v[i] = iq4_values(q & 0x0F0F0F0Fu);
+    b.v[4 + i] = iq4_values((q >> 4) & 0x0F0F0F0Fu);
+  }
+}
+// IQ2_XXS: qs_ib = its 8 bytes (4 grid indices, then signs and scale).
+__device__ __forceinline__ void iq2xxs_sub(const uint8_t *d, const uint8_t *qs_ib, SubBlock &b) {
+  b.d = f16_at(d);
+  const uint32_t a0 = ld32(qs_ib), a1 = ld32(qs_ib + 4);
+  b.ls0 = b.ls1 = 2 * static_cast<int>(a1 >> 28) + 1;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint2 g = grid64(iq_dev::kIq2xxsGrid, (a0 >> (8 * l)) & 0xFF);
+    const uint32_t sg = __ldg(iq_dev::kIq2SignBytes + ((a1 >> (7 * l)) & 127));
+    b.v[2 * l] = signed4(g.x, sg & 0xF);
+    b.v[2 * l + 1] = signed4(g.y, sg >> 4);
+  }
+}
+// IQ2_XS: qs_ib = its 8 bytes (4 x 16 bits: grid index, sign index), sc = its scale byte.
+__device__ __forceinline__ void iq2xs_sub(const uint8_t *d, const uint8_t *qs_ib, const uint8_t *sc, SubBlock &b) {
+  b.d = f16_at(d);
+  b.ls0 = 2 * static_cast<int>(*sc & 0xF) + 1;
+  b.ls1 = 2 * static_cast<int>(*sc >> 4) + 1;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t q = ld16(qs_ib + 2 * l);
+    const uint2 g = grid64(iq_dev::kIq2xsGrid, q & 511);
+    const uint32_t sg = __ldg(iq_dev::kIq2SignBytes + (q >> 9));
+    b.v[2 * l] = signed4(g.x, sg & 0xF);
+    b.v[2 * l + 1] = signed4(g.y, sg >> 4);
+  }
+}
+// IQ2_S: qs_ib / signs_ib = its 4 index / sign bytes, qh / sc = its high-bit / scale byte.
+__device__ __forceinline__ void iq2s_sub(const uint8_t *d, const uint8_t *qs_ib, const uint8_t *signs_ib, const uint8_t *qh, const uint8_t *sc,
+                                         SubBlock &b) {
+  b.d = f16_at(d);
+  b.ls0 = 2 * static_cast<int>(*sc & 0xF) + 1;
+  b.ls1 = 2 * static_cast<int>(*sc >> 4) + 1;
+  const uint32_t h = *qh;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const int idx = qs_ib[l] | static_cast<int>((h << (8 - 2 * l)) & 0x300);
+    const uint2 g = grid64(iq_dev::kIq2sGrid, idx);
+    const uint32_t sg = signs_ib[l];
+    b.v[2 * l] = signed4(g.x, sg & 0xF);
+    b.v[2 * l + 1] = signed4(g.y, sg >> 4);
+  }
+}
+// IQ3_XXS: qs_ib = its 8 grid indices, aux_ib = its 4 bytes of signs and scale.
+__device__ __forceinline__ void iq3xxs_sub(const uint8_t *d, const uint8_t *qs_ib, const uint8_t *aux_ib, SubBlock &b) {
+  b.d = f16_at(d);
+  const uint32_t aux = ld32(aux_ib);
+  b.ls0 = b.ls1 = 2 * static_cast<int>(aux >> 28) + 1;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t sg = __ldg(iq_dev::kIq2SignBytes + ((aux >> (7 * l)) & 127));
+    b.v[2 * l] = signed4(__ldg(iq_dev::kIq3xxsGrid + qs_ib[2 * l]), sg & 0xF);
+    b.v[2 * l + 1] = signed4(__ldg(iq_dev::kIq3xxsGrid + qs_ib[2 * l + 1]), sg >> 4);
+  }
+}
+// IQ3_S: qs_ib = its 8 grid indices, qh = its high-bit byte, signs_ib = its 4 sign bytes,
+// sc = the scale byte of sub-blocks ib & ~1, ib | 1.
+__device__ __forceinline__ void iq3s_sub(const uint8_t *d, const uint8_t *qs_ib, const uint8_t *qh, const uint8_t *signs_ib, const uint8_t *sc,
+                                         int ib, SubBlock &b) {
+  b.d = f16_at(d);
+  b.ls0 = b.ls1 = 1 + 2 * static_cast<int>((*sc >> (4 * (ib % 2))) & 0xF);
+  const uint32_t h = *qh;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const int i1 = qs_ib[2 * l] | static_cast<int>((h << (8 - 2 * l)) & 256);
+    const int i2 = qs_ib[2 * l + 1] | static_cast<int>((h << (7 - 2 * l)) & 256);
+    const uint32_t sg = signs_ib[l];
+    b.v[2 * l] = signed4(__ldg(iq_dev::kIq3sGrid + i1), sg & 0xF);
+    b.v[2 * l + 1] = signed4(__ldg(iq_dev::kIq3sGrid + i2), sg >> 4);
+  }
+}
+// IQ1_S: qs_ib = its 4 index bytes, qh_ib = its 16-bit word (high index bits, scale, sign).
+__device__ __forceinline__ void iq1s_sub(const uint8_t *d, const uint8_t *qs_ib, const uint8_t *qh_ib, SubBlock &b) {
+  b.d = f16_at(d);
+  const uint32_t qh = ld16(qh_ib);
+  b.ls0 = b.ls1 = 2 * static_cast<int>((qh >> 12) & 7) + 1;
+  const bool neg = (qh & 0x8000u) != 0;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const int idx = qs_ib[l] | static_cast<int>(((qh >> (3 * l)) & 7) << 8);
+    const uint2 g = grid64(iq_dev::kIq1sGrid, idx);
+    b.v[2 * l] = iq1_values(g.x, neg);
+    b.v[2 * l + 1] = iq1_values(g.y, neg);
+  }
+}
+// IQ1_M: qs_ib = its 4 index bytes, qh_ib = its 2 bytes (per nibble: 3 index bits, then the
+// delta sign), scales = the block's 8 scale bytes (the f16 scale in the words' top nibbles).
+__device__ __forceinline__ void iq1m_sub(const uint8_t *qs_ib, const uint8_t *qh_ib, const uint8_t *scales, int ib, SubBlock &b) {
+  const uint32_t s0 = ld16(scales), s1 = ld16(scales + 2), s2 = ld16(scales + 4), s3 = ld16(scales + 6);
+  const uint32_t h = (s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u);
+  b.d = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+  const uint32_t sc = ld16(scales + 2 * (ib / 2)) >> (6 * (ib % 2));
+  b.ls0 = 2 * static_cast<int>(sc & 7) + 1;
+  b.ls1 = 2 * static_cast<int>((sc >> 3) & 7) + 1;
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t hb = qh_ib[l / 2] >> (4 * (l % 2));
+    const int idx = qs_ib[l] | static_cast<int>((hb & 7) << 8);
+    const uint2 g = grid64(iq_dev::kIq1sGrid, idx);
+    b.v[2 * l] = iq1_values(g.x, (hb & 8) != 0);
+    b.v[2 * l + 1] = iq1_values(g.y, (hb & 8) != 0);
+  }
+}
+
+// The 256-value block types: sub-block s & 7 of block s >> 3 (offsets: quant/dtype.h's BlockIQ*).
 template <DType T> __device__ __forceinline__ void decode_block256(const uint8_t *row, int s, SubBlock &b) {
   const uint8_t *blk = row + (s >> 3) * extra_bytes<T>();
   const int ib = s & 7;
   if constexpr (T == DType::IQ4_XS) {
-    b.d = f16_at(blk);
-    const uint32_t sh = ld16(blk + 2), sl = blk[4 + ib / 2];
-    b.ls0 = b.ls1 = static_cast<int>(((sl >> (4 * (ib % 2))) & 0xFu) | (((sh >> (2 * ib)) & 3u) << 4)) - 32;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t q = ld32(blk + 8 + 16 * ib + 4 * i);
-      b.v[i] = iq4_values(q & 0x0F0F0F0Fu);
-      b.v[4 + i] = iq4_values((q >> 4) & 0x0F0F0F0Fu);
-    }
+    iq4xs_sub(blk, blk + 8 + 16 * ib, ib, b);
   } else if constexpr (T == DType::IQ2_XXS) {
-    b.d = f16_at(blk);
-    const uint32_t a0 = ld32(blk + 2 + 8 * ib), a1 = ld32(blk + 6 + 8 * ib);
-    b.ls0 = b.ls1 = 2 * static_cast<int>(a1 >> 28) + 1;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const uint2 g = grid64(iq_dev::kIq2xxsGrid, (a0 >> (8 * l)) & 0xFF);
-      const uint32_t sg = __ldg(iq_dev::kIq2SignBytes + ((a1 >> (7 * l)) & 127));
-      b.v[2 * l] = signed4(g.x, sg & 0xF);
-      b.v[2 * l + 1] = signed4(g.y, sg >> 4);
-    }
+    iq2xxs_sub(blk, blk + 2 + 8 * ib, b);
   } else if constexpr (T == DType::IQ2_XS) {
-    b.d = f16_at(blk);
-    const uint32_t sc = blk[66 + ib];
-    b.ls0 = 2 * static_cast<int>(sc & 0xF) + 1;
-    b.ls1 = 2 * static_cast<int>(sc >> 4) + 1;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const uint32_t q = ld16(blk + 2 + 8 * ib + 2 * l);
-      const uint2 g = grid64(iq_dev::kIq2xsGrid, q & 511);
-      const uint32_t sg = __ldg(iq_dev::kIq2SignBytes + (q >> 9));
-      b.v[2 * l] = signed4(g.x, sg & 0xF);
-      b.v[2 * l + 1] = signed4(g.y, sg >> 4);
-    }
+    iq2xs_sub(blk, blk + 2 + 8 * ib, blk + 66 + ib, b);
   } else if constexpr (T == DType::IQ2_S) {
-    b.d = f16_at(blk);
-    const uint32_t sc = blk[74 + ib], qh = blk[66 + ib];
-    b.ls0 = 2 * static_cast<int>(sc & 0xF) + 1;
-    b.ls1 = 2 * static_cast<int>(sc >> 4) + 1;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const int idx = blk[2 + 4 * ib + l] | static_cast<int>((qh << (8 - 2 * l)) & 0x300);
-      const uint2 g = grid64(iq_dev::kIq2sGrid, idx);
-      const uint32_t sg = blk[2 + 32 + 4 * ib + l];
-      b.v[2 * l] = signed4(g.x, sg & 0xF);
-      b.v[2 * l + 1] = signed4(g.y, sg >> 4);
-    }
+    iq2s_sub(blk, blk + 2 + 4 * ib, blk + 34 + 4 * ib, blk + 66 + ib, blk + 74 + ib, b);
   } else if constexpr (T == DType::IQ3_XXS) {
-    b.d = f16_at(blk);
-    const uint32_t aux = ld32(blk + 2 + 64 + 4 * ib);
-    b.ls0 = b.ls1 = 2 * static_cast<int>(aux >> 28) + 1;
-    const uint8_t *qs = blk + 2 + 8 * ib;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const uint32_t sg = __ldg(iq_dev::kIq2SignBytes + ((aux >> (7 * l)) & 127));
-      b.v[2 * l] = signed4(__ldg(iq_dev::kIq3xxsGrid + qs[2 * l]), sg & 0xF);
-      b.v[2 * l + 1] = signed4(__ldg(iq_dev::kIq3xxsGrid + qs[2 * l + 1]), sg >> 4);
-    }
+    iq3xxs_sub(blk, blk + 2 + 8 * ib, blk + 66 + 4 * ib, b);
   } else if constexpr (T == DType::IQ3_S) {
-    b.d = f16_at(blk);
-    b.ls0 = b.ls1 = 1 + 2 * static_cast<int>((blk[106 + ib / 2] >> (4 * (ib % 2))) & 0xF);
-    const uint8_t *qs = blk + 2 + 8 * ib;
-    const uint32_t qh = blk[66 + ib];
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const int i1 = qs[2 * l] | static_cast<int>((qh << (8 - 2 * l)) & 256);
-      const int i2 = qs[2 * l + 1] | static_cast<int>((qh << (7 - 2 * l)) & 256);
-      const uint32_t sg = blk[74 + 4 * ib + l];
-      b.v[2 * l] = signed4(__ldg(iq_dev::kIq3sGrid + i1), sg & 0xF);
-      b.v[2 * l + 1] = signed4(__ldg(iq_dev::kIq3sGrid + i2), sg >> 4);
-    }
+    iq3s_sub(blk, blk + 2 + 8 * ib, blk + 66 + ib, blk + 74 + 4 * ib, blk + 106 + ib / 2, ib, b);
   } else if constexpr (T == DType::IQ1_S) {
-    b.d = f16_at(blk);
-    const uint32_t qh = ld16(blk + 34 + 2 * ib);
-    b.ls0 = b.ls1 = 2 * static_cast<int>((qh >> 12) & 7) + 1;
-    const bool neg = (qh & 0x8000u) != 0;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const int idx = blk[2 + 4 * ib + l] | static_cast<int>(((qh >> (3 * l)) & 7) << 8);
-      const uint2 g = grid64(iq_dev::kIq1sGrid, idx);
-      b.v[2 * l] = iq1_values(g.x, neg);
-      b.v[2 * l + 1] = iq1_values(g.y, neg);
-    }
-  } else {  // IQ1_M: the f16 scale in the top nibbles of the four scale words
+    iq1s_sub(blk, blk + 2 + 4 * ib, blk + 34 + 2 * ib, b);
+  } else {
     static_assert(T == DType::IQ1_M, "not one of the extra types");
-    const uint32_t s0 = ld16(blk + 48), s1 = ld16(blk + 50), s2 = ld16(blk + 52), s3 = ld16(blk + 54);
-    const uint32_t h = (s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u);
-    b.d = __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
-    const uint32_t sc = ld16(blk + 48 + 2 * (ib / 2)) >> (6 * (ib % 2));
-    b.ls0 = 2 * static_cast<int>(sc & 7) + 1;
-    b.ls1 = 2 * static_cast<int>((sc >> 3) & 7) + 1;
-#pragma unroll
-    for (int l = 0; l < 4; ++l) {
-      const uint32_t hb = blk[32 + 2 * ib + l / 2] >> (4 * (l % 2));  // 3 index bits, then the delta sign
-      const int idx = blk[4 * ib + l] | static_cast<int>((hb & 7) << 8);
-      const uint2 g = grid64(iq_dev::kIq1sGrid, idx);
-      b.v[2 * l] = iq1_values(g.x, (hb & 8) != 0);
-      b.v[2 * l + 1] = iq1_values(g.y, (hb & 8) != 0);
-    }
+    iq1m_sub(blk + 4 * ib, blk + 32 + 2 * ib, blk + 48, ib, b);
   }
 }
 
