@@ -46,9 +46,31 @@ struct ConvArgs {
   int n_seq_max;
 };
 
+// silu(sum of win[j] w[j]) summed oldest to newest, unfused, as the CPU sums (refmath::silu_v).
+template <int kMax> __device__ __forceinline__ float conv_silu(const float (&win)[kMax], const float *w, int K) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMax; ++j)
+    if (j < K) sum = __fadd_rn(sum, __fmul_rn(win[j], w[j]));
+  return __fdiv_rn(sum, __fadd_rn(1.0f, ref_expf_v(__fsub_rn(0.0f, sum))));
+}
+
+// Writes win[0 .. K - 2] as a sequence's new tail [K-1][C] (oldest first).
+template <int kMax> __device__ __forceinline__ void conv_store_tail(const float (&win)[kMax], float *dst, int64_t C, int64_t c, int K) {
+#pragma unroll
+  for (int j = 0; j + 1 < kMax; ++j)
+    if (j + 1 < K) dst[j * C + c] = win[j];
+}
+
+template <int kMax>
+__device__ __forceinline__ void conv_history(const ConvArgs &a, const float *tail, int64_t c, int64_t t, int32_t seq, int K,
+                                             float (&win)[kMax]);
+
 // One thread per channel and table sequence. KT > 0: the width known at compile time (the
-// window stays in registers); KT = 0: any width up to 64.
-template <int KT>
+// window stays in registers); KT = 0: any width up to 64. TailOnly (after
+// ssm_conv_tokens_kernel): only the new tail, its last K - 1 inputs, the old tail's newest
+// values where the batch has fewer; each thread reads its old values before writing them.
+template <int KT, bool TailOnly = false>
 __global__ void ssm_conv_kernel(ConvArgs a) {
   pdl_wait();
   pdl_trigger();
@@ -58,6 +80,12 @@ __global__ void ssm_conv_kernel(ConvArgs a) {
   constexpr int kMax = KT ? KT : 64;
   const int K = KT ? KT : a.K;
   const int32_t seq = a.rs[1 + 3 * slot];
+  if constexpr (TailOnly) {
+    float win[kMax];
+    conv_history(a, state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 1), c, a.T, seq, K, win);
+    conv_store_tail(win, state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 2), a.C, c, K);
+    return;
+  }
   const float *src = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 1);
   float *dst = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 2);
   float win[kMax], wc[kMax];
@@ -70,25 +98,19 @@ __global__ void ssm_conv_kernel(ConvArgs a) {
   for (int64_t t = 0; t < a.T; ++t) {
     if (a.seq[t] != seq) continue;
     win[K - 1] = a.x[t * a.x_nb1 + c];
-    float sum = 0.0f;  // oldest to newest, unfused, as the CPU sums
-#pragma unroll
-    for (int j = 0; j < kMax; ++j)
-      if (j < K) sum = __fadd_rn(sum, __fmul_rn(win[j], wc[j]));
-    a.out[t * a.out_nb1 + c] = __fdiv_rn(sum, __fadd_rn(1.0f, ref_expf_v(__fsub_rn(0.0f, sum))));  // refmath::silu_v
+    a.out[t * a.out_nb1 + c] = conv_silu(win, wc, K);
 #pragma unroll
     for (int j = 0; j + 1 < kMax; ++j)
       if (j + 1 < K) win[j] = win[j + 1];
   }
-#pragma unroll
-  for (int j = 0; j + 1 < kMax; ++j)
-    if (j + 1 < K) dst[j * a.C + c] = win[j];
+  conv_store_tail(win, dst, a.C, c, K);
 }
 
 // Prompts (T >= kConvTokensMin): a thread per (channel, token) instead of one walking every
 // token (one thread per channel walked 512 tokens in ~300 us on the H200, 64 blocks busy).
 // The K - 1 inputs before token t of its sequence come from the batch (walking back over other
 // sequences' tokens) or from the sequence's tail; same products and sums as ssm_conv_kernel,
-// so the outputs are the same bits. The new tails are written by ssm_conv_tail_kernel after
+// so the outputs are the same bits. The new tails are written by ssm_conv_kernel<.., true> after
 // every output is computed: the source and destination copies may be one.
 constexpr int64_t kConvTokensMin = 8;
 
@@ -124,30 +146,7 @@ __global__ void ssm_conv_tokens_kernel(ConvArgs a) {
   float win[kMax];
   conv_history(a, state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 1), c, t, seq, K, win);
   win[K - 1] = a.x[t * a.x_nb1 + c];
-  float sum = 0.0f;  // oldest to newest, unfused, as the CPU sums
-#pragma unroll
-  for (int j = 0; j < kMax; ++j)
-    if (j < K) sum = __fadd_rn(sum, __fmul_rn(win[j], a.w[c * K + j]));
-  a.out[t * a.out_nb1 + c] = __fdiv_rn(sum, __fadd_rn(1.0f, ref_expf_v(__fsub_rn(0.0f, sum))));  // refmath::silu_v
-}
-
-// The new tail of each (channel, table sequence): its last K - 1 inputs, the old tail's newest
-// values where the batch has fewer. Each thread reads its old values before writing them.
-template <int KT>
-__global__ void ssm_conv_tail_kernel(ConvArgs a) {
-  pdl_wait();
-  pdl_trigger();
-  const int slot = blockIdx.y;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (slot >= a.rs[0] || c >= a.C) return;
-  constexpr int kMax = KT ? KT : 64;
-  const int K = KT ? KT : a.K;
-  float win[kMax];
-  conv_history(a, state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 1), c, a.T, a.rs[1 + 3 * slot], K, win);
-  float *dst = state_of(a.base, a.per, a.n_seq_max, a.rs, slot, 2);
-#pragma unroll
-  for (int j = 0; j + 1 < kMax; ++j)
-    if (j + 1 < K) dst[j * a.C + c] = win[j];
+  a.out[t * a.out_nb1 + c] = conv_silu(win, a.w + c * K, K);
 }
 
 struct DeltaArgs {
@@ -276,8 +275,8 @@ void cuda_op_ssm_conv(const CudaOpCtx &c) {
     const dim3 tokens(grid.x, static_cast<unsigned>(T));
     if (a.K == 4) launch_pdl(ssm_conv_tokens_kernel<4>, tokens, dim3(128), 0, c.stream, a);
     else launch_pdl(ssm_conv_tokens_kernel<0>, tokens, dim3(128), 0, c.stream, a);
-    if (a.K == 4) launch_pdl(ssm_conv_tail_kernel<4>, grid, dim3(128), 0, c.stream, a);
-    else launch_pdl(ssm_conv_tail_kernel<0>, grid, dim3(128), 0, c.stream, a);
+    if (a.K == 4) launch_pdl(ssm_conv_kernel<4, true>, grid, dim3(128), 0, c.stream, a);
+    else launch_pdl(ssm_conv_kernel<0, true>, grid, dim3(128), 0, c.stream, a);
     return;
   }
   if (a.K == 4) launch_pdl(ssm_conv_kernel<4>, grid, dim3(128), 0, c.stream, a);
