@@ -45,6 +45,19 @@ inline __m512i reduce16(const __m512i *v) {
   return _mm512_add_epi32(_mm512_shuffle_i64x2(p, q, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i64x2(p, q, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// lane i = sum of the 8 int32 lanes of product i, where w[2m + h] holds product 8h + m in
+// its low 256 bits and product 8h + 4 + m in its high 256 bits (8-lane products, such as
+// the mins terms, two to a vector: half the shuffles of reduce16 on half-empty vectors).
+inline __m512i reduce16_halves(const __m512i *w) {
+  __m512i y[4];
+  for (int k = 0; k < 4; ++k)  // 128-bit lane L: partial sums of product 4L + k
+    y[k] = _mm512_add_epi32(_mm512_shuffle_i64x2(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i64x2(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i x0 = _mm512_add_epi32(_mm512_unpacklo_epi32(y[0], y[1]), _mm512_unpackhi_epi32(y[0], y[1]));
+  const __m512i x1 = _mm512_add_epi32(_mm512_unpacklo_epi32(y[2], y[3]), _mm512_unpackhi_epi32(y[2], y[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(x0, x1), _mm512_unpackhi_epi64(x0, x1));
+}
+
 // One Q4_K super-block of one row, unpacked: u[j] = the 64 codes of sub-blocks 2j (low
 // 256 bits) and 2j+1 (high), in the order of the Q8_K values 64j..64j+63; s[j] = their
 // scales as int16 (16 lanes each half); mn16 = mins duplicated per 16-group (int16).
@@ -99,9 +112,9 @@ inline __m512i pair_dot_acc(__m512i acc, const RowBlock &rb, int j, const int8_t
   return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(rb.u[j], _mm512_loadu_si512(q8 + 64 * j)), rb.s[j]);
 }
 
-// Mins term of one product: sum_g mn[g/2] * bsums[g], as 8 int32 lanes in a 512 vector.
-inline __m512i mins_dot(const RowBlock &rb, const BlockQ8_K *y) {
-  return _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16));
+// Mins term of one product: sum_g mn[g/2] * bsums[g], as 8 int32 lanes.
+inline __m256i mins_dot(const RowBlock &rb, const BlockQ8_K *y) {
+  return _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16);
 }
 
 // Inlined into its caller: called out of line, the caller built rows[] / cols[] with one
@@ -162,7 +175,8 @@ MOE_TILE_INLINE void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8
   __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
   RowBlock rb;
   for (int i = 0; i < nb; ++i) {
-    __m512i v[16], vm[16];
+    __m512i v[16], vm2[8];
+    __m256i vm[16];
     for (int r = 0; r < R; ++r) {
       if (pf) prefetch_block<sizeof(BlockQ4_K)>(pf + r * ws + i * sizeof(BlockQ4_K));
       unpack_block(reinterpret_cast<const BlockQ4_K *>(rows[r]) + i, rb);
@@ -173,11 +187,14 @@ MOE_TILE_INLINE void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8
         vm[r * C + c] = mins_dot(rb, y);
       }
     }
+    for (int m = 0; m < 4; ++m)
+      for (int h = 0; h < 2; ++h)
+        vm2[2 * m + h] = _mm512_inserti64x4(_mm512_castsi256_si512(vm[8 * h + m]), vm[8 * h + 4 + m], 1);
     __m512 dl, dml, yd;
     tile_scales<R, C>(rows, cols, i, dl, dml, yd);
     // the reference: d = fp16(x.d) * y.d; acc = fma(float(sum), d, acc)
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(v)), _mm512_mul_ps(dl, yd), acc);
-    accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(vm)), _mm512_mul_ps(dml, yd), accm);
+    accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16_halves(vm2)), _mm512_mul_ps(dml, yd), accm);
   }
   _mm512_store_ps(res, _mm512_sub_ps(acc, accm));
 }
