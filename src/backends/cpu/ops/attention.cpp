@@ -43,8 +43,12 @@ static int64_t gqa_group(const Graph &g, const Node &n) {
 
 // F16 cache, several tokens: each thread takes one KV head's tokens in a row and converts
 // that head's K and V cells to f32 once (not once per token: for a 512-token prompt the
-// conversions were as much work as the dots). Up to this many cells; beyond, per token.
-constexpr int64_t kPrefillConvCells = 1024;
+// conversions were as much work as the dots). The copy has at most 1 MiB per thread
+// (2,048 cells of 128 + 128 values); a ubatch that sees more cells converts per token.
+static int64_t prefill_conv_cells(int64_t n_cells, int64_t hd_k, int64_t hd_v, bool v_from_k) {
+  if (v_from_k || hd_k + hd_v <= 0) return 0;
+  return std::min(n_cells, int64_t(1 << 20) / (4 * (hd_k + hd_v)));
+}
 
 size_t cpu_attention_work(const Graph &g, const Node &n, int n_threads) {
   // Per thread: scores for every cell (one row per head of a GQA group), then the group's
@@ -52,7 +56,8 @@ size_t cpu_attention_work(const Graph &g, const Node &n, int n_threads) {
   // the largest head the builder allows (kMaxHeadDim); then the prefill K/V copy.
   const int64_t n_cells = n.ip[1];
   const int64_t group = std::min<int64_t>(std::max<int64_t>(gqa_group(g, n), 1), kMaxGqaGroup);
-  const int64_t conv = std::min(n_cells, kPrefillConvCells) * (g.node(n.src[0]).ne[0] + n.ne[0]);
+  const int64_t hd_k = g.node(n.src[0]).ne[0], hd_v = n.ne[0];
+  const int64_t conv = prefill_conv_cells(n_cells, hd_k, hd_v, (n.ip[2] & 1) != 0) * (hd_k + hd_v);
   const size_t per_thread = (static_cast<size_t>(group * n_cells) * 4 + static_cast<size_t>(kMaxHeadDim * 4 * (2 + 2 * group)) +
                              row_size(DType::F32, kMaxHeadDim) + static_cast<size_t>(conv) * 4 + 63) / 64 * 64;
   return per_thread * static_cast<size_t>(n_threads);
@@ -152,7 +157,7 @@ void cpu_attention(const CpuKernelArgs &a) {
     float *row = accg + group * kMaxHeadDim;         // one converted K or V row
     // Prefill: rows in (KV head, token) order and the head's cells converted once per run
     // of rows (kf / vf: [cell][hd]); the dots and sums are the same either way.
-    const bool conv = T > 1 && n_kv <= kPrefillConvCells;
+    const bool conv = T > 1 && n_kv <= prefill_conv_cells(a.n.ip[1], hd_k, hd_v, false);
     float *kf = row + kMaxHeadDim, *vf = kf + static_cast<int64_t>(n_kv) * hd_k;
     int64_t conv_hk = -1;
     int64_t g0, g1;
