@@ -61,7 +61,7 @@ TEST_CASE("Q4_K gemm tiles equal the scalar repacked-Q4_K order bit for bit", "[
   const int n = 1024;
   const size_t ws = row_size(DType::Q4_K, n), xsz = row_size(DType::Q8_K, n);
   for (int nrows : {1, 5, 16, 19, 40}) {
-    for (int ncols : {1, 2, 3, 4, 6, 9}) {
+    for (int ncols : {1, 2, 3, 4, 6, 9, 23, 75}) {  // 23, 75: several 8-column groups per tile, and more than one tile
       for (bool gemm : {false, true}) {
         std::vector<uint8_t> w(ws * nrows), x(xsz * ncols);
         std::vector<float> f(n);

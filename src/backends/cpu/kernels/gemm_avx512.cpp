@@ -45,6 +45,19 @@ inline __m512i reduce16(const __m512i *v) {
   return _mm512_add_epi32(_mm512_shuffle_i64x2(p, q, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i64x2(p, q, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// lane i = sum of the 8 int32 lanes of product i, where w[2m + h] holds product 8h + m in
+// its low 256 bits and product 8h + 4 + m in its high 256 bits (8-lane products, such as
+// the mins terms, two to a vector: half the shuffles of reduce16 on half-empty vectors).
+inline __m512i reduce16_halves(const __m512i *w) {
+  __m512i y[4];
+  for (int k = 0; k < 4; ++k)  // 128-bit lane L: partial sums of product 4L + k
+    y[k] = _mm512_add_epi32(_mm512_shuffle_i64x2(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i64x2(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i x0 = _mm512_add_epi32(_mm512_unpacklo_epi32(y[0], y[1]), _mm512_unpackhi_epi32(y[0], y[1]));
+  const __m512i x1 = _mm512_add_epi32(_mm512_unpacklo_epi32(y[2], y[3]), _mm512_unpackhi_epi32(y[2], y[3]));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(x0, x1), _mm512_unpackhi_epi64(x0, x1));
+}
+
 // One Q4_K super-block of one row, unpacked: u[j] = the 64 codes of sub-blocks 2j (low
 // 256 bits) and 2j+1 (high), in the order of the Q8_K values 64j..64j+63; s[j] = their
 // scales as int16 (16 lanes each half); mn16 = mins duplicated per 16-group (int16).
@@ -99,20 +112,71 @@ inline __m512i pair_dot_acc(__m512i acc, const RowBlock &rb, int j, const int8_t
   return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(rb.u[j], _mm512_loadu_si512(q8 + 64 * j)), rb.s[j]);
 }
 
-// Mins term of one product: sum_g mn[g/2] * bsums[g], as 8 int32 lanes in a 512 vector.
-inline __m512i mins_dot(const RowBlock &rb, const BlockQ8_K *y) {
-  return _mm512_zextsi256_si512(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16));
+// Mins term of one product: sum_g mn[g/2] * bsums[g], as 8 int32 lanes.
+inline __m256i mins_dot(const RowBlock &rb, const BlockQ8_K *y) {
+  return _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16);
+}
+
+// Inlined into its caller: called out of line, the caller built rows[] / cols[] with one
+// vector store and the tile read them back as 8-byte loads, a failed store-to-load forward
+// per call; with the tiny shapes' one super-block per call that stall was a fifth of the tile.
+#define MOE_TILE_INLINE __attribute__((always_inline)) inline
+
+// The per-lane scales of a gemv tile (lane r * C + c) for super-block i, formed in
+// registers: filling a 16-float array with scalar stores and loading it as one vector
+// failed store-to-load forwarding on every block (three such loads per block, and with the
+// tiny shapes' single super-block per call that stall sat on every tile).
+// dl / dml: the rows' d / dmin (fp16 -> f32 is exact); yl: the columns' d.
+template <int R, int C>
+inline void tile_scales(const uint8_t *const *rows, const BlockQ8_K *const *cols, int i, __m512 &dl, __m512 &dml, __m512 &yl) {
+  // 32-bit lane r = the (d, dmin) halves of row r's block i (the first 4 bytes of a Q4_K block)
+  auto dm = [&](int r) -> int {
+    if (r >= R) return 0;
+    int v;
+    std::memcpy(&v, rows[r] + static_cast<size_t>(i) * sizeof(BlockQ4_K), 4);
+    return v;
+  };
+  const __m512i h = _mm512_set_epi32(dm(15), dm(14), dm(13), dm(12), dm(11), dm(10), dm(9), dm(8), dm(7), dm(6), dm(5),
+                                     dm(4), dm(3), dm(2), dm(1), dm(0));
+  const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));  // d0, dmin0, .., d7, dmin7
+  struct Idx { alignas(64) int32_t d[16], m[16]; };
+  static constexpr Idx idx = [] {
+    Idx x{};
+    for (int l = 0; l < 16; ++l) { x.d[l] = 2 * (l / C); x.m[l] = 2 * (l / C) + 1; }
+    return x;
+  }();
+  if (R > 8) {
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    dl = _mm512_permutex2var_ps(lo, _mm512_load_si512(idx.d), hi);
+    dml = _mm512_permutex2var_ps(lo, _mm512_load_si512(idx.m), hi);
+  } else {
+    dl = _mm512_permutexvar_ps(_mm512_load_si512(idx.d), lo);
+    dml = _mm512_permutexvar_ps(_mm512_load_si512(idx.m), lo);
+  }
+  if (C == 1) {
+    yl = _mm512_set1_ps(cols[0][i].d);
+    return;
+  }
+  auto y = [&](int c) { return c < C ? cols[c][i].d : 0.f; };
+  const __m512 yc = _mm512_set_ps(0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, y(7), y(6), y(5), y(4), y(3), y(2), y(1), y(0));
+  struct Cidx { alignas(64) int32_t c[16]; };
+  static constexpr Cidx cidx = [] {
+    Cidx x{};
+    for (int l = 0; l < 16; ++l) x.c[l] = l % C;
+    return x;
+  }();
+  yl = _mm512_permutexvar_ps(_mm512_load_si512(cidx.c), yc);
 }
 
 // Gemv order, R rows x C columns (R * C == 16), lane r * C + c.
 template <int R, int C>
-void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols, float *res, const uint8_t *pf, size_t ws) {
-  static_assert(R * C == 16, "16 products per tile");
+MOE_TILE_INLINE void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols, float *res, const uint8_t *pf, size_t ws) {
+  static_assert(R * C == 16 && C <= 8, "16 products per tile");
   __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-  alignas(64) float dl[16], dml[16], yl[16];
   RowBlock rb;
   for (int i = 0; i < nb; ++i) {
-    __m512i v[16], vm[16];
+    __m512i v[16], vm2[8];
+    __m256i vm[16];
     for (int r = 0; r < R; ++r) {
       if (pf) prefetch_block<sizeof(BlockQ4_K)>(pf + r * ws + i * sizeof(BlockQ4_K));
       unpack_block(reinterpret_cast<const BlockQ4_K *>(rows[r]) + i, rb);
@@ -121,15 +185,16 @@ void tile_gemv(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols,
         const __m512i a = pair_dot_acc(pair_dot(rb, 0, y->qs), rb, 1, y->qs);
         v[r * C + c] = pair_dot_acc(pair_dot_acc(a, rb, 2, y->qs), rb, 3, y->qs);
         vm[r * C + c] = mins_dot(rb, y);
-        dl[r * C + c] = rb.d;
-        dml[r * C + c] = rb.dmin;
-        yl[r * C + c] = y->d;
       }
     }
-    const __m512 yd = _mm512_load_ps(yl);
+    for (int m = 0; m < 4; ++m)
+      for (int h = 0; h < 2; ++h)
+        vm2[2 * m + h] = _mm512_inserti64x4(_mm512_castsi256_si512(vm[8 * h + m]), vm[8 * h + 4 + m], 1);
+    __m512 dl, dml, yd;
+    tile_scales<R, C>(rows, cols, i, dl, dml, yd);
     // the reference: d = fp16(x.d) * y.d; acc = fma(float(sum), d, acc)
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(v)), _mm512_mul_ps(_mm512_load_ps(dl), yd), acc);
-    accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(vm)), _mm512_mul_ps(_mm512_load_ps(dml), yd), accm);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16(v)), _mm512_mul_ps(dl, yd), acc);
+    accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reduce16_halves(vm2)), _mm512_mul_ps(dml, yd), accm);
   }
   _mm512_store_ps(res, _mm512_sub_ps(acc, accm));
 }
@@ -148,18 +213,17 @@ void tile_gemm(int nb, const uint8_t *row, const BlockQ8_K *const *cols, float *
     for (int g = 0; g < G; ++g) {
       __m512i v[16];
       __m256i m[4];
-      alignas(16) float yl[4];
       for (int c = 0; c < 4; ++c) {
         const BlockQ8_K *y = cols[4 * g + c] + i;
         for (int j = 0; j < 4; ++j) v[j * 4 + c] = pair_dot(rb, j, y->qs);
         m[c] = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y->bsums)), rb.mn16);
-        yl[c] = y->d;
       }
       const __m512i tot = reduce16(v);
       const __m512i mm = _mm512_permutexvar_epi32(
           mperm, _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_hadd_epi32(m[0], m[1])), _mm256_hadd_epi32(m[2], m[3]), 1));
       const __m512 totf = _mm512_cvtepi32_ps(tot), mmf = _mm512_cvtepi32_ps(mm);
-      const __m128 yd = _mm_load_ps(yl);
+      // in registers: four scalar stores read back as one vector failed store forwarding
+      const __m128 yd = _mm_set_ps(cols[4 * g + 3][i].d, cols[4 * g + 2][i].d, cols[4 * g + 1][i].d, cols[4 * g][i].d);
       const __m128 d = _mm_mul_ps(_mm_set1_ps(rb.d), yd), dm = _mm_mul_ps(_mm_set1_ps(rb.dmin), yd);
       acc[g] = _mm_fmadd_ps(_mm512_castps512_ps128(totf), d, acc[g]);
       accm[g] = _mm_fmadd_ps(_mm512_castps512_ps128(mmf), dm, accm[g]);
@@ -248,7 +312,7 @@ inline float hsum8(__m256 v) {  // (x_k + x_{k+4}), then (s0 + s2) + (s1 + s3)
 }
 
 template <int R, int C>
-void tile_q6(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols, float *res, const uint8_t *pf, size_t ws) {
+MOE_TILE_INLINE void tile_q6(int nb, const uint8_t *const *rows, const BlockQ8_K *const *cols, float *res, const uint8_t *pf, size_t ws) {
   __m256 acc[R * C];
   for (auto &a : acc) a = _mm256_setzero_ps();
   Q6Block qb;

@@ -41,14 +41,25 @@ static int64_t gqa_group(const Graph &g, const Node &n) {
   return n_head_kv > 0 ? q.ne[1] / n_head_kv : 1;
 }
 
+// F16 cache, several tokens: each thread takes one KV head's tokens in a row and converts
+// that head's K and V cells to f32 once (not once per token: for a 512-token prompt the
+// conversions were as much work as the dots). The copy has at most 1 MiB per thread
+// (2,048 cells of 128 + 128 values); a ubatch that sees more cells converts per token.
+static int64_t prefill_conv_cells(int64_t n_cells, int64_t hd_k, int64_t hd_v, bool v_from_k) {
+  if (v_from_k || hd_k + hd_v <= 0) return 0;
+  return std::min(n_cells, int64_t(1 << 20) / (4 * (hd_k + hd_v)));
+}
+
 size_t cpu_attention_work(const Graph &g, const Node &n, int n_threads) {
   // Per thread: scores for every cell (one row per head of a GQA group), then the group's
   // f32 accumulators and q rows, a converted K/V row and the converted q, each sized for
-  // the largest head the builder allows (kMaxHeadDim).
+  // the largest head the builder allows (kMaxHeadDim); then the prefill K/V copy.
   const int64_t n_cells = n.ip[1];
   const int64_t group = std::min<int64_t>(std::max<int64_t>(gqa_group(g, n), 1), kMaxGqaGroup);
+  const int64_t hd_k = g.node(n.src[0]).ne[0], hd_v = n.ne[0];
+  const int64_t conv = prefill_conv_cells(n_cells, hd_k, hd_v, (n.ip[2] & 1) != 0) * (hd_k + hd_v);
   const size_t per_thread = (static_cast<size_t>(group * n_cells) * 4 + static_cast<size_t>(kMaxHeadDim * 4 * (2 + 2 * group)) +
-                             row_size(DType::F32, kMaxHeadDim) + 63) / 64 * 64;
+                             row_size(DType::F32, kMaxHeadDim) + static_cast<size_t>(conv) * 4 + 63) / 64 * 64;
   return per_thread * static_cast<size_t>(n_threads);
 }
 
@@ -144,11 +155,24 @@ void cpu_attention(const CpuKernelArgs &a) {
     float *qf = sc + group * nc;                     // [group][hd_k], q rounded to f16
     float *accg = qf + group * kMaxHeadDim;          // [group][hd_v]
     float *row = accg + group * kMaxHeadDim;         // one converted K or V row
+    // Prefill: rows in (KV head, token) order and the head's cells converted once per run
+    // of rows (kf / vf: [cell][hd]); the dots and sums are the same either way.
+    const bool conv = T > 1 && n_kv <= prefill_conv_cells(a.n.ip[1], hd_k, hd_v, false);
+    float *kf = row + kMaxHeadDim, *vf = kf + static_cast<int64_t>(n_kv) * hd_k;
+    int64_t conv_hk = -1;
     int64_t g0, g1;
     split_rows(T * n_head_kv, a.ith, a.nth, g0, g1);
     for (int64_t r = g0; r < g1; ++r) {
       if (a.pool.stop_point(a.ith)) break;  // a cancel (the decode fails; the rows left do not matter)
-      const int64_t t = r / n_head_kv, hk = r % n_head_kv;
+      const int64_t t = conv ? r % T : r / n_head_kv, hk = conv ? r / T : r % n_head_kv;
+      if (conv && hk != conv_hk) {
+        for (int32_t c = 0; c < n_kv; ++c) {
+          if (cells[c].pos < 0) continue;  // never read: every token hides an empty cell
+          attn_f16_to_f32(static_cast<int>(hd_k), kf + c * hd_k, reinterpret_cast<const uint16_t *>(kbase + c * krb + hk * k_head_bytes));
+          attn_f16_to_f32(static_cast<int>(hd_v), vf + c * hd_v, reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes));
+        }
+        conv_hk = hk;
+      }
       const uint64_t seq_bit = 1ull << ub.seq[t];
       const int32_t pos = ub.pos[t];
       auto hidden = [&](int32_t c) {
@@ -165,9 +189,11 @@ void cpu_attention(const CpuKernelArgs &a) {
           for (int64_t gi = 0; gi < group; ++gi) sc[gi * nc + c] = -INFINITY;
           continue;
         }
-        attn_f16_to_f32(static_cast<int>(hd_k), row, reinterpret_cast<const uint16_t *>(kbase + c * krb + hk * k_head_bytes));
+        const float *kr = row;
+        if (conv) kr = kf + c * hd_k;
+        else attn_f16_to_f32(static_cast<int>(hd_k), row, reinterpret_cast<const uint16_t *>(kbase + c * krb + hk * k_head_bytes));
         for (int64_t gi = 0; gi < group; ++gi) {
-          const float sv = attn_dot_f32(static_cast<int>(hd_k), qf + gi * hd_k, row) * scale;
+          const float sv = attn_dot_f32(static_cast<int>(hd_k), qf + gi * hd_k, kr) * scale;
           sc[gi * nc + c] = sv;
           mx[gi] = std::fmax(mx[gi], sv);
         }
@@ -188,11 +214,13 @@ void cpu_attention(const CpuKernelArgs &a) {
       }
       for (int32_t c = 0; c < n_kv; ++c) {
         if (hidden(c)) continue;
-        attn_f16_to_f32(static_cast<int>(hd_v), row, reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes));
+        const float *vr = row;
+        if (conv) vr = vf + c * hd_v;
+        else attn_f16_to_f32(static_cast<int>(hd_v), row, reinterpret_cast<const uint16_t *>(vbase + c * vrb + hk * v_head_bytes));
         for (int64_t gi = 0; gi < group; ++gi) {
           const float pr = sc[gi * nc + c] * inv[gi];
           if (pr == 0.0f) continue;
-          attn_axpy_f32(static_cast<int>(hd_v), accg + gi * hd_v, row, round_fp16(pr));
+          attn_axpy_f32(static_cast<int>(hd_v), accg + gi * hd_v, vr, round_fp16(pr));
         }
       }
       for (int64_t gi = 0; gi < group; ++gi) {
