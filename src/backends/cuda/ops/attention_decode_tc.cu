@@ -80,14 +80,43 @@ __device__ void tc_merge(const TView &out, const AttnArgs &a, const float *part,
     if (lane == 0) s_f[r] = attn_final_scale(M, S, a.sinks, h);
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kRows * DV; e += kThreads) {
-    const int r = e / DV, d = j.dv0 + e % DV, gr = j.r0 + r;
-    if (gr >= j.rows) break;  // rows grow with e
-    const int t = gr / a.group, h = j.hk * a.group + gr % a.group;
-    float v = 0.0f;
-    for (int z = 0; z < j.n_used; ++z)
-      if (s_w[r][z] != 0.0f) v += __ldcg(attn_partial(p, t, h, z, n_head, kSplit, HD) + 2 + d) * s_w[r][z];
-    attn_out_row(out, t, h)[d] = v * s_f[r];
+  // A thread owns kE (row, dim) values and walks the ranges kUnroll at a time, so kE x kUnroll
+  // independent loads are in flight (one at a time made each range a memory round trip).
+  constexpr int kE = kRows * DV / kThreads, kUnroll = 2;
+  static_assert(kE * kThreads == kRows * DV, "values per thread");
+  float sum[kE];
+#pragma unroll
+  for (int k = 0; k < kE; ++k) sum[k] = 0.0f;
+  // Value k of range z: part + off[k] + z * (HD + 2) (the ranges of a row are consecutive);
+  // off[k] < 0: a row past the batch.
+  int off[kE];
+#pragma unroll
+  for (int k = 0; k < kE; ++k) {
+    const int e = threadIdx.x + k * kThreads, gr = j.r0 + e / DV;
+    off[k] = gr < j.rows ? static_cast<int>(attn_partial(p, gr / a.group, j.hk * a.group + gr % a.group, 0, n_head, kSplit, HD) - p) + 2 + j.dv0 + e % DV
+                         : -1;
+  }
+  for (int z0 = 0; z0 < j.n_used; z0 += kUnroll) {
+    float v[kUnroll][kE];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < kE; ++k) {
+        const int z = z0 + u, r = (threadIdx.x + k * kThreads) / DV;
+        v[u][k] = off[k] >= 0 && z < j.n_used && s_w[r][z] != 0.0f ? __ldcg(p + off[k] + z * (HD + 2)) : 0.0f;
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < kE; ++k) {
+        const int r = (threadIdx.x + k * kThreads) / DV;
+        if (z0 + u < j.n_used) sum[k] += v[u][k] * s_w[r][z0 + u];
+      }
+  }
+#pragma unroll
+  for (int k = 0; k < kE; ++k) {
+    const int e = threadIdx.x + k * kThreads, r = e / DV, gr = j.r0 + r;
+    if (gr < j.rows) attn_out_row(out, gr / a.group, j.hk * a.group + gr % a.group)[j.dv0 + e % DV] = sum[k] * s_f[r];
   }
 }
 
