@@ -44,6 +44,9 @@ struct GpuTuning {
   // of at least decode_min_chunk cells (>= 1, default 64) per launch.
   int decode_max_ranges = 32;
   int decode_min_chunk = 64;
+  // Decode attention on the tensor cores (attention_decode_tc.cu: F16 cache, head size 128 /
+  // 256, sm_80 code) instead of the grouped kernel. Default off: not yet measured on a GPU.
+  bool tc_decode_attention = false;
   // Prefill attention (tiled kernels): cells are split until ~this many blocks per SM run
   // (clamped to 1..16, default 2). Sizes the planned scratch.
   int prefill_attn_blocks = 2;
@@ -59,7 +62,7 @@ struct GpuTuning {
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && decode_max_ranges == o.decode_max_ranges &&
-           decode_min_chunk == o.decode_min_chunk && prefill_attn_blocks == o.prefill_attn_blocks &&
+           decode_min_chunk == o.decode_min_chunk && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens;
   }
   bool operator!=(const GpuTuning &o) const { return !(*this == o); }

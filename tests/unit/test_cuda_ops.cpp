@@ -1176,6 +1176,51 @@ TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[op
     }
 }
 
+// The tensor-core decode kernel (GpuTuning::tc_decode_attention, off by default; it runs where
+// the device has sm_80+ code, otherwise the grouped kernel does): F16 cache, head dims 128 /
+// 256, 16 query rows (token, head) per block, so groups of 1 / 4 / 8 / 16 heads and 1..4 tokens
+// fill row tiles in every way (group 16 x 4 tokens: 4 tiles). Then depths on both sides of the
+// cell-range boundaries, with ranges of >= 16 cells (per-warp shares that end inside a tile).
+TEST_CASE("cuda op: tensor-core decode attention (opt-in; head dims 128/256, GQA 1/4/8/16, window, sinks)", "[ops][cuda][attention][tcdec]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  GpuTuning tn;
+  tn.tc_decode_attention = true;
+  int variant = 0;
+  for (int64_t hd : {128, 256})
+    for (int64_t group : {1, 4, 8, 16})
+      for (int64_t T : {1, 2, 4}) {
+        variant = (variant + 1) % 3;  // plain, sliding window, sinks
+        AttnSetup s;
+        s.tuning = tn;
+        s.kt = KvType::F16;
+        s.hd = s.hd_v = hd;
+        s.n_head_kv = 2;
+        s.n_head = 2 * group;
+        s.window = variant == 1 ? 29 : 0;
+        s.sinks = variant == 2;
+        s.n_cells = 520;
+        s.batches = {257, 130, T, T};  // refilled holes, two sequences
+        attention_case(reg, *gpu, s, "tensor-core decode");
+      }
+  for (int64_t n_kv : {63, 64, 65, 513, 4097}) {
+    AttnSetup s;
+    s.tuning = tn;
+    s.tuning.decode_min_chunk = n_kv == 513 ? 16 : 64;
+    s.kt = KvType::F16;
+    s.hd = s.hd_v = n_kv % 2 ? 128 : 256;
+    s.n_head_kv = 2;
+    s.n_head = 16;
+    s.window = n_kv > 600 ? 300 : 0;
+    s.sinks = n_kv % 3 == 0;
+    const int64_t T = n_kv % 3 == 0 ? 3 : 1;
+    s.n_cells = static_cast<uint32_t>(n_kv + 8);
+    s.batches = {n_kv - T, T};  // the decode batch fills the cache up to n_kv cells
+    attention_case(reg, *gpu, s, "tensor-core decode, range boundary");
+  }
+}
+
 TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, graphs on/off agree", "[cuda][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);

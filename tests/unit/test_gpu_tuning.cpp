@@ -175,6 +175,7 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.lean_groups);
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
+  CHECK(!t.tc_decode_attention);  // opt-in until measured
   CHECK(t.prefill_attn_blocks == 2);
   CHECK(t.blas_min_tokens == kGpuBlasMinTokens);
   CHECK(t.ref_order_max_tokens == kGpuRefOrderMaxTokens);
@@ -183,6 +184,9 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   GpuTuning u = t;
   u.decode_min_chunk = 63;
   CHECK(u != t);
+  GpuTuning w = t;
+  w.tc_decode_attention = true;
+  CHECK(w != t);
 }
 
 // The compiler sizes every node's scratch with CompileOptions::gpu_tuning, nothing else.

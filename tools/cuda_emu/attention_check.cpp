@@ -24,7 +24,8 @@ static float f16r(float x) { return __half2float(__float2half_rn(x)); }
 static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
 
 // mla: K rows of hd = 576, V = their first 512 values (one KV head, F16), attention_mla.cu.
-struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false; };
+// tc: the tensor-core decode kernel (attention_decode_tc.cu), ranges of >= min_chunk cells.
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false, tc = false; int min_chunk = 64; };
 
 namespace moe {  // comb_emu.cpp (generated from attention.cu)
 void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge);
@@ -151,7 +152,10 @@ static double run(const Cfg &c, uint32_t seed) {
     ub.sync = c.n_split == 1 ? sync.data() : nullptr;  // no counters: partials, then attn_combine_kernel
     std::vector<float> part(attn_decode_work_size(c.T, n_head, hd) / 4, NAN);
     for (int rep = 0; rep < 2; ++rep) {
-      attn_decode_launch(LaunchStream{}, tq, to, a, ub, part.data(), GpuTuning{});
+      GpuTuning tuning;
+      tuning.decode_min_chunk = c.min_chunk;
+      if (c.tc) attn_decode_tc_launch(LaunchStream{}, tq, to, a, ub, part.data(), tuning);
+      else attn_decode_launch(LaunchStream{}, tq, to, a, ub, part.data(), tuning);
       for (unsigned v : sync)
         if (v != 0) return 1e30;
     }
@@ -182,6 +186,7 @@ int main(int argc, char **argv) {
   const bool mla_only = argc > 3 && std::strcmp(argv[3], "mla") == 0;
   const bool dec_only = argc > 3 && std::strcmp(argv[3], "dec") == 0;
   const bool mma_only = argc > 3 && std::strcmp(argv[3], "mma") == 0;  // the tiled tensor-core kernel, half the cases causal
+  const bool tc_only = argc > 3 && std::strcmp(argv[3], "tcdec") == 0;  // the tensor-core decode kernel (F16 cache)
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
   for (int i = 0; i < n; ++i) {
@@ -229,12 +234,25 @@ int main(int argc, char **argv) {
       c.n_kv = std::max(c.n_kv, 130) + c.T;
       c.window = (i / 2) % 2 ? 70 : 0;  // 70: whole tiles outside the window, tiles inside it
     }
+    if (tc_only) {  // every row tile shape (groups over 16 rows, tokens across tiles), ranges down to 16 cells
+      const int dgs[] = {1, 4, 8, 12, 16}, dnks[] = {0, 1, 37, 63, 64, 65, 130, 513, 2500, 4097};
+      c.mla = c.mma = c.split_dec = false;
+      c.decode = c.tc = true;
+      c.kt = (int)DType::F16;
+      c.hd = rng() % 2 ? 128 : 256;
+      c.group = dgs[rng() % 5];
+      c.T = 1 + static_cast<int>(rng() % 4);
+      c.n_kv = dnks[rng() % 10];
+      c.n_split = rng() % 4 == 0 ? 2 : 1;  // 2: merged by a combine launch
+      c.min_chunk = rng() % 3 == 0 ? 16 : 64;
+      c.causal = i % 4 == 1;  // one sequence, every cell seen (no hidden cells: whole tiles of data)
+    }
     const double e = run(c, rng());
-    const double tol = c.mma ? 3e-3 : c.decode || c.split_dec ? 2e-5 : 1e-5;
+    const double tol = c.mma || c.tc ? 3e-3 : c.decode || c.split_dec ? 2e-5 : 1e-5;
     const bool ok = e < tol;
     fails += !ok;
-    std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
-                c.mla ? "mla" : c.mma ? "mma" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, e);
+    std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d chunk=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
+                c.mla ? "mla" : c.mma ? "mma" : c.tc ? "tcdec" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, c.min_chunk, e);
     std::fflush(stdout);
   }
   std::printf("%d failures\n", fails);

@@ -49,6 +49,9 @@ write('mma_emu.cpp', m)
 write('tiled_emu.cpp', open(os.path.join(src, 'attention_tiled.cu')).read())
 d = open(os.path.join(src, 'attention_decode.cu')).read()
 write('decode_emu.cpp', d.replace('#include "backends/cuda/ops/pdl.cuh"\n', ''))  # emu.h has the PDL no-ops
+# The tensor-core decode kernel takes its wrappers from mma_common.cuh (emulated copy in OUT/inc).
+d = open(os.path.join(src, 'attention_decode_tc.cu')).read()
+write('decode_tc_emu.cpp', d.replace('#include "backends/cuda/ops/pdl.cuh"\n', ''))
 a = open(os.path.join(src, 'attention.cu')).read()
 # The per-token / split decode kernels and the combine (everything up to attn_split_kernel),
 # plus a launcher of the split kernel for attention_check.cpp.

@@ -25,7 +25,7 @@ namespace moe {
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int kSplit = 64;      // cell ranges at most: 4 KV heads x 64 ranges = 256 blocks at batch 1
+constexpr int kSplit = kAttnDecodeMaxRanges;  // cell ranges at most: 4 KV heads x 64 ranges = 256 blocks at batch 1
 constexpr int kMaxTokens = 4;
 constexpr int kHeads = 8;       // query heads per block (the butterfly below is written for 8)
 
@@ -135,15 +135,6 @@ __device__ __forceinline__ unsigned visible_ballot(const DevUbatch &ub, const At
   return __ballot_sync(0xffffffffu, vis);
 }
 
-// Cell ranges: n_kv cut into chunks of at least min_chunk cells, at most max_ranges (<= kSplit)
-// of them. Every range below n_used holds at least one cell (n_kv == 0: range 0, empty).
-struct DecodeRanges {
-  int chunk, n_used;
-};
-__device__ __forceinline__ DecodeRanges decode_ranges(int n_kv, int max_ranges, int min_chunk) {
-  const int chunk = max(min_chunk, (n_kv + max_ranges - 1) / max_ranges);
-  return {chunk, max(1, (n_kv + chunk - 1) / chunk)};
-}
 // GpuTuning::decode_max_ranges default 32 (not kSplit): a sweep at 4096 cells (2026-11-30, 14f7e41)
 // (8 layers, tg64): 64 ranges 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; no difference at n_kv <= 128.
 

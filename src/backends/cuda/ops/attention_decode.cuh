@@ -8,10 +8,31 @@
 
 namespace moe {
 
+// Cell ranges per launch at most: the partials of attn_decode_work_size hold this many per
+// (token, head), for both decode kernels.
+constexpr int kAttnDecodeMaxRanges = 64;
+
+// Cell ranges: n_kv cut into chunks of at least min_chunk cells, at most max_ranges (<=
+// kAttnDecodeMaxRanges) of them. Every range below n_used holds at least one cell (n_kv == 0:
+// range 0, empty).
+struct DecodeRanges {
+  int chunk, n_used;
+};
+__device__ __forceinline__ DecodeRanges decode_ranges(int n_kv, int max_ranges, int min_chunk) {
+  const int chunk = max(min_chunk, (n_kv + max_ranges - 1) / max_ranges);
+  return {chunk, max(1, (n_kv + chunk - 1) / chunk)};
+}
+
 // True when the grouped decode kernel handles this call (few tokens, head size 64/128/256,
 // separate V of the same size); then attn_decode_work_size bytes of scratch are needed.
 bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k);
 size_t attn_decode_work_size(int64_t T, int64_t n_head, int64_t hd_v);
 void attn_decode_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning);
+
+// The tensor-core variant (attention_decode_tc.cu; GpuTuning::tc_decode_attention, sm_80 code):
+// F16 cache with 16-byte aligned rows and heads, head size 128 / 256, up to 4 tokens. Same
+// scratch (attn_decode_work_size), ranges, masks and merge as the grouped kernel.
+bool attn_decode_tc_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k, const AttnArgs &a);
+void attn_decode_tc_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning);
 
 }  // namespace moe
