@@ -1,5 +1,6 @@
 // Random inputs and error measures shared by the op tests.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -19,6 +20,28 @@ inline double max_abs_diff(const std::vector<float> &a, const std::vector<double
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
+}
+
+// Rows of n values scaled to unit L2 norm (as the models feed DeltaNet's q and k).
+inline std::vector<float> unit_rows(std::vector<float> v, int64_t n) {
+  const size_t w = static_cast<size_t>(n);
+  for (size_t r = 0; r < v.size() / w; ++r) {
+    double s = 0;
+    for (size_t i = 0; i < w; ++i) s += static_cast<double>(v[r * w + i]) * v[r * w + i];
+    for (size_t i = 0; i < w; ++i) v[r * w + i] /= static_cast<float>(std::sqrt(s));
+  }
+  return v;
+}
+
+// max |a - b| / max(1, max |b|); 1e30 when a holds a non-finite value.
+template <typename B> double scaled_diff(const std::vector<float> &a, const std::vector<B> &b) {
+  double m = 1, d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return 1e30;
+    m = std::max(m, std::fabs(static_cast<double>(b[i])));
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+  }
+  return d / m;
 }
 
 }  // namespace moe_test

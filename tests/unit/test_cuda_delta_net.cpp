@@ -24,6 +24,8 @@ using namespace moe;
 using moe_test::BoundGraph;
 using moe_test::gpu_or_skip;
 using moe_test::in;
+using moe_test::unit_rows;
+using moe_test::scaled_diff;
 using moe_test::Input;
 using moe_test::randn;
 
@@ -58,25 +60,7 @@ Graph build(const Dims &D, int64_t T, bool chunked, const GgufTensorInfo *w, OpG
   return g;
 }
 
-std::vector<float> unit_rows(std::vector<float> v, int64_t n) {  // L2-normalised rows, as the model feeds q/k
-  for (size_t r = 0; r < v.size() / static_cast<size_t>(n); ++r) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(v[r * static_cast<size_t>(n) + static_cast<size_t>(i)]) * v[r * static_cast<size_t>(n) + static_cast<size_t>(i)];
-    for (int64_t i = 0; i < n; ++i) v[r * static_cast<size_t>(n) + static_cast<size_t>(i)] /= static_cast<float>(std::sqrt(s));
-  }
-  return v;
-}
 
-// max |a - b| / max(1, max |b|) over float vectors.
-double scaled_diff(const std::vector<float> &a, const std::vector<float> &b) {
-  double m = 1, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return 1e30;
-    m = std::max(m, std::fabs(static_cast<double>(b[i])));
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return d / m;
-}
 
 // The two backends with their own caches, fed the same calls.
 struct Pair {

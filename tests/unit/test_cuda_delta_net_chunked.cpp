@@ -17,6 +17,7 @@
 #include "kv/kv_cache.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
+#include "support/random_data.h"
 
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_paths.h"
@@ -26,6 +27,7 @@ using namespace moe;
 using moe_test::BoundGraph;
 using moe_test::gpu_or_skip;
 using moe_test::in;
+using moe_test::scaled_diff;
 
 namespace {
 
@@ -38,16 +40,6 @@ struct Shape {
 constexpr int64_t kD = 128;
 constexpr int32_t kSeqs[3] = {1, 0, 3};  // in order of first appearance
 
-// max |a - b| / max(1, max |b|).
-double scaled_diff(const std::vector<float> &a, const std::vector<double> &b) {
-  double m = 1, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return 1e30;
-    m = std::max(m, std::fabs(b[i]));
-    d = std::max(d, std::fabs(a[i] - b[i]));
-  }
-  return d / m;
-}
 
 // One backend with its own cache, running DeltaNet graphs of any token count.
 struct Side {

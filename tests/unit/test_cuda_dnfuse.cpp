@@ -36,6 +36,7 @@ using namespace moe;
 using moe_test::BoundGraph;
 using moe_test::gpu_or_skip;
 using moe_test::in;
+using moe_test::scaled_diff;
 using moe_test::randn;
 
 namespace {
@@ -161,15 +162,6 @@ TEST_CASE("cuda dnfuse plan: the DeltaNet section fuses, and stays apart where a
 #ifdef MOEINFER_WITH_CUDA
 namespace {
 
-double scaled_diff(const std::vector<float> &a, const std::vector<float> &b) {
-  double m = 1, d = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return 1e30;
-    m = std::max(m, std::fabs(static_cast<double>(b[i])));
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return d / m;
-}
 
 struct Tok {
   int32_t seq, pos;

@@ -17,6 +17,7 @@
 using namespace moe;
 using moe_test::max_abs_diff;
 using moe_test::randn;
+using moe_test::unit_rows;
 using moe_test::GraphRun;
 using moe_test::WeightStore;
 
@@ -86,14 +87,6 @@ struct Ref {
   }
 };
 
-std::vector<float> unit_rows(std::vector<float> v, int64_t n) {  // L2-normalised rows, as the model feeds q/k
-  for (size_t r = 0; r < v.size() / static_cast<size_t>(n); ++r) {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(v[r * static_cast<size_t>(n) + static_cast<size_t>(i)]) * v[r * static_cast<size_t>(n) + static_cast<size_t>(i)];
-    for (int64_t i = 0; i < n; ++i) v[r * static_cast<size_t>(n) + static_cast<size_t>(i)] /= static_cast<float>(std::sqrt(s));
-  }
-  return v;
-}
 
 Step random_step(const Dims &D, int32_t seq, int32_t pos, uint32_t seed) {
   Step s{seq, pos, randn(static_cast<size_t>(D.C), seed), unit_rows(randn(static_cast<size_t>(D.d * D.n_k), seed + 1), D.d),
