@@ -113,6 +113,9 @@ std::string write_tiny(const std::string &preset, const std::string &mix) {
 // the host with the CUDA backend's scratch sizes; printed as "[fusion] NAME T=.. segment ..".
 // A group is listed in the segment where it launches (run_at: a norm tail may reach into the
 // next segment). n_tails: the number of groups with a norm tail.
+// Whether a plan segment's launch labels include `label`.
+bool has_label(const std::vector<std::string> &v, const std::string &label) { return std::find(v.begin(), v.end(), label) != v.end(); }
+
 std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name,
                                                       unsigned norm_tails, int *n_tails = nullptr) {
   GraphBuildParams gp;
@@ -197,7 +200,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           for (int l = 1; l <= static_cast<int>(m.hp.n_layer); ++l) {
             INFO("segment " << l);
             const auto &v = by_layer[l];
-            CHECK(std::find(v.begin(), v.end(), std::string("fused:matmul_id+moe_combine+add+rms_norm+mul")) != v.end());
+            CHECK(has_label(v, "fused:matmul_id+moe_combine+add+rms_norm+mul"));
           }
         }
         CHECK(by_layer[1] == want);
@@ -208,10 +211,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         // MoE layers after it), and the sigmoid router's sigmoid + bias (the grouped top-k of
         // this preset ends that sequence; GLM-4.7-Flash's plain top-k joins it, see the
         // [routing] sequence test).
-        auto has = [&](int seg, const char *label) {
-          const auto &v = by_layer[seg];
-          return std::find(v.begin(), v.end(), std::string(label)) != v.end();
-        };
+        auto has = [&](int seg, const char *label) { return has_label(by_layer[seg], label); };
         for (int seg : {1, 2, 3}) {
           INFO("segment " << seg);
           CHECK(has(seg, "fused:slice+slice+rope"));
@@ -226,9 +226,9 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer); ++seg) {
           INFO("segment " << seg);
           const auto &v = by_layer[seg];
-          CHECK(std::find(v.begin(), v.end(), std::string("fused:matmul+add+matmul+add+matmul+add")) != v.end());
-          const bool tail = std::find(v.begin(), v.end(), std::string("fused:top_k+gather_cols+softmax")) != v.end() ||
-                            std::find(v.begin(), v.end(), std::string("fused:top_k+gather_cols+softmax+scale")) != v.end();
+          CHECK(has_label(v, "fused:matmul+add+matmul+add+matmul+add"));
+          const bool tail = has_label(v, "fused:top_k+gather_cols+softmax") ||
+                            has_label(v, "fused:top_k+gather_cols+softmax+scale");
           CHECK(tail);  // the router tail (top-k before the softmax) as one Sequence
         }
       }
@@ -260,11 +260,11 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
           INFO(preset << " T " << T << " layer " << il);
           const auto &v = by_layer[static_cast<int>(il) + 1];
           // Every layer: the sigmoid-gated shared expert plus residual in one launch.
-          CHECK(std::find(v.begin(), v.end(), std::string("fused:sigmoid+moe_combine+add+add")) != v.end());
+          CHECK(has_label(v, "fused:sigmoid+moe_combine+add+add"));
           if ((il + 1) % m.hp.full_attn_interval == 0) continue;  // full attention
-          const bool has_in = std::find(v.begin(), v.end(), in) != v.end();
+          const bool has_in = has_label(v, in);
           CHECK(has_in == (T <= kMaxDeltaInTokens));
-          CHECK(std::find(v.begin(), v.end(), std::string("fused:rms_norm+mul+swiglu")) != v.end());
+          CHECK(has_label(v, "fused:rms_norm+mul+swiglu"));
         }
       }
     }
