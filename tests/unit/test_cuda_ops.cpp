@@ -928,6 +928,22 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
   }
 }
 
+// The decode kernels' sweep shape: 2 KV heads, a 520-cell cache of two sequences whose
+// holes the last batches refill (cell ranges of several cells per warp); variant 0 plain,
+// 1 a sliding window, 2 sinks.
+AttnSetup grouped_decode_setup(KvType kt, int64_t hd, int64_t group, int64_t T, int variant) {
+  AttnSetup s;
+  s.kt = kt;
+  s.hd = s.hd_v = hd;
+  s.n_head_kv = 2;
+  s.n_head = 2 * group;
+  s.window = variant == 1 ? 29 : 0;
+  s.sinks = variant == 2;
+  s.n_cells = 520;
+  s.batches = {257, 130, T, T};
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("cuda op: kv store + attention (F32/F16/Q8_0 cache, GQA, several sequences)", "[ops][cuda][attention]") {
@@ -1121,16 +1137,7 @@ TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, 
       for (int64_t group : {1, 8, 12})
         for (int64_t T : {1, 3}) {
           variant = (variant + 1) % 3;  // plain, sliding window, sinks
-          AttnSetup s;
-          s.kt = kt;
-          s.hd = s.hd_v = hd;
-          s.n_head_kv = 2;
-          s.n_head = 2 * group;
-          s.window = variant == 1 ? 29 : 0;
-          s.sinks = variant == 2;
-          s.n_cells = 520;
-          s.batches = {257, 130, T, T};  // cell ranges of several cells per warp; refilled holes
-          attention_case(reg, *gpu, s, "grouped decode");
+          attention_case(reg, *gpu, grouped_decode_setup(kt, hd, group, T, variant), "grouped decode");
         }
   // A deep cache: every cell range in use, each longer than the minimum (64 cells), merged by
   // the last block of each KV head; then a short context of one range (written directly).
@@ -1192,16 +1199,8 @@ TEST_CASE("cuda op: tensor-core decode attention (opt-in; head dims 128/256, GQA
     for (int64_t group : {1, 4, 8, 16})
       for (int64_t T : {1, 2, 4}) {
         variant = (variant + 1) % 3;  // plain, sliding window, sinks
-        AttnSetup s;
+        AttnSetup s = grouped_decode_setup(KvType::F16, hd, group, T, variant);
         s.tuning = tn;
-        s.kt = KvType::F16;
-        s.hd = s.hd_v = hd;
-        s.n_head_kv = 2;
-        s.n_head = 2 * group;
-        s.window = variant == 1 ? 29 : 0;
-        s.sinks = variant == 2;
-        s.n_cells = 520;
-        s.batches = {257, 130, T, T};  // refilled holes, two sequences
         attention_case(reg, *gpu, s, "tensor-core decode");
       }
   for (int64_t n_kv : {63, 64, 65, 513, 4097}) {
