@@ -29,14 +29,13 @@ struct PlanStats {
 // work_size(node_index) -> scratch bytes the node's kernel needs on its device.
 using WorkSizeFn = std::function<size_t(int)>;
 
+// Ops whose kernels are written to tolerate dst == src0 (elementwise, row-local).
+bool op_can_run_in_place(Op op);
+
 // keep_until (optional, one entry per node or empty): node i's value stays intact at least until
 // node keep_until[i] has run (-1: until its last reader, the default). For a backend whose fused
 // launch reads a value after it wrote outputs the planner would otherwise place over it
 // (Backend::extend_lifetimes).
-
-// Ops whose kernels are written to tolerate dst == src0 (elementwise, row-local).
-bool op_can_run_in_place(Op op);
-
 PlanStats plan_memory(Graph &g, const WorkSizeFn &work_size, const std::vector<int> &keep_until = {});
 
 }  // namespace moe
