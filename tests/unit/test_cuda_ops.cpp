@@ -1332,6 +1332,9 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   cp.n_ctx = static_cast<uint32_t>(depth + 512);
   cp.device = "cuda";
   cp.gpu_graphs = false;
+  // MOE_PROFILE_TC=1: decode attention on the tensor-core kernel (bench --tc-decode-attn).
+  const char *tc_env = std::getenv("MOE_PROFILE_TC");
+  cp.gpu_tuning.tc_decode_attention = tc_env && *tc_env == '1';
   auto ctx = Context::create(*model, cp);
   std::vector<BatchToken> prompt;
   for (int32_t i = 0; i < depth; ++i) prompt.push_back({(i * 7919) % 1000 + 10, i, 0, i == depth - 1});
