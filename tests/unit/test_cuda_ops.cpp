@@ -1344,6 +1344,7 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
 // on every other layer): one sequence decodes in cell order, so the grouped decode kernel
 // bounds its windowed layers' ranges by the span (DevUbatch::cell_pos_base); 40 steps take
 // the context well past the window. Graph replays must read each step's span from the device.
+// "cuda-chunk8": ranges of >= 8 cells, so the windowed layers merge 2 ranges (default: one).
 TEST_CASE("cuda engine: gpt-oss (head dim 64, window 16) decodes past its window like the CPU", "[cuda][engine][span]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -1357,12 +1358,13 @@ TEST_CASE("cuda engine: gpt-oss (head dim 64, window 16) decodes past its window
   {
     auto model = Model::load(path, ModelLoadParams{});
     std::map<std::string, std::vector<int32_t>> greedy;
-    for (const char *dev : {"cpu", "cuda", "cuda-nograph"}) {
+    for (const char *dev : {"cpu", "cuda", "cuda-nograph", "cuda-chunk8"}) {
       ContextParams cp;
       cp.n_ctx = 128;
       cp.n_threads = 2;
       cp.device = std::string(dev) == "cpu" ? "cpu" : "cuda";
       cp.gpu_graphs = std::string(dev) != "cuda-nograph";
+      if (std::string(dev) == "cuda-chunk8") cp.gpu_tuning.decode_min_chunk = 8;
       cp.kv_type = KvType::F32;  // see the tiny-model test above
       auto ctx = Context::create(*model, cp);
       greedy[dev] = moe_test::greedy_run(*ctx, {505, 1, 300, 42, 77, 5, 9, 100}, 40).ids;
@@ -1370,6 +1372,7 @@ TEST_CASE("cuda engine: gpt-oss (head dim 64, window 16) decodes past its window
     CHECK(greedy["cpu"].size() == 40);
     CHECK(greedy["cuda"] == greedy["cpu"]);
     CHECK(greedy["cuda-nograph"] == greedy["cpu"]);
+    CHECK(greedy["cuda-chunk8"] == greedy["cpu"]);
   }
   std::remove(path.c_str());
 #endif
