@@ -1192,9 +1192,8 @@ TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[op
 // sinks, head dim 64, 8 query heads per KV head). Depths around the window and the 64-cell
 // ranges, 1 and 2 tokens (their spans differ by a cell); positions starting at 1000 (B != 0);
 // a window wider than the context; ranges of 16 cells. Then the fallback to the n_kv split:
-// two sequences interleaved, and a hole inside the window (still in order: bounded) that the
-// next token refills (order broken: that token's own cell is at the hole, so a bound taken
-// from the earlier order would miss it).
+// two sequences interleaved, and a hole (still in order: bounded) that the next token refills
+// (order broken: that token's own cell is at the hole).
 TEST_CASE("cuda op: grouped decode attention bounded by the visible span (window, sinks, one sequence)", "[ops][cuda][attention][span]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -1239,9 +1238,11 @@ TEST_CASE("cuda op: grouped decode attention bounded by the visible span (window
     s.n_cells = 700;
     s.batches = {598, T, T};
     attention_case(reg, *gpu, s, "span fallback, two sequences");
-    s = oss(KvType::F16, 128);  // a hole at position 550 (in order), then refilled (out of order)
-    s.rm0 = 550;
-    s.rm1 = 551;
+    // A hole (in order) inside the window (550) or before it (300), then refilled (out of
+    // order): at 300 the refilling token's own cell lies outside any span of the old order.
+    s = oss(KvType::F16, 128);
+    s.rm0 = T == 1 ? 550 : 300;
+    s.rm1 = s.rm0 + 1;
     s.n_cells = 700;
     s.batches = {599, 1, T, T};
     attention_case(reg, *gpu, s, "span, hole then refilled");

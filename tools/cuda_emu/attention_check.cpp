@@ -84,7 +84,7 @@ static double run(const Cfg &c, uint32_t seed) {
       cseq[cell] = 0;
     }
     if (c.refill && older > 0) {  // the last token moves into an older cell
-      const int cell = older - 1 - static_cast<int>(rng() % std::min(100, older));
+      const int cell = static_cast<int>(rng() % older);
       cpos[cell] = pos[c.T - 1];
       cseq[cell] = cseq[c.n_kv - 1];
       cpos[c.n_kv - 1] = -1;
