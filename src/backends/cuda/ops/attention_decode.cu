@@ -12,9 +12,10 @@
 // of 64, 16 per warp; a window of 128 -> 2; at most decode_max_ranges <= kSplit of them), so a
 // short context or a window uses few, full blocks; blocks past the last range exit. The
 // ranges of a token's blocks all agree (same span), so the merge counter's target holds.
-// One range (a span of at most the minimum): the block writes the output itself (no partials, no counter).
-// Several: each block writes (max, sum, acc) partials and the last to finish (an atomic counter
-// in DevUbatch::sync, target = ranges in use) folds them into the output: one launch.
+// One range (a span of at most the minimum): the block writes the output itself (no partials,
+// no counter). Several: each block writes (max, sum, acc) partials and the last to finish (an
+// atomic counter in DevUbatch::sync, target = ranges in use) folds them into the output: one
+// launch.
 // Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
