@@ -825,6 +825,8 @@ struct AttnSetup {
   int32_t window = 0;
   bool sinks = false, mla = false;
   std::vector<int64_t> batches;  // tokens per batch, sequences 0 and 1 interleaved
+  bool one_seq = false;          // every token in sequence 0 (cells in position order until a freed cell is refilled)
+  int32_t pos0 = 0;              // the first position of each sequence
   int32_t rm0 = 10, rm1 = 20;    // sequence 0 loses these positions after batch 1 is claimed
   bool exact = false;            // batches of <= 16 tokens must equal the CPU bit for bit (F32 cache)
   GpuTuning tuning;              // the GPU's options
@@ -863,7 +865,7 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
   KvCache kv_c(s.n_cells, 2, s.kt, dims, *reg.cpu());
   KvCache kv_g(s.n_cells, 2, s.kt, dims, gpu);
   std::mt19937 rng(3);
-  int32_t next_pos[2] = {0, 0};
+  int32_t next_pos[2] = {s.pos0, s.pos0};
   std::vector<float> sinks(static_cast<size_t>(nh));
   for (int64_t h = 0; h < nh; ++h) sinks[static_cast<size_t>(h)] = std::vector<float>{0.5f, -1.0f, 3.0f, 20.0f}[static_cast<size_t>(h % 4)];
   const double tol = s.kt == KvType::F16 ? 2e-3 : 1e-4;
@@ -888,8 +890,9 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     };
     std::vector<int32_t> cells(static_cast<size_t>(nt)), pos(static_cast<size_t>(nt)), seq(static_cast<size_t>(nt));
     for (int64_t i = 0; i < nt; ++i) {
-      seq[static_cast<size_t>(i)] = static_cast<int32_t>(i % 2);
-      pos[static_cast<size_t>(i)] = next_pos[i % 2]++;
+      const int32_t sq = s.one_seq ? 0 : static_cast<int32_t>(i % 2);
+      seq[static_cast<size_t>(i)] = sq;
+      pos[static_cast<size_t>(i)] = next_pos[sq]++;
     }
     REQUIRE(kv_c.find_slots(static_cast<uint32_t>(nt), cells.data()));
     kv_c.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
@@ -918,7 +921,8 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     ExecEnv eg{&ubg, &kv_g};
     auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg, 1, s.tuning);
     INFO(what << " kv " << kv_type_name(s.kt) << " hd " << hd << " heads " << nh << "/" << nkv << " window " << s.window << " sinks "
-              << s.sinks << " mla " << s.mla << " batch " << step << " (" << nt << " tokens, n_kv " << ub.n_kv << ")");
+              << s.sinks << " mla " << s.mla << " one sequence " << s.one_seq << " batch " << step << " (" << nt << " tokens, n_kv "
+              << ub.n_kv << ")");
     if (s.exact && nt <= 16) {
       CHECK(rg[0] == rc[0]);
     } else {
@@ -1183,6 +1187,68 @@ TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[op
     }
 }
 
+// Where the cells are in position order (one sequence, DevUbatch::cell_pos_base), the grouped
+// decode kernel cuts only the cells a token's window can see into ranges (gpt-oss: window 128,
+// sinks, head dim 64, 8 query heads per KV head). Depths around the window and the 64-cell
+// ranges, 1 and 2 tokens (their spans differ by a cell); positions starting at 1000 (B != 0);
+// a window wider than the context; ranges of 16 cells. Then the fallback to the n_kv split:
+// two sequences interleaved, and a hole (still in order: bounded) that the next token refills
+// (order broken: that token's own cell is at the hole).
+TEST_CASE("cuda op: grouped decode attention bounded by the visible span (window, sinks, one sequence)", "[ops][cuda][attention][span]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  auto oss = [](KvType kt, int32_t window) {
+    AttnSetup s;
+    s.kt = kt;
+    s.hd = s.hd_v = 64;
+    s.n_head_kv = 2;
+    s.n_head = 16;
+    s.window = window;
+    s.sinks = true;
+    s.one_seq = true;
+    s.rm0 = s.rm1 = 0;  // no hole
+    return s;
+  };
+  for (KvType kt : {KvType::F16, KvType::Q8_0})
+    for (int64_t n_kv : {1, 127, 128, 129, 600, 4097})
+      for (int64_t T : {1, 2}) {
+        if (n_kv < T) continue;
+        AttnSetup s = oss(kt, 128);
+        s.pos0 = n_kv == 600 ? 1000 : 0;
+        s.n_cells = static_cast<uint32_t>(n_kv + 8);
+        if (n_kv > T) s.batches.push_back(n_kv - T);
+        s.batches.push_back(T);  // the decode batch fills the cache up to n_kv cells
+        attention_case(reg, *gpu, s, "span, one sequence in order");
+      }
+  {
+    AttnSetup s = oss(KvType::F16, 4096);  // the window wider than the context: every cell seen
+    s.n_cells = 608;
+    s.batches = {598, 2, 1};
+    attention_case(reg, *gpu, s, "span, window past n_kv");
+    s = oss(KvType::F16, 128);  // 8 ranges of 16 inside the window
+    s.tuning.decode_min_chunk = 16;
+    s.n_cells = 608;
+    s.batches = {599, 1, 2};
+    attention_case(reg, *gpu, s, "span, 16-cell ranges");
+  }
+  for (int64_t T : {1, 2}) {
+    AttnSetup s = oss(KvType::F16, 128);  // fallback: two sequences interleaved
+    s.one_seq = false;
+    s.n_cells = 700;
+    s.batches = {598, T, T};
+    attention_case(reg, *gpu, s, "span fallback, two sequences");
+    // A hole (in order) inside the window (550) or before it (300), then refilled (out of
+    // order): at 300 the refilling token's own cell lies outside any span of the old order.
+    s = oss(KvType::F16, 128);
+    s.rm0 = T == 1 ? 550 : 300;
+    s.rm1 = s.rm0 + 1;
+    s.n_cells = 700;
+    s.batches = {599, 1, T, T};
+    attention_case(reg, *gpu, s, "span, hole then refilled");
+  }
+}
+
 // The tensor-core decode kernel (GpuTuning::tc_decode_attention, off by default; it runs where
 // the device has sm_80+ code, otherwise the grouped kernel does): F16 cache, head dims 128 /
 // 256, 16 query rows (token, head) per block, so groups of 1 / 4 / 8 / 16 heads and 1..4 tokens
@@ -1272,6 +1338,44 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
     }
     std::remove(path.c_str());
   }
+#endif
+}
+
+// gpt-oss's attention shape (head dim 64, 8 query heads per KV head, sinks, a 16-cell window
+// on every other layer): one sequence decodes in cell order, so the grouped decode kernel
+// bounds its windowed layers' ranges by the span (DevUbatch::cell_pos_base); 40 steps take
+// the context well past the window. Graph replays must read each step's span from the device.
+// "cuda-chunk8": ranges of >= 8 cells, so the windowed layers merge 2 ranges (default: one).
+TEST_CASE("cuda engine: gpt-oss (head dim 64, window 16) decodes past its window like the CPU", "[cuda][engine][span]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const std::string path = (std::filesystem::temp_directory_path() / ("moe-cuda-oss-span-" + std::to_string(::getpid()) + ".gguf")).string();
+  SynthSpec spec;
+  spec.preset = "tiny-gpt-oss-hd64";
+  spec.type_mix = "q8_0";
+  write_synthetic_model(spec, path);
+  {
+    auto model = Model::load(path, ModelLoadParams{});
+    std::map<std::string, std::vector<int32_t>> greedy;
+    for (const char *dev : {"cpu", "cuda", "cuda-nograph", "cuda-chunk8"}) {
+      ContextParams cp;
+      cp.n_ctx = 128;
+      cp.n_threads = 2;
+      cp.device = std::string(dev) == "cpu" ? "cpu" : "cuda";
+      cp.gpu_graphs = std::string(dev) != "cuda-nograph";
+      if (std::string(dev) == "cuda-chunk8") cp.gpu_tuning.decode_min_chunk = 8;
+      cp.kv_type = KvType::F32;  // see the tiny-model test above
+      auto ctx = Context::create(*model, cp);
+      greedy[dev] = moe_test::greedy_run(*ctx, {505, 1, 300, 42, 77, 5, 9, 100}, 40).ids;
+    }
+    CHECK(greedy["cpu"].size() == 40);
+    CHECK(greedy["cuda"] == greedy["cpu"]);
+    CHECK(greedy["cuda-nograph"] == greedy["cpu"]);
+    CHECK(greedy["cuda-chunk8"] == greedy["cpu"]);
+  }
+  std::remove(path.c_str());
 #endif
 }
 

@@ -389,6 +389,19 @@ private:
     return v;
   }
 
+  // DevUbatch::cell_pos_base of the first n cells: the offset B with pos == c + B for every
+  // used cell c, or kNoCellPosBase (several sequences, reordered or reused cells, no used cell).
+  static int32_t cell_pos_base(const KvCell *cells, size_t n) {
+    int64_t base = kNoCellPosBase;
+    for (size_t c = 0; c < n; ++c) {
+      if (cells[c].pos < 0) continue;
+      const int64_t b = static_cast<int64_t>(cells[c].pos) - static_cast<int64_t>(c);
+      if (base == kNoCellPosBase) base = b;
+      else if (b != base) return kNoCellPosBase;
+    }
+    return base > kNoCellPosBase && base <= INT32_MAX ? static_cast<int32_t>(base) : kNoCellPosBase;
+  }
+
   // Pack the ubatch (token cells/pos/seq, cell state, RoPE tables) and copy it to the device
   // buffer the kernels read; grows the buffer only when a larger batch or cache first appears.
   void upload_ubatch(const ExecEnv &env, const Graph &g) {
@@ -405,7 +418,7 @@ private:
     for (const RopeParams &p : ropes) rope_bytes += align(T * static_cast<size_t>(cuda_rope_table_stride(p)) * 4);
     const bool recurrent = env.kv && env.kv->has_recurrent() && u.seq && T;
     const size_t rs_bytes = recurrent ? align((1 + 3 * std::min<size_t>(T, 64)) * 4) : 0;
-    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables | recurrent table
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv, cell_pos_base | RoPE tables | recurrent table
     const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes + rs_bytes;
     if (need > ub_cap_) {
       host_.resize(need);  // first: a throw leaves the old buffer and capacity in use
@@ -426,7 +439,9 @@ private:
       if (u.seq) std::memcpy(h + o_seq, u.seq, T * 4);
     }
     const int32_t nkv = u.cell_state ? u.n_kv : 0;
+    const int32_t base = u.cell_state ? cell_pos_base(u.cell_state, C) : kNoCellPosBase;
     std::memcpy(h + o_nkv, &nkv, 4);
+    std::memcpy(h + o_nkv + 4, &base, 4);
     uint8_t *d = static_cast<uint8_t *>(ub_dev_);
     rope_.n_tokens = static_cast<int64_t>(T);
     rope_.tables.clear();
@@ -463,7 +478,7 @@ private:
     // Copies: the bit sets and cell positions for the cells in use, the per-token part, the tables.
     be_.upload_async(d, h, C * 8);
     be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
-    be_.upload_async(d + o_nkv, h + o_nkv, 4);
+    be_.upload_async(d + o_nkv, h + o_nkv, 8);
     if (rope_bytes) be_.upload_async(d + o_rope, h + o_rope, rope_bytes);
     if (rs_bytes) be_.upload_async(d + o_rs, h + o_rs, rs_bytes);
     ub_.seq = nullptr;
@@ -473,6 +488,7 @@ private:
     ub_.seq = reinterpret_cast<const int32_t *>(d + o_seq);
     ub_.cell_pos = reinterpret_cast<const int32_t *>(d + o_cpos);
     ub_.n_kv = reinterpret_cast<const int32_t *>(d + o_nkv);
+    ub_.cell_pos_base = reinterpret_cast<const int32_t *>(d + o_nkv + 4);
     ub_.rope = ropes.empty() ? nullptr : &rope_;
   }
 
