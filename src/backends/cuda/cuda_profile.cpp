@@ -15,6 +15,13 @@ void CudaProfile::add(const std::string &label, double ms) {
   e.ms += ms;
 }
 
+int64_t CudaProfile::calls() {
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t n = 0;
+  for (const auto &e : entries_) n += e.second.count;
+  return n;
+}
+
 std::string CudaProfile::report(bool reset) {
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<std::pair<std::string, Entry>> v(entries_.begin(), entries_.end());

@@ -25,6 +25,8 @@ public:
   void add(const std::string &label, double ms);
   // The table of what was added; reset: start a new one.
   std::string report(bool reset);
+  // Timed launches added since the last reset.
+  int64_t calls();
 
 private:
   struct Entry {
