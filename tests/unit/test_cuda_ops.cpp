@@ -24,6 +24,7 @@
 #include "graph/compiler.h"
 #include "kv/kv_cache.h"
 #include "model/synth/synth_model.h"
+#include "support/cuda_counts.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/greedy_run.h"
@@ -1317,9 +1318,9 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
         auto ctx = Context::create(*model, cp);
         const moe_test::GreedyRun run =
             moe_test::greedy_run(*ctx, {510, 1, 300, 42, 77, 5, 9, 100}, 12, [&](int step, const std::function<void()> &decode) {
-              const uint64_t before = cuda_sync_count();
+              const uint64_t before = moe_test::cuda_counts(*ctx).syncs;
               decode();
-              const uint64_t syncs = cuda_sync_count() - before;
+              const uint64_t syncs = moe_test::cuda_counts(*ctx).syncs - before;
               if (cp.device != "cpu" && step >= 3) {
                 INFO(dev << " step " << step << ": host synchronisations in one decode step");
                 CHECK(syncs <= 1);
@@ -1448,31 +1449,20 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   };
   feed();  // warm-up
   ctx->kv_clear();
-  cuda_profile_enable(true);
+  CudaProfile &prof = moe_test::cuda_backends(*ctx).at(0)->profile();
+  prof.enable(true);
   feed();
-  std::printf("---- prompt of %d tokens, eager, per-op kernel time\n%s", depth, cuda_profile_report(true).c_str());
+  std::printf("---- prompt of %d tokens, eager, per-op kernel time\n%s", depth, prof.report(true).c_str());
   for (int step = 0; step < 32; ++step) {
     BatchToken t{42 + step, depth + step, 0, true};
     ctx->decode(&t, 1);
   }
   std::printf("---- 32 decode steps (n_kv %d..%d), eager, per-op kernel time\n%s", depth, depth + 32,
-              cuda_profile_report(true).c_str());
-  cuda_profile_enable(false);
+              prof.report(true).c_str());
 #endif
 }
 
-#ifdef MOEINFER_WITH_CUDA
-namespace {
-// While it lives, every CUDA backend created takes the paths of an older device
-// (cuda_emulate_device): the fallbacks of a Turing or Ampere / Ada GPU run on this one.
-struct EmulatedDevice {
-  EmulatedDevice(int arch, int smem_optin) { cuda_emulate_device(arch, smem_optin); }
-  ~EmulatedDevice() { cuda_emulate_device(0, 0); }
-};
-}  // namespace
-#endif
-
-// The paths of older GPUs, emulated on this one, against the CPU: sm_75 (no tensor-core code,
+// The paths of older GPUs, emulated on this one (a registry's GpuEmulation), against the CPU: sm_75 (no tensor-core code,
 // 64 KB per block: the f32 tile kernels, reference-order and FMA attention, cuBLAS for long
 // dense batches) and sm_86 / sm_89 / sm_120 (99 KB per block: Q4_K's int8 MMQ on its generic
 // kernel instead of the 112 KB raw one; MLA attention on the older kernels).
@@ -1482,8 +1472,7 @@ TEST_CASE("cuda op: the paths of older GPUs (sm_75, 99 KB sm_86) emulated on thi
     int arch, smem;
   };
   for (const Emu emu : {Emu{75, 65536}, Emu{86, 101376}}) {
-    const EmulatedDevice as(emu.arch, emu.smem);
-    BackendRegistry reg;  // created inside: its CUDA backend reads the emulated paths
+    BackendRegistry reg("", GpuEmulation{emu.arch, emu.smem});  // its CUDA backend takes the older GPU's paths
     Backend *gpu = gpu_or_skip(reg);
     if (!gpu) return;
     INFO("emulated sm_" << emu.arch << ", " << emu.smem << " bytes of shared memory per block");
@@ -1569,11 +1558,11 @@ TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf 
     const auto t0 = std::chrono::steady_clock::now();
     for (int k = 1; k <= 8; ++k) step(k);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 8;
-    cuda_profile_enable(true);
+    CudaProfile &prof = moe_test::cuda_backends(*ctx).at(0)->profile();  // this context's alone
+    prof.enable(true);
     for (int k = 9; k <= 16; ++k) step(k);
     std::printf("---- %d sequences: %.2f ms per step eager wall (unprofiled); 8 profiled steps, per-op kernel time\n%s", B,
-                wall, cuda_profile_report(true).c_str());
-    cuda_profile_enable(false);
+                wall, prof.report(true).c_str());
   }
 #endif
 }

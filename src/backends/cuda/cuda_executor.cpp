@@ -6,11 +6,9 @@
 // context grows an arena). Values that change per step live in device memory (DevUbatch),
 // so replays need no re-capture.
 #include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <string>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_alloc.h"
@@ -19,6 +17,7 @@
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_kernel_errors.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_profile.h"
 #include "backends/cpu/ops/rope_math.h"
 #include "core/log.h"
 #include "kv/kv_cache.h"
@@ -26,14 +25,6 @@
 namespace moe {
 
 namespace {
-
-struct ProfEntry {
-  int64_t count = 0;
-  double ms = 0;
-};
-std::atomic<bool> g_profile{false};
-std::mutex g_prof_mu;
-std::map<std::string, ProfEntry> g_prof;
 
 std::string prof_label(const Graph &g, const Node &n) {
   std::string l = op_name(n.op);
@@ -152,7 +143,7 @@ public:
     be_.set_current();
     if (!done_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
     MOE_CUDA_CHECK(cudaEventRecord(done_ev_, be_.stream()));
-    cuda_sync_event(done_ev_, SyncWhy::Executor);
+    cuda_sync_event(done_ev_, SyncWhy::Executor, be_.counters());
   }
 
   void mark() override {
@@ -165,7 +156,7 @@ public:
   void host_wait_mark() override {
     flush();  // the overlapped stretch is launched before the host blocks
     be_.set_current();
-    if (mark_ev_) cuda_sync_event(mark_ev_, SyncWhy::Executor);
+    if (mark_ev_) cuda_sync_event(mark_ev_, SyncWhy::Executor, be_.counters());
   }
 
   void wait_for(Executor &other) override {
@@ -321,7 +312,8 @@ private:
   }
 
   void launch(const Graph &g, int begin, int end) {
-    const bool prof = g_profile.load() && mode_ == Mode::Eager;
+    const bool prof = be_.profile().enabled() && mode_ == Mode::Eager;
+    const CudaLaunchCounting counting(be_.counters());
     if (tuning_.fusion && !fusion_) fusion_ = &fusion_plan(g);
     const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end, carried_) ? fusion_ : nullptr;
     carried_ = -1;
@@ -344,7 +336,7 @@ private:
     }
   }
 
-  LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_}; }
+  LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_, be_.paths().smem_optin}; }
 
   // Runs fn between two recorded events (eager profiling).
   template <typename Fn> void timed(cudaStream_t s, std::string label, Fn &&fn) {
@@ -364,14 +356,11 @@ private:
 
   void collect_profile() {
     if (!n_prof_) return;
-    cuda_sync_event(prof_ev_[n_prof_ - 1], SyncWhy::Setup);
-    std::lock_guard<std::mutex> lk(g_prof_mu);
+    cuda_sync_event(prof_ev_[n_prof_ - 1], SyncWhy::Setup, be_.counters());
     for (size_t k = 0; k < n_prof_ / 2; ++k) {
       float ms = 0;
       MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_ev_[2 * k], prof_ev_[2 * k + 1]));
-      ProfEntry &e = g_prof[prof_label_[k]];
-      e.count++;
-      e.ms += ms;
+      be_.profile().add(prof_label_[k], ms);
     }
     n_prof_ = 0;
     prof_label_.clear();
@@ -527,23 +516,6 @@ private:
 };
 
 }  // namespace
-
-void cuda_profile_enable(bool on) { g_profile.store(on); }
-
-std::string cuda_profile_report(bool reset) {
-  std::lock_guard<std::mutex> lk(g_prof_mu);
-  std::vector<std::pair<std::string, ProfEntry>> v(g_prof.begin(), g_prof.end());
-  std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
-  double total = 0;
-  for (auto &e : v) total += e.second.ms;
-  std::string out = strfmt("%-34s %8s %10s %9s %6s\n", "op", "calls", "total ms", "us/call", "share");
-  for (auto &e : v)
-    out += strfmt("%-34s %8lld %10.3f %9.2f %5.1f%%\n", e.first.c_str(), (long long)e.second.count, e.second.ms,
-                  1000.0 * e.second.ms / static_cast<double>(e.second.count), total > 0 ? 100.0 * e.second.ms / total : 0.0);
-  out += strfmt("%-34s %8s %10.3f\n", "total (kernel time)", "", total);
-  if (reset) g_prof.clear();
-  return out;
-}
 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning) { return std::make_unique<CudaExecutor>(be, tuning); }
 
