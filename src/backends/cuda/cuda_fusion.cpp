@@ -116,7 +116,7 @@ private:
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul:
         return match_gate_up(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) ||
-               match_matvecs(i, grp);
+               match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
@@ -312,7 +312,23 @@ private:
     return true;
   }
 
-  // RmsNorm(x) -> Mul(row weight) -> the router's F32 MatMul (match_router_mm), one token:
+  // A one-token F32 MatMul of at most kMaxRouterSideRows rows right before the router's F32
+  // MatMul of the same activation (match_router_mm; qwen3next's shared-expert gate logit): the
+  // router launch computes its rows too (written: read after the group).
+  bool match_router_side_mm(int i, FusedGroup &grp) const {
+    const Node &mm = nd(i), &w = nd(mm.src[0]);
+    const int r = next(i);
+    if (r < 0 || nd(r).op != Op::MatMul || nd(r).src[1] != mm.src[1] || !same_place(i, r)) return false;
+    if (w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[0] != nd(nd(r).src[0]).ne[0] || w.ne[1] > kMaxRouterSideRows || w.ne[2] != 1 ||
+        w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1 || !f32_rows(mm))
+      return false;
+    if (!match_router_mm(r, grp)) return false;
+    grp.members.insert(grp.members.begin(), i);
+    grp.written.insert(grp.written.begin(), i);
+    return true;
+  }
+
+  // RmsNorm(x) -> Mul(row weight) -> [side MatMul ->] the router's F32 MatMul (match_router_mm), one token:
   // every block of the router launch normalises the row itself; the Mul output is written
   // when the experts (or others) read it.
   bool match_norm_router(int i, FusedGroup &grp) const {
@@ -320,9 +336,11 @@ private:
     if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
     if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1) return false;
     const int mm = next(m);
-    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !match_router_mm(mm, grp)) return false;
+    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !(match_router_mm(mm, grp) || match_router_side_mm(mm, grp)))
+      return false;
+    const int readers = grp.kind == FusedKind::Router && nd(grp.members[1]).op == Op::MatMul ? 2 : 1;  // (the side mat-vec reads it too)
     grp.members.insert(grp.members.begin(), {i, m});
-    if (read_outside(m, 1)) grp.written.insert(grp.written.begin(), m);
+    if (read_outside(m, readers)) grp.written.insert(grp.written.begin(), m);
     return true;
   }
 

@@ -22,8 +22,9 @@ namespace moe {
 
 enum class FusedKind : uint8_t {
   RowChains,     // per-row chains RmsNorm -> Mul(row weight) -> Rope -> KvStore (any suffix/prefix; up to 4 chains)
-  Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
-                 // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
+  Router,        // [[RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
+                 // [RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
+                 // (side: kMaxRouterSideRows)
   MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
@@ -64,6 +65,11 @@ struct FusionPlan {
   std::vector<FusedGroup> groups;
   std::vector<int> group_of;   // per node: the group whose range holds it, or -1
 };
+
+// A Router group's side MatMul: a one-token F32 product of the router's activation with at most
+// this many rows (qwen3next's shared-expert gate logit, 1 row), right before the router's MatMul;
+// the router launch computes its rows in one more block and writes them.
+constexpr int64_t kMaxRouterSideRows = 8;
 
 // Whether an executor fuses at all is GpuTuning::fusion (tests compare fused and unfused runs).
 // Norm tails (FusedGroup::norm_tail) are planned for the producer kinds in the mask

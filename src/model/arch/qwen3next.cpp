@@ -187,10 +187,13 @@ void hybrid_build(const Model::Impl &m, const GraphBuildParams &p, Graph &g, Var
     }
     const int ffn_in = g.add(o, cur);
     const int y = g.mul(g.rms_norm(ffn_in, h.rms_eps), W("post_attention_norm.weight"));
+    // The shared expert's gate logit [1, T] right before the router's mat-vec of the same row:
+    // the CUDA router launch computes both (cuda_fusion.h: Router).
+    const int shared_logit = g.matmul(W("ffn_gate_inp_shexp.weight"), y);
     MoeWeights mw{W("ffn_gate_inp.weight"), W("ffn_gate_exps.weight"), W("ffn_up_exps.weight"), W("ffn_down_exps.weight")};
     const int routed = moe_ffn_softmax(g, y, mw, static_cast<int>(h.n_expert_used), /*norm_weights=*/true);
     const int shared = ffn_swiglu(g, y, W("ffn_gate_shexp.weight"), W("ffn_up_shexp.weight"), W("ffn_down_shexp.weight"));
-    const int shared_gate = g.sigmoid(g.matmul(W("ffn_gate_inp_shexp.weight"), y));  // [1, T]
+    const int shared_gate = g.sigmoid(shared_logit);  // [1, T]
     // One scalar per token: a one-expert combine ([n_embd, 1, T] x [1, T]) scales each column.
     const int gated = g.moe_combine(g.view(shared, {static_cast<int64_t>(h.n_embd), 1, g.node(y).ne[1]}), shared_gate);
     cur = g.add(g.add(routed, gated), ffn_in);
