@@ -70,10 +70,14 @@ public:
   // Every value a DeltaIn group of `device` reads from outside stays intact until its last
   // member ran: the launch reads qkv and the gate operands while other blocks write the q / k /
   // v / gates outputs, which the planner would otherwise put over them (they die inside).
+  // The same for a DownCombine group (its combine output would otherwise take the bytes of the
+  // expert ids or the activations, dead after the unfused down: safe() then refuses the group,
+  // seen in most layers of the tiny hybrids, whose combine is not followed by an Add).
   void keep_live(int device, std::vector<int> &keep_until) const {
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
-      if (nd(i).device != device || !is_compute(nd(i)) || !match_delta_in(i, grp)) continue;
+      if (nd(i).device != device || !is_compute(nd(i)) || !(match_delta_in(i, grp) || (nd(i).op == Op::MatMulId && match_down(i, grp))))
+        continue;
       for (int m : grp.members)
         for (int s : nd(m).src)
           if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end())

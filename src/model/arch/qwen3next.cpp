@@ -127,11 +127,12 @@ int gated_attention(Graph &g, const Model::Impl &m, const std::string &pf, int x
   const Hparams &h = m.hp;
   const int64_t T = p.n_tokens, hd = h.head_dim_k;
   auto W = [&](const char *n) { return g.weight(m.find(pf + n)); };
+  // The three projections of x next to each other (one mat-vec group on CUDA), then the slices.
   const int qg = g.view(g.matmul(W("attn_q.weight"), x), {2 * hd, h.n_head, T});
-  int q = g.slice(qg, 0, hd);
-  const int gate = g.slice(qg, hd, hd);
   int k = g.view(g.matmul(W("attn_k.weight"), x), {hd, h.n_head_kv, T});
   const int v = g.view(g.matmul(W("attn_v.weight"), x), {hd, h.n_head_kv, T});
+  int q = g.slice(qg, 0, hd);
+  const int gate = g.slice(qg, hd, hd);
   q = g.mul(g.rms_norm(q, h.rms_eps), W("attn_q_norm.weight"));
   k = g.mul(g.rms_norm(k, h.rms_eps), W("attn_k_norm.weight"));
   const RopeParams rope = rope_params_from(h, static_cast<int>(h.n_rot), /*neox=*/true);
