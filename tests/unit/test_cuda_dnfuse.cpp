@@ -1,5 +1,5 @@
-// The fused launches of the gated DeltaNet layer (cuda_fusion.h: DeltaIn, GatedNorm;
-// ops/delta_net_fused.cu): the layer's section from the projections' outputs to the gated
+// The fused launches of the gated DeltaNet layer (cuda_fusion.h: DeltaIn, GatedNorm, DeltaNorm;
+// ops/delta_net_fused.cu, ops/delta_net.cu): the layer's section from the projections' outputs to the gated
 // output norm, built as qwen3next / qwen35moe build it, run on the CPU, on CUDA fused and on
 // CUDA unfused with their own state caches over the same calls (interleaved sequences in one
 // ubatch, one-token steps eager / captured / replayed, 2 sequences of one token, a few tokens
@@ -138,22 +138,29 @@ TEST_CASE("cuda dnfuse plan: the DeltaNet section fuses, and stays apart where a
 #ifdef MOEINFER_WITH_CUDA
   const std::string next_in = "fused:slice+slice+add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
   const std::string q35_in = "fused:add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
-  const std::string norm = "fused:rms_norm+mul+swiglu";
-  for (const Shape &s : {Shape{16, 2, 4, 4, true}, Shape{16, 2, 4, 4, false}}) {
+  // The output norm: in the DeltaNet kernel (DeltaNorm) up to kMaxDeltaInTokens tokens where the
+  // head size is a multiple of its block's rows; else its own launch (GatedNorm).
+  const std::string norm = "fused:rms_norm+mul+swiglu", dn_norm = "fused:delta_net+rms_norm+mul+swiglu";
+  for (const Shape &s : {Shape{16, 2, 4, 4, true}, Shape{16, 2, 4, 4, false}, Shape{5, 1, 3, 3, true}}) {
     const std::string &in_label = s.next ? next_in : q35_in;
-    INFO((s.next ? "qwen3next" : "qwen35moe"));
+    const bool rows = s.d % kDeltaNormRowsPerBlock == 0;
+    INFO((s.next ? "qwen3next" : "qwen35moe") << " d " << s.d);
     for (int64_t T : {int64_t{1}, int64_t{5}, kMaxDeltaInTokens}) {
       INFO("T " << T);
       const auto l = labels(s, T, 0);
       CHECK(has(l, in_label));
-      CHECK(has(l, norm));
+      CHECK(has(l, rows ? dn_norm : norm));
+      CHECK_FALSE(has(l, rows ? norm : dn_norm));
     }
-    CHECK_FALSE(has(labels(s, kMaxDeltaInTokens + 1, 0), in_label));  // prompts: the unfused kernels
+    const auto prompt = labels(s, kMaxDeltaInTokens + 1, 0);
+    CHECK_FALSE(has(prompt, in_label));  // prompts: the unfused kernels
+    CHECK(has(prompt, norm));
+    CHECK_FALSE(has(prompt, dn_norm));
     for (int extra : {1, 2}) {
       INFO("extra reader " << extra);
       const auto l = labels(s, 1, extra);
       for (const std::string &lab : l) CHECK(lab.find("ssm_conv") == std::string::npos);
-      CHECK(has(l, norm));
+      CHECK(has(l, rows ? dn_norm : norm));
     }
   }
 #endif
@@ -193,11 +200,11 @@ struct Sides {
       GpuTuning t;
       t.fusion = side == 1;
       e.second = std::make_unique<BoundGraph>(*be[side], build(s, w, T, e.first), t);
-      if (side == 1 && T <= kMaxDeltaInTokens) {  // the GPU's own plan has both groups
+      if (side == 1 && T <= kMaxDeltaInTokens) {  // the GPU's own plan has both groups (the norm in the DeltaNet kernel where it fits)
         int kinds = 0;
         for (const FusedGroup &grp : plan_fusion(e.second->plan->graph, 0).groups)
-          kinds |= grp.kind == FusedKind::DeltaIn ? 1 : grp.kind == FusedKind::GatedNorm ? 2 : 0;
-        CHECK(kinds == 3);
+          kinds |= grp.kind == FusedKind::DeltaIn ? 1 : grp.kind == FusedKind::GatedNorm ? 2 : grp.kind == FusedKind::DeltaNorm ? 4 : 0;
+        CHECK(kinds == (s.d % kDeltaNormRowsPerBlock == 0 ? 5 : 3));
       }
     }
     return e;

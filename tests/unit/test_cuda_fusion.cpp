@@ -116,8 +116,9 @@ std::string write_tiny(const std::string &preset, const std::string &mix) {
 // Whether a plan segment's launch labels include `label`.
 bool has_label(const std::vector<std::string> &v, const std::string &label) { return std::find(v.begin(), v.end(), label) != v.end(); }
 
+// launches (optional): per segment, the planned launches (groups + compute nodes outside them).
 std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name,
-                                                      unsigned norm_tails, int *n_tails = nullptr) {
+                                                      unsigned norm_tails, int *n_tails = nullptr, std::map<int, int> *launches = nullptr) {
   GraphBuildParams gp;
   gp.n_tokens = n_tokens;
   gp.n_cells = 64;
@@ -145,10 +146,18 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   if (name == "tiny" && n_tokens == 1)
     for (const FusedGroup &grp : fp.groups)
       if (grp.kind == FusedKind::DownCombine) CHECK(grp.ids_settled);
+  std::map<int, int> planned;
+  for (const FusedGroup &grp : fp.groups) ++planned[cg.node(grp.run_at).segment];
+  for (size_t i = 0; i < cg.nodes().size(); ++i) {
+    const Node &n = cg.node(static_cast<int>(i));
+    if (n.op != Op::Leaf && n.op != Op::View && fp.group_of[i] < 0) ++planned[n.segment];
+  }
+  if (launches) *launches = planned;
   for (const auto &l : by_layer) {
     std::string line;
     for (const auto &lab : l.second) line += " " + lab;
-    std::printf("[fusion] %s T=%lld segment %d:%s\n", name.c_str(), static_cast<long long>(n_tokens), l.first, line.c_str());
+    std::printf("[fusion] %s T=%lld segment %d (%d launches):%s\n", name.c_str(), static_cast<long long>(n_tokens), l.first, planned[l.first],
+                line.c_str());
   }
   return by_layer;
 }
@@ -255,7 +264,8 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
       const std::string in = next ? "fused:slice+slice+add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice"
                                   : "fused:add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
       for (int64_t T : {int64_t{1}, int64_t{3}, kMaxDeltaInTokens, kMaxDeltaInTokens + 1}) {
-        auto by_layer = plan_by_layer(reg, m, T, preset, 0);
+        std::map<int, int> launches;
+        auto by_layer = plan_by_layer(reg, m, T, preset, 0, nullptr, &launches);
         for (uint32_t il = 0; il < m.hp.n_layer; ++il) {
           INFO(preset << " T " << T << " layer " << il);
           const auto &v = by_layer[static_cast<int>(il) + 1];
@@ -264,7 +274,13 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
           if ((il + 1) % m.hp.full_attn_interval == 0) continue;  // full attention
           const bool has_in = has_label(v, in);
           CHECK(has_in == (T <= kMaxDeltaInTokens));
-          CHECK(has_label(v, "fused:rms_norm+mul+swiglu"));
+          // The output norm: in the DeltaNet kernel up to kMaxDeltaInTokens tokens, else its own launch.
+          CHECK(has_label(v, T <= kMaxDeltaInTokens ? "fused:delta_net+rms_norm+mul+swiglu" : "fused:rms_norm+mul+swiglu"));
+          // One token, a DeltaNet layer between the first and the last (docs/perf/qwen3next-cuda.md,
+          // entry 3): attn norm, projections, DeltaIn, DeltaNet + norm, out-proj + residual, ffn norm
+          // + router + shared gate logit, experts gate/up, experts down + combine, shared gate/up,
+          // shared down, SharedGate = 11 launches.
+          if (T == 1 && il > 0 && il + 1 < m.hp.n_layer && cuda_fused_matvec_available()) CHECK(launches[static_cast<int>(il) + 1] == 11);
         }
       }
     }

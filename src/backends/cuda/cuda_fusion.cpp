@@ -72,12 +72,15 @@ public:
   // v / gates outputs, which the planner would otherwise put over them (they die inside).
   // The same for a DownCombine group (its combine output would otherwise take the bytes of the
   // expert ids or the activations, dead after the unfused down: safe() then refuses the group,
-  // seen in most layers of the tiny hybrids, whose combine is not followed by an Add).
+  // seen in most layers of the tiny hybrids, whose combine is not followed by an Add), and for a
+  // DeltaNorm group, its DeltaNet output too (the scratch its last blocks normalise).
   void keep_live(int device, std::vector<int> &keep_until) const {
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
-      if (nd(i).device != device || !is_compute(nd(i)) || !(match_delta_in(i, grp) || (nd(i).op == Op::MatMulId && match_down(i, grp))))
+      if (nd(i).device != device || !is_compute(nd(i)) ||
+          !(match_delta_in(i, grp) || match_delta_norm(i, grp) || (nd(i).op == Op::MatMulId && match_down(i, grp))))
         continue;
+      if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
         for (int s : nd(m).src)
           if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end())
@@ -127,6 +130,7 @@ private:
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
       case Op::TopK: return match_sequence(i, grp);
       case Op::Add: case Op::Softplus: case Op::SsmConv: return match_delta_in(i, grp);
+      case Op::DeltaNet: return match_delta_norm(i, grp);
       default: return false;
     }
   }
@@ -492,6 +496,19 @@ private:
     return true;
   }
 
+  // DeltaNet -> the GatedNorm of its output (cuda_fusion.h: DeltaNorm).
+  bool match_delta_norm(int i, FusedGroup &grp) const {
+    FusedGroup gn;
+    const int r = next(i);
+    if (nd(i).op != Op::DeltaNet || !cuda_delta_norm_fits(g_, nd(i)) || r < 0 || nd(r).src[0] != i || !same_place(i, r) || !match_gated_norm(r, gn))
+      return false;
+    if (!same_shape(nd(i), nd(r)) || !f32_rows(nd(gn.members[2]))) return false;
+    grp.kind = FusedKind::DeltaNorm;
+    grp.members = {i, gn.members[0], gn.members[1], gn.members[2]};
+    grp.written = {i, gn.members[2]};
+    return true;
+  }
+
   // Read by one node only (a View: by one node of its own, and so on) and no graph output.
   bool private_through_views(int id) const {
     if (!private_to_group(id)) return false;
@@ -724,6 +741,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::DeltaIn: return cuda_fused_delta_in(c, grp);
     case FusedKind::GatedNorm: return cuda_fused_gated_norm(c, grp);
     case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
+    case FusedKind::DeltaNorm: return cuda_fused_delta_norm(c, grp);
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));

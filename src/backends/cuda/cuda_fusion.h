@@ -33,6 +33,7 @@ enum class FusedKind : uint8_t {
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
   GatedNorm,     // RmsNorm -> Mul(row weight) -> SwiGLU(z, .) (the DeltaNet output norm)
   SharedGate,    // Sigmoid -> MoeCombine(one expert) -> Add -> Add (sigmoid-gated shared expert + residual)
+  DeltaNorm,     // DeltaNet -> GatedNorm's RmsNorm -> Mul -> SwiGLU in the DeltaNet kernel (ops/delta_net.cu)
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -132,6 +133,17 @@ void delta_gate_source(const Graph &g, int operand, int &src, int64_t &start, in
 // g = MoeCombine(shared [M, 1, T], s), a = Add(routed, g) (either order), y = Add(a, r) (either
 // order), all F32 rows [M, T]; s, g and a read by nothing else; y is written.
 
+// A DeltaNorm group: DeltaNet o -> RmsNorm(o) -> Mul(., w) -> SwiGLU(z, .) as a GatedNorm group
+// takes them, where the DeltaNet takes the token-sequential kernel with whole blocks
+// (cuda_delta_norm_fits: head size a multiple of kDeltaNormRowsPerBlock, at most kDeltaNormMaxD,
+// at most kMaxDeltaInTokens tokens, n_v x T sync counters). The head's last block to finish a
+// token's rows normalises that head row (o and the SwiGLU are written). The planner keeps the
+// group's inputs and o live until the SwiGLU (cuda_fusion_keep_live): the last blocks write y
+// while other heads' blocks still read q / k / v / gates and write o.
+constexpr int kDeltaNormRowsPerBlock = 4;
+constexpr int64_t kDeltaNormMaxD = 1024;
+bool cuda_delta_norm_fits(const Graph &g, const Node &dn);
+
 // Runs a group; c.n is the node at grp.run_at. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
@@ -147,5 +159,7 @@ bool cuda_fused_sequence_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run
 void cuda_fused_delta_in(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_gated_norm(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_shared_gate(const CudaOpCtx &c, const FusedGroup &grp);
+// ops/delta_net.cu.
+void cuda_fused_delta_norm(const CudaOpCtx &c, const FusedGroup &grp);
 
 }  // namespace moe
