@@ -277,10 +277,11 @@ void launch_delta(const DeltaArgs &a, dim3 grid, const LaunchStream &s) {
   launch_pdl(delta_net_kernel<M, Norm>, grid, dim3(32 * kDeltaWarps), 0, s, a);
 }
 
-// The token-sequential kernel for DeltaNet node n (c.n), by head size.
+// The token-sequential kernel for DeltaNet node c.n, by head size.
 template <bool Norm>
 void launch_delta_net(const CudaOpCtx &c, const DeltaArgs &a) {
-  const dim3 grid(static_cast<unsigned>(a.n_v * ((a.d + kDeltaWarps - 1) / kDeltaWarps)), static_cast<unsigned>(std::min<int64_t>(a.T, c.kv->n_seq_max())));
+  const unsigned slots = static_cast<unsigned>(std::min<int64_t>(a.T, c.kv->n_seq_max()));
+  const dim3 grid(static_cast<unsigned>(a.n_v * ((a.d + kDeltaWarps - 1) / kDeltaWarps)), slots);
   if (a.d <= 32) launch_delta<1, Norm>(a, grid, c.stream);
   else if (a.d <= 64) launch_delta<2, Norm>(a, grid, c.stream);
   else if (a.d <= 128) launch_delta<4, Norm>(a, grid, c.stream);
