@@ -112,7 +112,7 @@ namespace {
 
 // The fusion labels of the section's graph for T tokens, compiled on the host and its arena laid
 // out as the CUDA backend lays it out (its scratch sizes, the lifetimes it extends).
-std::vector<std::string> labels(const Shape &s, int64_t T, int extra) {
+std::vector<std::string> labels(const Shape &s, int64_t T, int extra, unsigned mask = 0) {
   BackendRegistry reg;
   Weights w(s);
   Section x;
@@ -125,7 +125,7 @@ std::vector<std::string> labels(const Shape &s, int64_t T, int extra) {
   cuda_fusion_keep_live(cg, 0, keep);
   plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, GpuTuning{}, paths); }, keep);
   std::vector<std::string> out;
-  for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups) out.push_back(grp.label);
+  for (const FusedGroup &grp : plan_fusion(plan->graph, mask).groups) out.push_back(grp.label);
   return out;
 }
 
@@ -151,6 +151,9 @@ TEST_CASE("cuda dnfuse plan: the DeltaNet section fuses, and stays apart where a
       CHECK(has(l, in_label));
       CHECK(has(l, rows ? dn_norm : norm));
       CHECK_FALSE(has(l, rows ? norm : dn_norm));
+      const auto off = labels(s, T, 0, kNoDeltaNorm);  // GpuTuning::delta_norm off: its own launch
+      CHECK(has(off, norm));
+      CHECK_FALSE(has(off, dn_norm));
     }
     const auto prompt = labels(s, kMaxDeltaInTokens + 1, 0);
     CHECK_FALSE(has(prompt, in_label));  // prompts: the unfused kernels

@@ -29,7 +29,8 @@ struct Range {
 
 class Matcher {
 public:
-  Matcher(const Graph &g, unsigned norm_tails) : g_(g), norm_tails_(norm_tails), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
+  Matcher(const Graph &g, unsigned norm_tails, bool delta_norm = true)
+      : g_(g), norm_tails_(norm_tails), delta_norm_(delta_norm), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
                                      output_(static_cast<size_t>(n_), false) {
     for (const Node &nd : g.nodes())
       for (int s : nd.src)
@@ -500,7 +501,7 @@ private:
   bool match_delta_norm(int i, FusedGroup &grp) const {
     FusedGroup gn;
     const int r = next(i);
-    if (nd(i).op != Op::DeltaNet || !cuda_delta_norm_fits(g_, nd(i)) || r < 0 || nd(r).src[0] != i || !same_place(i, r) || !match_gated_norm(r, gn))
+    if (!delta_norm_ || nd(i).op != Op::DeltaNet || !cuda_delta_norm_fits(g_, nd(i)) || r < 0 || nd(r).src[0] != i || !same_place(i, r) || !match_gated_norm(r, gn))
       return false;
     if (!same_shape(nd(i), nd(r)) || !f32_rows(nd(gn.members[2]))) return false;
     grp.kind = FusedKind::DeltaNorm;
@@ -681,6 +682,7 @@ private:
 
   const Graph &g_;
   unsigned norm_tails_;  // kNormTail* mask
+  bool delta_norm_;      // DeltaNorm groups planned (else the norm is a GatedNorm group)
   int n_;
   std::vector<int> uses_;
   std::vector<bool> output_;
@@ -690,7 +692,9 @@ private:
 
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) { return Matcher(g, norm_tails & kNormTailsAll).run(); }
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) {
+  return Matcher(g, norm_tails & kNormTailsAll, (norm_tails & kNoDeltaNorm) == 0).run();
+}
 
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until) {
   if (keep_until.size() < g.nodes().size()) keep_until.resize(g.nodes().size(), -1);

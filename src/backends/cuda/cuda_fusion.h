@@ -79,11 +79,14 @@ constexpr int64_t kMaxRouterSideRows = 8;
 constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm
 constexpr unsigned kNormTailMatMul = 2;  // MatMulAdd: the ffn norm after out-proj + residual
 constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
+// Also in plan_fusion's mask: no DeltaNorm groups (GpuTuning::delta_norm off; the output norm is
+// then a GatedNorm launch). cuda_fusion_keep_live extends their lifetimes either way.
+constexpr unsigned kNoDeltaNorm = 4;
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail*
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail* [| kNoDeltaNorm]
 // The lifetimes the memory planner must extend for the groups of `device` (Backend::extend_lifetimes):
 // DeltaIn groups read their inputs after writing outputs placed after those inputs' last reader.
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until);
