@@ -23,6 +23,7 @@
 
 #include "backends/backend.h"
 #include "engine/engine.h"
+#include "model/model_impl.h"
 #include "model/synth/synth_model.h"
 #include "kv/kv_cache.h"
 #include "support/device_graph.h"
@@ -374,8 +375,9 @@ TEST_CASE("cuda dnfuse: the gated shared expert plus residual in one launch equa
 }
 
 // Engine level: both tiny hybrids decode a prompt and one-token steps alike fused and unfused
-// (the fused mat-vec groups may sum in another order: logits within 1e-4, the same tokens);
-// prints the kernel launches per decode step (eager) for the record.
+// (the fused mat-vec groups may sum in another order: logits within 1e-4, the same tokens), and
+// fused with the output norm in the DeltaNet kernel or in its own launch (GpuTuning::delta_norm)
+// to the same bits; prints the kernel launches per decode step (eager) for the record.
 TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dnfuse][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -389,14 +391,17 @@ TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dn
     write_synthetic_model(spec, path);
     {
       auto model = Model::load(path, ModelLoadParams{});
-      std::map<bool, std::vector<int32_t>> greedy;
-      std::map<bool, std::vector<float>> logits;
-      for (bool fused : {true, false}) {
+      std::map<int, std::vector<int32_t>> greedy;
+      std::map<int, std::vector<float>> logits;
+      std::map<int, uint64_t> launches;
+      for (int mode : {1, 0, 2}) {  // 1 fused, 0 unfused, 2 fused without DeltaNorm
+        const bool fused = mode != 0;
         ContextParams cp;
         cp.n_ctx = 128;
         cp.device = "cuda";
         cp.kv_type = KvType::F32;
         cp.gpu_tuning.fusion = fused;
+        cp.gpu_tuning.delta_norm = mode != 2;
         cp.gpu_graphs = false;  // launches counted one by one
         auto ctx = Context::create(*model, cp);
         std::vector<BatchToken> prompt;
@@ -407,22 +412,28 @@ TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dn
         uint64_t per_step = 0;
         for (int step = 0; step < 6; ++step) {
           const float *l = ctx->logits(-1);
-          if (step == 3) logits[fused].assign(l, l + nv);
+          if (step == 3) logits[mode].assign(l, l + nv);
           int32_t best = 0;
           for (int32_t t = 1; t < nv; ++t)
             if (l[t] > l[best]) best = t;
-          greedy[fused].push_back(best);
+          greedy[mode].push_back(best);
           BatchToken t{best, 8 + step, 0, true};
           const uint64_t before = cuda_launch_count();
           ctx->decode(&t, 1);
           per_step = cuda_launch_count() - before;
         }
-        std::printf("[cuda][dnfuse] %s %s: %llu kernel launches per decode step\n", preset, fused ? "fused" : "unfused",
-                    static_cast<unsigned long long>(per_step));
+        launches[mode] = per_step;
+        std::printf("[cuda][dnfuse] %s %s: %llu kernel launches per decode step\n", preset,
+                    mode == 1 ? "fused" : mode == 0 ? "unfused" : "fused, no DeltaNorm", static_cast<unsigned long long>(per_step));
       }
       INFO(preset);
-      CHECK(greedy[true] == greedy[false]);
-      CHECK(scaled_diff(logits[true], logits[false]) < 1e-4);
+      CHECK(greedy[1] == greedy[0]);
+      CHECK(scaled_diff(logits[1], logits[0]) < 1e-4);
+      CHECK(greedy[1] == greedy[2]);
+      CHECK(logits[1] == logits[2]);  // DeltaNorm: the GatedNorm launch's bits
+      // One launch fewer per DeltaNet layer (every layer but each full_attn_interval-th).
+      const uint32_t n_layer = model->impl().hp.n_layer, every = model->impl().hp.full_attn_interval;
+      CHECK(launches[1] + (n_layer - n_layer / every) == launches[2]);
     }
     std::remove(path.c_str());
   }
