@@ -34,6 +34,9 @@ struct GpuTuning {
   // RmsNorm -> Mul after them: 1 down + combine (+ residual), 2 out-proj + residual, 3 both.
   // Default 0: measured slower on 2026-11-30.
   unsigned norm_tails = 0;
+  // The gated DeltaNet's output norm in the DeltaNet kernel's last block per head (cuda_fusion.h:
+  // DeltaNorm) instead of its own launch. Default on (not yet measured on a GPU: the A/B switch).
+  bool delta_norm = true;
   // The LM head (a final output) in CUDA's own float order at every batch size. Default on;
   // off: the CPU's order like any other product (tests of bit-identical products).
   bool own_order_head = true;
@@ -60,7 +63,7 @@ struct GpuTuning {
   int ref_order_max_tokens = kGpuRefOrderMaxTokens;
 
   bool operator==(const GpuTuning &o) const {
-    return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails &&
+    return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens;

@@ -1,5 +1,5 @@
-// The fused launches of the gated DeltaNet layer (cuda_fusion.h: DeltaIn, GatedNorm;
-// ops/delta_net_fused.cu): the layer's section from the projections' outputs to the gated
+// The fused launches of the gated DeltaNet layer (cuda_fusion.h: DeltaIn, GatedNorm, DeltaNorm;
+// ops/delta_net_fused.cu, ops/delta_net.cu): the layer's section from the projections' outputs to the gated
 // output norm, built as qwen3next / qwen35moe build it, run on the CPU, on CUDA fused and on
 // CUDA unfused with their own state caches over the same calls (interleaved sequences in one
 // ubatch, one-token steps eager / captured / replayed, 2 sequences of one token, a few tokens
@@ -23,6 +23,7 @@
 
 #include "backends/backend.h"
 #include "engine/engine.h"
+#include "model/model_impl.h"
 #include "model/synth/synth_model.h"
 #include "kv/kv_cache.h"
 #include "support/cuda_counts.h"
@@ -113,7 +114,7 @@ namespace {
 
 // The fusion labels of the section's graph for T tokens, compiled on the host and its arena laid
 // out as the CUDA backend lays it out (its scratch sizes, the lifetimes it extends).
-std::vector<std::string> labels(const Shape &s, int64_t T, int extra) {
+std::vector<std::string> labels(const Shape &s, int64_t T, int extra, unsigned mask = 0) {
   BackendRegistry reg;
   Weights w(s);
   Section x;
@@ -126,7 +127,7 @@ std::vector<std::string> labels(const Shape &s, int64_t T, int extra) {
   cuda_fusion_keep_live(cg, 0, keep);
   plan_memory(plan->graph, [&](int id) { return cuda_work_size(cg, id, GpuTuning{}, paths); }, keep);
   std::vector<std::string> out;
-  for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups) out.push_back(grp.label);
+  for (const FusedGroup &grp : plan_fusion(plan->graph, mask).groups) out.push_back(grp.label);
   return out;
 }
 
@@ -139,22 +140,32 @@ TEST_CASE("cuda dnfuse plan: the DeltaNet section fuses, and stays apart where a
 #ifdef MOEINFER_WITH_CUDA
   const std::string next_in = "fused:slice+slice+add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
   const std::string q35_in = "fused:add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
-  const std::string norm = "fused:rms_norm+mul+swiglu";
-  for (const Shape &s : {Shape{16, 2, 4, 4, true}, Shape{16, 2, 4, 4, false}}) {
+  // The output norm: in the DeltaNet kernel (DeltaNorm) up to kMaxDeltaInTokens tokens where the
+  // head size is a multiple of its block's rows; else its own launch (GatedNorm).
+  const std::string norm = "fused:rms_norm+mul+swiglu", dn_norm = "fused:delta_net+rms_norm+mul+swiglu";
+  for (const Shape &s : {Shape{16, 2, 4, 4, true}, Shape{16, 2, 4, 4, false}, Shape{5, 1, 3, 3, true}}) {
     const std::string &in_label = s.next ? next_in : q35_in;
-    INFO((s.next ? "qwen3next" : "qwen35moe"));
+    const bool rows = s.d % kDeltaNormRowsPerBlock == 0;
+    INFO((s.next ? "qwen3next" : "qwen35moe") << " d " << s.d);
     for (int64_t T : {int64_t{1}, int64_t{5}, kMaxDeltaInTokens}) {
       INFO("T " << T);
       const auto l = labels(s, T, 0);
       CHECK(has(l, in_label));
-      CHECK(has(l, norm));
+      CHECK(has(l, rows ? dn_norm : norm));
+      CHECK_FALSE(has(l, rows ? norm : dn_norm));
+      const auto off = labels(s, T, 0, kNoDeltaNorm);  // GpuTuning::delta_norm off: its own launch
+      CHECK(has(off, norm));
+      CHECK_FALSE(has(off, dn_norm));
     }
-    CHECK_FALSE(has(labels(s, kMaxDeltaInTokens + 1, 0), in_label));  // prompts: the unfused kernels
+    const auto prompt = labels(s, kMaxDeltaInTokens + 1, 0);
+    CHECK_FALSE(has(prompt, in_label));  // prompts: the unfused kernels
+    CHECK(has(prompt, norm));
+    CHECK_FALSE(has(prompt, dn_norm));
     for (int extra : {1, 2}) {
       INFO("extra reader " << extra);
       const auto l = labels(s, 1, extra);
       for (const std::string &lab : l) CHECK(lab.find("ssm_conv") == std::string::npos);
-      CHECK(has(l, norm));
+      CHECK(has(l, rows ? dn_norm : norm));
     }
   }
 #endif
@@ -194,11 +205,11 @@ struct Sides {
       GpuTuning t;
       t.fusion = side == 1;
       e.second = std::make_unique<BoundGraph>(*be[side], build(s, w, T, e.first), t);
-      if (side == 1 && T <= kMaxDeltaInTokens) {  // the GPU's own plan has both groups
+      if (side == 1 && T <= kMaxDeltaInTokens) {  // the GPU's own plan has both groups (the norm in the DeltaNet kernel where it fits)
         int kinds = 0;
         for (const FusedGroup &grp : plan_fusion(e.second->plan->graph, 0).groups)
-          kinds |= grp.kind == FusedKind::DeltaIn ? 1 : grp.kind == FusedKind::GatedNorm ? 2 : 0;
-        CHECK(kinds == 3);
+          kinds |= grp.kind == FusedKind::DeltaIn ? 1 : grp.kind == FusedKind::GatedNorm ? 2 : grp.kind == FusedKind::DeltaNorm ? 4 : 0;
+        CHECK(kinds == (s.d % kDeltaNormRowsPerBlock == 0 ? 5 : 3));
       }
     }
     return e;
@@ -365,8 +376,9 @@ TEST_CASE("cuda dnfuse: the gated shared expert plus residual in one launch equa
 }
 
 // Engine level: both tiny hybrids decode a prompt and one-token steps alike fused and unfused
-// (the fused mat-vec groups may sum in another order: logits within 1e-4, the same tokens);
-// prints the kernel launches per decode step (eager) for the record.
+// (the fused mat-vec groups may sum in another order: logits within 1e-4, the same tokens), and
+// fused with the output norm in the DeltaNet kernel or in its own launch (GpuTuning::delta_norm)
+// to the same bits; prints the kernel launches per decode step (eager) for the record.
 TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dnfuse][engine]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -380,14 +392,17 @@ TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dn
     write_synthetic_model(spec, path);
     {
       auto model = Model::load(path, ModelLoadParams{});
-      std::map<bool, std::vector<int32_t>> greedy;
-      std::map<bool, std::vector<float>> logits;
-      for (bool fused : {true, false}) {
+      std::map<int, std::vector<int32_t>> greedy;
+      std::map<int, std::vector<float>> logits;
+      std::map<int, uint64_t> launches;
+      for (int mode : {1, 0, 2}) {  // 1 fused, 0 unfused, 2 fused without DeltaNorm
+        const bool fused = mode != 0;
         ContextParams cp;
         cp.n_ctx = 128;
         cp.device = "cuda";
         cp.kv_type = KvType::F32;
         cp.gpu_tuning.fusion = fused;
+        cp.gpu_tuning.delta_norm = mode != 2;
         cp.gpu_graphs = false;  // launches counted one by one
         auto ctx = Context::create(*model, cp);
         std::vector<BatchToken> prompt;
@@ -398,22 +413,28 @@ TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dn
         uint64_t per_step = 0;
         for (int step = 0; step < 6; ++step) {
           const float *l = ctx->logits(-1);
-          if (step == 3) logits[fused].assign(l, l + nv);
+          if (step == 3) logits[mode].assign(l, l + nv);
           int32_t best = 0;
           for (int32_t t = 1; t < nv; ++t)
             if (l[t] > l[best]) best = t;
-          greedy[fused].push_back(best);
+          greedy[mode].push_back(best);
           BatchToken t{best, 8 + step, 0, true};
           const uint64_t before = moe_test::cuda_counts(*ctx).launches;
           ctx->decode(&t, 1);
           per_step = moe_test::cuda_counts(*ctx).launches - before;
         }
-        std::printf("[cuda][dnfuse] %s %s: %llu kernel launches per decode step\n", preset, fused ? "fused" : "unfused",
-                    static_cast<unsigned long long>(per_step));
+        launches[mode] = per_step;
+        std::printf("[cuda][dnfuse] %s %s: %llu kernel launches per decode step\n", preset,
+                    mode == 1 ? "fused" : mode == 0 ? "unfused" : "fused, no DeltaNorm", static_cast<unsigned long long>(per_step));
       }
       INFO(preset);
-      CHECK(greedy[true] == greedy[false]);
-      CHECK(scaled_diff(logits[true], logits[false]) < 1e-4);
+      CHECK(greedy[1] == greedy[0]);
+      CHECK(scaled_diff(logits[1], logits[0]) < 1e-4);
+      CHECK(greedy[1] == greedy[2]);
+      CHECK(logits[1] == logits[2]);  // DeltaNorm: the GatedNorm launch's bits
+      // One launch fewer per DeltaNet layer (every layer but each full_attn_interval-th).
+      const uint32_t n_layer = model->impl().hp.n_layer, every = model->impl().hp.full_attn_interval;
+      CHECK(launches[1] + (n_layer - n_layer / every) == launches[2]);
     }
     std::remove(path.c_str());
   }

@@ -118,8 +118,9 @@ std::string write_tiny(const std::string &preset, const std::string &mix) {
 // Whether a plan segment's launch labels include `label`.
 bool has_label(const std::vector<std::string> &v, const std::string &label) { return std::find(v.begin(), v.end(), label) != v.end(); }
 
+// launches (optional): per segment, the planned launches (groups + compute nodes outside them).
 std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, const Model::Impl &m, int64_t n_tokens, const std::string &name,
-                                                      unsigned norm_tails, int *n_tails = nullptr) {
+                                                      unsigned norm_tails, int *n_tails = nullptr, std::map<int, int> *launches = nullptr) {
   GraphBuildParams gp;
   gp.n_tokens = n_tokens;
   gp.n_cells = 64;
@@ -147,10 +148,18 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   if (name == "tiny" && n_tokens == 1)
     for (const FusedGroup &grp : fp.groups)
       if (grp.kind == FusedKind::DownCombine) CHECK(grp.ids_settled);
+  std::map<int, int> planned;
+  for (const FusedGroup &grp : fp.groups) ++planned[cg.node(grp.run_at).segment];
+  for (size_t i = 0; i < cg.nodes().size(); ++i) {
+    const Node &n = cg.node(static_cast<int>(i));
+    if (n.op != Op::Leaf && n.op != Op::View && fp.group_of[i] < 0) ++planned[n.segment];
+  }
+  if (launches) *launches = planned;
   for (const auto &l : by_layer) {
     std::string line;
     for (const auto &lab : l.second) line += " " + lab;
-    std::printf("[fusion] %s T=%lld segment %d:%s\n", name.c_str(), static_cast<long long>(n_tokens), l.first, line.c_str());
+    std::printf("[fusion] %s T=%lld segment %d (%d launches):%s\n", name.c_str(), static_cast<long long>(n_tokens), l.first, planned[l.first],
+                line.c_str());
   }
   return by_layer;
 }
@@ -257,7 +266,8 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
       const std::string in = next ? "fused:slice+slice+add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice"
                                   : "fused:add+softplus+mul+sigmoid+concat+ssm_conv+slice+l2_norm+slice+l2_norm+slice";
       for (int64_t T : {int64_t{1}, int64_t{3}, kMaxDeltaInTokens, kMaxDeltaInTokens + 1}) {
-        auto by_layer = plan_by_layer(reg, m, T, preset, 0);
+        std::map<int, int> launches;
+        auto by_layer = plan_by_layer(reg, m, T, preset, 0, nullptr, &launches);
         for (uint32_t il = 0; il < m.hp.n_layer; ++il) {
           INFO(preset << " T " << T << " layer " << il);
           const auto &v = by_layer[static_cast<int>(il) + 1];
@@ -266,7 +276,13 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
           if ((il + 1) % m.hp.full_attn_interval == 0) continue;  // full attention
           const bool has_in = has_label(v, in);
           CHECK(has_in == (T <= kMaxDeltaInTokens));
-          CHECK(has_label(v, "fused:rms_norm+mul+swiglu"));
+          // The output norm: in the DeltaNet kernel up to kMaxDeltaInTokens tokens, else its own launch.
+          CHECK(has_label(v, T <= kMaxDeltaInTokens ? "fused:delta_net+rms_norm+mul+swiglu" : "fused:rms_norm+mul+swiglu"));
+          // One token, a DeltaNet layer between the first and the last (docs/perf/qwen3next-cuda.md,
+          // entry 3): attn norm, projections, DeltaIn, DeltaNet + norm, out-proj + residual, ffn norm
+          // + router + shared gate logit, experts gate/up, experts down + combine, shared gate/up,
+          // shared down, SharedGate = 11 launches.
+          if (T == 1 && il > 0 && il + 1 < m.hp.n_layer && cuda_fused_matvec_available()) CHECK(launches[static_cast<int>(il) + 1] == 11);
         }
       }
     }
@@ -862,6 +878,73 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
       const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
     }
+#endif
+}
+
+// qwen3next / qwen35moe: the shared expert's gate logit (an F32 mat-vec of the ffn-normed row,
+// 1 row; here also 3) built right before the router's mat-vec joins the router's launch as a side
+// product (cuda_fusion.h: kMaxRouterSideRows), read later by a Sigmoid. One token: one launch for
+// norm, both mat-vecs and the routing, every output the unfused bits; two tokens: no mat-vec in
+// the group (the logits and the side product run unfused), the same values.
+TEST_CASE("cuda fusion: a side mat-vec (shared-expert gate logit) in the router's launch equals unfused and the CPU", "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Case {
+    int64_t K, E, k, side, T;
+  };
+  for (const Case &cs : {Case{2048, 512, 10, 1, 1}, Case{2048, 256, 8, 1, 1}, Case{64, 40, 6, 3, 1}, Case{768, 300, 8, 1, 1},
+                         Case{2048, 256, 8, 1, 2}, Case{64, 40, 6, 3, 2}}) {
+    const int64_t K = cs.K, E = cs.E, k = cs.k, T = cs.T;
+    const auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(50 + K + E), 0.05f);
+    const auto sv = randn(static_cast<size_t>(K * cs.side), static_cast<uint32_t>(55 + K), 0.05f);
+    const auto xv = randn(static_cast<size_t>(K * T), static_cast<uint32_t>(60 + K));
+    auto nv = randn(static_cast<size_t>(K), static_cast<uint32_t>(70 + K), 0.1f);
+    for (float &v : nv) v += 1.0f;
+    WeightStore ws;
+    const GgufTensorInfo *wi = ws.add("router", DType::F32, {K, E}, wv);
+    const GgufTensorInfo *si = ws.add("side", DType::F32, {K, cs.side}, sv);
+    const GgufTensorInfo *ni = ws.add("norm", DType::F32, {K}, nv);
+    int xi, ids, w, gate;
+    auto build = [&]() {
+      Graph g;
+      xi = g.input("x", DType::F32, {K, T});
+      const int y = g.mul(g.rms_norm(xi, 1e-6f), g.weight(ni));
+      const int logit = g.matmul(g.weight(si), y);  // as qwen3next.cpp builds it: before the router
+      const int probs = g.softmax(g.matmul(g.weight(wi), y));
+      ids = g.top_k(probs, static_cast<int>(k));
+      w = g.norm_sum(g.gather_cols(probs, ids));
+      gate = g.sigmoid(logit);  // the shared gate's reader, after the router
+      g.mark_output(ids, "ids");
+      g.mark_output(w, "w");
+      g.mark_output(gate, "gate");
+      return g;
+    };
+    INFO("K " << K << " E " << E << " side rows " << cs.side << " T " << T);
+    const FusionPlan fp = plan_on(*gpu, build());
+    const FusedGroup *rg = nullptr;
+    for (const FusedGroup &grp : fp.groups)
+      if (grp.kind == FusedKind::Router) rg = &grp;
+    REQUIRE(rg);
+    if (T == 1) CHECK(rg->label == "fused:rms_norm+mul+matmul+matmul+softmax+top_k+gather_cols+norm_sum");
+    else CHECK(rg->label == "fused:softmax+top_k+gather_cols+norm_sum");
+    const std::vector<int> outs = {ids, w, gate};
+    const std::vector<Input> ins = {in(xi, xv)};
+    auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+    for (size_t o = 0; o < outs.size(); ++o) CHECK(f.out[o] == u.out[o]);
+    CHECK(f.out[0] == rc[0]);
+    CHECK(rel_err(f.out[1], rc[1]) < 1e-4);
+    CHECK(rel_err(f.out[2], rc[2]) < 1e-5);
+    // Unfused: rms_norm, mul, side, router, softmax, top_k, gather_cols, norm_sum, sigmoid = 9;
+    // fused at one token: the router launch + the sigmoid = 2.
+    if (T == 1) CHECK(f.launches + 7 == u.launches);
+    // The same graph again: the last-block counter was left at zero.
+    const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+    for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
+  }
 #endif
 }
 

@@ -1,6 +1,6 @@
 # Writes a host-compilable copy of the fused router kernels of fused.cu (route_row,
 # router_mv_kernel: the router's F32 mat-vec, optionally behind its RmsNorm -> Mul, with the
-# last-block routing) into OUT, plus a launcher for router_check.cpp. Usage: gen_router.py REPO OUT
+# last-block routing; a side product of the same row) into OUT, plus a launcher for router_check.cpp. Usage: gen_router.py REPO OUT
 import os
 import sys
 
@@ -12,9 +12,14 @@ k0 = src.index('struct RouterArgs {')
 k1 = src.index('\n}\n', src.index('__global__ void __launch_bounds__(kRmThreads) router_mv_kernel')) + 3
 launcher = '''
 // The normalised F32 mat-vec (router_mv_kernel) behind the routing a describes.
+// side_rows > 0: a side product of the same row (side_w [K, side_rows], row stride K) into side_out.
 void launch_router_mv(const RouterArgs &a, const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits,
-                      unsigned *sync, int K, int E) {
+                      unsigned *sync, int K, int E, const float *side_w = nullptr, int side_rows = 0, float *side_out = nullptr) {
   RouterMv m{};
+  m.side_w = side_w;
+  m.side_rs = K;
+  m.side_rows = side_rows;
+  m.side_out = side_out;
   m.w = w;
   m.w_rs = w_rs;
   m.x = x;
@@ -26,11 +31,11 @@ void launch_router_mv(const RouterArgs &a, const float *w, int64_t w_rs, const f
   m.sync = sync;
   m.K = K;
   m.nthr = row_threads(E);
-  launch_pdl(router_mv_kernel, dim3((E + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
+  launch_pdl(router_mv_kernel, dim3((E + side_rows + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
 }
 
 void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
-                int K, int E, int k, int32_t *ids, float *weights) {
+                int K, int E, int k, int32_t *ids, float *weights, const float *side_w, int side_rows, float *side_out) {
   auto view = [](void *p, int64_t n) { return TView{p, {n, 1, 1, 1}, {4, n * 4, n * 4, n * 4}}; };
   RouterArgs a{};
   a.logits = view(logits, E);
@@ -39,7 +44,7 @@ void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, f
   a.gathered.data = nullptr;
   a.weights = view(weights, k);
   a.k = k;
-  launch_router_mv(a, w, w_rs, x, nw, normed, logits, sync, K, E);
+  launch_router_mv(a, w, w_rs, x, nw, normed, logits, sync, K, E, side_w, side_rows, side_out);
 }
 
 // deepseek2's sigmoid gating behind the normalised mat-vec: sigmoid, + bias, top-k, gather,

@@ -33,7 +33,7 @@ static std::vector<float> cpu_softmax(const std::vector<float> &x) {
 
 namespace moe {  // router_emu.cpp (generated from fused.cu)
 void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
-                int K, int E, int k, int32_t *ids, float *weights);
+                int K, int E, int k, int32_t *ids, float *weights, const float *side_w, int side_rows, float *side_out);
 void emu_router_sigmoid(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs,
                         float *selected, const float *bias, float sc0, unsigned *sync, int K, int E, int k, int32_t *ids, float *scaled);
 }
@@ -92,10 +92,12 @@ static double rel(const std::vector<float> &a, const std::vector<double> &b) {
 }
 
 int main() {
-  struct Case { int K, E, k, pad; bool norm; };
-  const Case cases[] = {{64, 40, 6, 0, false},   {64, 40, 6, 8, true},    {2048, 128, 8, 0, true}, {768, 300, 8, 8, false},
-                        {2056, 512, 8, 0, true}, {8, 16, 4, 0, true},     {4096, 64, 4, 16, true}, {2048, 128, 8, 0, false},
-                        {1000, 33, 5, 0, true},  {4104, 17, 3, 0, false}};
+  // side: rows of a side product of the same row (qwen3next's shared-expert gate logit), in the
+  // launch's last block(s): alone there (E % 8 == 0) or beside logit rows (E = 300, 33, 17).
+  struct Case { int K, E, k, pad; bool norm; int side; };
+  const Case cases[] = {{64, 40, 6, 0, false, 0},   {64, 40, 6, 8, true, 1},    {2048, 128, 8, 0, true, 0}, {768, 300, 8, 8, false, 3},
+                        {2056, 512, 8, 0, true, 0}, {8, 16, 4, 0, true, 0},     {4096, 64, 4, 16, true, 0}, {2048, 128, 8, 0, false, 0},
+                        {1000, 33, 5, 0, true, 8},  {4104, 17, 3, 0, false, 0}, {2048, 256, 8, 0, true, 1}};
   int fails = 0;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0, 1);
@@ -107,6 +109,9 @@ int main() {
       for (int i = 0; i < K; ++i) w[static_cast<size_t>(e) * rs + i] = 0.05f * nd(rng);
     for (auto &v : x) v = nd(rng);
     for (auto &v : nw) v = 1.0f + 0.1f * nd(rng);
+    std::vector<float> side_w(static_cast<size_t>(K) * c.side);
+    std::mt19937 side_rng(static_cast<unsigned>(K + E));  // (its own stream: the other cases' data as before)
+    for (auto &v : side_w) v = 0.05f * nd(side_rng);
     // reference input row
     std::vector<double> a(K);
     double ss = 0;
@@ -136,10 +141,10 @@ int main() {
     bool ok = true;
     unsigned sync = 0;
     for (int rep = 0; rep < 2; ++rep) {
-      std::vector<float> normed(K, NAN), logits(E, NAN), probs(E, NAN), weights(k, NAN);
+      std::vector<float> normed(K, NAN), logits(E, NAN), probs(E, NAN), weights(k, NAN), side_out(c.side + 1, NAN);
       std::vector<int32_t> ids(k, -1);
       moe::emu_router(w.data(), rs, x.data(), c.norm ? nw.data() : nullptr, c.norm ? normed.data() : nullptr, logits.data(), probs.data(), &sync,
-                      K, E, k, ids.data(), weights.data());
+                      K, E, k, ids.data(), weights.data(), c.side ? side_w.data() : nullptr, c.side, side_out.data());
       ok = ok && sync == 0;
       if (c.norm) ok = ok && rel(normed, a) < 1e-6;
       ok = ok && rel(logits, lg) < 1e-5 && rel(probs, p) < 1e-5 && rel(weights, wt) < 1e-5;
@@ -151,12 +156,18 @@ int main() {
         const float want = moe::refmath::dot_f32_vec(K, w.data() + e * rs, 1, xin, 1);
         ok = ok && std::memcmp(&want, &logits[e], 4) == 0;
       }
+      // The side rows: the same dot of their own weight rows, bit for bit; nothing past them.
+      for (int r = 0; r < c.side; ++r) {
+        const float want = moe::refmath::dot_f32_vec(K, side_w.data() + static_cast<size_t>(r) * K, 1, xin, 1);
+        ok = ok && std::memcmp(&want, &side_out[r], 4) == 0;
+      }
+      ok = ok && std::isnan(side_out[c.side]);
       ok = ok && std::memcmp(cpu_p.data(), probs.data(), E * sizeof(float)) == 0;
       for (int j = 0; j < k; ++j) ok = ok && ids[j] == order[j];
       ok = ok && ids[0] == 3 && ids[1] == 7;
     }
     fails += !ok;
-    std::printf("%s K=%d E=%d k=%d pad=%d norm=%d\n", ok ? "ok  " : "FAIL", K, E, k, c.pad, c.norm ? 1 : 0);
+    std::printf("%s K=%d E=%d k=%d pad=%d norm=%d side=%d\n", ok ? "ok  " : "FAIL", K, E, k, c.pad, c.norm ? 1 : 0, c.side);
     std::fflush(stdout);
   }
   fails += sigmoid_cases();

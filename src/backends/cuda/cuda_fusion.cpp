@@ -29,7 +29,8 @@ struct Range {
 
 class Matcher {
 public:
-  Matcher(const Graph &g, unsigned norm_tails) : g_(g), norm_tails_(norm_tails), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
+  Matcher(const Graph &g, unsigned norm_tails, bool delta_norm = true)
+      : g_(g), norm_tails_(norm_tails), delta_norm_(delta_norm), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
                                      output_(static_cast<size_t>(n_), false) {
     for (const Node &nd : g.nodes())
       for (int s : nd.src)
@@ -70,10 +71,17 @@ public:
   // Every value a DeltaIn group of `device` reads from outside stays intact until its last
   // member ran: the launch reads qkv and the gate operands while other blocks write the q / k /
   // v / gates outputs, which the planner would otherwise put over them (they die inside).
+  // The same for a DownCombine group (its combine output would otherwise take the bytes of the
+  // expert ids or the activations, dead after the unfused down: safe() then refuses the group,
+  // seen in most layers of the tiny hybrids, whose combine is not followed by an Add), and for a
+  // DeltaNorm group, its DeltaNet output too (the scratch its last blocks normalise).
   void keep_live(int device, std::vector<int> &keep_until) const {
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
-      if (nd(i).device != device || !is_compute(nd(i)) || !match_delta_in(i, grp)) continue;
+      if (nd(i).device != device || !is_compute(nd(i)) ||
+          !(match_delta_in(i, grp) || match_delta_norm(i, grp) || (nd(i).op == Op::MatMulId && match_down(i, grp))))
+        continue;
+      if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
         for (int s : nd(m).src)
           if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end())
@@ -116,13 +124,14 @@ private:
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul:
         return match_gate_up(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) ||
-               match_matvecs(i, grp);
+               match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
       case Op::TopK: return match_sequence(i, grp);
       case Op::Add: case Op::Softplus: case Op::SsmConv: return match_delta_in(i, grp);
+      case Op::DeltaNet: return match_delta_norm(i, grp);
       default: return false;
     }
   }
@@ -312,7 +321,23 @@ private:
     return true;
   }
 
-  // RmsNorm(x) -> Mul(row weight) -> the router's F32 MatMul (match_router_mm), one token:
+  // A one-token F32 MatMul of at most kMaxRouterSideRows rows right before the router's F32
+  // MatMul of the same activation (match_router_mm; qwen3next's shared-expert gate logit): the
+  // router launch computes its rows too (written: read after the group).
+  bool match_router_side_mm(int i, FusedGroup &grp) const {
+    const Node &mm = nd(i), &w = nd(mm.src[0]);
+    const int r = next(i);
+    if (r < 0 || nd(r).op != Op::MatMul || nd(r).src[1] != mm.src[1] || !same_place(i, r)) return false;
+    if (w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[0] != nd(nd(r).src[0]).ne[0] || w.ne[1] > kMaxRouterSideRows || w.ne[2] != 1 ||
+        w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1 || !f32_rows(mm))
+      return false;
+    if (!match_router_mm(r, grp)) return false;
+    grp.members.insert(grp.members.begin(), i);
+    grp.written.insert(grp.written.begin(), i);
+    return true;
+  }
+
+  // RmsNorm(x) -> Mul(row weight) -> [side MatMul ->] the router's F32 MatMul (match_router_mm), one token:
   // every block of the router launch normalises the row itself; the Mul output is written
   // when the experts (or others) read it.
   bool match_norm_router(int i, FusedGroup &grp) const {
@@ -320,9 +345,11 @@ private:
     if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
     if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1) return false;
     const int mm = next(m);
-    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !match_router_mm(mm, grp)) return false;
+    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !(match_router_mm(mm, grp) || match_router_side_mm(mm, grp)))
+      return false;
+    const int readers = grp.kind == FusedKind::Router && nd(grp.members[1]).op == Op::MatMul ? 2 : 1;  // (the side mat-vec reads it too)
     grp.members.insert(grp.members.begin(), {i, m});
-    if (read_outside(m, 1)) grp.written.insert(grp.written.begin(), m);
+    if (read_outside(m, readers)) grp.written.insert(grp.written.begin(), m);
     return true;
   }
 
@@ -467,6 +494,19 @@ private:
     grp.kind = FusedKind::GatedNorm;
     grp.members = {i, m, s};
     grp.written = {s};
+    return true;
+  }
+
+  // DeltaNet -> the GatedNorm of its output (cuda_fusion.h: DeltaNorm).
+  bool match_delta_norm(int i, FusedGroup &grp) const {
+    FusedGroup gn;
+    const int r = next(i);
+    if (!delta_norm_ || nd(i).op != Op::DeltaNet || !cuda_delta_norm_fits(g_, nd(i)) || r < 0 || nd(r).src[0] != i || !same_place(i, r) || !match_gated_norm(r, gn))
+      return false;
+    if (!same_shape(nd(i), nd(r)) || !f32_rows(nd(gn.members[2]))) return false;
+    grp.kind = FusedKind::DeltaNorm;
+    grp.members = {i, gn.members[0], gn.members[1], gn.members[2]};
+    grp.written = {i, gn.members[2]};
     return true;
   }
 
@@ -642,6 +682,7 @@ private:
 
   const Graph &g_;
   unsigned norm_tails_;  // kNormTail* mask
+  bool delta_norm_;      // DeltaNorm groups planned (else the norm is a GatedNorm group)
   int n_;
   std::vector<int> uses_;
   std::vector<bool> output_;
@@ -651,7 +692,9 @@ private:
 
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) { return Matcher(g, norm_tails & kNormTailsAll).run(); }
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) {
+  return Matcher(g, norm_tails & kNormTailsAll, (norm_tails & kNoDeltaNorm) == 0).run();
+}
 
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until) {
   if (keep_until.size() < g.nodes().size()) keep_until.resize(g.nodes().size(), -1);
@@ -702,6 +745,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::DeltaIn: return cuda_fused_delta_in(c, grp);
     case FusedKind::GatedNorm: return cuda_fused_gated_norm(c, grp);
     case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
+    case FusedKind::DeltaNorm: return cuda_fused_delta_norm(c, grp);
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));

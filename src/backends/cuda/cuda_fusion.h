@@ -22,8 +22,9 @@ namespace moe {
 
 enum class FusedKind : uint8_t {
   RowChains,     // per-row chains RmsNorm -> Mul(row weight) -> Rope -> KvStore (any suffix/prefix; up to 4 chains)
-  Router,        // [[RmsNorm -> Mul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
-                 // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
+  Router,        // [[RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
+                 // [RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
+                 // (side: kMaxRouterSideRows)
   MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
   DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
@@ -32,6 +33,7 @@ enum class FusedKind : uint8_t {
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
   GatedNorm,     // RmsNorm -> Mul(row weight) -> SwiGLU(z, .) (the DeltaNet output norm)
   SharedGate,    // Sigmoid -> MoeCombine(one expert) -> Add -> Add (sigmoid-gated shared expert + residual)
+  DeltaNorm,     // DeltaNet -> GatedNorm's RmsNorm -> Mul -> SwiGLU in the DeltaNet kernel (ops/delta_net.cu)
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -65,6 +67,11 @@ struct FusionPlan {
   std::vector<int> group_of;   // per node: the group whose range holds it, or -1
 };
 
+// A Router group's side MatMul: a one-token F32 product of the router's activation with at most
+// this many rows (qwen3next's shared-expert gate logit, 1 row), right before the router's MatMul;
+// the router launch computes its rows in one more block and writes them.
+constexpr int64_t kMaxRouterSideRows = 8;
+
 // Whether an executor fuses at all is GpuTuning::fusion (tests compare fused and unfused runs).
 // Norm tails (FusedGroup::norm_tail) are planned for the producer kinds in the mask
 // GpuTuning::norm_tails (default: none, measured slower on 2026-11-30: cuda_fusion.cpp); a kind
@@ -72,11 +79,14 @@ struct FusionPlan {
 constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm
 constexpr unsigned kNormTailMatMul = 2;  // MatMulAdd: the ffn norm after out-proj + residual
 constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
+// Also in plan_fusion's mask: no DeltaNorm groups (GpuTuning::delta_norm off; the output norm is
+// then a GatedNorm launch). cuda_fusion_keep_live extends their lifetimes either way.
+constexpr unsigned kNoDeltaNorm = 4;
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail*
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail* [| kNoDeltaNorm]
 // The lifetimes the memory planner must extend for the groups of `device` (Backend::extend_lifetimes):
 // DeltaIn groups read their inputs after writing outputs placed after those inputs' last reader.
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until);
@@ -126,6 +136,17 @@ void delta_gate_source(const Graph &g, int operand, int &src, int64_t &start, in
 // g = MoeCombine(shared [M, 1, T], s), a = Add(routed, g) (either order), y = Add(a, r) (either
 // order), all F32 rows [M, T]; s, g and a read by nothing else; y is written.
 
+// A DeltaNorm group: DeltaNet o -> RmsNorm(o) -> Mul(., w) -> SwiGLU(z, .) as a GatedNorm group
+// takes them, where the DeltaNet takes the token-sequential kernel with whole blocks
+// (cuda_delta_norm_fits: head size a multiple of kDeltaNormRowsPerBlock, at most kDeltaNormMaxD,
+// at most kMaxDeltaInTokens tokens, n_v x T sync counters). The head's last block to finish a
+// token's rows normalises that head row (o and the SwiGLU are written). The planner keeps the
+// group's inputs and o live until the SwiGLU (cuda_fusion_keep_live): the last blocks write y
+// while other heads' blocks still read q / k / v / gates and write o.
+constexpr int kDeltaNormRowsPerBlock = 4;
+constexpr int64_t kDeltaNormMaxD = 1024;
+bool cuda_delta_norm_fits(const Graph &g, const Node &dn);
+
 // Runs a group; c.n is the node at grp.run_at. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
@@ -141,5 +162,7 @@ bool cuda_fused_sequence_fit(const CudaOpCtx &c, const FusedGroup &grp);  // run
 void cuda_fused_delta_in(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_gated_norm(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_shared_gate(const CudaOpCtx &c, const FusedGroup &grp);
+// ops/delta_net.cu.
+void cuda_fused_delta_norm(const CudaOpCtx &c, const FusedGroup &grp);
 
 }  // namespace moe

@@ -127,11 +127,12 @@ int gated_attention(Graph &g, const Model::Impl &m, const std::string &pf, int x
   const Hparams &h = m.hp;
   const int64_t T = p.n_tokens, hd = h.head_dim_k;
   auto W = [&](const char *n) { return g.weight(m.find(pf + n)); };
+  // The three projections of x next to each other (one mat-vec group on CUDA), then the slices.
   const int qg = g.view(g.matmul(W("attn_q.weight"), x), {2 * hd, h.n_head, T});
-  int q = g.slice(qg, 0, hd);
-  const int gate = g.slice(qg, hd, hd);
   int k = g.view(g.matmul(W("attn_k.weight"), x), {hd, h.n_head_kv, T});
   const int v = g.view(g.matmul(W("attn_v.weight"), x), {hd, h.n_head_kv, T});
+  int q = g.slice(qg, 0, hd);
+  const int gate = g.slice(qg, hd, hd);
   q = g.mul(g.rms_norm(q, h.rms_eps), W("attn_q_norm.weight"));
   k = g.mul(g.rms_norm(k, h.rms_eps), W("attn_k_norm.weight"));
   const RopeParams rope = rope_params_from(h, static_cast<int>(h.n_rot), /*neox=*/true);
@@ -187,10 +188,13 @@ void hybrid_build(const Model::Impl &m, const GraphBuildParams &p, Graph &g, Var
     }
     const int ffn_in = g.add(o, cur);
     const int y = g.mul(g.rms_norm(ffn_in, h.rms_eps), W("post_attention_norm.weight"));
+    // The shared expert's gate logit [1, T] right before the router's mat-vec of the same row:
+    // the CUDA router launch computes both (cuda_fusion.h: Router).
+    const int shared_logit = g.matmul(W("ffn_gate_inp_shexp.weight"), y);
     MoeWeights mw{W("ffn_gate_inp.weight"), W("ffn_gate_exps.weight"), W("ffn_up_exps.weight"), W("ffn_down_exps.weight")};
     const int routed = moe_ffn_softmax(g, y, mw, static_cast<int>(h.n_expert_used), /*norm_weights=*/true);
     const int shared = ffn_swiglu(g, y, W("ffn_gate_shexp.weight"), W("ffn_up_shexp.weight"), W("ffn_down_shexp.weight"));
-    const int shared_gate = g.sigmoid(g.matmul(W("ffn_gate_inp_shexp.weight"), y));  // [1, T]
+    const int shared_gate = g.sigmoid(shared_logit);  // [1, T]
     // One scalar per token: a one-expert combine ([n_embd, 1, T] x [1, T]) scales each column.
     const int gated = g.moe_combine(g.view(shared, {static_cast<int64_t>(h.n_embd), 1, g.node(y).ne[1]}), shared_gate);
     cur = g.add(g.add(routed, gated), ffn_in);

@@ -13,14 +13,20 @@
 // writes them back).
 //
 // DeltaNet rows are independent (row j of S only meets k, q, v_j): one warp per state row, its
-// d values in registers (lane l holds i = l + 32 m), two warp sums per token. Prompts
+// d values in registers (lane l holds i = l + 32 m), two warp sums per token. With the output
+// norm fused (cuda_fusion.h: DeltaNorm; decode and a few tokens) the last of a head's blocks to
+// write its outputs of a token applies the gated RMSNorm to that head row, with the GatedNorm
+// kernel's reduction order and expressions (bit-identical). Prompts
 // Ubatches of kChunkMinTokens or more with d = 128 take the chunked tensor-core kernel of
 // ops/delta_net_chunked.cu on sm_80+ (docs/perf/qwen3next-cuda.md); the rest run this one.
 #include <algorithm>
 
-#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_fusion.h"
+#include "backends/cuda/ops/ew_value.cuh"
+#include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/ref_math.cuh"
+#include "backends/cuda/ops/row_ops.cuh"
 #include "kv/kv_cache.h"
 
 namespace moe {
@@ -161,9 +167,16 @@ struct DeltaArgs {
   float *base;
   int64_t per;
   int n_seq_max;
+  // The fused output norm (Norm kernels): y = silu(z) * (rms_norm(o) * norm_w), rows of d
+  // per head and token; one DevUbatch::sync counter per (head, token): sync[h + n_v t].
+  const float *norm_w;
+  TView y, z;
+  float eps;
+  unsigned *sync;
 };
 
 constexpr int kDeltaWarps = 4;  // state rows per block
+static_assert(kDeltaWarps == kDeltaNormRowsPerBlock, "cuda_fusion.h plans the fused output norm for this block shape");
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -171,10 +184,32 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The fused output norm of head h, token t (block-wide; after the block's o rows of t are
+// written and fenced): the head's last block stages its d outputs (through L2), and every warp
+// takes the RmsNorm scale by rms_row_scale_warp (the bits of the RmsNorm kernel's block of
+// row_threads(d)), then the block writes y as gated_norm_kernel (delta_net_fused.cu) does.
+__device__ void delta_out_norm(const DeltaArgs &a, int64_t h, int64_t t, unsigned blocks_per_head, float *s_o) {
+  if (!last_block_arrives(a.sync + h + a.n_v * t, blocks_per_head)) return;
+  const int n = static_cast<int>(a.d);
+  const float *o = a.o + (t * a.n_v + h) * a.d;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s_o[i] = __ldcg(o + i);
+  __syncthreads();
+  const float scale = rms_row_scale_warp(s_o, n, a.eps, row_threads(n));
+  const float *z = rowp(a.z, h, t, 0);
+  float *y = rowp(a.y, h, t, 0);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float normed = s_o[i] * scale;  // the RmsNorm output, rounded to float as stored
+    y[i] = ew_value(kSwiGLU, z[i], normed * a.norm_w[i], i, n, 0.0f, 0.0f);
+  }
+  __syncthreads();  // every read of s_o before the next token stages it
+}
+
 // Block: kDeltaWarps rows j of one value head h; grid.x = n_v x ceil(d / kDeltaWarps),
-// grid.y = table sequence. M values per lane (d <= 32 M).
-template <int M>
+// grid.y = table sequence. M values per lane (d <= 32 M). Norm: with the fused output norm
+// (d a multiple of kDeltaWarps: no warp leaves early, the block counts itself per token).
+template <int M, bool Norm>
 __global__ void delta_net_kernel(DeltaArgs a) {
+  __shared__ float s_o[Norm ? kDeltaNormMaxD : 1];
   pdl_wait();
   pdl_trigger();
   const int slot = blockIdx.y;
@@ -222,7 +257,11 @@ __global__ void delta_net_kernel(DeltaArgs a) {
       sq = fmaf(row[m], qq[m], sq);
     }
     sq = warp_sum(sq);
-    if (lane == 0) a.o[(t * a.n_v + h) * a.d + j] = sq * a.scale;
+    if (lane == 0) {
+      a.o[(t * a.n_v + h) * a.d + j] = sq * a.scale;
+      if constexpr (Norm) __threadfence();  // visible to the head's last block
+    }
+    if constexpr (Norm) delta_out_norm(a, h, t, static_cast<unsigned>(blocks_per_head), s_o);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -231,9 +270,24 @@ __global__ void delta_net_kernel(DeltaArgs a) {
   }
 }
 
-template <int M>
+// --- end of kernels (tools/cuda_emu/gen_dnnorm.py cuts the text above) ---
+
+template <int M, bool Norm>
 void launch_delta(const DeltaArgs &a, dim3 grid, const LaunchStream &s) {
-  launch_pdl(delta_net_kernel<M>, grid, dim3(32 * kDeltaWarps), 0, s, a);
+  launch_pdl(delta_net_kernel<M, Norm>, grid, dim3(32 * kDeltaWarps), 0, s, a);
+}
+
+// The token-sequential kernel for DeltaNet node c.n, by head size.
+template <bool Norm>
+void launch_delta_net(const CudaOpCtx &c, const DeltaArgs &a) {
+  const unsigned slots = static_cast<unsigned>(std::min<int64_t>(a.T, c.kv->n_seq_max()));
+  const dim3 grid(static_cast<unsigned>(a.n_v * ((a.d + kDeltaWarps - 1) / kDeltaWarps)), slots);
+  if (a.d <= 32) launch_delta<1, Norm>(a, grid, c.stream);
+  else if (a.d <= 64) launch_delta<2, Norm>(a, grid, c.stream);
+  else if (a.d <= 128) launch_delta<4, Norm>(a, grid, c.stream);
+  else if (a.d <= 256) launch_delta<8, Norm>(a, grid, c.stream);
+  else if (a.d <= 512) launch_delta<16, Norm>(a, grid, c.stream);
+  else launch_delta<32, Norm>(a, grid, c.stream);
 }
 
 // The layer's state buffer, with a clear error where the graph and the cache disagree.
@@ -283,23 +337,64 @@ void cuda_op_ssm_conv(const CudaOpCtx &c) {
   else launch_pdl(ssm_conv_kernel<0>, grid, dim3(128), 0, c.stream, a);
 }
 
-void cuda_op_delta_net(const CudaOpCtx &c) {
+namespace {
+
+// The kernel arguments of DeltaNet node c.n (the layer's state checked by layer_state).
+DeltaArgs delta_args(const CudaOpCtx &c, float *base) {
   const Node &n = c.n, &q = c.src(0), &v = c.src(2);
-  const int64_t d = v.ne[0], n_v = v.ne[1], T = v.ne[2];
-  if (d == 0 || n_v == 0 || T == 0) return;
+  const KvLayerDims &dims = c.kv->dims(n.kv_layer);
+  DeltaArgs a{};
+  a.o = static_cast<float *>(n.data);
+  a.q = static_cast<const float *>(q.data);
+  a.k = static_cast<const float *>(c.src(1).data);
+  a.v = static_cast<const float *>(v.data);
+  a.gb = static_cast<const float *>(c.src(3).data);
+  a.d = v.ne[0];
+  a.n_k = q.ne[1];
+  a.n_v = v.ne[1];
+  a.T = v.ne[2];
+  a.conv = dims.conv_state;
+  a.head_map = n.ip[0];
+  a.scale = n.fp[0];
+  a.seq = c.ub.seq;
+  a.rs = c.ub.rs;
+  a.base = base;
+  a.per = dims.recurrent();
+  a.n_seq_max = static_cast<int>(c.kv->n_seq_max());
+  return a;
+}
+
+}  // namespace
+
+void cuda_op_delta_net(const CudaOpCtx &c) {
+  const Node &v = c.src(2);
+  if (v.ne[0] == 0 || v.ne[1] == 0 || v.ne[2] == 0) return;
   float *base = layer_state(c);
   if (cuda_delta_net_chunked(c, base)) return;
-  const KvLayerDims &dims = c.kv->dims(n.kv_layer);
-  DeltaArgs a{static_cast<float *>(n.data), static_cast<const float *>(q.data), static_cast<const float *>(c.src(1).data),
-              static_cast<const float *>(v.data), static_cast<const float *>(c.src(3).data), d, q.ne[1], n_v, T, dims.conv_state,
-              n.ip[0], n.fp[0], c.ub.seq, c.ub.rs, base, dims.recurrent(), static_cast<int>(c.kv->n_seq_max())};
-  const dim3 grid(static_cast<unsigned>(n_v * ((d + kDeltaWarps - 1) / kDeltaWarps)), seq_slots(c, T));
-  if (d <= 32) launch_delta<1>(a, grid, c.stream);
-  else if (d <= 64) launch_delta<2>(a, grid, c.stream);
-  else if (d <= 128) launch_delta<4>(a, grid, c.stream);
-  else if (d <= 256) launch_delta<8>(a, grid, c.stream);
-  else if (d <= 512) launch_delta<16>(a, grid, c.stream);
-  else launch_delta<32>(a, grid, c.stream);
+  launch_delta_net<false>(c, delta_args(c, base));
+}
+
+bool cuda_delta_norm_fits(const Graph &g, const Node &dn) {
+  const int64_t d = dn.ne[0], n_v = dn.ne[1], T = dn.ne[2];
+  return dn.op == Op::DeltaNet && cuda_delta_net_supported(g, dn) && d % kDeltaWarps == 0 && d <= kDeltaNormMaxD && T <= kMaxDeltaInTokens &&
+         n_v * T <= kCudaSyncSlots;
+}
+
+void cuda_fused_delta_norm(const CudaOpCtx &c, const FusedGroup &grp) {
+  const Node &dn = c.g.node(grp.members[0]), &norm = c.g.node(grp.members[1]), &mul = c.g.node(grp.members[2]), &sw = c.g.node(grp.members[3]);
+  const CudaOpCtx dc = c.with_node(dn);
+  if (dn.ne[0] == 0 || dn.ne[1] == 0 || dn.ne[2] == 0) return;
+  if (!c.ub.sync || !cuda_delta_norm_fits(c.g, dn)) {  // (the plan checked the shapes; no counters: apart)
+    for (int m : grp.members) cuda_run_node(c.with_node(c.g.node(m)));
+    return;
+  }
+  DeltaArgs a = delta_args(dc, layer_state(dc));
+  a.norm_w = static_cast<const float *>(c.g.node(mul.src[1]).data);
+  a.y = tview(sw);
+  a.z = tview(c.g.node(sw.src[0]));
+  a.eps = norm.fp[0];
+  a.sync = c.ub.sync;
+  launch_delta_net<true>(dc, a);
 }
 
 }  // namespace moe

@@ -4,7 +4,8 @@
 // warp per row, with the same bits), and the softmax router Softmax ->
 // TopK -> GatherCols [-> NormSum] (a block per token), optionally behind its one-token F32
 // MatMul and that MatMul's input RmsNorm -> Mul (many blocks compute the logits, the last
-// one to finish selects). They call the same device functions as the unfused kernels
+// one to finish selects; a side product of the same row, qwen3next's shared-expert gate
+// logit, in the warps after the logits'). They call the same device functions as the unfused kernels
 // (row_ops.cuh, rope.cuh, kv_store.cuh, top_k.cuh) and sum the logits in the unfused
 // mat-vec's order, so fused and unfused results are bit-identical. All launch with PDL
 // (ops/pdl.cuh): before pdl_wait they read only weights and graph inputs (the rope
@@ -318,7 +319,8 @@ __global__ void router_kernel(RouterArgs a) {
 // and computes a logit per warp exactly as the unfused F32 mat-vec does (ops/matvec.cu:
 // ref_dot_f32_row, the CPU's reference order over the whole row; the row is prefetched into
 // L2 before pdl_wait). The last block to finish (DevUbatch::sync counter) reads the logits
-// back and routes.
+// back and routes. A side product of the same row (cuda_fusion.h: kMaxRouterSideRows; the
+// shared expert's gate logit) takes the warps after the logits' rows, the same dot.
 constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = kRmWarps;
 constexpr int kRmMaxK = 8192;  // the staged row: 32 KB of shared memory
 
@@ -331,6 +333,10 @@ struct RouterMv {
   float eps;
   int rms_nthr;      // the unfused RmsNorm kernel's block size (its reduction order)
   float *logits;     // [E] (the MatMul's output)
+  const float *side_w;  // the side MatMul's weight [K, side_rows] (row stride side_rs floats), or null
+  int64_t side_rs;
+  int side_rows;     // 0: no side product
+  float *side_out;   // [side_rows]
   unsigned *sync;    // one counter
   int K, nthr;       // nthr: the unfused Softmax kernel's block size
 };
@@ -341,11 +347,13 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
   __shared__ float s_l[kCudaMaxExperts];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = static_cast<int>(a.logits.ne[0]);
-  const int row = blockIdx.x * kRmRows + warp;  // this warp's logit
+  const int row = blockIdx.x * kRmRows + warp;  // this warp's logit (E and on: a side row)
+  const bool has_row = row < E + m.side_rows;
+  const float *wrow = !has_row ? nullptr : row < E ? m.w + row * m.w_rs : m.side_w + (row - E) * m.side_rs;
   // Weights before pdl_wait: this warp's row into L2, and the norm's row weight.
 #ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
-  if (row < E)
-    for (int64_t o = lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(m.w + row * m.w_rs + o));
+  if (has_row)
+    for (int64_t o = lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
 #endif
   float nwr[kWeightRegs];
 #pragma unroll
@@ -363,10 +371,10 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
     if (blockIdx.x == 0 && m.normed)
       for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
   }
-  if (row < E) {
-    const float v = ref_dot_f32_row(m.w + row * m.w_rs, s_x, m.K);
+  if (has_row) {
+    const float v = ref_dot_f32_row(wrow, s_x, m.K);
     if (lane == 0) {
-      m.logits[row] = v;
+      *(row < E ? m.logits + row : m.side_out + (row - E)) = v;
       __threadfence();  // visible device-wide before the block is counted
     }
   }
@@ -462,6 +470,13 @@ bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
          x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts;
 }
 
+// A side MatMul (cuda_fusion.h: kMaxRouterSideRows) in the router's launch: as router_mv_fits,
+// and the router's activation and K.
+bool side_mv_fits(const CudaOpCtx &c, const Node &side, const Node &mm) {
+  const Node &w = c.g.node(side.src[0]);
+  return side.src[1] == mm.src[1] && router_mv_fits(c, side) && w.ne[0] == c.g.node(mm.src[0]).ne[0] && w.ne[1] <= kMaxRouterSideRows;
+}
+
 // The members after a sigmoid router's Sigmoid (from index p): [Add (bias),] TopK,
 // GatherCols [, NormSum] [, Scale] (cuda_fusion.cpp: match_sigmoid_router).
 void sigmoid_router_args(const CudaOpCtx &c, const FusedGroup &grp, size_t p, RouterArgs &a) {
@@ -503,11 +518,13 @@ void run_nodes(const CudaOpCtx &c, const FusedGroup &grp, size_t n) {
 
 }  // namespace
 
-// Members: [RmsNorm, Mul,] [MatMul,] Softmax, TopK, GatherCols [, NormSum]; or
-// [RmsNorm, Mul,] MatMul, Sigmoid, [Add,] TopK, GatherCols [, NormSum] [, Scale].
+// Members: [RmsNorm, Mul,] [[side MatMul,] MatMul,] Softmax, TopK, GatherCols [, NormSum]; or
+// [RmsNorm, Mul,] [side MatMul,] MatMul, Sigmoid, [Add,] TopK, GatherCols [, NormSum] [, Scale].
 void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
   const bool with_norm = c.g.node(grp.members[0]).op == Op::RmsNorm;
-  const size_t i_mm = with_norm ? 2 : 0;
+  const size_t i_side = with_norm ? 2 : 0;
+  const bool with_side = c.g.node(grp.members[i_side]).op == Op::MatMul && c.g.node(grp.members[i_side + 1]).op == Op::MatMul;
+  const size_t i_mm = i_side + (with_side ? 1 : 0);
   const bool with_mm = c.g.node(grp.members[i_mm]).op == Op::MatMul;
   const size_t m0 = with_mm ? i_mm + 1 : 0;  // the Softmax
   const Node &sm = c.g.node(grp.members[m0]);
@@ -531,7 +548,8 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
   const int nthr = row_threads(sm.ne[0]);
   if (with_mm) {
     const Node &mm = c.g.node(grp.members[i_mm]);
-    if (T == 1 && router_mv_fits(c, mm)) {
+    const Node *side = with_side ? &c.g.node(grp.members[i_side]) : nullptr;
+    if (T == 1 && router_mv_fits(c, mm) && (!side || side_mv_fits(c, *side, mm))) {
       const Node &w = c.g.node(mm.src[0]);
       RouterMv m{};
       m.w = static_cast<const float *>(w.data);
@@ -546,14 +564,21 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
         m.rms_nthr = row_threads(rms.ne[0]);
       }
       m.logits = static_cast<float *>(mm.data);
+      if (side) {
+        const Node &sw = c.g.node(side->src[0]);
+        m.side_w = static_cast<const float *>(sw.data);
+        m.side_rs = static_cast<int64_t>(sw.nb[1] / 4);
+        m.side_rows = static_cast<int>(sw.ne[1]);
+        m.side_out = static_cast<float *>(side->data);
+      }
       m.sync = c.ub.sync;
       m.K = static_cast<int>(w.ne[0]);
       m.nthr = nthr;
-      const unsigned blocks = static_cast<unsigned>((sm.ne[0] + kRmRows - 1) / kRmRows);
+      const unsigned blocks = static_cast<unsigned>((sm.ne[0] + m.side_rows + kRmRows - 1) / kRmRows);
       launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), 0, c.stream, a, m);
       return;
     }
-    run_nodes(c, grp, i_mm + 1);  // the norm and the mat-vec on their own
+    run_nodes(c, grp, i_mm + 1);  // the norm and the mat-vec(s) on their own
   }
   launch_pdl(router_kernel, dim3(static_cast<unsigned>(T)), dim3(static_cast<unsigned>(nthr)), 0, c.stream, a);
 }
