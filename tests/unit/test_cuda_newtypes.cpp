@@ -434,13 +434,14 @@ namespace {
 
 // The one-token decode groups of the extra types (cuda_fusion.h; quant_extra.h's
 // cuda_extra_fused_*): gate/up MatMulId + SwiGLU, dense gate/up MatMul x2 + SwiGLU, down
-// MatMulId + MoeCombine + Add, MatMul + Add.
-enum class FusedShape { GateUp, DenseGateUp, DownAdd, MatMulAdd };
+// MatMulId + MoeCombine + Add, MatMul + Add, three MatMuls of one activation (q, k, v).
+enum class FusedShape { GateUp, DenseGateUp, DownAdd, MatMulAdd, Qkv };
 
 const char *fused_label(FusedShape shape) {
   switch (shape) {
     case FusedShape::GateUp: return "fused:matmul_id+matmul_id+swiglu";
     case FusedShape::DenseGateUp: return "fused:matmul+matmul+swiglu";
+    case FusedShape::Qkv: return "fused:matmul+matmul+matmul";
     case FusedShape::DownAdd: return "fused:matmul_id+moe_combine+add";
     default: return "fused:matmul+add";
   }
@@ -455,13 +456,16 @@ struct FusedCase {
   std::vector<const GgufTensorInfo *> w;
   std::vector<Input> ins;
   int out = -1, ids = -1;
+  std::vector<int> more;  // Qkv: q and k (out: v)
 
   FusedCase(FusedShape s, WeightStore &ws, DType t, int64_t K_, int64_t M_, int64_t k_, uint32_t seed) : shape(s), K(K_), M(M_), k(k_) {
-    const bool dense = s == FusedShape::MatMulAdd || s == FusedShape::DenseGateUp;
+    const bool dense = s == FusedShape::MatMulAdd || s == FusedShape::DenseGateUp || s == FusedShape::Qkv;
     const int64_t E = 6, n = dense ? K * M : K * M * E;
     const std::vector<int64_t> ne = dense ? std::vector<int64_t>{K, M} : std::vector<int64_t>{K, M, E};
     w.push_back(ws.add("w0", t, ne, randn(static_cast<size_t>(n), seed, 0.3f)));
-    if (s == FusedShape::GateUp || s == FusedShape::DenseGateUp) w.push_back(ws.add("w1", t, ne, randn(static_cast<size_t>(n), seed + 1, 0.3f)));
+    if (s == FusedShape::GateUp || s == FusedShape::DenseGateUp || s == FusedShape::Qkv)
+      w.push_back(ws.add("w1", t, ne, randn(static_cast<size_t>(n), seed + 1, 0.3f)));
+    if (s == FusedShape::Qkv) w.push_back(ws.add("w2", t, {K, M - 13}, randn(static_cast<size_t>(K * (M - 13)), seed + 4, 0.3f)));
     (void)graph(seed);  // the input nodes' ids
   }
   // The graph; the first call also makes the inputs from seed.
@@ -477,6 +481,13 @@ struct FusedCase {
       const int x = input("x", DType::F32, {K, 1}, randn(static_cast<size_t>(K), seed + 2));
       const int r = input("r", DType::F32, {M, 1}, randn(static_cast<size_t>(M), seed + 3));
       out = g.add(g.matmul(g.weight(w[0]), x), r);
+    } else if (shape == FusedShape::Qkv) {  // (one output: the three products side by side in a Concat would be another group)
+      const int x = input("x", DType::F32, {K, 1}, randn(static_cast<size_t>(K), seed + 2));
+      const int q = g.matmul(g.weight(w[0]), x), k_ = g.matmul(g.weight(w[1]), x), v = g.matmul(g.weight(w[2]), x);
+      g.mark_output(q, "q");
+      g.mark_output(k_, "k");
+      more = {q, k_};
+      out = v;
     } else if (shape == FusedShape::DenseGateUp) {
       const int x = input("x", DType::F32, {K, 1}, randn(static_cast<size_t>(K), seed + 2));
       out = g.swiglu(g.matmul(g.weight(w[0]), x), g.matmul(g.weight(w[1]), x));
@@ -539,27 +550,32 @@ TEST_CASE("cuda new types: one-token decode groups in one launch equal the unfus
   uint32_t seed = 900;
   const std::vector<int32_t> ids = {4, 0, 5};
   for (DType t : kNewTypes)
-    for (FusedShape shape : {FusedShape::GateUp, FusedShape::DenseGateUp, FusedShape::DownAdd, FusedShape::MatMulAdd})
+    for (FusedShape shape : {FusedShape::GateUp, FusedShape::DenseGateUp, FusedShape::DownAdd, FusedShape::MatMulAdd, FusedShape::Qkv})
       for (bool longer : {false, true}) {
         const int64_t K = k_for(t, longer), M = longer ? 77 : 45;
         INFO("type " << dtype_name(t) << " group " << fused_label(shape) << " K=" << K << " M=" << M);
         WeightStore ws;
         FusedCase fc(shape, ws, t, K, M, static_cast<int64_t>(ids.size()), seed++);
         const auto ins = fc.inputs(ids);
-        const auto r_cpu = run_on(*reg.cpu(), fc.graph(), ins, {fc.out});
+        std::vector<int> outs = {fc.out};
+        outs.insert(outs.end(), fc.more.begin(), fc.more.end());
+        const auto r_cpu = run_on(*reg.cpu(), fc.graph(), ins, outs);
         CHECK(plans_group(*gpu, fc.graph(), shape));
         GpuTuning unfused;
         unfused.fusion = false;
         const uint64_t l0 = cuda_launch_count();
-        const auto r_f = run_on(*gpu, fc.graph(), ins, {fc.out});
+        const auto r_f = run_on(*gpu, fc.graph(), ins, outs);
         const uint64_t l1 = cuda_launch_count();
-        const auto r_u = run_on(*gpu, fc.graph(), ins, {fc.out}, {}, 1, unfused);
+        const auto r_u = run_on(*gpu, fc.graph(), ins, outs, {}, 1, unfused);
         const uint64_t l2 = cuda_launch_count();
-        CHECK(r_f[0] == r_u[0]);  // bit for bit
         CHECK(l1 - l0 < l2 - l1);  // one launch for the group (unfused: rounding, dots, SwiGLU / combine / Add)
-        const double e = rel_err(r_f[0], r_cpu[0]);
-        INFO("relative error vs the CPU " << e);
-        CHECK(e < kIntTol);
+        for (size_t o = 0; o < outs.size(); ++o) {
+          INFO("output " << o);
+          CHECK(r_f[o] == r_u[o]);  // bit for bit
+          const double e = rel_err(r_f[o], r_cpu[o]);
+          INFO("relative error vs the CPU " << e);
+          CHECK(e < kIntTol);
+        }
       }
 #endif
 }

@@ -8,7 +8,8 @@
 //     CPU-rounded activations, to float rounding: dense 1 / 3 / 17 columns, one token's experts
 //     from ids (X = 1 and X = n_used, one bad id), routed tiles of up to 8 entries per expert,
 //     MatMulHeads (1 and 5 tokens, a padded output token stride);
-//   * the one-token fused group kernels (gate/up + SwiGLU, down + combine [+ Add], MatMul + Add):
+//   * the one-token fused group kernels (gate/up + SwiGLU, down + combine [+ Add], MatMul + Add,
+//     MatVecs of 3 segments, one with its Add):
 //     the unfused kernels' values (rounding, dot, then SwiGLU / combine / Add) bit for bit, with
 //     X = 1 and X = n_used activation rows, a bad expert id (zeros / no contribution, reported)
 //     and nothing written past the outputs.
@@ -409,6 +410,37 @@ void check_fused(DType t, const std::vector<uint8_t> &w, int64_t K, int64_t M, i
   got.resize(static_cast<size_t>(M));
   EXPECT(differing(got, want) == 0 && tail, "%s fused matmul + add: %d values differ from the unfused kernels'", dtype_name(t),
          differing(got, want));
+  // MatVecs: the E matrices of w as segments of M, M - 5 and M rows (the second with + r), one launch.
+  std::vector<std::vector<float>> outs(static_cast<size_t>(E));
+  XSegs segs{};
+  int blocks = 0;
+  for (int64_t e = 0; e < E && e < kMaxFusedMatVecs; ++e) {
+    const int Me = static_cast<int>(e == 1 ? M - 5 : M);
+    outs[static_cast<size_t>(e)].assign(static_cast<size_t>(Me) + 2, -7.0f);
+    segs.s[segs.n++] = XSeg{w.data() + e * M * rb, static_cast<int64_t>(rb), outs[static_cast<size_t>(e)].data(), e == 1 ? r.data() : nullptr, Me, blocks};
+    blocks += (Me + kFWarps - 1) / kFWarps;
+  }
+  switch (t) {
+#define MV_CASE(TY) \
+  case TY: emu_launch(dim3(static_cast<unsigned>(blocks)), kFWarps * 32, extra_matvecs_kernel<TY>, segs, static_cast<int>(K), x.data(), q8k); break;
+    MOE_EXTRA_TYPES(MV_CASE)
+#undef MV_CASE
+    default: break;
+  }
+  for (int k = 0; k < segs.n; ++k) {
+    const int Me = segs.s[k].M;
+    std::vector<float> ye(static_cast<size_t>(Me)), we(static_cast<size_t>(Me));
+    XCols c1{};
+    c1.ncols = 1;
+    launch_dot<1>(t, dim3(static_cast<unsigned>((Me + kXWarps - 1) / kXWarps), 1), nullptr, segs.s[k].w, rb, 0, K, Me, q.data(), ds.data(),
+                  ye.data(), c1);
+    for (int m = 0; m < Me; ++m) we[static_cast<size_t>(m)] = k == 1 ? __fadd_rn(ye[static_cast<size_t>(m)], r[static_cast<size_t>(m)]) : ye[static_cast<size_t>(m)];
+    std::vector<float> &o = outs[static_cast<size_t>(k)];
+    const bool otail = o[static_cast<size_t>(Me)] == -7.0f && o[static_cast<size_t>(Me) + 1] == -7.0f;
+    o.resize(static_cast<size_t>(Me));
+    EXPECT(differing(o, we) == 0 && otail, "%s fused matvecs segment %d: %d values differ from the unfused kernels'", dtype_name(t), k,
+           differing(o, we));
+  }
 }
 
 }  // namespace

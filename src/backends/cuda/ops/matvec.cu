@@ -1142,11 +1142,13 @@ bool cuda_matvec(const CudaOpCtx &c) {
 }
 
 int cuda_matvec_group_key(DType t) {
+  if (cuda_extra_type(t)) return cuda_extra_matvec_group_key(t);  // (quant_extra.h)
   if (!type_ok(t) || is_plain(t)) return 0;
   return act_type(t) == DType::Q8_0 ? 1 : 2;
 }
 
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
+  if (cuda_extra_fused_matvecs(c, members)) return;
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
   const DType V = act_type(c.g.node(first.src[0]).type);

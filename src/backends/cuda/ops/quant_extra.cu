@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *
 
 // ---- one-token fused groups --------------------------------------------------------------
 // The decode groups of cuda_fusion.h for these types, one launch each: gate/up MatMulId (or
-// MatMul) + SwiGLU, down MatMulId + MoeCombine [+ Add], MatMul + Add. Every block rounds the
+// MatMul) + SwiGLU, down MatMulId + MoeCombine [+ Add], MatMul + Add, MatVecs (q, k, v). Every block rounds the
 // activation rows it reads into shared memory with round_unit (the integers and scales
 // quantize_acts_kernel writes) and a warp per (weight row, slot) sums the sub-blocks as
 // extra_dot_kernel<T, 1> does (lane s: sub-blocks s, s + 32, ...; warp_sum): the products
@@ -307,6 +307,36 @@ __global__ void __launch_bounds__(kFWarps * 32) extra_matmul_add_kernel(const ui
   if (row >= M) return;
   const float v = row_dot_shared<T>(W + static_cast<int64_t>(row) * rb, K, acts, 0);
   if ((threadIdx.x & 31) == 0) out[row] = __fadd_rn(v, add[row]);
+}
+
+// Up to kMaxFusedMatVecs dense one-token products of one activation (a layer's q, k, v):
+// segment k owns blocks [first_block, next one's) and writes y[row] = W[row] . x
+// [+ add[row]].
+struct XSeg {
+  const uint8_t *w;
+  int64_t rb;
+  float *y;
+  const float *add;  // null: none
+  int M, first_block;
+};
+struct XSegs {
+  XSeg s[kMaxFusedMatVecs];
+  int n;
+};
+
+template <DType T>
+__global__ void __launch_bounds__(kFWarps * 32) extra_matvecs_kernel(XSegs segs, int K, const float *x, bool q8k) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ FusedActs acts;
+  round_rows_shared(x, 0, 1, K, q8k, acts);
+  int k = 0;
+  while (k + 1 < segs.n && static_cast<int>(blockIdx.x) >= segs.s[k + 1].first_block) ++k;
+  const XSeg &sg = segs.s[k];
+  const int row = (static_cast<int>(blockIdx.x) - sg.first_block) * kFWarps + static_cast<int>(threadIdx.x >> 5);
+  if (row >= sg.M) return;
+  const float v = row_dot_shared<T>(sg.w + static_cast<int64_t>(row) * sg.rb, K, acts, 0);
+  if ((threadIdx.x & 31) == 0) sg.y[row] = sg.add ? __fadd_rn(v, sg.add[row]) : v;
 }
 
 // ---- dequantization --------------------------------------------------------------------
@@ -671,6 +701,51 @@ bool cuda_extra_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node 
     break;
     MOE_EXTRA_TYPES(MOE_MM_ADD_CASE)
 #undef MOE_MM_ADD_CASE
+    default: return false;
+  }
+  return true;
+}
+
+int cuda_extra_matvec_group_key(DType t) { return is_extra_type(t) ? 1000 + static_cast<int>(t) : 0; }
+
+bool cuda_extra_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
+  const Node &first = c.g.node(members.front());
+  const Node &x = c.g.node(first.src[1]);
+  const DType t = c.g.node(first.src[0]).type;
+  const int64_t K = c.g.node(first.src[0]).ne[0];
+  if (!is_extra_type(t) || !fused_acts_fit(x, K, 1) || x.ne[1] * x.ne[2] * x.ne[3] != 1) return false;
+  XSegs segs{};
+  int blocks = 0;
+  for (size_t k = 0; k < members.size(); ++k) {
+    const Node &mm = c.g.node(members[k]);
+    if (mm.op == Op::Add && segs.n > 0) {  // Add(product, row) right after its MatMul: the row joins that segment
+      XSeg &prev = segs.s[segs.n - 1];
+      const Node &pm = c.g.node(members[k - 1]);
+      const bool first_src = &c.g.node(mm.src[0]) == &pm;
+      const Node &row = c.g.node(first_src ? mm.src[1] : mm.src[0]);
+      if (pm.op != Op::MatMul || (!first_src && &c.g.node(mm.src[1]) != &pm) || prev.add || !f32_row_of(row, prev.M) || !f32_row_of(mm, prev.M))
+        return false;
+      prev.add = f32_of(row);
+      prev.y = static_cast<float *>(mm.data);
+      continue;
+    }
+    const Node &w = c.g.node(mm.src[0]);
+    if (segs.n == kMaxFusedMatVecs || mm.op != Op::MatMul || mm.src[1] != first.src[1] || w.type != t || w.ne[0] != K || w.ne[1] > (1 << 30) ||
+        !f32_row_of(mm, w.ne[1]))
+      return false;
+    segs.s[segs.n++] = XSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data), nullptr,
+                            static_cast<int>(w.ne[1]), blocks};
+    blocks += static_cast<int>((w.ne[1] + kFWarps - 1) / kFWarps);
+  }
+  if (blocks == 0) return true;
+  switch (t) {
+#define MOE_MATVECS_CASE(TY)                                                                                                            \
+  case TY:                                                                                                                              \
+    launch_pdl(extra_matvecs_kernel<TY>, dim3(static_cast<unsigned>(blocks)), dim3(kFWarps * 32), 0, c.stream, segs, static_cast<int>(K), \
+               f32_of(x), acts_q8k(TY));                                                                                                \
+    break;
+    MOE_EXTRA_TYPES(MOE_MATVECS_CASE)
+#undef MOE_MATVECS_CASE
     default: return false;
   }
   return true;
