@@ -201,6 +201,7 @@ constexpr int kFWarps = 8;                // warps per block of the fused kernel
 constexpr int kFDownRows = 4;             // down rows per block (its warps share them over the slots)
 constexpr int kFMaxVals = 16384;          // rounded activation values a block holds (rows x K)
 constexpr int kFMaxSlots = 32;            // down: experts per token
+constexpr int kFPairs = 4;                // down: (row, slot) dots a warp runs side by side
 
 struct FusedActs {  // a block's rounded activation rows: q[r K + i], (d, s) per 32 values
   int4 q[kFMaxVals / 16];
@@ -278,14 +279,45 @@ __global__ void __launch_bounds__(kFWarps * 32) extra_down_kernel(const uint8_t 
   __shared__ FusedActs acts;
   __shared__ float prod[kFDownRows * kFMaxSlots];
   round_rows_shared(x, x_stride, X, K, q8k, acts);
-  const int lane = threadIdx.x & 31, row0 = static_cast<int>(blockIdx.x) * kFDownRows;
-  for (int p = static_cast<int>(threadIdx.x >> 5); p < kFDownRows * n_used; p += kFWarps) {
-    const int r = p / n_used, j = p % n_used, row = row0 + r, expert = ids[j];
-    if (row >= M) continue;
-    float v = 0.0f;
-    if (expert >= 0 && expert < E) v = row_dot_shared<T>(W + expert * eb + static_cast<int64_t>(row) * rb, K, acts, X == 1 ? 0 : j);
-    else if (blockIdx.x == 0 && lane == 0) report_bad_index(err, kKernelErrExpertId, expert, E);
-    if (lane == 0) prod[p] = v;
+  // A warp's (row, slot) pairs p, p + kFWarps, ... in batches of kFPairs dotted side by side
+  // (each pair's lanes and sums in extra_dot_kernel's order), so a lane has kFPairs sub-block
+  // loads in flight instead of one.
+  const int lane = threadIdx.x & 31, row0 = static_cast<int>(blockIdx.x) * kFDownRows, n_pairs = kFDownRows * n_used, n_sub = K / 32;
+  for (int p0 = static_cast<int>(threadIdx.x >> 5); p0 < n_pairs; p0 += kFWarps * kFPairs) {
+    const uint8_t *wrow[kFPairs];
+    int xr[kFPairs];
+    bool ok[kFPairs];
+    float acc[kFPairs];
+#pragma unroll
+    for (int b = 0; b < kFPairs; ++b) {
+      const int p = p0 + b * kFWarps, j = p % n_used, row = row0 + p / n_used, expert = p < n_pairs ? ids[j] : 0;
+      ok[b] = p < n_pairs && row < M && expert >= 0 && expert < E;
+      if (p < n_pairs && row < M && !ok[b] && blockIdx.x == 0 && lane == 0) report_bad_index(err, kKernelErrExpertId, expert, E);
+      wrow[b] = ok[b] ? W + expert * eb + static_cast<int64_t>(row) * rb : W;
+      xr[b] = X == 1 ? 0 : j;
+      acc[b] = 0.0f;
+    }
+    for (int s = lane; s < n_sub; s += 32) {
+      SubBlock sb[kFPairs];
+#pragma unroll
+      for (int b = 0; b < kFPairs; ++b)
+        if (ok[b]) decode_sub<T>(wrow[b], s, sb[b]);
+#pragma unroll
+      for (int b = 0; b < kFPairs; ++b) {
+        if (!ok[b]) continue;
+        const int4 *q = reinterpret_cast<const int4 *>(reinterpret_cast<const int8_t *>(acts.q) + xr[b] * K + 32 * s);
+        const int4 u = q[0], c = q[1];
+        const int xv[8] = {u.x, u.y, u.z, u.w, c.x, c.y, c.z, c.w};
+        const float2 sc = acts.ds[xr[b] * n_sub + s];
+        acc[b] += dot_sub<T>(sb[b], xv, sc.x, sc.y);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kFPairs; ++b) {
+      const float v = warp_sum(acc[b]);  // (0 for a bad id: no contribution)
+      const int p = p0 + b * kFWarps;
+      if (lane == 0 && p < n_pairs && row0 + p / n_used < M) prod[p] = v;
+    }
   }
   __syncthreads();
   const int r = static_cast<int>(threadIdx.x), row = row0 + r;
