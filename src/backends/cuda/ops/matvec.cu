@@ -1209,6 +1209,12 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
     a.mode = kModeGateUp;
     if (launch_expert(wg.type, false, c.stream, a)) return;
   }
+  // In graph order (qwen3moe builds up before gate): a member's work scratch may lie under a
+  // later member's output (the planner frees it after its own node). Run gate first and up's
+  // activation rounding overwrites gate's product: the tiny q4_1 model's plan puts up's
+  // scratch [1728, 2240) over gate's output [1728, 1984), the likely cause of the garbage
+  // (expert ids of -1 downstream) a Q4_1 model met on the H200 in these groups.
+  if (node_id(c.g, up) < node_id(c.g, gate)) return run_members(c, {&up, &gate, &swiglu});
   run_members(c, {&gate, &up, &swiglu});
 }
 
