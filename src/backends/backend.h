@@ -140,12 +140,21 @@ public:
   virtual double read_bandwidth() { return 0.0; }
 };
 
+// Tests and debugging: the GPU backends of one registry take the kernel paths of an older
+// GPU than the one present (the fallbacks of a Turing or Ampere GPU, run on a Hopper). An
+// option of the registry, not of the process: a registry built without it, alive at the
+// same time, keeps the device's own paths. Ignored by the CPU backend.
+struct GpuEmulation {
+  int arch = 0;        // compute capability as 10 * major + minor (75: Turing); 0: the device's own
+  int smem_optin = 0;  // bytes of shared memory per block at most, with arch > 0 (65536: 64 KB)
+};
+
 class BackendRegistry {
 public:
   // CPU + every CUDA device found (when built with CUDA). twin: a device name ("cpu",
   // "cuda0") presented a second time as "<name>_twin" (tests: multi-device placements on
-  // one device); an unknown name is an InvalidArgument error.
-  explicit BackendRegistry(const std::string &twin = "");
+  // one device); an unknown name is an InvalidArgument error. emulate: see GpuEmulation.
+  explicit BackendRegistry(const std::string &twin = "", const GpuEmulation &emulate = {});
   ~BackendRegistry();
   size_t size() const { return backends_.size(); }
   Backend *at(size_t i) const { return backends_[i].get(); }
@@ -163,8 +172,8 @@ std::unique_ptr<Backend> make_cpu_backend(const std::string &name = "cpu", bool 
 std::string gpu_unavailable_reason();
 #ifdef MOEINFER_WITH_CUDA
 // Appends one Backend per CUDA device (none when no device or driver is present).
-void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out);
-// A second CudaBackend (own stream, own buffers) on the device of `of`, named `name`.
+void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out, const GpuEmulation &emulate);
+// A second CudaBackend (own stream, own buffers, the same emulation) on the device of `of`, named `name`.
 std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &name);
 #endif
 

@@ -7,10 +7,12 @@
 
 namespace moe {
 
-BackendRegistry::BackendRegistry(const std::string &twin) {
+BackendRegistry::BackendRegistry(const std::string &twin, const GpuEmulation &emulate) {
   backends_.push_back(make_cpu_backend());
 #ifdef MOEINFER_WITH_CUDA
-  append_cuda_backends(backends_);
+  append_cuda_backends(backends_, emulate);
+#else
+  (void)emulate;
 #endif
   if (twin.empty()) return;
   const Backend *of = find(twin);

@@ -1,7 +1,7 @@
 // The chunked tensor-core DeltaNet kernel (src/backends/cuda/ops/delta_net_chunked.cu, taken
 // for ubatches of 32+ tokens at d = 128 on sm_80+) against a float64 token-by-token
 // recurrence, the CPU op and the token-sequential CUDA kernel (the same GPU with sm_75's paths,
-// cuda_emulate_device): prompts of 1..300 tokens in 1-3 sequences (in blocks or interleaved),
+// a registry with GpuEmulation{75}): prompts of 1..300 tokens in 1-3 sequences (in blocks or interleaved),
 // a second ubatch continuing from the written state, decays from e^-8 to ~1, beta in (0, 1),
 // both key-head maps and the models' 16 / 32 heads. Tolerance 1e-4 of max(1, max |want|)
 // for outputs and states: the kernel's bf16 hi/lo products measured ~4e-6 in the host
@@ -147,24 +147,15 @@ std::vector<double> reference(const Shape &s, const Inputs &x, std::vector<doubl
   return o;
 }
 
-// While it lives, CUDA backends created take sm_75's paths: the token-sequential kernel.
-struct SequentialPaths {
-  SequentialPaths() { cuda_emulate_device(75, 65536); }
-  ~SequentialPaths() { cuda_emulate_device(0, 0); }
-};
-
 // Two ubatches (T1 then T2 tokens over the same sequences) on the GPU's chunked path, its
 // sequential kernel and the CPU, each against float64; then every sequence's committed state.
 void run_case(const Shape &s, int64_t T1, int64_t T2, int n_seq, bool interleave, uint32_t seed) {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
-  std::unique_ptr<BackendRegistry> reg_seq;
-  {
-    const SequentialPaths paths;
-    reg_seq = std::make_unique<BackendRegistry>();  // its CUDA backend read the emulated paths
-  }
-  Backend *gpu_seq = reg_seq->find("cuda");
+  // sm_75's paths: the token-sequential kernel, beside reg's own paths in the same process.
+  BackendRegistry reg_seq("", GpuEmulation{75, 65536});
+  Backend *gpu_seq = reg_seq.find("cuda");
   REQUIRE(gpu_seq);
   INFO("heads " << s.n_k << "/" << s.n_v << " map " << s.head_map << ", T " << T1 << " then " << T2 << ", " << n_seq << " sequences"
                 << (interleave ? " interleaved" : " in blocks"));

@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "model/synth/synth_model.h"
 #include "kv/kv_cache.h"
+#include "support/cuda_counts.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
@@ -403,9 +404,9 @@ TEST_CASE("cuda dnfuse: tiny hybrids decode alike fused and unfused", "[cuda][dn
             if (l[t] > l[best]) best = t;
           greedy[fused].push_back(best);
           BatchToken t{best, 8 + step, 0, true};
-          const uint64_t before = cuda_launch_count();
+          const uint64_t before = moe_test::cuda_counts(*ctx).launches;
           ctx->decode(&t, 1);
-          per_step = cuda_launch_count() - before;
+          per_step = moe_test::cuda_counts(*ctx).launches - before;
         }
         std::printf("[cuda][dnfuse] %s %s: %llu kernel launches per decode step\n", preset, fused ? "fused" : "unfused",
                     static_cast<unsigned long long>(per_step));

@@ -24,6 +24,7 @@
 #include "model/arch/arch.h"
 #include "model/model_impl.h"
 #include "model/synth/synth_model.h"
+#include "support/cuda_counts.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
@@ -65,10 +66,11 @@ FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std
                  const GpuTuning &base = GpuTuning{}) {
   GpuTuning t = base;
   t.fusion = fused;
-  const uint64_t before = cuda_launch_count();
+  const CudaCounters &counted = static_cast<CudaBackend &>(gpu).counters();
+  const uint64_t before = counted.launches();
   FusedRun r;
   r.out = run_on(gpu, std::move(g), ins, outs, env, 1, t);
-  r.launches = cuda_launch_count() - before;
+  r.launches = counted.launches() - before;
   return r;
 }
 
@@ -1134,9 +1136,9 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
         uint64_t per_step = 0;
         for (int step = 0; step < 3; ++step) {
           BatchToken t{20 + step, 4 + step, 0, true};
-          const uint64_t before = cuda_launch_count();
+          const uint64_t before = moe_test::cuda_counts(*ctx).launches;
           ctx->decode(&t, 1);
-          per_step = cuda_launch_count() - before;
+          per_step = moe_test::cuda_counts(*ctx).launches - before;
         }
         const char *name = mode == 0 ? "fused" : mode == 1 ? "unfused" : "no-tails";
         std::printf("[cuda][engine] %s %s: %llu kernel launches per decode step (%lld layers)\n", preset, name,

@@ -374,7 +374,10 @@ public:
   void put_out(Graph &g, int node) { put(g, node, nullptr, g.node(node).nbytes()); }
   // n_sm: the launchers' multiprocessor count; small values make them put two logical
   // blocks in a thread block (block_groups in matvec.cu: about 2 to 6 logical blocks per SM).
-  CudaOpCtx ctx(const Graph &g, int last, int n_sm) const { return CudaOpCtx{LaunchStream{stream_, false}, g, g.node(last), DevUbatch{}, nullptr, n_sm, tuning_, nullptr, cuda_current_paths()}; }
+  CudaOpCtx ctx(const Graph &g, int last, int n_sm) const {
+    const CudaPaths p = cuda_current_paths();
+    return CudaOpCtx{LaunchStream{stream_, false, p.smem_optin}, g, g.node(last), DevUbatch{}, nullptr, n_sm, tuning_, nullptr, p};
+  }
   std::vector<uint8_t> get(const Graph &g, int node) {
     REQUIRE(cudaStreamSynchronize(stream_) == cudaSuccess);
     REQUIRE(cudaGetLastError() == cudaSuccess);

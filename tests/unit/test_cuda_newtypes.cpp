@@ -238,23 +238,12 @@ TEST_CASE("cuda new types: the int8 MMQ staging decodes to the CPU's dequantized
 #endif
 }
 
-#ifdef MOEINFER_WITH_CUDA
-namespace {
-// While it lives, every CUDA backend created takes the paths of an older device.
-struct EmulatedDevice {
-  EmulatedDevice(int arch, int smem_optin) { cuda_emulate_device(arch, smem_optin); }
-  ~EmulatedDevice() { cuda_emulate_device(0, 0); }
-};
-}  // namespace
-#endif
-
 // sm_75 (no int8 MMQ: prompts stay on the dp4a kernel) and a 99 KB sm_86 (every extra type's
 // MMQ kernel must fit its shared memory, the largest at 99,072 + 2,048 bytes) against the CPU.
 TEST_CASE("cuda new types: prompts on the paths of older GPUs (sm_75, 99 KB sm_86) match the CPU", "[cuda][newtypes][mmq][paths]") {
 #ifdef MOEINFER_WITH_CUDA
   for (const int arch : {75, 86}) {
-    const EmulatedDevice as(arch, arch == 75 ? 65536 : 101376);
-    BackendRegistry reg;  // created inside: its CUDA backend reads the emulated paths
+    BackendRegistry reg("", GpuEmulation{arch, arch == 75 ? 65536 : 101376});  // its CUDA backend takes the older GPU's paths
     Backend *gpu = gpu_or_skip(reg);
     if (!gpu) return;
     const CudaPaths p = static_cast<const CudaBackend *>(gpu)->paths();

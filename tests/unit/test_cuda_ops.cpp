@@ -24,6 +24,7 @@
 #include "graph/compiler.h"
 #include "kv/kv_cache.h"
 #include "model/synth/synth_model.h"
+#include "support/cuda_counts.h"
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/greedy_run.h"
@@ -825,6 +826,8 @@ struct AttnSetup {
   int32_t window = 0;
   bool sinks = false, mla = false;
   std::vector<int64_t> batches;  // tokens per batch, sequences 0 and 1 interleaved
+  bool one_seq = false;          // every token in sequence 0 (cells in position order until a freed cell is refilled)
+  int32_t pos0 = 0;              // the first position of each sequence
   int32_t rm0 = 10, rm1 = 20;    // sequence 0 loses these positions after batch 1 is claimed
   bool exact = false;            // batches of <= 16 tokens must equal the CPU bit for bit (F32 cache)
   GpuTuning tuning;              // the GPU's options
@@ -863,7 +866,7 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
   KvCache kv_c(s.n_cells, 2, s.kt, dims, *reg.cpu());
   KvCache kv_g(s.n_cells, 2, s.kt, dims, gpu);
   std::mt19937 rng(3);
-  int32_t next_pos[2] = {0, 0};
+  int32_t next_pos[2] = {s.pos0, s.pos0};
   std::vector<float> sinks(static_cast<size_t>(nh));
   for (int64_t h = 0; h < nh; ++h) sinks[static_cast<size_t>(h)] = std::vector<float>{0.5f, -1.0f, 3.0f, 20.0f}[static_cast<size_t>(h % 4)];
   const double tol = s.kt == KvType::F16 ? 2e-3 : 1e-4;
@@ -888,8 +891,9 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     };
     std::vector<int32_t> cells(static_cast<size_t>(nt)), pos(static_cast<size_t>(nt)), seq(static_cast<size_t>(nt));
     for (int64_t i = 0; i < nt; ++i) {
-      seq[static_cast<size_t>(i)] = static_cast<int32_t>(i % 2);
-      pos[static_cast<size_t>(i)] = next_pos[i % 2]++;
+      const int32_t sq = s.one_seq ? 0 : static_cast<int32_t>(i % 2);
+      seq[static_cast<size_t>(i)] = sq;
+      pos[static_cast<size_t>(i)] = next_pos[sq]++;
     }
     REQUIRE(kv_c.find_slots(static_cast<uint32_t>(nt), cells.data()));
     kv_c.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
@@ -918,7 +922,8 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     ExecEnv eg{&ubg, &kv_g};
     auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg, 1, s.tuning);
     INFO(what << " kv " << kv_type_name(s.kt) << " hd " << hd << " heads " << nh << "/" << nkv << " window " << s.window << " sinks "
-              << s.sinks << " mla " << s.mla << " batch " << step << " (" << nt << " tokens, n_kv " << ub.n_kv << ")");
+              << s.sinks << " mla " << s.mla << " one sequence " << s.one_seq << " batch " << step << " (" << nt << " tokens, n_kv "
+              << ub.n_kv << ")");
     if (s.exact && nt <= 16) {
       CHECK(rg[0] == rc[0]);
     } else {
@@ -1183,6 +1188,68 @@ TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[op
     }
 }
 
+// Where the cells are in position order (one sequence, DevUbatch::cell_pos_base), the grouped
+// decode kernel cuts only the cells a token's window can see into ranges (gpt-oss: window 128,
+// sinks, head dim 64, 8 query heads per KV head). Depths around the window and the 64-cell
+// ranges, 1 and 2 tokens (their spans differ by a cell); positions starting at 1000 (B != 0);
+// a window wider than the context; ranges of 16 cells. Then the fallback to the n_kv split:
+// two sequences interleaved, and a hole (still in order: bounded) that the next token refills
+// (order broken: that token's own cell is at the hole).
+TEST_CASE("cuda op: grouped decode attention bounded by the visible span (window, sinks, one sequence)", "[ops][cuda][attention][span]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  auto oss = [](KvType kt, int32_t window) {
+    AttnSetup s;
+    s.kt = kt;
+    s.hd = s.hd_v = 64;
+    s.n_head_kv = 2;
+    s.n_head = 16;
+    s.window = window;
+    s.sinks = true;
+    s.one_seq = true;
+    s.rm0 = s.rm1 = 0;  // no hole
+    return s;
+  };
+  for (KvType kt : {KvType::F16, KvType::Q8_0})
+    for (int64_t n_kv : {1, 127, 128, 129, 600, 4097})
+      for (int64_t T : {1, 2}) {
+        if (n_kv < T) continue;
+        AttnSetup s = oss(kt, 128);
+        s.pos0 = n_kv == 600 ? 1000 : 0;
+        s.n_cells = static_cast<uint32_t>(n_kv + 8);
+        if (n_kv > T) s.batches.push_back(n_kv - T);
+        s.batches.push_back(T);  // the decode batch fills the cache up to n_kv cells
+        attention_case(reg, *gpu, s, "span, one sequence in order");
+      }
+  {
+    AttnSetup s = oss(KvType::F16, 4096);  // the window wider than the context: every cell seen
+    s.n_cells = 608;
+    s.batches = {598, 2, 1};
+    attention_case(reg, *gpu, s, "span, window past n_kv");
+    s = oss(KvType::F16, 128);  // 8 ranges of 16 inside the window
+    s.tuning.decode_min_chunk = 16;
+    s.n_cells = 608;
+    s.batches = {599, 1, 2};
+    attention_case(reg, *gpu, s, "span, 16-cell ranges");
+  }
+  for (int64_t T : {1, 2}) {
+    AttnSetup s = oss(KvType::F16, 128);  // fallback: two sequences interleaved
+    s.one_seq = false;
+    s.n_cells = 700;
+    s.batches = {598, T, T};
+    attention_case(reg, *gpu, s, "span fallback, two sequences");
+    // A hole (in order) inside the window (550) or before it (300), then refilled (out of
+    // order): at 300 the refilling token's own cell lies outside any span of the old order.
+    s = oss(KvType::F16, 128);
+    s.rm0 = T == 1 ? 550 : 300;
+    s.rm1 = s.rm0 + 1;
+    s.n_cells = 700;
+    s.batches = {599, 1, T, T};
+    attention_case(reg, *gpu, s, "span, hole then refilled");
+  }
+}
+
 // The tensor-core decode kernel (GpuTuning::tc_decode_attention, off by default; it runs where
 // the device has sm_80+ code, otherwise the grouped kernel does): F16 cache, head dims 128 /
 // 256, 16 query rows (token, head) per block, so groups of 1 / 4 / 8 / 16 heads and 1..4 tokens
@@ -1251,9 +1318,9 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
         auto ctx = Context::create(*model, cp);
         const moe_test::GreedyRun run =
             moe_test::greedy_run(*ctx, {510, 1, 300, 42, 77, 5, 9, 100}, 12, [&](int step, const std::function<void()> &decode) {
-              const uint64_t before = cuda_sync_count();
+              const uint64_t before = moe_test::cuda_counts(*ctx).syncs;
               decode();
-              const uint64_t syncs = cuda_sync_count() - before;
+              const uint64_t syncs = moe_test::cuda_counts(*ctx).syncs - before;
               if (cp.device != "cpu" && step >= 3) {
                 INFO(dev << " step " << step << ": host synchronisations in one decode step");
                 CHECK(syncs <= 1);
@@ -1272,6 +1339,44 @@ TEST_CASE("cuda engine: tiny model decodes like the CPU, one sync per step, grap
     }
     std::remove(path.c_str());
   }
+#endif
+}
+
+// gpt-oss's attention shape (head dim 64, 8 query heads per KV head, sinks, a 16-cell window
+// on every other layer): one sequence decodes in cell order, so the grouped decode kernel
+// bounds its windowed layers' ranges by the span (DevUbatch::cell_pos_base); 40 steps take
+// the context well past the window. Graph replays must read each step's span from the device.
+// "cuda-chunk8": ranges of >= 8 cells, so the windowed layers merge 2 ranges (default: one).
+TEST_CASE("cuda engine: gpt-oss (head dim 64, window 16) decodes past its window like the CPU", "[cuda][engine][span]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const std::string path = (std::filesystem::temp_directory_path() / ("moe-cuda-oss-span-" + std::to_string(::getpid()) + ".gguf")).string();
+  SynthSpec spec;
+  spec.preset = "tiny-gpt-oss-hd64";
+  spec.type_mix = "q8_0";
+  write_synthetic_model(spec, path);
+  {
+    auto model = Model::load(path, ModelLoadParams{});
+    std::map<std::string, std::vector<int32_t>> greedy;
+    for (const char *dev : {"cpu", "cuda", "cuda-nograph", "cuda-chunk8"}) {
+      ContextParams cp;
+      cp.n_ctx = 128;
+      cp.n_threads = 2;
+      cp.device = std::string(dev) == "cpu" ? "cpu" : "cuda";
+      cp.gpu_graphs = std::string(dev) != "cuda-nograph";
+      if (std::string(dev) == "cuda-chunk8") cp.gpu_tuning.decode_min_chunk = 8;
+      cp.kv_type = KvType::F32;  // see the tiny-model test above
+      auto ctx = Context::create(*model, cp);
+      greedy[dev] = moe_test::greedy_run(*ctx, {505, 1, 300, 42, 77, 5, 9, 100}, 40).ids;
+    }
+    CHECK(greedy["cpu"].size() == 40);
+    CHECK(greedy["cuda"] == greedy["cpu"]);
+    CHECK(greedy["cuda-nograph"] == greedy["cpu"]);
+    CHECK(greedy["cuda-chunk8"] == greedy["cpu"]);
+  }
+  std::remove(path.c_str());
 #endif
 }
 
@@ -1332,6 +1437,9 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   cp.n_ctx = static_cast<uint32_t>(depth + 512);
   cp.device = "cuda";
   cp.gpu_graphs = false;
+  // MOE_PROFILE_TC=1: decode attention on the tensor-core kernel (bench --tc-decode-attn).
+  const char *tc_env = std::getenv("MOE_PROFILE_TC");
+  cp.gpu_tuning.tc_decode_attention = tc_env && *tc_env == '1';
   auto ctx = Context::create(*model, cp);
   std::vector<BatchToken> prompt;
   for (int32_t i = 0; i < depth; ++i) prompt.push_back({(i * 7919) % 1000 + 10, i, 0, i == depth - 1});
@@ -1341,31 +1449,20 @@ TEST_CASE("cuda profile: per-op time of pp512 and tg on /tmp/q3.gguf (or MOE_PRO
   };
   feed();  // warm-up
   ctx->kv_clear();
-  cuda_profile_enable(true);
+  CudaProfile &prof = moe_test::cuda_backends(*ctx).at(0)->profile();
+  prof.enable(true);
   feed();
-  std::printf("---- prompt of %d tokens, eager, per-op kernel time\n%s", depth, cuda_profile_report(true).c_str());
+  std::printf("---- prompt of %d tokens, eager, per-op kernel time\n%s", depth, prof.report(true).c_str());
   for (int step = 0; step < 32; ++step) {
     BatchToken t{42 + step, depth + step, 0, true};
     ctx->decode(&t, 1);
   }
   std::printf("---- 32 decode steps (n_kv %d..%d), eager, per-op kernel time\n%s", depth, depth + 32,
-              cuda_profile_report(true).c_str());
-  cuda_profile_enable(false);
+              prof.report(true).c_str());
 #endif
 }
 
-#ifdef MOEINFER_WITH_CUDA
-namespace {
-// While it lives, every CUDA backend created takes the paths of an older device
-// (cuda_emulate_device): the fallbacks of a Turing or Ampere / Ada GPU run on this one.
-struct EmulatedDevice {
-  EmulatedDevice(int arch, int smem_optin) { cuda_emulate_device(arch, smem_optin); }
-  ~EmulatedDevice() { cuda_emulate_device(0, 0); }
-};
-}  // namespace
-#endif
-
-// The paths of older GPUs, emulated on this one, against the CPU: sm_75 (no tensor-core code,
+// The paths of older GPUs, emulated on this one (a registry's GpuEmulation), against the CPU: sm_75 (no tensor-core code,
 // 64 KB per block: the f32 tile kernels, reference-order and FMA attention, cuBLAS for long
 // dense batches) and sm_86 / sm_89 / sm_120 (99 KB per block: Q4_K's int8 MMQ on its generic
 // kernel instead of the 112 KB raw one; MLA attention on the older kernels).
@@ -1375,8 +1472,7 @@ TEST_CASE("cuda op: the paths of older GPUs (sm_75, 99 KB sm_86) emulated on thi
     int arch, smem;
   };
   for (const Emu emu : {Emu{75, 65536}, Emu{86, 101376}}) {
-    const EmulatedDevice as(emu.arch, emu.smem);
-    BackendRegistry reg;  // created inside: its CUDA backend reads the emulated paths
+    BackendRegistry reg("", GpuEmulation{emu.arch, emu.smem});  // its CUDA backend takes the older GPU's paths
     Backend *gpu = gpu_or_skip(reg);
     if (!gpu) return;
     INFO("emulated sm_" << emu.arch << ", " << emu.smem << " bytes of shared memory per block");
@@ -1462,11 +1558,11 @@ TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf 
     const auto t0 = std::chrono::steady_clock::now();
     for (int k = 1; k <= 8; ++k) step(k);
     const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 8;
-    cuda_profile_enable(true);
+    CudaProfile &prof = moe_test::cuda_backends(*ctx).at(0)->profile();  // this context's alone
+    prof.enable(true);
     for (int k = 9; k <= 16; ++k) step(k);
     std::printf("---- %d sequences: %.2f ms per step eager wall (unprofiled); 8 profiled steps, per-op kernel time\n%s", B,
-                wall, cuda_profile_report(true).c_str());
-    cuda_profile_enable(false);
+                wall, prof.report(true).c_str());
   }
 #endif
 }

@@ -92,3 +92,31 @@ TEST_CASE("cuda paths: the probe names the architecture of the code the device r
   if (p.device_arch >= 90) CHECK(p.pdl);
 #endif
 }
+
+// GpuEmulation (a registry's option): the paths an older GPU would take, never newer ones
+// than the device's own, with at most the emulated shared memory.
+TEST_CASE("cuda paths: an emulated older device lowers the paths, never raises them", "[cuda-paths]") {
+  const CudaPaths h200 = cuda_select_paths(90, 90, 232448);
+  CHECK(cuda_emulated_paths(h200, 0, 0).code_arch == 90);  // off: unchanged
+  CHECK(cuda_emulated_paths(h200, 0, 1024).smem_optin == 232448);
+  const CudaPaths turing = cuda_emulated_paths(h200, 75, 65536);
+  CHECK(turing.device_arch == 75);
+  CHECK(turing.code_arch == 75);
+  CHECK(turing.usable);
+  CHECK_FALSE(turing.tensor_cores);
+  CHECK_FALSE(turing.pdl);
+  CHECK(turing.smem_optin == 65536);
+  const CudaPaths rtx30 = cuda_emulated_paths(h200, 86, 101376);
+  CHECK(rtx30.device_arch == 86);
+  CHECK(rtx30.code_arch == 86);
+  CHECK(rtx30.tensor_cores);
+  CHECK_FALSE(rtx30.pdl);
+  CHECK(rtx30.smem_optin == 101376);
+  // An Ampere device asked to be a Hopper stays an Ampere.
+  const CudaPaths a100 = cuda_select_paths(80, 80, 166912);
+  const CudaPaths up = cuda_emulated_paths(a100, 90, 232448);
+  CHECK(up.device_arch == 80);
+  CHECK(up.code_arch == 80);
+  CHECK_FALSE(up.pdl);
+  CHECK(up.smem_optin == 166912);
+}

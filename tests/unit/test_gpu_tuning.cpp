@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "graph/compiler.h"
 #include "placement/fit.h"
+#include "support/cuda_counts.h"
 #include "support/forwarding_backend.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
@@ -124,9 +125,9 @@ public:
       ctx_->decode(prompt.data(), prompt.size());
     } else {
       BatchToken t{run_.tokens.back(), 7 + step_, 0, true};
-      const uint64_t before = cuda_launch_count();
+      const uint64_t before = moe_test::cuda_counts(*ctx_).launches;  // this context's: the other decoder's never count
       ctx_->decode(&t, 1);
-      if (count_) run_.launches.push_back(cuda_launch_count() - before);
+      if (count_) run_.launches.push_back(moe_test::cuda_counts(*ctx_).launches - before);
     }
     const int32_t nv = ctx_->n_vocab();
     const float *l = ctx_->logits(-1);

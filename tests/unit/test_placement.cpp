@@ -19,6 +19,7 @@
 #include "model/hparams.h"
 #include "model/model_impl.h"
 #include "placement/fit.h"
+#include "support/cuda_counts.h"
 #include "support/forwarding_backend.h"
 #include "support/tiny_model.h"
 #ifdef MOEINFER_WITH_CUDA
@@ -316,11 +317,10 @@ TEST_CASE("placement on CUDA: experts on the CPU keep GPU stretches in graphs, a
   ctx->decode(prompt.data(), prompt.size());
   for (int step = 0; step < 8; ++step) {
     BatchToken t{(step * 11 + 3) % model->n_vocab(), 6 + step, 0, true};
-    const uint64_t s0 = cuda_sync_count(), l0 = cuda_launch_count();
-    uint64_t by0[5];
-    for (int k = 0; k < 5; ++k) by0[k] = cuda_sync_count(static_cast<SyncWhy>(k));
+    const moe_test::CudaCounts before = moe_test::cuda_counts(*ctx);
     ctx->decode(&t, 1);
-    const uint64_t syncs = cuda_sync_count() - s0, launches = cuda_launch_count() - l0;
+    const moe_test::CudaCounts done = moe_test::cuda_counts(*ctx) - before;
+    const uint64_t syncs = done.syncs, launches = done.launches;
     if (step >= 3) {
       std::string segs;
       const CompiledPlan &pl = ctx->impl().plan_for(1, 1);
@@ -329,7 +329,7 @@ TEST_CASE("placement on CUDA: experts on the CPU keep GPU stretches in graphs, a
           if (pl.graph.node(i).op != Op::Leaf && pl.graph.node(i).op != Op::View)
             segs += std::string(i == sg.begin ? " | d" + std::to_string(sg.device) + ":" : ",") + op_name(pl.graph.node(i).op);
       std::string by;
-      for (int k = 0; k < 5; ++k) by += std::to_string(cuda_sync_count(static_cast<SyncWhy>(k)) - by0[k]) + " ";
+      for (int k = 0; k < kSyncWhyCount; ++k) by += std::to_string(done.by[k]) + " ";
       if (syncs > static_cast<uint64_t>(L) + 1) WARN("syncs by kind (download, staging, executor, setup, teardown): " << by << "; segments of the one-token plan: " << segs);
       INFO("step " << step << ": " << syncs << " host waits, " << launches << " eager kernel launches, " << L << " layers");
       CHECK(syncs <= static_cast<uint64_t>(L) + 1);  // one per layer (GPU -> CPU) + the logits download
@@ -344,11 +344,12 @@ TEST_CASE("placement on CUDA: experts on the CPU keep GPU stretches in graphs, a
   direct->decode(prompt.data(), prompt.size());
   for (int step = 0; step < 8; ++step) {
     BatchToken t{(step * 11 + 3) % model->n_vocab(), 6 + step, 0, true};
-    const uint64_t s0 = cuda_sync_count(), l0 = cuda_launch_count();
+    const moe_test::CudaCounts before = moe_test::cuda_counts(*direct);
     direct->decode(&t, 1);
     if (step >= 3) {
-      CHECK(cuda_sync_count() - s0 <= static_cast<uint64_t>(L) + 1);
-      CHECK(cuda_launch_count() - l0 == 0);
+      const moe_test::CudaCounts done = moe_test::cuda_counts(*direct) - before;
+      CHECK(done.syncs <= static_cast<uint64_t>(L) + 1);
+      CHECK(done.launches == 0);
     }
   }
   const CompiledPlan &pl = direct->impl().plan_for(1, 1);

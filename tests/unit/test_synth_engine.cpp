@@ -15,7 +15,8 @@ using namespace moe;
 TEST_CASE("synth: small presets run in the engine with finite, varying logits", "[synth][engine]") {
   const std::pair<const char *, const char *> cases[] = {{"tiny", "f16"},           {"tiny", "q8_0"},
                                                          {"small", "q4_k_m"},       {"tiny-deepseek2", "f16"},
-                                                         {"tiny-deepseek2", "q8_0"}, {"tiny-gpt-oss", "f16"}};
+                                                         {"tiny-deepseek2", "q8_0"}, {"tiny-gpt-oss", "f16"},
+                                                         {"tiny-gpt-oss-hd64", "q8_0"}};
   for (const auto &c : cases) {
     const std::string preset = c.first, mix = c.second;
     INFO(preset << " " << mix);

@@ -25,7 +25,23 @@ static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; st
 
 // mla: K rows of hd = 576, V = their first 512 values (one KV head, F16), attention_mla.cu.
 // tc: the tensor-core decode kernel (attention_decode_tc.cu), ranges of >= min_chunk cells.
-struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false, tc = false; int min_chunk = 64; };
+// span: the grouped decode kernel on a cache in position order (one sequence, cell i at
+// position base + i, `holes` free cells in the last 200), so the kernel bounds each token's
+// cells by its window (DevUbatch::cell_pos_base); refill: the last token sits in a former hole
+// (order broken), two_seq: two sequences interleaved (no order): both fall back to n_kv.
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false, tc = false; int min_chunk = 64;
+             bool span = false, refill = false, two_seq = false; int base = 0, holes = 0; };
+
+// DevUbatch::cell_pos_base as the executor computes it: B when every used cell c holds c + B.
+static int32_t cell_pos_base(const std::vector<int32_t> &cpos, int n_kv) {
+  int64_t base = kNoCellPosBase;
+  for (int c = 0; c < n_kv; ++c) {
+    if (cpos[c] < 0) continue;
+    if (base == kNoCellPosBase) base = int64_t(cpos[c]) - c;
+    else if (int64_t(cpos[c]) - c != base) return kNoCellPosBase;
+  }
+  return static_cast<int32_t>(base);
+}
 
 namespace moe {  // comb_emu.cpp (generated from attention.cu)
 void emu_split_launch(TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *part, int T, int n_head, int merge);
@@ -50,6 +66,30 @@ static double run(const Cfg &c, uint32_t seed) {
   if (c.causal) {  // one sequence, cell i at position i, the batch the last T positions: whole tiles every row sees
     for (int i = 0; i < c.n_kv; ++i) { cpos[i] = i; cseq[i] = 1ull; }
     for (int t = 0; t < c.T; ++t) { seq[t] = 0; pos[t] = c.n_kv - c.T + t; }
+  }
+  if (c.span) {  // the tokens hold the last T cells (positions base + n_kv - T ...)
+    for (int i = 0; i < c.n_kv; ++i) {
+      cpos[i] = c.two_seq ? c.base + i / 2 : c.base + i;
+      cseq[i] = c.two_seq ? 1ull << (i % 2) : 1ull;
+    }
+    for (int t = 0; t < c.T; ++t) {
+      const int cell = c.n_kv - c.T + t;
+      seq[t] = c.two_seq ? cell % 2 : 0;
+      pos[t] = cpos[cell];
+    }
+    const int older = c.n_kv - c.T;  // cells before the batch's
+    for (int h = 0; h < c.holes && older > 0; ++h) {
+      const int cell = older - 1 - static_cast<int>(rng() % std::min(200, older));
+      cpos[cell] = -1;
+      cseq[cell] = 0;
+    }
+    if (c.refill && older > 0) {  // the last token moves into an older cell
+      const int cell = static_cast<int>(rng() % older);
+      cpos[cell] = pos[c.T - 1];
+      cseq[cell] = cseq[c.n_kv - 1];
+      cpos[c.n_kv - 1] = -1;
+      cseq[c.n_kv - 1] = 0;
+    }
   }
   const size_t khb = c.kt == (int)DType::F32 ? hd * 4 : c.kt == (int)DType::F16 ? hd * 2 : hd / 32 * 34;
   const size_t krb = khb * c.nkvh;
@@ -132,6 +172,9 @@ static double run(const Cfg &c, uint32_t seed) {
   AttnArgs a{K.data(), c.mla ? K.data() : V.data(), krb, krb, khb, khb, hd, hdv, c.group, c.kt, scale, c.window, c.sinks ? sinks.data() : nullptr};
   int32_t n_kv = c.n_kv;
   DevUbatch ub{nullptr, pos.data(), seq.data(), cpos.data(), cseq.data(), &n_kv};
+  int32_t pos_base = cell_pos_base(cpos, c.n_kv);
+  if (c.span) ub.cell_pos_base = &pos_base;
+  if (c.span && (c.refill || c.two_seq) == (pos_base != kNoCellPosBase)) return 1e30;  // the case is not what it says
   TView tq{q.data(), {hd, n_head, c.T, 1}, {4, hd * 4, (int64_t)n_head * hd * 4, (int64_t)c.T * n_head * hd * 4}};
   TView to{out.data(), {hdv, n_head, c.T, 1}, {4, hdv * 4, (int64_t)n_head * hdv * 4, (int64_t)c.T * n_head * hdv * 4}};
   if (c.mla) {  // n_sm chosen so that the launcher picks c.n_split splits
@@ -187,6 +230,7 @@ int main(int argc, char **argv) {
   const bool dec_only = argc > 3 && std::strcmp(argv[3], "dec") == 0;
   const bool mma_only = argc > 3 && std::strcmp(argv[3], "mma") == 0;  // the tiled tensor-core kernel, half the cases causal
   const bool tc_only = argc > 3 && std::strcmp(argv[3], "tcdec") == 0;  // the tensor-core decode kernel (F16 cache)
+  const bool span_only = argc > 3 && std::strcmp(argv[3], "span") == 0;  // the grouped decode kernel bounded by the span
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
   for (int i = 0; i < n; ++i) {
@@ -247,12 +291,34 @@ int main(int argc, char **argv) {
       c.min_chunk = rng() % 3 == 0 ? 16 : 64;
       c.causal = i % 4 == 1;  // one sequence, every cell seen (no hidden cells: whole tiles of data)
     }
+    if (span_only) {  // gpt-oss's shape (head dim 64, 8 heads per KV head, window 128, sinks) at the test depths
+      const int dnks[] = {1, 127, 128, 129, 600, 4097};
+      c = Cfg{};
+      c.span = c.decode = true;
+      c.kt = kts[rng() % 3];
+      c.hd = i % 7 == 6 ? 128 : 64;
+      c.group = 8;
+      c.nkvh = 1 + static_cast<int>(rng() % 2);
+      c.T = 1 + (i / 6) % 2;
+      c.n_kv = std::max(dnks[i % 6], c.T);
+      c.window = i % 5 == 4 ? 5000 : 128;  // 5000: wider than the context
+      c.sinks = true;
+      c.n_split = rng() % 4 == 0 ? 2 : 1;  // 2: merged by a combine launch
+      c.min_chunk = rng() % 3 == 0 ? 16 : 64;
+      c.base = rng() % 2 ? 1000 : 0;
+      c.holes = static_cast<int>(rng() % 4);
+      const int kind = static_cast<int>(rng() % 4);  // 0, 1: in order; 2: refilled hole; 3: two sequences
+      c.refill = kind == 2 && c.n_kv > c.T;
+      c.two_seq = kind == 3 && c.n_kv > 2;
+    }
     const double e = run(c, rng());
     const double tol = c.mma || c.tc ? 3e-3 : c.decode || c.split_dec ? 2e-5 : 1e-5;
     const bool ok = e < tol;
     fails += !ok;
-    std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d chunk=%d worst_row_err=%.3g\n", ok ? "ok  " : "FAIL",
-                c.mla ? "mla" : c.mma ? "mma" : c.tc ? "tcdec" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, c.min_chunk, e);
+    std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d chunk=%d worst_row_err=%.3g", ok ? "ok  " : "FAIL",
+                c.mla ? "mla" : c.mma ? "mma" : c.tc ? "tcdec" : c.span ? "span" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, c.min_chunk, e);
+    if (c.span) std::printf(" base=%d holes=%d%s%s", c.base, c.holes, c.refill ? " refilled" : "", c.two_seq ? " two-seq" : "");
+    std::printf("\n");
     std::fflush(stdout);
   }
   std::printf("%d failures\n", fails);

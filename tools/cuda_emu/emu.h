@@ -153,6 +153,7 @@ inline double __shfl_xor_sync(unsigned, double v, int m) { return emu_shfl_xor(v
 inline double __shfl_sync(unsigned, double v, int src) { return emu_shfl_from(v, src); }
 inline int __shfl_xor_sync(unsigned, int v, int m) { return emu_shfl_xor(v, m); }
 inline unsigned long long __shfl_xor_sync(unsigned, unsigned long long v, int m) { return emu_shfl_xor(v, m); }
+inline unsigned long long __shfl_sync(unsigned, unsigned long long v, int src) { return emu_shfl_from(v, src); }
 inline int __shfl_up_sync(unsigned, int v, int d) {
   const int lane = threadIdx.x & 31;
   return emu_shfl_from(v, lane >= d ? lane - d : lane);

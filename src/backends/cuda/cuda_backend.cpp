@@ -20,25 +20,28 @@ void cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
        cudaGetErrorName(e), cudaGetErrorString(e), base ? base + 1 : file, line);
 }
 
-static std::atomic<uint64_t> g_sync_count{0};
-static std::atomic<uint64_t> g_sync_by[8];
-uint64_t cuda_sync_count() { return g_sync_count.load(); }
-uint64_t cuda_sync_count(SyncWhy why) { return g_sync_by[static_cast<int>(why)].load(); }
+// The counters of the executor launching on this thread (CudaLaunchCounting); a binding
+// for the length of one launch, not a setting: two contexts, on one thread or several,
+// each count only their own launches.
+static thread_local CudaCounters *t_launches = nullptr;
 
-// Relaxed: a counter for tests, not an ordering point.
-static std::atomic<uint64_t> g_launch_count{0};
-void cuda_note_launch() noexcept { g_launch_count.fetch_add(1, std::memory_order_relaxed); }
-uint64_t cuda_launch_count() { return g_launch_count.load(std::memory_order_relaxed); }
+CudaLaunchCounting::CudaLaunchCounting(CudaCounters &c) noexcept : previous_(t_launches) { t_launches = &c; }
+CudaLaunchCounting::~CudaLaunchCounting() { t_launches = previous_; }
+
+void cuda_note_launch() noexcept {
+  if (t_launches) t_launches->count_launch();
+}
 
 // ---- paths per device (cuda_paths.h) ----
 
 namespace {
 
 // What a device is and runs never changes while the process lives: read once per device.
-// Packed as device_arch | code_arch << 10 | (smem_optin / 16) << 20; 0: not read yet.
+// Packed as device_arch | code_arch << 10 | (smem_optin / 16) << 20; 0: not read yet. The
+// one process-wide state of the backend, and no setting: a cache of immutable hardware
+// facts (what a backend does with them, e.g. GpuEmulation, is the backend's).
 constexpr int kMaxDevices = 64;
 std::atomic<uint64_t> g_device_facts[kMaxDevices];
-std::atomic<int> g_emulate_arch{0}, g_emulate_smem{0};
 
 #ifndef MOEINFER_CUDA_ARCHS
 #define MOEINFER_CUDA_ARCHS "?"
@@ -60,14 +63,9 @@ uint64_t device_facts(int device) {
 
 }  // namespace
 
-void cuda_emulate_device(int arch, int smem_optin) {
-  g_emulate_arch.store(arch > 0 ? arch : 0);
-  g_emulate_smem.store(arch > 0 ? smem_optin : 0);
-}
-
 CudaPaths cuda_device_paths(int device) {
   const uint64_t f = device_facts(device);
-  int dev_arch = static_cast<int>(f & 1023), code = static_cast<int>((f >> 10) & 1023), optin = static_cast<int>(f >> 20) * 16;
+  const int dev_arch = static_cast<int>(f & 1023), code = static_cast<int>((f >> 10) & 1023), optin = static_cast<int>(f >> 20) * 16;
   if (code == 0) {
     cudaDeviceProp p;
     const char *name = cudaGetDeviceProperties(&p, device) == cudaSuccess ? p.name : "?";
@@ -75,11 +73,6 @@ CudaPaths cuda_device_paths(int device) {
          "CUDA device %d (%s, sm_%d): this build has no code it can run (built for CUDA architectures %s); rebuild with "
          "-DCMAKE_CUDA_ARCHITECTURES=%d (README: GPU architectures)",
          device, name, dev_arch, MOEINFER_CUDA_ARCHS, dev_arch);
-  }
-  if (const int emu = g_emulate_arch.load(); emu > 0) {
-    dev_arch = std::min(dev_arch, emu);
-    code = std::min(code, emu);
-    optin = std::min(optin, g_emulate_smem.load());
   }
   return cuda_select_paths(dev_arch, code, optin);
 }
@@ -90,20 +83,18 @@ CudaPaths cuda_current_paths() {
   return cuda_device_paths(dev);
 }
 
-void cuda_sync_stream(cudaStream_t s, SyncWhy why) {
-  g_sync_count.fetch_add(1);
-  g_sync_by[static_cast<int>(why)].fetch_add(1);
+void cuda_sync_stream(cudaStream_t s, SyncWhy why, CudaCounters &counted) {
+  counted.count_sync(why);
   MOE_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-void cuda_sync_stream_nothrow(cudaStream_t s) noexcept {
-  g_sync_count.fetch_add(1);
+void cuda_sync_stream_nothrow(cudaStream_t s, CudaCounters &counted) noexcept {
+  counted.count_sync(SyncWhy::Teardown);
   if (cudaStreamSynchronize(s) != cudaSuccess) (void)cudaGetLastError();
 }
 
-void cuda_sync_event(cudaEvent_t e, SyncWhy why) {
-  g_sync_count.fetch_add(1);
-  g_sync_by[static_cast<int>(why)].fetch_add(1);
+void cuda_sync_event(cudaEvent_t e, SyncWhy why, CudaCounters &counted) {
+  counted.count_sync(why);
   MOE_CUDA_CHECK(cudaEventSynchronize(e));
 }
 
@@ -208,12 +199,14 @@ std::unique_ptr<HostRegistration> CudaBackend::register_host(void *p, size_t byt
 }
 
 std::unique_ptr<Backend> make_cuda_twin(const Backend &of, const std::string &name) {
-  auto b = std::make_unique<CudaBackend>(static_cast<const CudaBackend &>(of).device());
+  const auto &cuda = static_cast<const CudaBackend &>(of);
+  auto b = std::make_unique<CudaBackend>(cuda.device(), cuda.emulation());
   b->rename(name);
   return b;
 }
 
-CudaBackend::CudaBackend(int device) : device_(device), paths_(cuda_device_paths(device)) {
+CudaBackend::CudaBackend(int device, const GpuEmulation &emulate)
+    : device_(device), emulate_(emulate), paths_(cuda_emulated_paths(cuda_device_paths(device), emulate.arch, emulate.smem_optin)) {
   cudaDeviceProp p;
   MOE_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   info_.name = "cuda" + std::to_string(device);
@@ -233,7 +226,7 @@ CudaBackend::CudaBackend(int device) : device_(device), paths_(cuda_device_paths
 CudaBackend::~CudaBackend() {
   if (stream_) {
     (void)cudaSetDevice(device_);
-    cuda_sync_stream_nothrow(stream_);
+    cuda_sync_stream_nothrow(stream_, counters_);
     (void)cudaStreamDestroy(stream_);
   }
   for (auto &e : up_ev_)
@@ -284,7 +277,7 @@ void CudaBackend::upload_async(void *dst, const void *src, size_t n) {
       if (up_pending_[up_half_]) {
         // Only wait when the device has not finished with that half yet.
         cudaError_t q = cudaEventQuery(up_ev_[up_half_]);
-        if (q == cudaErrorNotReady) cuda_sync_event(up_ev_[up_half_], SyncWhy::StagingReuse);
+        if (q == cudaErrorNotReady) cuda_sync_event(up_ev_[up_half_], SyncWhy::StagingReuse, counters_);
         else MOE_CUDA_CHECK(q);
         up_pending_[up_half_] = false;
       }
@@ -310,7 +303,7 @@ void CudaBackend::download(void *dst, const void *src, size_t n) {
   while (n > 0) {
     const size_t chunk = std::min(n, kHalf);
     MOE_CUDA_CHECK(cudaMemcpyAsync(down_, p, chunk, cudaMemcpyDeviceToHost, s));
-    cuda_sync_stream(s, SyncWhy::Download);
+    cuda_sync_stream(s, SyncWhy::Download, counters_);
     std::memcpy(o, down_, chunk);
     o += chunk;
     p += chunk;
@@ -340,7 +333,7 @@ void CudaBackend::extend_lifetimes(const Graph &g, int device, std::vector<int> 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning);
 std::unique_ptr<Executor> CudaBackend::make_executor(int, const GpuTuning &tuning) { return make_cuda_executor(*this, tuning); }
 
-void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out) {
+void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out, const GpuEmulation &emulate) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n <= 0) {
@@ -350,7 +343,7 @@ void append_cuda_backends(std::vector<std::unique_ptr<Backend>> &out) {
   }
   for (int d = 0; d < n; ++d) {
     try {
-      out.push_back(std::make_unique<CudaBackend>(d));
+      out.push_back(std::make_unique<CudaBackend>(d, emulate));
     } catch (const Error &err) {
       MOE_LOG_WARN("CUDA device %d unusable: %s", d, err.what());
     }

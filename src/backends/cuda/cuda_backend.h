@@ -1,18 +1,22 @@
 // The CUDA backend object (one per device per context, since each context owns its
 // registry): the context's stream on this device, pinned staging for host<->device copies,
-// and buffers from cudaMalloc. Kernels run through CudaExecutor (cuda_executor.cpp).
+// and buffers from cudaMalloc. Kernels run through CudaExecutor (cuda_executor.cpp). What
+// tests and diagnostics read or switch lives here too, never process-wide: the device it
+// emulates (GpuEmulation), its launch and wait counters, its per-op profile.
 #pragma once
 #include <memory>
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cuda_paths.h"
+#include "backends/cuda/cuda_profile.h"
 
 namespace moe {
 
 class CudaBackend final : public Backend {
 public:
-  explicit CudaBackend(int device);
+  // emulate: take the kernel paths of an older GPU (tests, debugging); default: the device's own.
+  explicit CudaBackend(int device, const GpuEmulation &emulate = {});
   ~CudaBackend() override;
   const DeviceInfo &info() const override { return info_; }
   bool supports(const Graph &g, int node) const override;
@@ -31,6 +35,12 @@ public:
   int n_sm() const { return n_sm_; }
   // The kernel paths this device takes (cuda_paths.h), chosen at creation.
   const CudaPaths &paths() const { return paths_; }
+  const GpuEmulation &emulation() const { return emulate_; }
+  // This backend's kernel launches and host waits (its executors' and its copies').
+  CudaCounters &counters() { return counters_; }
+  const CudaCounters &counters() const { return counters_; }
+  // Per-op kernel time of its executors' eager passes (off until enabled).
+  CudaProfile &profile() { return profile_; }
   void set_current() const;  // cudaSetDevice(device_)
   cudaStream_t stream();     // created on first use
 
@@ -44,7 +54,10 @@ public:
 private:
   void ensure_staging();
   int device_;
+  GpuEmulation emulate_;
   CudaPaths paths_;
+  CudaCounters counters_;
+  CudaProfile profile_;
   int n_sm_ = 0;
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;

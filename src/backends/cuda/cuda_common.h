@@ -1,9 +1,10 @@
 // Shared by the CUDA backend's host code and kernels: checked CUDA calls (every failure is
-// a moe::Error with Status::DeviceError naming the call), the one counted synchronisation
-// point, and the small device-side views of graph nodes the kernels take.
+// a moe::Error with Status::DeviceError naming the call), the counted launches and
+// synchronisation points, and the small device-side views of graph nodes the kernels take.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,10 +21,48 @@ namespace moe {
     if (moe_cuda_err_ != cudaSuccess) ::moe::cuda_fail(moe_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
+// Every host-blocking wait of the backend is one of these (a decode step must perform at
+// most one: the logits copy).
+enum class SyncWhy { Download, StagingReuse, Executor, Setup, Teardown };
+constexpr int kSyncWhyCount = 5;
+
+// What one CudaBackend did, for tests: kernel launches (captured ones included; a replayed
+// CUDA graph is none) and host waits by kind. Each backend (so each context) counts its own,
+// so two contexts in one process never see each other's counts. Relaxed: counts, not
+// ordering points.
+class CudaCounters {
+public:
+  void count_launch() noexcept { launches_.fetch_add(1, std::memory_order_relaxed); }
+  void count_sync(SyncWhy why) noexcept {
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+    by_[static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t launches() const noexcept { return launches_.load(std::memory_order_relaxed); }
+  uint64_t syncs() const noexcept { return syncs_.load(std::memory_order_relaxed); }
+  uint64_t syncs(SyncWhy why) const noexcept { return by_[static_cast<int>(why)].load(std::memory_order_relaxed); }
+
+private:
+  std::atomic<uint64_t> launches_{0}, syncs_{0};
+  std::atomic<uint64_t> by_[kSyncWhyCount] = {};
+};
+
+// Kernel launches go through MOE_CUDA_LAUNCH_CHECK (or launch_pdl), deep in the op launchers,
+// which know no backend: the executor names the counters while it launches a stretch, on its
+// own thread, and launches are counted there (none outside such a scope).
+class CudaLaunchCounting {
+public:
+  explicit CudaLaunchCounting(CudaCounters &c) noexcept;
+  ~CudaLaunchCounting();
+  CudaLaunchCounting(const CudaLaunchCounting &) = delete;
+  CudaLaunchCounting &operator=(const CudaLaunchCounting &) = delete;
+
+private:
+  CudaCounters *previous_;
+};
+
 // After every kernel launch: launch-configuration errors surface here, not at the next sync,
-// and the launch is counted (cuda_launch_count(), for tests of launches per decode step).
+// and the launch is counted (CudaLaunchCounting).
 void cuda_note_launch() noexcept;
-uint64_t cuda_launch_count();  // process-wide total of kernel launches (captured ones included)
 #define MOE_CUDA_LAUNCH_CHECK(name)                \
   do {                                             \
     ::moe::cuda_note_launch();                     \
@@ -36,25 +75,18 @@ uint64_t cuda_launch_count();  // process-wide total of kernel launches (capture
 struct LaunchStream {
   cudaStream_t stream = nullptr;
   bool pdl = false;
+  // Bytes of shared memory one block may ask for: the backend's CudaPaths::smem_optin (an
+  // emulated device's where the backend emulates one), read by launchers that pick a kernel
+  // by its shared memory. 0: only the default 48 KB.
+  int smem_optin = 0;
   operator cudaStream_t() const { return stream; }
 };
 
-// Every host-blocking wait of the backend goes through here, so tests can count them
-// (a decode step must perform at most one: the logits copy).
-enum class SyncWhy { Download, StagingReuse, Executor, Setup, Teardown };
-void cuda_sync_stream(cudaStream_t s, SyncWhy why);
+// The waits, each counted on the backend that waits.
+void cuda_sync_stream(cudaStream_t s, SyncWhy why, CudaCounters &counted);
 // Teardown (destructors): counted like the others, but errors are ignored, never thrown.
-void cuda_sync_stream_nothrow(cudaStream_t s) noexcept;
-void cuda_sync_event(cudaEvent_t e, SyncWhy why);
-uint64_t cuda_sync_count();  // process-wide total, for tests
-uint64_t cuda_sync_count(SyncWhy why);  // of one kind
-
-// Per-node timing of eager (non-graph) passes with CUDA events, for tests and benchmarks:
-// off by default; the report lists time per op kind and weight type, largest first. A
-// process-wide diagnostic, not a tuning option: it changes no kernel or plan, only adds
-// events (and a wait per pass) to eager passes, and its table sums every context's.
-void cuda_profile_enable(bool on);
-std::string cuda_profile_report(bool reset);
+void cuda_sync_stream_nothrow(cudaStream_t s, CudaCounters &counted) noexcept;
+void cuda_sync_event(cudaEvent_t e, SyncWhy why, CudaCounters &counted);
 
 // A node's tensor as kernels see it: base pointer, extents, byte strides.
 struct TView {

@@ -6,11 +6,9 @@
 // context grows an arena). Values that change per step live in device memory (DevUbatch),
 // so replays need no re-capture.
 #include <algorithm>
-#include <atomic>
-#include <mutex>
-#include <string>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_alloc.h"
@@ -19,6 +17,7 @@
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_kernel_errors.h"
 #include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_profile.h"
 #include "backends/cpu/ops/rope_math.h"
 #include "core/log.h"
 #include "kv/kv_cache.h"
@@ -26,14 +25,6 @@
 namespace moe {
 
 namespace {
-
-struct ProfEntry {
-  int64_t count = 0;
-  double ms = 0;
-};
-std::atomic<bool> g_profile{false};
-std::mutex g_prof_mu;
-std::map<std::string, ProfEntry> g_prof;
 
 std::string prof_label(const Graph &g, const Node &n) {
   std::string l = op_name(n.op);
@@ -152,7 +143,7 @@ public:
     be_.set_current();
     if (!done_ev_) MOE_CUDA_CHECK(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming));
     MOE_CUDA_CHECK(cudaEventRecord(done_ev_, be_.stream()));
-    cuda_sync_event(done_ev_, SyncWhy::Executor);
+    cuda_sync_event(done_ev_, SyncWhy::Executor, be_.counters());
   }
 
   void mark() override {
@@ -165,7 +156,7 @@ public:
   void host_wait_mark() override {
     flush();  // the overlapped stretch is launched before the host blocks
     be_.set_current();
-    if (mark_ev_) cuda_sync_event(mark_ev_, SyncWhy::Executor);
+    if (mark_ev_) cuda_sync_event(mark_ev_, SyncWhy::Executor, be_.counters());
   }
 
   void wait_for(Executor &other) override {
@@ -321,7 +312,8 @@ private:
   }
 
   void launch(const Graph &g, int begin, int end) {
-    const bool prof = g_profile.load() && mode_ == Mode::Eager;
+    const bool prof = be_.profile().enabled() && mode_ == Mode::Eager;
+    const CudaLaunchCounting counting(be_.counters());
     if (tuning_.fusion && !fusion_) fusion_ = &fusion_plan(g);
     const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end, carried_) ? fusion_ : nullptr;
     carried_ = -1;
@@ -344,7 +336,7 @@ private:
     }
   }
 
-  LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_}; }
+  LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_, be_.paths().smem_optin}; }
 
   // Runs fn between two recorded events (eager profiling).
   template <typename Fn> void timed(cudaStream_t s, std::string label, Fn &&fn) {
@@ -364,14 +356,11 @@ private:
 
   void collect_profile() {
     if (!n_prof_) return;
-    cuda_sync_event(prof_ev_[n_prof_ - 1], SyncWhy::Setup);
-    std::lock_guard<std::mutex> lk(g_prof_mu);
+    cuda_sync_event(prof_ev_[n_prof_ - 1], SyncWhy::Setup, be_.counters());
     for (size_t k = 0; k < n_prof_ / 2; ++k) {
       float ms = 0;
       MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_ev_[2 * k], prof_ev_[2 * k + 1]));
-      ProfEntry &e = g_prof[prof_label_[k]];
-      e.count++;
-      e.ms += ms;
+      be_.profile().add(prof_label_[k], ms);
     }
     n_prof_ = 0;
     prof_label_.clear();
@@ -387,6 +376,19 @@ private:
       if (!seen) v.push_back(n.rope);
     }
     return v;
+  }
+
+  // DevUbatch::cell_pos_base of the first n cells: the offset B with pos == c + B for every
+  // used cell c, or kNoCellPosBase (several sequences, reordered or reused cells, no used cell).
+  static int32_t cell_pos_base(const KvCell *cells, size_t n) {
+    int64_t base = kNoCellPosBase;
+    for (size_t c = 0; c < n; ++c) {
+      if (cells[c].pos < 0) continue;
+      const int64_t b = static_cast<int64_t>(cells[c].pos) - static_cast<int64_t>(c);
+      if (base == kNoCellPosBase) base = b;
+      else if (b != base) return kNoCellPosBase;
+    }
+    return base > kNoCellPosBase && base <= INT32_MAX ? static_cast<int32_t>(base) : kNoCellPosBase;
   }
 
   // Pack the ubatch (token cells/pos/seq, cell state, RoPE tables) and copy it to the device
@@ -405,7 +407,7 @@ private:
     for (const RopeParams &p : ropes) rope_bytes += align(T * static_cast<size_t>(cuda_rope_table_stride(p)) * 4);
     const bool recurrent = env.kv && env.kv->has_recurrent() && u.seq && T;
     const size_t rs_bytes = recurrent ? align((1 + 3 * std::min<size_t>(T, 64)) * 4) : 0;
-    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv | RoPE tables | recurrent table
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv, cell_pos_base | RoPE tables | recurrent table
     const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes + rs_bytes;
     if (need > ub_cap_) {
       host_.resize(need);  // first: a throw leaves the old buffer and capacity in use
@@ -426,7 +428,9 @@ private:
       if (u.seq) std::memcpy(h + o_seq, u.seq, T * 4);
     }
     const int32_t nkv = u.cell_state ? u.n_kv : 0;
+    const int32_t base = u.cell_state ? cell_pos_base(u.cell_state, C) : kNoCellPosBase;
     std::memcpy(h + o_nkv, &nkv, 4);
+    std::memcpy(h + o_nkv + 4, &base, 4);
     uint8_t *d = static_cast<uint8_t *>(ub_dev_);
     rope_.n_tokens = static_cast<int64_t>(T);
     rope_.tables.clear();
@@ -463,7 +467,7 @@ private:
     // Copies: the bit sets and cell positions for the cells in use, the per-token part, the tables.
     be_.upload_async(d, h, C * 8);
     be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
-    be_.upload_async(d + o_nkv, h + o_nkv, 4);
+    be_.upload_async(d + o_nkv, h + o_nkv, 8);
     if (rope_bytes) be_.upload_async(d + o_rope, h + o_rope, rope_bytes);
     if (rs_bytes) be_.upload_async(d + o_rs, h + o_rs, rs_bytes);
     ub_.seq = nullptr;
@@ -473,6 +477,7 @@ private:
     ub_.seq = reinterpret_cast<const int32_t *>(d + o_seq);
     ub_.cell_pos = reinterpret_cast<const int32_t *>(d + o_cpos);
     ub_.n_kv = reinterpret_cast<const int32_t *>(d + o_nkv);
+    ub_.cell_pos_base = reinterpret_cast<const int32_t *>(d + o_nkv + 4);
     ub_.rope = ropes.empty() ? nullptr : &rope_;
   }
 
@@ -511,23 +516,6 @@ private:
 };
 
 }  // namespace
-
-void cuda_profile_enable(bool on) { g_profile.store(on); }
-
-std::string cuda_profile_report(bool reset) {
-  std::lock_guard<std::mutex> lk(g_prof_mu);
-  std::vector<std::pair<std::string, ProfEntry>> v(g_prof.begin(), g_prof.end());
-  std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
-  double total = 0;
-  for (auto &e : v) total += e.second.ms;
-  std::string out = strfmt("%-34s %8s %10s %9s %6s\n", "op", "calls", "total ms", "us/call", "share");
-  for (auto &e : v)
-    out += strfmt("%-34s %8lld %10.3f %9.2f %5.1f%%\n", e.first.c_str(), (long long)e.second.count, e.second.ms,
-                  1000.0 * e.second.ms / static_cast<double>(e.second.count), total > 0 ? 100.0 * e.second.ms / total : 0.0);
-  out += strfmt("%-34s %8s %10.3f\n", "total (kernel time)", "", total);
-  if (reset) g_prof.clear();
-  return out;
-}
 
 std::unique_ptr<Executor> make_cuda_executor(CudaBackend &be, const GpuTuning &tuning) { return std::make_unique<CudaExecutor>(be, tuning); }
 

@@ -4,6 +4,7 @@
 // captured into one CUDA graph. Run-time values that change between steps (the number of
 // KV cells, the batch's cells/positions/sequences) are read by kernels from DevUbatch.
 #pragma once
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct DevUbatch {
   const int32_t *cell_pos = nullptr;  // [n_kv] (-1 free)
   const unsigned long long *cell_seq = nullptr;  // [n_kv] sequence bit sets
   const int32_t *n_kv = nullptr;      // scalar
+  // Scalar: B when every used cell c < n_kv holds position c + B (cells in position order,
+  // free cells allowed: one sequence that never wrapped), else kNoCellPosBase. With it a
+  // token's visible cells lie in a span its position gives (attn_visible_span), so decode
+  // attention sizes its cell ranges by the window, not n_kv. Null: unknown (no bound).
+  const int32_t *cell_pos_base = nullptr;
   // kCudaSyncSlots counters (the executor's own, not per pass) for kernels whose last block
   // merges the others' results (found with __threadfence + atomicAdd). Zeroed once; every such
   // kernel's last block sets its slot back to 0, so each launch (and graph replay) starts from
@@ -41,6 +47,7 @@ struct DevUbatch {
   const CudaRopeTables *rope = nullptr;
 };
 constexpr int kCudaSyncSlots = 1024;
+constexpr int32_t kNoCellPosBase = INT32_MIN;
 
 // RoPE cos/sin of a ubatch computed on the host by the CPU's own rope_cache_init (libm's
 // cosf/sinf; CUDA's differ in the last bit) and uploaded with the ubatch: for each distinct

@@ -6,6 +6,7 @@
 // architecture of the code the device runs, not only the device:
 //
 //   const CudaPaths &p = cuda_device_paths(dev);   // once per device (CudaBackend), or Error
+//   p = cuda_emulated_paths(p, 75, 65536);         // a backend emulating an older GPU (tests)
 //   if (p.tensor_cores) ... MMA / MMQ GEMMs, tensor-core attention ... else the f32 tile kernels
 //
 // cuda_select_paths is the pure rule (tests/unit/test_cuda_paths.cpp checks it without a GPU).
@@ -43,15 +44,26 @@ constexpr CudaPaths cuda_select_paths(int device_arch, int code_arch, int smem_o
   return p;
 }
 
+// The paths of a device of paths `own` made to take those of an sm_<arch> device granting at
+// most smem_optin bytes per block (GpuEmulation; e.g. 75, 64 KB: the Turing fallbacks on an
+// H200; 86, 101376: an RTX 30's shared memory). arch 0: `own` unchanged.
+constexpr CudaPaths cuda_emulated_paths(const CudaPaths &own, int arch, int smem_optin) {
+  if (arch <= 0) return own;
+  auto lower = [](int a, int b) { return a < b ? a : b; };
+  return cuda_select_paths(lower(own.device_arch, arch), lower(own.code_arch, arch), lower(own.smem_optin, smem_optin));
+}
+
 // Whether an executor launches with programmatic dependent launch: where its options ask for
 // it (GpuTuning::dependent_launch) and the device runs sm_90 code, whose pdl_wait is real.
 constexpr bool cuda_use_pdl(bool dependent_launch, const CudaPaths &p) { return dependent_launch && p.pdl; }
 
-// The paths of CUDA device `device` (read once per device; with cuda_emulate_device applied).
+// The paths of CUDA device `device` itself (read once per device; a CudaBackend applies its
+// GpuEmulation on top).
 // Error(Unsupported) naming the device and the architectures of this build when it has no
 // code the device can run.
 CudaPaths cuda_device_paths(int device);
-// Of the current device (cudaGetDevice).
+// Of the current device (cudaGetDevice), itself: launchers take the backend's paths from
+// CudaOpCtx::paths (or LaunchStream::smem_optin), which include its emulation.
 CudaPaths cuda_current_paths();
 
 // The architecture of the code device `device` runs from this build (__CUDA_ARCH__ / 10; 0:
@@ -59,10 +71,5 @@ CudaPaths cuda_current_paths();
 int cuda_code_arch(int device);
 // Test hook: the __CUDA_ARCH__ / 10 a kernel launched on the current device reports (waits).
 int cuda_code_arch_launched();
-
-// Tests and debugging, process-wide, before backends are created: every device takes the
-// paths of an sm_<arch> device granting at most smem_optin bytes per block (e.g. 75, 48 KB:
-// the Turing fallbacks on an H200; 86, 101376: an RTX 30's shared memory). arch 0: off.
-void cuda_emulate_device(int arch, int smem_optin);
 
 }  // namespace moe

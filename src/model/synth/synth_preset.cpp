@@ -121,6 +121,14 @@ static std::vector<SynthPreset> make_presets() {
     p.chat_template = kHarmonyChat;
     v.push_back(p);
   }
+  {  // tiny-gpt-oss-hd64: tiny-gpt-oss with gpt-oss-20b's attention shape (head dim 64, 8 query
+     // heads per KV head), so CUDA decode takes the grouped kernel; SWA 16
+    SynthPreset p = v.back();
+    p.name = "tiny-gpt-oss-hd64"; p.model_name = "synthetic-gpt-oss-tiny-hd64";
+    p.n_head = 8; p.n_head_kv = 1; p.head_dim = 64;
+    p.sliding_window = 16;
+    v.push_back(p);
+  }
   {  // tiny-qwen3next: blocks 0, 1, 2 and 4 gated DeltaNet, 3 full attention (interval 4);
      // value head h reads key head h / 2
     SynthPreset p = tiny_hybrid("qwen3next");

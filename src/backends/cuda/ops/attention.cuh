@@ -26,6 +26,21 @@ __device__ __forceinline__ bool attn_visible(int cell_pos, unsigned long long ce
   return cell_pos >= 0 && (cell_seq & seq_bit) && cell_pos <= pos && (window <= 0 || pos - cell_pos < window);
 }
 
+// The cells [lo, hi) of [0, n_kv) outside which a token at pos (window 0 = off) sees no
+// cell: where the ubatch's cells are in position order (DevUbatch::cell_pos_base B), a
+// visible cell c has pos - window < c + B <= pos; otherwise all n_kv cells. Host data only.
+struct CellSpan {
+  int lo, hi;
+};
+__device__ __forceinline__ CellSpan attn_visible_span(const DevUbatch &ub, int n_kv, int pos, int window) {
+  const int base = ub.cell_pos_base ? *ub.cell_pos_base : kNoCellPosBase;
+  if (base == kNoCellPosBase) return {0, n_kv};
+  const long long hi = static_cast<long long>(pos) - base + 1;
+  const long long lo = window > 0 ? hi - window : 0;
+  const int l = static_cast<int>(min(max(lo, 0ll), static_cast<long long>(n_kv)));
+  return {l, static_cast<int>(min(max(hi, static_cast<long long>(l)), static_cast<long long>(n_kv)))};
+}
+
 // q in the cache's dot type, like the reference: f16 cache -> rounded to f16, Q8_0 cache ->
 // quantized to Q8_0 and dequantized (f32 cache: unchanged). For Q8_0 the whole warp must
 // call it with its lanes on the 32 elements of one block (lane l = element 32b + l).

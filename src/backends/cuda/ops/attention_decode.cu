@@ -6,12 +6,16 @@
 // l ends with the total of head (l >> 2) & 7) instead of 8 separate ones (40 shuffles); the
 // online softmax state (max, sum) of a head lives on its 4 owner lanes, updated once per batch
 // (2 + batch exps per lane instead of 16 per cell), which broadcast p and the rescale factor.
-// The number of ranges follows n_kv on the device (ranges of at least GpuTuning::decode_min_chunk
-// cells, default 64: n_kv 512 -> 8 ranges of 64, 16 per warp; at most decode_max_ranges <= kSplit
-// of them), so a short context uses few, full blocks; blocks past the last range exit.
-// One range (n_kv <= the minimum): the block writes the output itself (no partials, no counter).
-// Several: each block writes (max, sum, acc) partials and the last to finish (an atomic counter
-// in DevUbatch::sync, target = ranges in use) folds them into the output: one launch.
+// The number of ranges follows the token's visible span on the device: n_kv, or where the cells
+// are in position order (DevUbatch::cell_pos_base) only the cells its position and window can
+// see (ranges of at least GpuTuning::decode_min_chunk cells, default 64: n_kv 512 -> 8 ranges
+// of 64, 16 per warp; a window of 128 -> 2; at most decode_max_ranges <= kSplit of them), so a
+// short context or a window uses few, full blocks; blocks past the last range exit. The
+// ranges of a token's blocks all agree (same span), so the merge counter's target holds.
+// One range (a span of at most the minimum): the block writes the output itself (no partials,
+// no counter). Several: each block writes (max, sum, acc) partials and the last to finish (an
+// atomic counter in DevUbatch::sync, target = ranges in use) folds them into the output: one
+// launch.
 // Mask, q rounding and the partial layout are those of attention.cuh.
 #include <cuda_fp16.h>
 
@@ -376,11 +380,13 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
   j.ng = min(kHeads, (j.hk + 1) * a.group - j.h0);  // uniform over the block
   j.t = blockIdx.y;
   j.z = blockIdx.z;
-  const int n_kv = *ub.n_kv;
-  const DecodeRanges r = decode_ranges(n_kv, max_ranges, min_chunk);
+  // The ranges cut the token's visible span (a window's cells where the cells are in position
+  // order, else all n_kv), so a windowed layer runs w / 64 ranges instead of n_kv / 64.
+  const CellSpan sp = attn_visible_span(ub, *ub.n_kv, ub.pos[j.t], a.window);
+  const DecodeRanges r = decode_ranges(sp.hi - sp.lo, max_ranges, min_chunk);
   j.n_used = r.n_used;
-  j.c_begin = min(n_kv, j.z * r.chunk);
-  j.c_end = min(n_kv, j.c_begin + r.chunk);
+  j.c_begin = min(sp.hi, sp.lo + j.z * r.chunk);
+  j.c_end = min(sp.hi, j.c_begin + r.chunk);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   unsigned first_ballot = 0;
   if (j.z < j.n_used) {  // block-uniform

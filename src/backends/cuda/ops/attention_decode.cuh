@@ -12,15 +12,15 @@ namespace moe {
 // (token, head), for both decode kernels.
 constexpr int kAttnDecodeMaxRanges = 64;
 
-// Cell ranges: n_kv cut into chunks of at least min_chunk cells, at most max_ranges (<=
-// kAttnDecodeMaxRanges) of them. Every range below n_used holds at least one cell (n_kv == 0:
+// Cell ranges: n cells cut into chunks of at least min_chunk cells, at most max_ranges (<=
+// kAttnDecodeMaxRanges) of them. Every range below n_used holds at least one cell (n == 0:
 // range 0, empty).
 struct DecodeRanges {
   int chunk, n_used;
 };
-__device__ __forceinline__ DecodeRanges decode_ranges(int n_kv, int max_ranges, int min_chunk) {
-  const int chunk = max(min_chunk, (n_kv + max_ranges - 1) / max_ranges);
-  return {chunk, max(1, (n_kv + chunk - 1) / chunk)};
+__device__ __forceinline__ DecodeRanges decode_ranges(int n, int max_ranges, int min_chunk) {
+  const int chunk = max(min_chunk, (n + max_ranges - 1) / max_ranges);
+  return {chunk, max(1, (n + chunk - 1) / chunk)};
 }
 
 // True when the grouped decode kernel handles this call (few tokens, head size 64/128/256,

@@ -47,6 +47,56 @@ struct TcJob {
   int hk, r0, rows, dv0, z, c_begin, c_end, n_used;
 };
 
+// The merge's second pass: a thread owns KP pairs of dims of the nr real rows (8-byte loads:
+// the partial rows are 8-byte aligned, HD + 2 even) and walks the ranges KU at a time, so
+// KP x KU loads are in flight. Why: with one (row, dim) value at a time and 2 ranges in
+// flight, the 32 ranges of a 4096-cell context were 16 dependent L2 round trips (~10 us: the
+// kernel measured slower than the grouped one at depth, docs/perf/cuda.md 2026-12-03 evening).
+template <int DV, int HD, int KP, int KU>
+__device__ __forceinline__ void tc_merge_values(const TView &out, const AttnArgs &a, const float *part, const TcJob &j, int nr, int n_head,
+                                                const float (&s_w)[kRows][kSplit], const float (&s_f)[kRows]) {
+  float *p = const_cast<float *>(part);
+  float2 sum[KP];
+  int off[KP], row[KP];  // value pair k of range z: p + off[k] + z * (HD + 2); off[k] < 0: none
+#pragma unroll
+  for (int k = 0; k < KP; ++k) {
+    const int e = threadIdx.x + k * kThreads, r = e / (DV / 2), gr = j.r0 + r;
+    row[k] = r;
+    off[k] = r < nr ? static_cast<int>(attn_partial(p, gr / a.group, j.hk * a.group + gr % a.group, 0, n_head, kSplit, HD) - p) + 2 + j.dv0 +
+                          2 * (e % (DV / 2))
+                    : -1;
+    sum[k] = make_float2(0.0f, 0.0f);
+  }
+  for (int z0 = 0; z0 < j.n_used; z0 += KU) {
+    float2 v[KU][KP];
+#pragma unroll
+    for (int u = 0; u < KU; ++u)
+#pragma unroll
+      for (int k = 0; k < KP; ++k) {
+        const int z = z0 + u;
+        v[u][k] = off[k] >= 0 && z < j.n_used && s_w[row[k]][z] != 0.0f ? __ldcg(reinterpret_cast<const float2 *>(p + off[k] + z * (HD + 2)))
+                                                                        : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+    for (int u = 0; u < KU; ++u)
+#pragma unroll
+      for (int k = 0; k < KP; ++k)
+        if (off[k] >= 0 && z0 + u < j.n_used) {
+          const float w = s_w[row[k]][z0 + u];
+          sum[k].x += v[u][k].x * w;
+          sum[k].y += v[u][k].y * w;
+        }
+  }
+#pragma unroll
+  for (int k = 0; k < KP; ++k) {
+    if (off[k] < 0) continue;
+    const int e = threadIdx.x + k * kThreads, r = row[k], gr = j.r0 + r, d = j.dv0 + 2 * (e % (DV / 2));
+    float *o = attn_out_row(out, gr / a.group, j.hk * a.group + gr % a.group);
+    o[d] = sum[k].x * s_f[r];
+    o[d + 1] = sum[k].y * s_f[r];
+  }
+}
+
 // The last block of a row tile folds the n_used ranges' partials of its rows (its dims) into
 // the output. A range whose cells are all hidden has max -inf and weighs 0.
 template <int DV, int HD>
@@ -80,45 +130,14 @@ __device__ void tc_merge(const TView &out, const AttnArgs &a, const float *part,
     if (lane == 0) s_f[r] = attn_final_scale(M, S, a.sinks, h);
   }
   __syncthreads();
-  // A thread owns kE (row, dim) values and walks the ranges kUnroll at a time, so kE x kUnroll
-  // independent loads are in flight (one at a time made each range a memory round trip;
-  // kUnroll 4 took the whole kernel from 166 to 237 registers at HD 128).
-  constexpr int kE = kRows * DV / kThreads, kUnroll = 2;
-  static_assert(kE * kThreads == kRows * DV, "values per thread");
-  float sum[kE];
-#pragma unroll
-  for (int k = 0; k < kE; ++k) sum[k] = 0.0f;
-  // Value k of range z: part + off[k] + z * (HD + 2) (the ranges of a row are consecutive);
-  // off[k] < 0: a row past the batch.
-  int off[kE];
-#pragma unroll
-  for (int k = 0; k < kE; ++k) {
-    const int e = threadIdx.x + k * kThreads, gr = j.r0 + e / DV;
-    off[k] = gr < j.rows ? static_cast<int>(attn_partial(p, gr / a.group, j.hk * a.group + gr % a.group, 0, n_head, kSplit, HD) - p) + 2 + j.dv0 + e % DV
-                         : -1;
-  }
-  for (int z0 = 0; z0 < j.n_used; z0 += kUnroll) {
-    float v[kUnroll][kE];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int k = 0; k < kE; ++k) {
-        const int z = z0 + u, r = (threadIdx.x + k * kThreads) / DV;
-        v[u][k] = off[k] >= 0 && z < j.n_used && s_w[r][z] != 0.0f ? __ldcg(p + off[k] + z * (HD + 2)) : 0.0f;
-      }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int k = 0; k < kE; ++k) {
-        const int r = (threadIdx.x + k * kThreads) / DV;
-        if (z0 + u < j.n_used) sum[k] += v[u][k] * s_w[r][z0 + u];
-      }
-  }
-#pragma unroll
-  for (int k = 0; k < kE; ++k) {
-    const int e = threadIdx.x + k * kThreads, r = e / DV, gr = j.r0 + r;
-    if (gr < j.rows) attn_out_row(out, gr / a.group, j.hk * a.group + gr % a.group)[j.dv0 + e % DV] = sum[k] * s_f[r];
-  }
+  // Rows past the batch have no partials: with a group of 8 at one token (the common decode
+  // case) half the tile. The threads cover only the nr real rows' values, so twice the loads
+  // are in flight per thread there.
+  const int nr = min(kRows, j.rows - j.r0);
+  constexpr int kPairsAll = kRows * DV / 2 / kThreads, kPairsHalf = kPairsAll / 2;
+  static_assert(kPairsAll * kThreads * 2 == kRows * DV && kPairsHalf * kThreads * 2 == kRows / 2 * DV, "pairs per thread");
+  if (nr <= kRows / 2) tc_merge_values<DV, HD, kPairsHalf, 8>(out, a, part, j, nr, n_head, s_w, s_f);
+  else tc_merge_values<DV, HD, kPairsAll, 4>(out, a, part, j, nr, n_head, s_w, s_f);
 }
 
 template <int HD>
@@ -203,11 +222,14 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(TView q, TView
   for (int c0 = w_begin; c0 < w_end; c0 += kCells) {
     // Cells some row of the block sees (lanes 0..15: cell c0 + lane). Tiles nobody sees are
     // skipped; unseen cells are neither loaded nor multiplied (V zeros: free cells may hold NaN).
+    // Lane l < 16 keeps cell c0 + l's metadata for the mask below (shuffled, not reloaded).
     bool seen = false;
+    int my_cp = -1;
+    unsigned long long my_cs = 0ull;
     if (lane < kCells && c0 + lane < w_end) {
-      const int cp = ub.cell_pos[c0 + lane];
-      const unsigned long long cs = ub.cell_seq[c0 + lane];
-      for (int t = t_lo; t <= t_hi; ++t) seen = seen || attn_visible(cp, cs, 1ull << ub.seq[t], ub.pos[t], a.window);
+      my_cp = ub.cell_pos[c0 + lane];
+      my_cs = ub.cell_seq[c0 + lane];
+      for (int t = t_lo; t <= t_hi; ++t) seen = seen || attn_visible(my_cp, my_cs, 1ull << ub.seq[t], ub.pos[t], a.window);
     }
     const unsigned vis = __ballot_sync(0xffffffffu, seen);
     if (!vis) continue;  // warp-uniform
@@ -246,10 +268,9 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(TView q, TView
     for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
       for (int cc = 0; cc < 2; ++cc) {
-        const int c = c0 + 8 * nb + 2 * tq + cc;
-        const bool in = c < w_end;
-        const int cp = in ? ub.cell_pos[c] : -1;
-        const unsigned long long cs = in ? ub.cell_seq[c] : 0ull;
+        const int ci = 8 * nb + 2 * tq + cc;  // (-1, 0) past w_end, as loaded above
+        const int cp = __shfl_sync(0xffffffffu, my_cp, ci);
+        const unsigned long long cs = __shfl_sync(0xffffffffu, my_cs, ci);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const float v = attn_visible(cp, cs, rbit[i], rpos[i], a.window) ? s[nb][2 * i + cc] * a.scale : -INFINITY;

@@ -310,10 +310,10 @@ size_t mla_work(int64_t T, int64_t n_head, int64_t n_split) {
 
 // The kernel's shared memory is above the default 48 KB: the device must allow it per block
 // (sm_80 / sm_87 / sm_90 do; sm_86 / sm_89 / sm_120 do not), and the kernel must opt in; its
-// code exists from sm_80 on (arch_guard.cuh).
-bool mla_smem_available() {
-  const CudaPaths p = cuda_current_paths();
-  if (!p.tensor_cores || static_cast<size_t>(p.smem_optin) < kSmemBytes + 4096) return false;  // + the static arrays
+// code exists from sm_80 on (arch_guard.cuh; the caller checks CudaPaths::tensor_cores).
+// smem_optin: the backend's (LaunchStream::smem_optin), an emulated device's where it emulates one.
+bool mla_smem_available(int smem_optin) {
+  if (static_cast<size_t>(smem_optin) < kSmemBytes + 4096) return false;  // + the static arrays
   MOE_CUDA_CHECK(cudaFuncSetAttribute(attn_mla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   return true;
 }
@@ -332,7 +332,7 @@ bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &ou
                          static_cast<uintptr_t>(q.nb[1]) | static_cast<uintptr_t>(q.nb[2]);
   const int64_t n_head = static_cast<int64_t>(a.group) * n_head_kv;
   if (!v_from_k || !mla_shape(a.hd_k, a.hd_v) || q.nb[0] != 4 || a.kt != static_cast<int>(DType::F16) || bits % 16 != 0 || a.vbase != a.kbase ||
-      a.vhb != a.khb || a.vrb != a.krb || n_head_kv <= 0 || !mla_smem_available())
+      a.vhb != a.khb || a.vrb != a.krb || n_head_kv <= 0 || !mla_smem_available(stream.smem_optin))
     return false;
   int64_t n_split = mla_splits(T, n_head, n_head_kv, std::max(1, n_sm));
   while (n_split > 1 && (!work || mla_work(T, n_head, n_split) > work_size)) --n_split;

@@ -498,7 +498,7 @@ void launch_i8(dim3 grid, const LaunchStream &s, const uint8_t *W, int64_t row_b
       MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     launch_pdl(kernel, grid, dim3(kThreads), bytes, s, W, row_bytes, expert_bytes, K, M, Xq, Xs, Y, ncols, tiles, entries, k_len, y_split);
   };
-  const int optin = cuda_current_paths().smem_optin;
+  const int optin = s.smem_optin;  // the backend's (an emulated device's where it emulates one)
   if constexpr (T == DType::Q4_K)
     if ((reinterpret_cast<uintptr_t>(W) & 15u) == 0 && i8_fits(i8_raw_bytes<T>(), optin))
       return go(mmq_q4k_raw_kernel<T, kQ4kRawStages>, i8_raw_bytes<T>(), true);

@@ -59,7 +59,7 @@ double CudaBackend::read_bandwidth() {
                                                          reinterpret_cast<unsigned *>(p + bytes));
     MOE_CUDA_CHECK(cudaGetLastError());
     MOE_CUDA_CHECK(cudaEventRecord(ev[1], stream()));
-    cuda_sync_event(ev[1], SyncWhy::Setup);
+    cuda_sync_event(ev[1], SyncWhy::Setup, counters_);
     float ms = 0.0f;
     MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
     if (rep > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
