@@ -552,11 +552,12 @@ TEST_CASE("cuda new types: one-token decode groups in one launch equal the unfus
         CHECK(plans_group(*gpu, fc.graph(), shape));
         GpuTuning unfused;
         unfused.fusion = false;
-        const uint64_t l0 = cuda_launch_count();
+        const CudaCounters &counted = static_cast<CudaBackend &>(*gpu).counters();
+        const uint64_t l0 = counted.launches();
         const auto r_f = run_on(*gpu, fc.graph(), ins, outs);
-        const uint64_t l1 = cuda_launch_count();
+        const uint64_t l1 = counted.launches();
         const auto r_u = run_on(*gpu, fc.graph(), ins, outs, {}, 1, unfused);
-        const uint64_t l2 = cuda_launch_count();
+        const uint64_t l2 = counted.launches();
         CHECK(l1 - l0 < l2 - l1);  // one launch for the group (unfused: rounding, dots, SwiGLU / combine / Add)
         for (size_t o = 0; o < outs.size(); ++o) {
           INFO("output " << o);
