@@ -131,8 +131,9 @@ private:
 
   // The gate/up, down and MatMul + Add groups: matvec.cu's kernels take the weight types of
   // cuda_matmul_type_supported, quant_extra.cu's (cuda_extra_fused_*) the extra types. (Before
-  // those existed, an extra-type model in these groups ran them member by member and met expert
-  // ids of -1 on the H200 (2026-12-03 morning); see docs/perf/cuda.md, 2026-12-03 evening.)
+  // those existed, an extra-type model in these groups ran them member by member, gate before
+  // up, over up's scratch, and met expert ids of -1 on the H200: docs/perf/cuda.md, 2026-12-03
+  // evening.)
   bool fusable_weight(int i) const {
     const DType t = nd(nd(i).src[0]).type;
     return cuda_matmul_type_supported(t) || cuda_extra_type(t);
