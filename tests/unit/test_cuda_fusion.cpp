@@ -28,6 +28,7 @@
 #include "support/device_graph.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
+#include "support/temp_files.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_fusion.h"
 #endif
@@ -291,30 +292,40 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
 #endif
 }
 
-// The fused one-token kernels take the K-quant / legacy / MXFP4 / float weights only: the
-// products of the other types (Q4_1, the i-quants...) must stay out of the mat-vec groups
-// (on the H200 a Q4_1 model decoded with its gate/up and down in groups met expert ids of -1,
-// and with fusion off it decoded correctly). Runs without a GPU.
-TEST_CASE("cuda fusion plan: products in weight types without fused kernels stay out of the mat-vec groups", "[fusion]") {
+// The extra weight types (Q4_1, Q5_0, the i-quants...) join the gate/up + SwiGLU, down +
+// combine + residual, MatMul + Add and q / k / v (MatVecs, one type per group) groups (their
+// one-launch kernels: quant_extra.h cuda_extra_fused_*). Runs without a GPU; prints each plan
+// ("[fusion] tiny q4_1 T=1 segment ..").
+TEST_CASE("cuda fusion plan: the extra weight types' decode products join the gate/up, down, matmul+add and q/k/v groups", "[fusion]") {
 #ifdef MOEINFER_WITH_CUDA
   BackendRegistry reg;
-  for (const char *mix : {"q4_1", "q5_0"}) {
-    INFO("mix " << mix);
-    const std::string path = write_tiny("tiny", mix);
+  struct Mix {
+    const char *preset, *mix;
+  };
+  for (const Mix &m : {Mix{"tiny", "q4_1"}, Mix{"tiny", "q5_0"}, Mix{"small", "iq4_xs"}}) {
+    INFO("preset " << m.preset << " mix " << m.mix);
+    SynthSpec spec;
+    spec.preset = m.preset;
+    spec.type_mix = m.mix;
+    spec.n_layer = 2;  // (the i-quant search that writes the file stays short)
+    const std::string path = moe_test::temp_path(std::string("fusion-extra-") + m.preset + "-" + m.mix + ".gguf");
+    write_synthetic_model(spec, path);
     {
       auto model = Model::load(path, ModelLoadParams{});
-      const auto by_layer = plan_by_layer(reg, model->impl(), 1, std::string("tiny ") + mix, 0);
-      int groups = 0;
+      const auto by_layer = plan_by_layer(reg, model->impl(), 1, std::string(m.preset) + " " + m.mix, 0);
+      int gate_up = 0, down = 0, mm_add = 0, qkv = 0;
       for (const auto &l : by_layer)
         for (const std::string &lab : l.second) {
-          ++groups;
           INFO(lab);
-          CHECK(lab != "fused:matmul_id+matmul_id+swiglu");
-          CHECK(lab.rfind("fused:matmul_id+moe_combine", 0) != 0);
-          CHECK(lab.rfind("fused:matmul+add", 0) != 0);
-          CHECK(lab != "fused:matmul+matmul+matmul");
+          gate_up += lab == "fused:matmul_id+matmul_id+swiglu";
+          down += lab == "fused:matmul_id+moe_combine+add";
+          mm_add += lab == "fused:matmul+add";
+          qkv += lab == "fused:matmul+matmul+matmul";
         }
-      CHECK(groups > 0);  // the row chains and the router (F32 weights) still fuse
+      CHECK(gate_up == 2);  // one per layer
+      CHECK(down == 2);
+      CHECK(mm_add >= 1);  // the attention output + residual (the last layer's stays apart in these plans, as with the K-quants)
+      if (std::string(m.mix) == "iq4_xs") CHECK(qkv == 2);  // q, k, v of one type (the tiny mixes keep k / v in another type)
     }
     std::remove(path.c_str());
   }

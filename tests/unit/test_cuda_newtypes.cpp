@@ -29,6 +29,7 @@
 #include "support/tiny_model.h"
 #ifdef MOEINFER_WITH_CUDA
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/cuda_paths.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #endif
@@ -36,6 +37,7 @@
 using namespace moe;
 using moe_test::gpu_or_skip;
 using moe_test::in;
+using moe_test::Input;
 using moe_test::randn;
 using moe_test::rel_err;
 using moe_test::run_on;
@@ -414,4 +416,178 @@ TEST_CASE("cuda new types: small models (rows of 256) in the i-quant mixes decod
     moe_test::remove_at_exit(path);
     check_model_greedy(path, type);
   }
+}
+
+#ifdef MOEINFER_WITH_CUDA
+namespace {
+
+// The one-token decode groups of the extra types (cuda_fusion.h; quant_extra.h's
+// cuda_extra_fused_*): gate/up MatMulId + SwiGLU, dense gate/up MatMul x2 + SwiGLU, down
+// MatMulId + MoeCombine + Add, MatMul + Add, three MatMuls of one activation (q, k, v).
+enum class FusedShape { GateUp, DenseGateUp, DownAdd, MatMulAdd, Qkv };
+
+const char *fused_label(FusedShape shape) {
+  switch (shape) {
+    case FusedShape::GateUp: return "fused:matmul_id+matmul_id+swiglu";
+    case FusedShape::DenseGateUp: return "fused:matmul+matmul+swiglu";
+    case FusedShape::Qkv: return "fused:matmul+matmul+matmul";
+    case FusedShape::DownAdd: return "fused:matmul_id+moe_combine+add";
+    default: return "fused:matmul+add";
+  }
+}
+
+// A group's graph over weights written once by our quantizers (E = 6 experts of K x M, or one
+// K x M matrix); its inputs are random except the ids (one slot each; the down's activation
+// has a row per slot).
+struct FusedCase {
+  FusedShape shape;
+  int64_t K, M, k;
+  std::vector<const GgufTensorInfo *> w;
+  std::vector<Input> ins;
+  int out = -1, ids = -1;
+  std::vector<int> more;  // Qkv: q and k (out: v)
+
+  FusedCase(FusedShape s, WeightStore &ws, DType t, int64_t K_, int64_t M_, int64_t k_, uint32_t seed) : shape(s), K(K_), M(M_), k(k_) {
+    const bool dense = s == FusedShape::MatMulAdd || s == FusedShape::DenseGateUp || s == FusedShape::Qkv;
+    const int64_t E = 6, n = dense ? K * M : K * M * E;
+    const std::vector<int64_t> ne = dense ? std::vector<int64_t>{K, M} : std::vector<int64_t>{K, M, E};
+    w.push_back(ws.add("w0", t, ne, randn(static_cast<size_t>(n), seed, 0.3f)));
+    if (s == FusedShape::GateUp || s == FusedShape::DenseGateUp || s == FusedShape::Qkv)
+      w.push_back(ws.add("w1", t, ne, randn(static_cast<size_t>(n), seed + 1, 0.3f)));
+    if (s == FusedShape::Qkv) w.push_back(ws.add("w2", t, {K, M - 13}, randn(static_cast<size_t>(K * (M - 13)), seed + 4, 0.3f)));
+    (void)graph(seed);  // the input nodes' ids
+  }
+  // The graph; the first call also makes the inputs from seed.
+  Graph graph(uint32_t seed = 0) {
+    Graph g;
+    const bool first = ins.empty();
+    auto input = [&](const char *name, DType dt, std::vector<int64_t> ne, std::vector<float> v) {
+      const int id = g.input(name, dt, ne);
+      if (first && dt == DType::F32) ins.push_back(in(id, v));
+      return id;
+    };
+    if (shape == FusedShape::MatMulAdd) {
+      const int x = input("x", DType::F32, {K, 1}, randn(static_cast<size_t>(K), seed + 2));
+      const int r = input("r", DType::F32, {M, 1}, randn(static_cast<size_t>(M), seed + 3));
+      out = g.add(g.matmul(g.weight(w[0]), x), r);
+    } else if (shape == FusedShape::Qkv) {  // (one output: the three products side by side in a Concat would be another group)
+      const int x = input("x", DType::F32, {K, 1}, randn(static_cast<size_t>(K), seed + 2));
+      const int q = g.matmul(g.weight(w[0]), x), k_ = g.matmul(g.weight(w[1]), x), v = g.matmul(g.weight(w[2]), x);
+      g.mark_output(q, "q");
+      g.mark_output(k_, "k");
+      more = {q, k_};
+      out = v;
+    } else if (shape == FusedShape::DenseGateUp) {
+      const int x = input("x", DType::F32, {K, 1}, randn(static_cast<size_t>(K), seed + 2));
+      out = g.swiglu(g.matmul(g.weight(w[0]), x), g.matmul(g.weight(w[1]), x));
+    } else if (shape == FusedShape::GateUp) {
+      const int x = input("x", DType::F32, {K, 1, 1}, randn(static_cast<size_t>(K), seed + 2));
+      ids = input("ids", DType::I32, {k, 1}, {});
+      out = g.swiglu(g.matmul_id(g.weight(w[0]), x, ids), g.matmul_id(g.weight(w[1]), x, ids));
+    } else {
+      std::vector<float> wv(static_cast<size_t>(k));
+      for (int64_t j = 0; j < k; ++j) wv[static_cast<size_t>(j)] = 0.2f + 0.3f * static_cast<float>(j);
+      const int act = input("act", DType::F32, {K, k, 1}, randn(static_cast<size_t>(K * k), seed + 2));
+      ids = input("ids", DType::I32, {k, 1}, {});
+      const int wts = input("weights", DType::F32, {k, 1}, wv);
+      const int r = input("r", DType::F32, {M, 1}, randn(static_cast<size_t>(M), seed + 3));
+      out = g.add(g.moe_combine(g.matmul_id(g.weight(w[0]), act, ids), wts), r);
+    }
+    g.mark_output(out, "y");
+    return g;
+  }
+  std::vector<Input> inputs(const std::vector<int32_t> &id) const {
+    std::vector<Input> v = ins;
+    if (ids >= 0) v.push_back(in(ids, id));
+    return v;
+  }
+};
+
+// The graph's fusion plan on gpu holds the shape's group.
+bool plans_group(Backend &gpu, Graph g, FusedShape shape) {
+  CompileOptions o;
+  o.devices = {&gpu};
+  o.n_threads = 2;
+  o.allow_fallback = false;
+  auto plan = compile_graph(std::move(g), o);
+  for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups)
+    if (grp.label == fused_label(shape)) return true;
+  return false;
+}
+
+// One pass, then the executor's error check: the DeviceError's message, or "".
+std::string kernel_error_after(moe_test::BoundGraph &bg, const std::vector<Input> &ins, int out) {
+  bg.run(ins);
+  (void)bg.read(out);
+  try {
+    bg.exec->check_errors();
+  } catch (const Error &e) {
+    CHECK(e.code() == Status::DeviceError);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("cuda new types: one-token decode groups in one launch equal the unfused kernels bit for bit and the CPU", "[cuda][newtypes][fused]") {
+#ifdef MOEINFER_WITH_CUDA
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  uint32_t seed = 900;
+  const std::vector<int32_t> ids = {4, 0, 5};
+  for (DType t : kNewTypes)
+    for (FusedShape shape : {FusedShape::GateUp, FusedShape::DenseGateUp, FusedShape::DownAdd, FusedShape::MatMulAdd, FusedShape::Qkv})
+      for (bool longer : {false, true}) {
+        const int64_t K = k_for(t, longer), M = longer ? 77 : 45;
+        INFO("type " << dtype_name(t) << " group " << fused_label(shape) << " K=" << K << " M=" << M);
+        WeightStore ws;
+        FusedCase fc(shape, ws, t, K, M, static_cast<int64_t>(ids.size()), seed++);
+        const auto ins = fc.inputs(ids);
+        std::vector<int> outs = {fc.out};
+        outs.insert(outs.end(), fc.more.begin(), fc.more.end());
+        const auto r_cpu = run_on(*reg.cpu(), fc.graph(), ins, outs);
+        CHECK(plans_group(*gpu, fc.graph(), shape));
+        GpuTuning unfused;
+        unfused.fusion = false;
+        const CudaCounters &counted = static_cast<CudaBackend &>(*gpu).counters();
+        const uint64_t l0 = counted.launches();
+        const auto r_f = run_on(*gpu, fc.graph(), ins, outs);
+        const uint64_t l1 = counted.launches();
+        const auto r_u = run_on(*gpu, fc.graph(), ins, outs, {}, 1, unfused);
+        const uint64_t l2 = counted.launches();
+        CHECK(l1 - l0 < l2 - l1);  // one launch for the group (unfused: rounding, dots, SwiGLU / combine / Add)
+        for (size_t o = 0; o < outs.size(); ++o) {
+          INFO("output " << o);
+          CHECK(r_f[o] == r_u[o]);  // bit for bit
+          const double e = rel_err(r_f[o], r_cpu[o]);
+          INFO("relative error vs the CPU " << e);
+          CHECK(e < kIntTol);
+        }
+      }
+#endif
+}
+
+TEST_CASE("cuda new types: an expert id out of range in a fused decode group is reported, not a crash", "[cuda][newtypes][fused]") {
+#ifdef MOEINFER_WITH_CUDA
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  for (DType t : {DType::Q4_1, DType::IQ4_XS, DType::IQ2_XS})
+    for (FusedShape shape : {FusedShape::GateUp, FusedShape::DownAdd}) {
+      INFO("type " << dtype_name(t) << " group " << fused_label(shape));
+      WeightStore ws;
+      FusedCase fc(shape, ws, t, k_for(t, false), 45, 3, 950);
+      CHECK(plans_group(*gpu, fc.graph(), shape));
+      moe_test::BoundGraph bg(*gpu, fc.graph());
+      const std::string msg = kernel_error_after(bg, fc.inputs({4, 9, 5}), fc.out);
+      UNSCOPED_INFO("message: " << msg);
+      CHECK(msg.find("MatMulId") != std::string::npos);
+      CHECK(msg.find("index 9 outside [0, 6)") != std::string::npos);
+      for (const float v : moe_test::as_f32(bg.read(fc.out))) CHECK(std::isfinite(v));  // the bad slot: zeros / no contribution
+      CHECK(kernel_error_after(bg, fc.inputs({4, 2, 5}), fc.out).empty());  // the next pass, good ids: no report
+    }
+#endif
 }

@@ -1,6 +1,6 @@
 # Writes a host-compilable copy of the kernels of quant_extra.cu (activation rounding, the
-# integer-dot kernel, f16 dequantization, GetRows and their per-type launchers) into OUT,
-# followed by quant_extra_check.cpp, which runs them through emu.h against the CPU's own
+# integer-dot kernel, the one-token fused group kernels, f16 dequantization, GetRows and their
+# per-type launchers) into OUT, followed by quant_extra_check.cpp, which runs them through emu.h against the CPU's own
 # quantizers, dequantizers and dot kernels. Usage: gen_quant_extra.py REPO OUT
 import os
 import re
@@ -14,7 +14,9 @@ inline float __shfl_sync(unsigned, float v, int src) { return emu_shfl_from(v, s
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/ops/act_round_warp.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant_extra_decode.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 '''
 write_slice(repo, out, 'quant_extra.cu', 'constexpr int kXWarps', '// ---- shapes and scratch', prelude, 'quant_extra_check.cpp',
             'quant_extra_emu.cpp')

@@ -7,7 +7,12 @@
 //   * the integer-dot kernel: the CPU's scalar dot kernel (vec_dot_extra_scalar.cpp) on the
 //     CPU-rounded activations, to float rounding: dense 1 / 3 / 17 columns, one token's experts
 //     from ids (X = 1 and X = n_used, one bad id), routed tiles of up to 8 entries per expert,
-//     MatMulHeads (1 and 5 tokens, a padded output token stride).
+//     MatMulHeads (1 and 5 tokens, a padded output token stride);
+//   * the one-token fused group kernels (gate/up + SwiGLU, down + combine [+ Add], MatMul + Add,
+//     MatVecs of 3 segments, one with its Add):
+//     the unfused kernels' values (rounding, dot, then SwiGLU / combine / Add) bit for bit, with
+//     X = 1 and X = n_used activation rows, a bad expert id (zeros / no contribution, reported)
+//     and nothing written past the outputs.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -273,6 +278,171 @@ void check_dots(DType t, const std::vector<uint8_t> &w, int64_t K, int64_t M, in
   compare_dots(t, "routed", w, K, M, xcpu, y, T * nu, [&](int64_t r) { return tok_e[static_cast<size_t>(r)]; }, [](int64_t r) { return r; });
 }
 
+// ---- the one-token fused group kernels against the unfused kernels, bit for bit ----------
+
+// Activation rows [K, N] rounded by quantize_acts_kernel (the unfused launch's scratch).
+void device_round(DType t, const std::vector<float> &x, int64_t K, int64_t N, std::vector<int8_t> &q, std::vector<float2> &ds) {
+  q.assign(static_cast<size_t>(K * N), 0);
+  ds.assign(static_cast<size_t>(K / 32 * N), make_float2(0, 0));
+  const int64_t units = N * ((K + 255) / 256);
+  TView xv{const_cast<float *>(x.data()), {K, N, 1, 1}, {4, 4 * K, 4 * K * N, 4 * K * N}};
+  emu_launch(dim3(static_cast<unsigned>((units + kQuantWarps - 1) / kQuantWarps)), kQuantWarps * 32, quantize_acts_kernel, xv,
+             static_cast<int>(K), units, type_traits(t).vec_dot_type == DType::Q8_K, false, q.data(), ds.data());
+}
+
+// The unfused one-token MatMulId (X activation rows, ids per slot; a bad id leaves its rows at 0).
+std::vector<float> unfused_ids(DType t, const std::vector<uint8_t> &w, int64_t K, int64_t M, int64_t E, const std::vector<float> &x, int X,
+                               const std::vector<int32_t> &ids, unsigned *err) {
+  std::vector<int8_t> q;
+  std::vector<float2> ds;
+  device_round(t, x, K, X, q, ds);
+  const int n_used = static_cast<int>(ids.size());
+  std::vector<float> y(static_cast<size_t>(n_used * M), 0.0f);
+  XCols cols{};
+  cols.ids = ids.data();
+  cols.X = X;
+  cols.E = static_cast<int>(E);
+  cols.err = err;
+  const size_t rb = row_size(t, K);
+  launch_dot<1>(t, dim3(static_cast<unsigned>((M + kXWarps - 1) / kXWarps), n_used), nullptr, w.data(), rb, static_cast<int64_t>(M * rb),
+                K, M, q.data(), ds.data(), y.data(), cols);
+  return y;
+}
+
+int differing(const std::vector<float> &a, const std::vector<float> &b) {
+  int bad = a.size() != b.size();
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) bad += !same_bits(a[i], b[i]);
+  return bad;
+}
+
+void check_fused(DType t, const std::vector<uint8_t> &w, int64_t K, int64_t M, int64_t E, std::mt19937 &rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const size_t rb = row_size(t, K);
+  const bool q8k = type_traits(t).vec_dot_type == DType::Q8_K;
+  const std::vector<uint8_t> wu = random_rows(t, K, M * E, rng);
+  const int n_used = 3;
+  std::vector<float> x(static_cast<size_t>(K * n_used)), r(static_cast<size_t>(M));
+  for (auto &v : x) v = nd(rng);
+  for (auto &v : r) v = nd(rng);
+  const std::vector<float> cw = {0.5f, -1.25f, 0.3f};
+  for (bool bad : {false, true}) {
+    const std::vector<int32_t> ids = {2, bad ? static_cast<int32_t>(E + 4) : 0, 1};
+    for (int X : {1, n_used}) {
+      // gate/up + SwiGLU: out[j M + row] = ref_swiglu(gate, up, row, M); a bad slot: zeros.
+      unsigned e0[4] = {0, 0, 0, 0}, e1[4] = {0, 0, 0, 0};
+      const auto yg = unfused_ids(t, w, K, M, E, x, X, ids, e0), yu = unfused_ids(t, wu, K, M, E, x, X, ids, e0);
+      std::vector<float> want(static_cast<size_t>(n_used * M)), got(want.size() + 5, -7.0f);
+      for (int j = 0; j < n_used; ++j)
+        for (int64_t m = 0; m < M; ++m) {
+          const size_t i = static_cast<size_t>(j * M + m);
+          want[i] = bad && j == 1 ? 0.0f : ref_swiglu(yg[i], yu[i], m, M);
+        }
+      const dim3 grid(static_cast<unsigned>((M + kFWarps - 1) / kFWarps), n_used);
+      switch (t) {
+#define GU_CASE(TY)                                                                                                                      \
+  case TY:                                                                                                                               \
+    emu_launch(grid, kFWarps * 32, extra_gate_up_kernel<TY>, w.data(), wu.data(), static_cast<int64_t>(rb), static_cast<int64_t>(M * rb), \
+               static_cast<int>(K), static_cast<int>(M), x.data(), K, X, ids.data(), static_cast<int>(E), e1, q8k, got.data(), M);          \
+    break;
+        MOE_EXTRA_TYPES(GU_CASE)
+#undef GU_CASE
+        default: break;
+      }
+      bool tail = true;
+      for (int k = 0; k < 5; ++k) tail &= got[want.size() + static_cast<size_t>(k)] == -7.0f;
+      got.resize(want.size());
+      EXPECT(differing(got, want) == 0 && tail, "%s fused gate/up (X=%d, bad id %d): %d values differ from the unfused kernels'",
+             dtype_name(t), X, bad, differing(got, want));
+      EXPECT((e1[0] != 0) == bad, "%s fused gate/up: bad id reported %u, expected %d", dtype_name(t), e1[0], bad);
+      // down + combine [+ Add]: the slots' products (bad: 0) combined in slot order, then + r.
+      for (bool with_add : {false, true}) {
+        unsigned e2[4] = {0, 0, 0, 0};
+        const auto yd = unfused_ids(t, w, K, M, E, x, X, ids, e0);
+        std::vector<float> dwant(static_cast<size_t>(M)), dgot(static_cast<size_t>(M) + 3, -7.0f);
+        for (int64_t m = 0; m < M; ++m) {
+          float acc = __fmul_rn(yd[static_cast<size_t>(m)], cw[0]);
+          for (int j = 1; j < n_used; ++j) acc = __fadd_rn(acc, __fmul_rn(yd[static_cast<size_t>(j * M + m)], cw[static_cast<size_t>(j)]));
+          dwant[static_cast<size_t>(m)] = with_add ? __fadd_rn(acc, r[static_cast<size_t>(m)]) : acc;
+        }
+        const dim3 dgrid(static_cast<unsigned>((M + kFDownRows - 1) / kFDownRows));
+        switch (t) {
+#define DOWN_CASE(TY)                                                                                                               \
+  case TY:                                                                                                                          \
+    emu_launch(dgrid, kFWarps * 32, extra_down_kernel<TY>, w.data(), static_cast<int64_t>(rb), static_cast<int64_t>(M * rb),        \
+               static_cast<int>(K), static_cast<int>(M), x.data(), K, X, ids.data(), n_used, static_cast<int>(E), e2, q8k, cw.data(), \
+               with_add ? r.data() : nullptr, dgot.data());                                                                         \
+    break;
+          MOE_EXTRA_TYPES(DOWN_CASE)
+#undef DOWN_CASE
+          default: break;
+        }
+        bool dtail = true;
+        for (int k = 0; k < 3; ++k) dtail &= dgot[static_cast<size_t>(M + k)] == -7.0f;
+        dgot.resize(static_cast<size_t>(M));
+        EXPECT(differing(dgot, dwant) == 0 && dtail, "%s fused down (X=%d, bad id %d, add %d): %d values differ from the unfused kernels'",
+               dtype_name(t), X, bad, with_add, differing(dgot, dwant));
+        EXPECT((e2[0] != 0) == bad, "%s fused down: bad id reported %u, expected %d", dtype_name(t), e2[0], bad);
+      }
+    }
+  }
+  // MatMul + Add (dense, expert 0): the unfused dot, then + r.
+  std::vector<int8_t> q;
+  std::vector<float2> ds;
+  device_round(t, x, K, 1, q, ds);
+  std::vector<float> y(static_cast<size_t>(M)), want(static_cast<size_t>(M)), got(static_cast<size_t>(M) + 2, -7.0f);
+  XCols cols{};
+  cols.ncols = 1;
+  launch_dot<1>(t, dim3(static_cast<unsigned>((M + kXWarps - 1) / kXWarps), 1), nullptr, w.data(), rb, 0, K, M, q.data(), ds.data(), y.data(),
+                cols);
+  for (int64_t m = 0; m < M; ++m) want[static_cast<size_t>(m)] = __fadd_rn(y[static_cast<size_t>(m)], r[static_cast<size_t>(m)]);
+  const dim3 grid(static_cast<unsigned>((M + kFWarps - 1) / kFWarps));
+  switch (t) {
+#define MMA_CASE(TY)                                                                                                                         \
+  case TY:                                                                                                                                   \
+    emu_launch(grid, kFWarps * 32, extra_matmul_add_kernel<TY>, w.data(), static_cast<int64_t>(rb), static_cast<int>(K), static_cast<int>(M), \
+               x.data(), q8k, r.data(), got.data());                                                                                       \
+    break;
+    MOE_EXTRA_TYPES(MMA_CASE)
+#undef MMA_CASE
+    default: break;
+  }
+  const bool tail = got[static_cast<size_t>(M)] == -7.0f && got[static_cast<size_t>(M) + 1] == -7.0f;
+  got.resize(static_cast<size_t>(M));
+  EXPECT(differing(got, want) == 0 && tail, "%s fused matmul + add: %d values differ from the unfused kernels'", dtype_name(t),
+         differing(got, want));
+  // MatVecs: the E matrices of w as segments of M, M - 5 and M rows (the second with + r), one launch.
+  std::vector<std::vector<float>> outs(static_cast<size_t>(E));
+  XSegs segs{};
+  int blocks = 0;
+  for (int64_t e = 0; e < E && e < kMaxFusedMatVecs; ++e) {
+    const int Me = static_cast<int>(e == 1 ? M - 5 : M);
+    outs[static_cast<size_t>(e)].assign(static_cast<size_t>(Me) + 2, -7.0f);
+    segs.s[segs.n++] = XSeg{w.data() + e * M * rb, static_cast<int64_t>(rb), outs[static_cast<size_t>(e)].data(), e == 1 ? r.data() : nullptr, Me, blocks};
+    blocks += (Me + kFWarps - 1) / kFWarps;
+  }
+  switch (t) {
+#define MV_CASE(TY) \
+  case TY: emu_launch(dim3(static_cast<unsigned>(blocks)), kFWarps * 32, extra_matvecs_kernel<TY>, segs, static_cast<int>(K), x.data(), q8k); break;
+    MOE_EXTRA_TYPES(MV_CASE)
+#undef MV_CASE
+    default: break;
+  }
+  for (int k = 0; k < segs.n; ++k) {
+    const int Me = segs.s[k].M;
+    std::vector<float> ye(static_cast<size_t>(Me)), we(static_cast<size_t>(Me));
+    XCols c1{};
+    c1.ncols = 1;
+    launch_dot<1>(t, dim3(static_cast<unsigned>((Me + kXWarps - 1) / kXWarps), 1), nullptr, segs.s[k].w, rb, 0, K, Me, q.data(), ds.data(),
+                  ye.data(), c1);
+    for (int m = 0; m < Me; ++m) we[static_cast<size_t>(m)] = k == 1 ? __fadd_rn(ye[static_cast<size_t>(m)], r[static_cast<size_t>(m)]) : ye[static_cast<size_t>(m)];
+    std::vector<float> &o = outs[static_cast<size_t>(k)];
+    const bool otail = o[static_cast<size_t>(Me)] == -7.0f && o[static_cast<size_t>(Me) + 1] == -7.0f;
+    o.resize(static_cast<size_t>(Me));
+    EXPECT(differing(o, we) == 0 && otail, "%s fused matvecs segment %d: %d values differ from the unfused kernels'", dtype_name(t), k,
+           differing(o, we));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -286,9 +456,11 @@ int main(int argc, char **argv) {
       const auto wr = random_rows(t, K, M * E, rng);
       check_rows_and_f16(t, wr, K, M);
       check_dots(t, wr, K, M, E, rng);
+      check_fused(t, wr, K, M, E, rng);
       const auto wq = quantized_rows(t, K, M * E, rng);
       check_rows_and_f16(t, wq, K, M);
       check_dots(t, wq, K, M, E, rng);
+      check_fused(t, wq, K, M, E, rng);
     }
   }
   std::printf(g_fail ? "quant_extra: %d FAILED checks\n" : "quant_extra: all checks passed\n", g_fail);

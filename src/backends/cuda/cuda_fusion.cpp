@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "backends/cuda/ops/quant_extra.h"
+
 namespace moe {
 
 namespace {
@@ -136,10 +138,15 @@ private:
     }
   }
 
-  // The fused one-token kernels (ops/matvec.cu) take the weight types of cuda_matmul_type_supported;
-  // products of the other types (ops/quant_extra.cu) stay out of the groups (measured on the
-  // H200: a Q4_1 model in gate/up and down groups met expert ids of -1; --no-fusion was correct).
-  bool fusable_weight(int i) const { return cuda_matmul_type_supported(nd(nd(i).src[0]).type); }
+  // The gate/up, down and MatMul + Add groups: matvec.cu's kernels take the weight types of
+  // cuda_matmul_type_supported, quant_extra.cu's (cuda_extra_fused_*) the extra types. (Before
+  // those existed, an extra-type model in these groups ran them member by member, gate before
+  // up, over up's scratch, and met expert ids of -1 on the H200: docs/perf/cuda.md, 2026-12-03
+  // evening.)
+  bool fusable_weight(int i) const {
+    const DType t = nd(nd(i).src[0]).type;
+    return cuda_matmul_type_supported(t) || cuda_extra_type(t);
+  }
 
   // Add(mm, r) or Add(r, mm) right after a one-token MatMul.
   bool match_matmul_add(int i, FusedGroup &grp) const {

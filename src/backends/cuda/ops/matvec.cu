@@ -37,6 +37,7 @@
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/pdl.cuh"
+#include "backends/cuda/ops/quant_extra.h"
 #include "backends/cuda/ops/ref_math.cuh"
 #include "backends/cuda/ops/row_ops.cuh"
 
@@ -1141,11 +1142,13 @@ bool cuda_matvec(const CudaOpCtx &c) {
 }
 
 int cuda_matvec_group_key(DType t) {
+  if (cuda_extra_type(t)) return cuda_extra_matvec_group_key(t);  // (quant_extra.h)
   if (!type_ok(t) || is_plain(t)) return 0;
   return act_type(t) == DType::Q8_0 ? 1 : 2;
 }
 
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
+  if (cuda_extra_fused_matvecs(c, members)) return;
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
   const DType V = act_type(c.g.node(first.src[0]).type);
@@ -1177,6 +1180,7 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, const Node *norm, const Node *mul) {
+  if (cuda_extra_fused_matmul_add(c, mm, add)) return run_tail_apart(c, norm, mul);  // (quant_extra.h)
   const Node &w = c.g.node(mm.src[0]);
   const Node &other = &c.g.node(add.src[0]) == &mm ? c.g.node(add.src[1]) : c.g.node(add.src[0]);
   const int smem = smem_bytes(w.type, static_cast<int>(w.ne[0]), 1, false);
@@ -1192,6 +1196,7 @@ void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, 
 }
 
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
+  if (cuda_extra_fused_gate_up(c, gate, up, swiglu)) return;
   const Node &wg = c.g.node(gate.src[0]), &wu = c.g.node(up.src[0]);
   const bool same = gate.op == up.op && wg.type == wu.type && wg.ne[0] == wu.ne[0] && wg.ne[1] == wu.ne[1] && wg.ne[2] == wu.ne[2] &&
                     gate.src[1] == up.src[1] && (gate.op == Op::MatMul || gate.src[2] == up.src[2]);
@@ -1204,11 +1209,18 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
     a.mode = kModeGateUp;
     if (launch_expert(wg.type, false, c.stream, a)) return;
   }
+  // In graph order (qwen3moe builds up before gate): a member's work scratch may lie under a
+  // later member's output (the planner frees it after its own node). Run gate first and up's
+  // activation rounding overwrites gate's product: the tiny q4_1 model's plan puts up's
+  // scratch [1728, 2240) over gate's output [1728, 1984), the likely cause of the garbage
+  // (expert ids of -1 downstream) a Q4_1 model met on the H200 in these groups.
+  if (node_id(c.g, up) < node_id(c.g, gate)) return run_members(c, {&up, &gate, &swiglu});
   run_members(c, {&gate, &up, &swiglu});
 }
 
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, const Node *norm, const Node *mul,
                              bool ids_settled) {
+  if (cuda_extra_fused_down(c, down, combine, add)) return run_tail_apart(c, norm, mul);  // (its ids: always after its wait)
   const Node &cw = c.g.node(combine.src[1]);
   const Node *other = nullptr;
   if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);

@@ -12,7 +12,9 @@
 #include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #include "backends/cuda/ops/matmul_route.h"
+#include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant_extra_decode.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 
 namespace moe {
 
@@ -31,6 +33,37 @@ size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 
 // ---- activation rounding -----------------------------------------------------------------
 
+// The rounding of one 256-value unit by a warp (lane l: values i0 .. i0 + 7 of the row src,
+// i0 = unit start + 8 l; in: i0 < K): the lane's 8 integers and its 32-block's (d, s) (Q8_K:
+// the 256-block's scale, 0; Q8_0 / Q8_1: the f16 scale and Q8_1's f16 d * sum of the 32
+// integers). Every lane calls it (shuffles). quantize_acts_kernel and the one-token fused
+// kernels round with it, so both hold the same integers and scales.
+__device__ __forceinline__ void round_unit(const float *src, int i0, bool in, bool q8k, int (&qi)[8], float &d, float &s) {
+  float v[8];
+  load8_floats(src, i0, in, v);
+  s = 0.0f;
+  if (q8k) {
+    d = q8k_round_warp(v, qi);
+    return;
+  }
+  float am = 0.0f;
+#pragma unroll
+  for (int l = 0; l < 8; ++l) am = fmaxf(am, fabsf(v[l]));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+  am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+  const float dd = am / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+  int sum = 0;
+#pragma unroll
+  for (int l = 0; l < 8; ++l) {
+    qi[l] = static_cast<int>(roundf(v[l] * id));
+    sum += qi[l];
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  d = __half2float(__float2half_rn(dd));
+  s = __half2float(__float2half_rn(static_cast<float>(sum) * dd));
+}
+
 // Rows of x (row r = element (r % ne1, r / ne1 % ne2, ...) of its rows) into int8 q[r K + i]
 // and, per 32 values, ds[r K / 32 + i / 32] = (d, s): Q8_K: (the 256-block's scale, 0);
 // Q8_0 / Q8_1: (the f16 scale, Q8_1's f16 s = d * sum of the 32 integers), the values the CPU's
@@ -48,30 +81,9 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quantize_acts_kernel(TView x
   const bool in = i0 < K;  // the 4 lanes of a 32-block agree
   const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
   const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + i1 * x.nb[1] + i2 * x.nb[2] + i3 * x.nb[3]);
-  float v[8];
-  load8_floats(src, i0, in, v);
   int qi[8];
-  float d, s = 0.0f;
-  if (q8k) {
-    d = q8k_round_warp(v, qi);
-  } else {
-    float am = 0.0f;
-#pragma unroll
-    for (int l = 0; l < 8; ++l) am = fmaxf(am, fabsf(v[l]));
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
-    am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
-    const float dd = am / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-    int sum = 0;
-#pragma unroll
-    for (int l = 0; l < 8; ++l) {
-      qi[l] = static_cast<int>(roundf(v[l] * id));
-      sum += qi[l];
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    d = __half2float(__float2half_rn(dd));
-    s = __half2float(__float2half_rn(static_cast<float>(sum) * dd));
-  }
+  float d, s;
+  round_unit(src, i0, in, q8k, qi, d, s);
   if (!in) return;
   *reinterpret_cast<uint2 *>(q + r * K + i0) = pack_int8x8(qi);
   if (per16 && (lane & 1) == 0) ds[r * (K / 16) + i0 / 16] = make_float2(d, (lane & 2) ? 0.0f : s);
@@ -171,6 +183,192 @@ __global__ void __launch_bounds__(kXWarps * 32) extra_dot_kernel(const uint8_t *
     const float v = warp_sum(acc[k]);
     if (lane == 0 && k < cnt) Y[yo[k] + row] = v;
   }
+}
+
+// ---- one-token fused groups --------------------------------------------------------------
+// The decode groups of cuda_fusion.h for these types, one launch each: gate/up MatMulId (or
+// MatMul) + SwiGLU, down MatMulId + MoeCombine [+ Add], MatMul + Add, MatVecs (q, k, v). Every block rounds the
+// activation rows it reads into shared memory with round_unit (the integers and scales
+// quantize_acts_kernel writes) and a warp per (weight row, slot) sums the sub-blocks as
+// extra_dot_kernel<T, 1> does (lane s: sub-blocks s, s + 32, ...; warp_sum): the products
+// are the unfused ones bit for bit, and the SwiGLU (ref_swiglu), the combine (rounded products,
+// rounded sums in slot order, as moe_route.cu) and the Add are the unfused kernels' float steps.
+// PDL launches: each kernel waits (pdl_wait) before its first read and triggers only after, so
+// expert ids are read once their writer completed and a next kernel that reads settled ids
+// before its own wait (matvec.cu's kModeDownSettled) still finds the router complete.
+
+constexpr int kFWarps = 8;                // warps per block of the fused kernels
+constexpr int kFDownRows = 4;             // down rows per block (its warps share them over the slots)
+constexpr int kFMaxVals = 16384;          // rounded activation values a block holds (rows x K)
+constexpr int kFMaxSlots = 32;            // down: experts per token
+constexpr int kFPairs = 4;                // down: (row, slot) dots a warp runs side by side
+
+struct FusedActs {  // a block's rounded activation rows: q[r K + i], (d, s) per 32 values
+  int4 q[kFMaxVals / 16];
+  float2 ds[kFMaxVals / 32];
+};
+
+// Rows 0 .. rows - 1 of x (row r at x + r x_stride floats) rounded into a by the block's warps.
+__device__ __forceinline__ void round_rows_shared(const float *x, int64_t x_stride, int rows, int K, bool q8k, FusedActs &a) {
+  const int lane = threadIdx.x & 31, nb = (K + 255) / 256, units = rows * nb;
+  int8_t *q = reinterpret_cast<int8_t *>(a.q);
+  for (int u = threadIdx.x >> 5; u < units; u += blockDim.x >> 5) {  // whole warps
+    const int r = u / nb, i0 = (u % nb) * 256 + lane * 8;
+    const bool in = i0 < K;
+    int qi[8];
+    float d, s;
+    round_unit(x + r * x_stride, i0, in, q8k, qi, d, s);
+    if (!in) continue;
+    *reinterpret_cast<uint2 *>(q + r * K + i0) = pack_int8x8(qi);
+    if ((lane & 3) == 0) a.ds[(r * K + i0) / 32] = make_float2(d, s);
+  }
+  __syncthreads();
+}
+
+// Weight row wrow . rounded activation row r of a (all lanes get the sum).
+template <DType T> __device__ __forceinline__ float row_dot_shared(const uint8_t *wrow, int K, const FusedActs &a, int r) {
+  const int lane = threadIdx.x & 31, n_sub = K / 32;
+  const int8_t *xq = reinterpret_cast<const int8_t *>(a.q) + r * K;
+  float acc = 0.0f;
+  for (int s = lane; s < n_sub; s += 32) {
+    SubBlock b;
+    decode_sub<T>(wrow, s, b);
+    const int4 *p = reinterpret_cast<const int4 *>(xq + 32 * s);
+    const int4 u = p[0], c = p[1];
+    const int xv[8] = {u.x, u.y, u.z, u.w, c.x, c.y, c.z, c.w};
+    const float2 sc = a.ds[r * n_sub + s];
+    acc += dot_sub<T>(b, xv, sc.x, sc.y);
+  }
+  return warp_sum(acc);
+}
+
+// out[j y_stride + row] = SwiGLU(gate(expert ids[j])[row] . x_j, up(...)[row] . x_j) for slot
+// j = blockIdx.y (ids null: dense, expert 0), x_j = x row (X == 1 ? 0 : j). A bad id: the
+// slot's rows are zeros and the id is reported.
+template <DType T>
+__global__ void __launch_bounds__(kFWarps * 32) extra_gate_up_kernel(const uint8_t *Wg, const uint8_t *Wu, int64_t rb, int64_t eb, int K, int M,
+                                                                     const float *x, int64_t x_stride, int X, const int32_t *ids, int E,
+                                                                     unsigned *err, bool q8k, float *out, int64_t y_stride) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ FusedActs acts;
+  const int j = static_cast<int>(blockIdx.y), row = static_cast<int>(blockIdx.x) * kFWarps + static_cast<int>(threadIdx.x >> 5);
+  const int expert = ids ? ids[j] : 0;
+  float *y = out + j * y_stride;
+  if (expert < 0 || expert >= E) {  // (the block's threads agree)
+    if (blockIdx.x == 0 && threadIdx.x == 0) report_bad_index(err, kKernelErrExpertId, expert, E);
+    if (row < M && (threadIdx.x & 31) == 0) y[row] = 0.0f;
+    return;
+  }
+  round_rows_shared(x + (X == 1 ? 0 : j) * x_stride, 0, 1, K, q8k, acts);
+  if (row >= M) return;
+  const int64_t off = expert * eb + static_cast<int64_t>(row) * rb;
+  const float g = row_dot_shared<T>(Wg + off, K, acts, 0), u = row_dot_shared<T>(Wu + off, K, acts, 0);
+  if ((threadIdx.x & 31) == 0) y[row] = ref_swiglu(g, u, row, M);
+}
+
+// out[row] = sum over slots j (in order) of w[j] * (down(expert ids[j])[row] . x_j) [+ add[row]],
+// x_j = x row (X == 1 ? 0 : j); a block's warps share its kFDownRows rows x n_used slots. A
+// bad id: its product counts as 0 and the id is reported.
+template <DType T>
+__global__ void __launch_bounds__(kFWarps * 32) extra_down_kernel(const uint8_t *W, int64_t rb, int64_t eb, int K, int M, const float *x,
+                                                                  int64_t x_stride, int X, const int32_t *ids, int n_used, int E, unsigned *err,
+                                                                  bool q8k, const float *cw, const float *add, float *out) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ FusedActs acts;
+  __shared__ float prod[kFDownRows * kFMaxSlots];
+  round_rows_shared(x, x_stride, X, K, q8k, acts);
+  // A warp's (row, slot) pairs p, p + kFWarps, ... in batches of kFPairs dotted side by side
+  // (each pair's lanes and sums in extra_dot_kernel's order), so a lane has kFPairs sub-block
+  // loads in flight instead of one.
+  const int lane = threadIdx.x & 31, row0 = static_cast<int>(blockIdx.x) * kFDownRows, n_pairs = kFDownRows * n_used, n_sub = K / 32;
+  for (int p0 = static_cast<int>(threadIdx.x >> 5); p0 < n_pairs; p0 += kFWarps * kFPairs) {
+    const uint8_t *wrow[kFPairs];
+    int xr[kFPairs];
+    bool ok[kFPairs];
+    float acc[kFPairs];
+#pragma unroll
+    for (int b = 0; b < kFPairs; ++b) {
+      const int p = p0 + b * kFWarps, j = p % n_used, row = row0 + p / n_used, expert = p < n_pairs ? ids[j] : 0;
+      ok[b] = p < n_pairs && row < M && expert >= 0 && expert < E;
+      if (p < n_pairs && row < M && !ok[b] && blockIdx.x == 0 && lane == 0) report_bad_index(err, kKernelErrExpertId, expert, E);
+      wrow[b] = ok[b] ? W + expert * eb + static_cast<int64_t>(row) * rb : W;
+      xr[b] = X == 1 ? 0 : j;
+      acc[b] = 0.0f;
+    }
+    for (int s = lane; s < n_sub; s += 32) {
+      SubBlock sb[kFPairs];
+#pragma unroll
+      for (int b = 0; b < kFPairs; ++b)
+        if (ok[b]) decode_sub<T>(wrow[b], s, sb[b]);
+#pragma unroll
+      for (int b = 0; b < kFPairs; ++b) {
+        if (!ok[b]) continue;
+        const int4 *q = reinterpret_cast<const int4 *>(reinterpret_cast<const int8_t *>(acts.q) + xr[b] * K + 32 * s);
+        const int4 u = q[0], c = q[1];
+        const int xv[8] = {u.x, u.y, u.z, u.w, c.x, c.y, c.z, c.w};
+        const float2 sc = acts.ds[xr[b] * n_sub + s];
+        acc[b] += dot_sub<T>(sb[b], xv, sc.x, sc.y);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kFPairs; ++b) {
+      const float v = warp_sum(acc[b]);  // (0 for a bad id: no contribution)
+      const int p = p0 + b * kFWarps;
+      if (lane == 0 && p < n_pairs && row0 + p / n_used < M) prod[p] = v;
+    }
+  }
+  __syncthreads();
+  const int r = static_cast<int>(threadIdx.x), row = row0 + r;
+  if (r >= kFDownRows || row >= M) return;
+  float acc = __fmul_rn(prod[r * n_used], cw[0]);
+  for (int j = 1; j < n_used; ++j) acc = __fadd_rn(acc, __fmul_rn(prod[r * n_used + j], cw[j]));
+  out[row] = add ? __fadd_rn(acc, add[row]) : acc;
+}
+
+// out[row] = W[row] . x + add[row] (one token, dense).
+template <DType T>
+__global__ void __launch_bounds__(kFWarps * 32) extra_matmul_add_kernel(const uint8_t *W, int64_t rb, int K, int M, const float *x, bool q8k,
+                                                                        const float *add, float *out) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ FusedActs acts;
+  round_rows_shared(x, 0, 1, K, q8k, acts);
+  const int row = static_cast<int>(blockIdx.x) * kFWarps + static_cast<int>(threadIdx.x >> 5);
+  if (row >= M) return;
+  const float v = row_dot_shared<T>(W + static_cast<int64_t>(row) * rb, K, acts, 0);
+  if ((threadIdx.x & 31) == 0) out[row] = __fadd_rn(v, add[row]);
+}
+
+// Up to kMaxFusedMatVecs dense one-token products of one activation (a layer's q, k, v):
+// segment k owns blocks [first_block, next one's) and writes y[row] = W[row] . x
+// [+ add[row]].
+struct XSeg {
+  const uint8_t *w;
+  int64_t rb;
+  float *y;
+  const float *add;  // null: none
+  int M, first_block;
+};
+struct XSegs {
+  XSeg s[kMaxFusedMatVecs];
+  int n;
+};
+
+template <DType T>
+__global__ void __launch_bounds__(kFWarps * 32) extra_matvecs_kernel(XSegs segs, int K, const float *x, bool q8k) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ FusedActs acts;
+  round_rows_shared(x, 0, 1, K, q8k, acts);
+  int k = 0;
+  while (k + 1 < segs.n && static_cast<int>(blockIdx.x) >= segs.s[k + 1].first_block) ++k;
+  const XSeg &sg = segs.s[k];
+  const int row = (static_cast<int>(blockIdx.x) - sg.first_block) * kFWarps + static_cast<int>(threadIdx.x >> 5);
+  if (row >= sg.M) return;
+  const float v = row_dot_shared<T>(sg.w + static_cast<int64_t>(row) * sg.rb, K, acts, 0);
+  if ((threadIdx.x & 31) == 0) sg.y[row] = sg.add ? __fadd_rn(v, sg.add[row]) : v;
 }
 
 // ---- dequantization --------------------------------------------------------------------
@@ -429,6 +627,160 @@ void cuda_op_get_rows_extra(const CudaOpCtx &c) {
     default: fail(Status::Internal, "CUDA get_rows (extra types): type %s not dispatched", dtype_name(tab.type));
   }
   MOE_CUDA_LAUNCH_CHECK("extra_get_rows_kernel");
+}
+
+// ---- one-token fused groups: the launchers ---------------------------------------------
+
+namespace {
+
+const float *f32_of(const Node &n) { return static_cast<const float *>(n.data); }
+bool f32_row_of(const Node &n, int64_t len) { return n.type == DType::F32 && n.nb[0] == 4 && n.ne[0] == len && n.nb[1] % 4 == 0; }
+// rows activation rows of K values fit a block's shared rounding (FusedActs).
+bool fused_acts_fit(const Node &x, int64_t K, int64_t rows) { return f32_row_of(x, K) && K % 32 == 0 && rows * K <= kFMaxVals; }
+bool acts_q8k(DType t) { return type_traits(t).vec_dot_type == DType::Q8_K; }
+bool same_weights(const Node &a, const Node &b) {
+  for (int d = 0; d < 4; ++d)
+    if (a.ne[d] != b.ne[d] || a.nb[d] != b.nb[d]) return false;
+  return a.type == b.type;
+}
+// A one-token MatMulId's ids [n_used, 1] and activation rows X (1 or n_used), or false.
+bool one_token_ids(const Graph &g, const Node &mm, int &n_used, int &X) {
+  const Node &ids = g.node(mm.src[2]), &x = g.node(mm.src[1]), &w = g.node(mm.src[0]);
+  n_used = static_cast<int>(ids.ne[0]);
+  X = static_cast<int>(x.ne[1]);
+  return ids.type == DType::I32 && ids.nb[0] == 4 && ids.ne[1] == 1 && ids.ne[2] == 1 && x.ne[2] == 1 && x.ne[3] == 1 &&
+         (X == 1 || X == n_used) && ids.ne[0] <= 65535 && w.ne[2] <= kCudaMaxExperts;
+}
+
+}  // namespace
+
+bool cuda_extra_fused_gate_up(const CudaOpCtx &c, const Node &gate, const Node &up, const Node &swiglu) {
+  const Node &wg = c.g.node(gate.src[0]), &wu = c.g.node(up.src[0]), &x = c.g.node(gate.src[1]);
+  const bool moe = gate.op == Op::MatMulId;
+  if (!is_extra_type(wg.type) || !same_weights(wg, wu) || gate.op != up.op || gate.src[1] != up.src[1]) return false;
+  if (moe ? gate.src[2] != up.src[2] : gate.op != Op::MatMul || x.ne[1] * x.ne[2] * x.ne[3] != 1) return false;
+  const int64_t K = wg.ne[0], M = wg.ne[1];
+  int slots = 1, X = 1;
+  if (moe && !one_token_ids(c.g, gate, slots, X)) return false;
+  if (!fused_acts_fit(x, K, 1) || !f32_row_of(swiglu, M) || swiglu.ne[1] != slots || M > (1 << 30)) return false;
+  if (M == 0 || slots == 0) return true;
+  const dim3 grid(static_cast<unsigned>((M + kFWarps - 1) / kFWarps), static_cast<unsigned>(slots));
+  const uint8_t *Wg = static_cast<const uint8_t *>(wg.data), *Wu = static_cast<const uint8_t *>(wu.data);
+  const int32_t *ids = moe ? static_cast<const int32_t *>(c.g.node(gate.src[2]).data) : nullptr;
+  const int64_t rb = static_cast<int64_t>(wg.nb[1]), eb = moe ? static_cast<int64_t>(wg.nb[2]) : 0, xs = static_cast<int64_t>(x.nb[1] / 4);
+  const int E = moe ? static_cast<int>(wg.ne[2]) : 1;
+  float *out = static_cast<float *>(swiglu.data);
+  const int64_t ys = static_cast<int64_t>(swiglu.nb[1] / 4);
+  switch (wg.type) {
+#define MOE_GATE_UP_CASE(TY)                                                                                                                   \
+  case TY:                                                                                                                                     \
+    launch_pdl(extra_gate_up_kernel<TY>, grid, dim3(kFWarps * 32), 0, c.stream, Wg, Wu, rb, eb, static_cast<int>(K), static_cast<int>(M), \
+               f32_of(x), xs, X, ids, E, c.ub.err, acts_q8k(TY), out, ys);                                                                \
+    break;
+    MOE_EXTRA_TYPES(MOE_GATE_UP_CASE)
+#undef MOE_GATE_UP_CASE
+    default: return false;
+  }
+  return true;
+}
+
+bool cuda_extra_fused_down(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add) {
+  const Node &w = c.g.node(down.src[0]), &x = c.g.node(down.src[1]), &cw = c.g.node(combine.src[1]);
+  if (down.op != Op::MatMulId || !is_extra_type(w.type) || &c.g.node(combine.src[0]) != &down) return false;
+  const int64_t K = w.ne[0], M = w.ne[1];
+  int slots = 0, X = 0;
+  if (!one_token_ids(c.g, down, slots, X) || slots < 1 || slots > kFMaxSlots || !fused_acts_fit(x, K, X) || M > (1 << 30)) return false;
+  if (!f32_row_of(cw, slots) || !f32_row_of(combine, M) || combine.ne[1] * combine.ne[2] * combine.ne[3] != 1) return false;
+  const Node *other = nullptr;
+  if (add) {
+    other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
+    if (!f32_row_of(*add, M) || !f32_row_of(*other, M)) return false;
+  }
+  if (M == 0) return true;
+  const dim3 grid(static_cast<unsigned>((M + kFDownRows - 1) / kFDownRows));
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  const int32_t *ids = static_cast<const int32_t *>(c.g.node(down.src[2]).data);
+  const int64_t rb = static_cast<int64_t>(w.nb[1]), eb = static_cast<int64_t>(w.nb[2]), xs = static_cast<int64_t>(x.nb[1] / 4);
+  const float *radd = other ? f32_of(*other) : nullptr;
+  float *out = static_cast<float *>(add ? add->data : combine.data);
+  switch (w.type) {
+#define MOE_DOWN_CASE(TY)                                                                                                                  \
+  case TY:                                                                                                                                 \
+    launch_pdl(extra_down_kernel<TY>, grid, dim3(kFWarps * 32), 0, c.stream, W, rb, eb, static_cast<int>(K), static_cast<int>(M), f32_of(x), \
+               xs, X, ids, slots, static_cast<int>(w.ne[2]), c.ub.err, acts_q8k(TY), f32_of(cw), radd, out);                                \
+    break;
+    MOE_EXTRA_TYPES(MOE_DOWN_CASE)
+#undef MOE_DOWN_CASE
+    default: return false;
+  }
+  return true;
+}
+
+bool cuda_extra_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
+  const Node &w = c.g.node(mm.src[0]), &x = c.g.node(mm.src[1]);
+  if (mm.op != Op::MatMul || !is_extra_type(w.type) || x.ne[1] * x.ne[2] * x.ne[3] != 1) return false;
+  const int64_t K = w.ne[0], M = w.ne[1];
+  const Node &other = &c.g.node(add.src[0]) == &mm ? c.g.node(add.src[1]) : c.g.node(add.src[0]);
+  if (!fused_acts_fit(x, K, 1) || !f32_row_of(add, M) || !f32_row_of(other, M) || M > (1 << 30)) return false;
+  if (M == 0) return true;
+  const dim3 grid(static_cast<unsigned>((M + kFWarps - 1) / kFWarps));
+  const uint8_t *W = static_cast<const uint8_t *>(w.data);
+  switch (w.type) {
+#define MOE_MM_ADD_CASE(TY)                                                                                                            \
+  case TY:                                                                                                                             \
+    launch_pdl(extra_matmul_add_kernel<TY>, grid, dim3(kFWarps * 32), 0, c.stream, W, static_cast<int64_t>(w.nb[1]), static_cast<int>(K), \
+               static_cast<int>(M), f32_of(x), acts_q8k(TY), f32_of(other), static_cast<float *>(add.data));                          \
+    break;
+    MOE_EXTRA_TYPES(MOE_MM_ADD_CASE)
+#undef MOE_MM_ADD_CASE
+    default: return false;
+  }
+  return true;
+}
+
+int cuda_extra_matvec_group_key(DType t) { return is_extra_type(t) ? 1000 + static_cast<int>(t) : 0; }
+
+bool cuda_extra_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
+  const Node &first = c.g.node(members.front());
+  const Node &x = c.g.node(first.src[1]);
+  const DType t = c.g.node(first.src[0]).type;
+  const int64_t K = c.g.node(first.src[0]).ne[0];
+  if (!is_extra_type(t) || !fused_acts_fit(x, K, 1) || x.ne[1] * x.ne[2] * x.ne[3] != 1) return false;
+  XSegs segs{};
+  int blocks = 0;
+  for (size_t k = 0; k < members.size(); ++k) {
+    const Node &mm = c.g.node(members[k]);
+    if (mm.op == Op::Add && segs.n > 0) {  // Add(product, row) right after its MatMul: the row joins that segment
+      XSeg &prev = segs.s[segs.n - 1];
+      const Node &pm = c.g.node(members[k - 1]);
+      const bool first_src = &c.g.node(mm.src[0]) == &pm;
+      const Node &row = c.g.node(first_src ? mm.src[1] : mm.src[0]);
+      if (pm.op != Op::MatMul || (!first_src && &c.g.node(mm.src[1]) != &pm) || prev.add || !f32_row_of(row, prev.M) || !f32_row_of(mm, prev.M))
+        return false;
+      prev.add = f32_of(row);
+      prev.y = static_cast<float *>(mm.data);
+      continue;
+    }
+    const Node &w = c.g.node(mm.src[0]);
+    if (segs.n == kMaxFusedMatVecs || mm.op != Op::MatMul || mm.src[1] != first.src[1] || w.type != t || w.ne[0] != K || w.ne[1] > (1 << 30) ||
+        !f32_row_of(mm, w.ne[1]))
+      return false;
+    segs.s[segs.n++] = XSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data), nullptr,
+                            static_cast<int>(w.ne[1]), blocks};
+    blocks += static_cast<int>((w.ne[1] + kFWarps - 1) / kFWarps);
+  }
+  if (blocks == 0) return true;
+  switch (t) {
+#define MOE_MATVECS_CASE(TY)                                                                                                            \
+  case TY:                                                                                                                              \
+    launch_pdl(extra_matvecs_kernel<TY>, dim3(static_cast<unsigned>(blocks)), dim3(kFWarps * 32), 0, c.stream, segs, static_cast<int>(K), \
+               f32_of(x), acts_q8k(TY));                                                                                                \
+    break;
+    MOE_EXTRA_TYPES(MOE_MATVECS_CASE)
+#undef MOE_MATVECS_CASE
+    default: return false;
+  }
+  return true;
 }
 
 }  // namespace moe

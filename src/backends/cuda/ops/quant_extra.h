@@ -1,7 +1,8 @@
 // MatMul, MatMulId, MatMulHeads and GetRows on CUDA for the weight types without an MMQ / fused mat-vec path
 // (Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_S, IQ1_M).
-// cuda_dispatch.cpp sends their nodes here; the fused one-token groups (cuda_fusion.h) fall
-// back to running their members one by one, because matvec.cu does not take these types.
+// cuda_dispatch.cpp sends their nodes here; matvec.cu's launchers of the fused one-token
+// groups (cuda_fusion.h: gate/up + SwiGLU, down + combine [+ Add], MatMul + Add, MatVecs) hand
+// groups of these types to cuda_extra_fused_* below.
 //
 //   if (cuda_extra_type(w.type)) { size = cuda_extra_matmul_work_size(g, n, tuning, paths); ... cuda_op_matmul_extra(c); }
 //
@@ -34,5 +35,17 @@ size_t cuda_extra_matmul_work_size(const Graph &g, const Node &n, const GpuTunin
 bool cuda_extra_heads_supported(const Graph &g, const Node &n);
 void cuda_op_matmul_extra(const CudaOpCtx &c);  // MatMul, MatMulId and MatMulHeads
 void cuda_op_get_rows_extra(const CudaOpCtx &c);
+
+// One-token fused groups (cuda_fusion.h) of these types in one launch each, the unfused
+// products bit for bit; false: not taken (another type, a shape they do not take), nothing
+// launched. gate/up: MatMulId x2 (or MatMul x2) + SwiGLU(gate, up); down: MatMulId +
+// MoeCombine [+ Add] (add: null or the Add of the combine and a row); MatMul + Add.
+bool cuda_extra_fused_gate_up(const CudaOpCtx &c, const Node &gate, const Node &up, const Node &swiglu);
+bool cuda_extra_fused_down(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add);
+bool cuda_extra_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add);
+// MatVecs (cuda_ops.h cuda_fused_matvecs): MatMuls of one activation and one extra type, each
+// optionally followed by its Add(product, row). Group key (cuda_matvec_group_key): one per type.
+int cuda_extra_matvec_group_key(DType t);
+bool cuda_extra_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
 
 }  // namespace moe
