@@ -7,9 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/status.h"
 #include "engine/weight_upload.h"
 #include "gguf/gguf_reader.h"
 #include "graph/compiler.h"
@@ -121,6 +123,20 @@ inline double rel_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> 
     den += double(y[i]) * y[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// One pass of bg, its output read (the step's one synchronisation), then the executor's
+// error check: the DeviceError's message, or "" when the kernels reported nothing.
+inline std::string error_after_run(BoundGraph &bg, const std::vector<Input> &ins, int out, const ExecEnv &env = {}) {
+  bg.run(ins, env);
+  (void)bg.read(out);
+  try {
+    bg.exec->check_errors();
+  } catch (const Error &e) {
+    CHECK(e.code() == Status::DeviceError);
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace moe_test

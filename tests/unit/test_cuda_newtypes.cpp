@@ -515,19 +515,6 @@ bool plans_group(Backend &gpu, Graph g, FusedShape shape) {
   return false;
 }
 
-// One pass, then the executor's error check: the DeviceError's message, or "".
-std::string kernel_error_after(moe_test::BoundGraph &bg, const std::vector<Input> &ins, int out) {
-  bg.run(ins);
-  (void)bg.read(out);
-  try {
-    bg.exec->check_errors();
-  } catch (const Error &e) {
-    CHECK(e.code() == Status::DeviceError);
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 #endif
 
@@ -582,12 +569,12 @@ TEST_CASE("cuda new types: an expert id out of range in a fused decode group is 
       FusedCase fc(shape, ws, t, k_for(t, false), 45, 3, 950);
       CHECK(plans_group(*gpu, fc.graph(), shape));
       moe_test::BoundGraph bg(*gpu, fc.graph());
-      const std::string msg = kernel_error_after(bg, fc.inputs({4, 9, 5}), fc.out);
+      const std::string msg = moe_test::error_after_run(bg, fc.inputs({4, 9, 5}), fc.out);
       UNSCOPED_INFO("message: " << msg);
       CHECK(msg.find("MatMulId") != std::string::npos);
       CHECK(msg.find("index 9 outside [0, 6)") != std::string::npos);
       for (const float v : moe_test::as_f32(bg.read(fc.out))) CHECK(std::isfinite(v));  // the bad slot: zeros / no contribution
-      CHECK(kernel_error_after(bg, fc.inputs({4, 2, 5}), fc.out).empty());  // the next pass, good ids: no report
+      CHECK(moe_test::error_after_run(bg, fc.inputs({4, 2, 5}), fc.out).empty());  // the next pass, good ids: no report
     }
 #endif
 }

@@ -32,6 +32,7 @@
 using namespace moe;
 using moe_test::as_f32;
 using moe_test::BoundGraph;
+using moe_test::error_after_run;
 using moe_test::gpu_or_skip;
 using moe_test::in;
 using moe_test::Input;
@@ -47,20 +48,6 @@ std::string write_tiny_model(const char *tag) {
   spec.type_mix = "q8_0";
   write_synthetic_model(spec, path);
   return path;
-}
-
-// One pass of bg, its output read (the step's one synchronisation), then the executor's
-// error check: the DeviceError's message, or "" when the kernels reported nothing.
-std::string error_after_run(BoundGraph &bg, const std::vector<Input> &ins, int out, const ExecEnv &env = {}) {
-  bg.run(ins, env);
-  (void)bg.read(out);
-  try {
-    bg.exec->check_errors();
-  } catch (const Error &e) {
-    CHECK(e.code() == Status::DeviceError);
-    return e.what();
-  }
-  return "";
 }
 
 bool has(const std::string &msg, const std::string &part) {
