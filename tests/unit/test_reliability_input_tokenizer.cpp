@@ -110,7 +110,7 @@ double seconds_per_byte(const Vocab &v, const std::vector<std::string> &words) {
   double best = 1e30;
   size_t bytes = 0;
   for (const std::string &w : words) bytes += w.size();
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 5; ++rep) {  // the best of 5: a loaded VM measured 24.3 with 3 (2026-12-03)
     auto t0 = std::chrono::steady_clock::now();
     for (const std::string &w : words) REQUIRE(!v.encode(w, false, false).empty());
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
