@@ -9,6 +9,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_paths.h"
 #ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/ops/matmul_mma.h"
 #endif
@@ -86,7 +87,7 @@ TEST_CASE("cuda paths: the probe names the architecture of the code the device r
   INFO("device " << info.description << " sm_" << p.device_arch << ", code sm_" << p.code_arch);
   CHECK(p.device_arch == info.compute_major * 10 + info.compute_minor);
   REQUIRE(p.usable);
-  CHECK(cuda_code_arch_launched() == p.code_arch);
+  CHECK(cuda_code_arch_launched(static_cast<CudaBackend *>(reg.find("cuda"))->counters()) == p.code_arch);
   // The default list has sm_80 code for every sm_8x device and sm_90 code (or PTX) from Hopper on.
   if (p.device_arch >= 80) CHECK(p.tensor_cores);
   if (p.device_arch >= 90) CHECK(p.pdl);

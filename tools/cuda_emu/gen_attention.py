@@ -73,7 +73,7 @@ write('comb_emu.cpp', '#include "backends/cuda/ops/attention.cuh"\n#include "bac
 # whose emulated copy goes to OUT/inc (searched before the repository's src).
 write_mma_common(sys.argv[1], out)
 m = open(os.path.join(src, 'attention_mla.cu')).read()
-m = swap_function(m, 'bool mla_smem_available()', '{ return true; }')
+m = swap_function(m, 'bool mla_smem_available(int smem_optin)', '{ return true; }')
 smem = 'extern __shared__ __align__(16) uint8_t mla_smem[];'
 assert smem in m
 m = m.replace(smem, 'alignas(16) static uint8_t mla_smem[kSmemBytes];')

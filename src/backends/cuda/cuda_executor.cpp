@@ -378,18 +378,20 @@ private:
     return v;
   }
 
-  // DevUbatch::cell_pos_base of the first n cells: the offset B with pos == c + B for every
-  // used cell c, or kNoCellPosBase (several sequences, reordered or reused cells, no used cell).
-  static int32_t cell_pos_base(const KvCell *cells, size_t n) {
+  // DevUbatch::cell_pos_base, gathered while the cells are packed: the offset B with
+  // pos == c + B for every used cell c, or kNoCellPosBase (several sequences, reordered or
+  // reused cells, no used cell).
+  struct CellPosBase {
     int64_t base = kNoCellPosBase;
-    for (size_t c = 0; c < n; ++c) {
-      if (cells[c].pos < 0) continue;
-      const int64_t b = static_cast<int64_t>(cells[c].pos) - static_cast<int64_t>(c);
+    bool ordered = true;
+    void add(size_t c, int32_t pos) {
+      if (pos < 0) return;
+      const int64_t b = static_cast<int64_t>(pos) - static_cast<int64_t>(c);
       if (base == kNoCellPosBase) base = b;
-      else if (b != base) return kNoCellPosBase;
+      else if (b != base) ordered = false;
     }
-    return base > kNoCellPosBase && base <= INT32_MAX ? static_cast<int32_t>(base) : kNoCellPosBase;
-  }
+    int32_t value() const { return ordered && base > kNoCellPosBase && base <= INT32_MAX ? static_cast<int32_t>(base) : kNoCellPosBase; }
+  };
 
   // Pack the ubatch (token cells/pos/seq, cell state, RoPE tables) and copy it to the device
   // buffer the kernels read; grows the buffer only when a larger batch or cache first appears.
@@ -421,16 +423,21 @@ private:
            o_cpos = o_seq + align(T * 4), o_nkv = o_cpos + align(cap_cells * 4), o_rope = o_nkv + 16;
     auto *sb = reinterpret_cast<unsigned long long *>(h + o_seqbits);
     auto *cp = reinterpret_cast<int32_t *>(h + o_cpos);
-    for (size_t c = 0; c < C && u.cell_state; ++c) { sb[c] = u.cell_state[c].seq; cp[c] = u.cell_state[c].pos; }
+    CellPosBase base;
+    for (size_t c = 0; c < C && u.cell_state; ++c) {
+      sb[c] = u.cell_state[c].seq;
+      cp[c] = u.cell_state[c].pos;
+      base.add(c, cp[c]);
+    }
     if (T) {
       if (u.cells) std::memcpy(h + o_cells, u.cells, T * 4);
       if (u.pos) std::memcpy(h + o_pos, u.pos, T * 4);
       if (u.seq) std::memcpy(h + o_seq, u.seq, T * 4);
     }
     const int32_t nkv = u.cell_state ? u.n_kv : 0;
-    const int32_t base = u.cell_state ? cell_pos_base(u.cell_state, C) : kNoCellPosBase;
+    const int32_t pos_base = base.value();  // (no cell state: no used cell, kNoCellPosBase)
     std::memcpy(h + o_nkv, &nkv, 4);
-    std::memcpy(h + o_nkv + 4, &base, 4);
+    std::memcpy(h + o_nkv + 4, &pos_base, 4);
     uint8_t *d = static_cast<uint8_t *>(ub_dev_);
     rope_.n_tokens = static_cast<int64_t>(T);
     rope_.tables.clear();

@@ -69,7 +69,9 @@ CudaPaths cuda_current_paths();
 // The architecture of the code device `device` runs from this build (__CUDA_ARCH__ / 10; 0:
 // none), from the attributes of a probe kernel (ops/code_arch.cu).
 int cuda_code_arch(int device);
-// Test hook: the __CUDA_ARCH__ / 10 a kernel launched on the current device reports (waits).
-int cuda_code_arch_launched();
+// Test hook: the __CUDA_ARCH__ / 10 a kernel launched on the current device reports; its wait
+// goes through the counted sync point, on `counted` (the caller's backend).
+class CudaCounters;
+int cuda_code_arch_launched(CudaCounters &counted);
 
 }  // namespace moe

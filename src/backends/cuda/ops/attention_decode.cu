@@ -302,27 +302,8 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   __shared__ float s_f[kHeads];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int g = warp; g < j.ng; g += kWarps) {  // a warp per head: lanes over the ranges
-    float2 ms[kSplit / 32];  // (max, sum) of a range: one 8-byte load (HD + 2 is even)
-    float M = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kSplit / 32; ++i) {
-      const int z = lane + 32 * i;
-      ms[i] = z < j.n_used ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), j.t, j.h0 + g, z, n_head, kSplit, HD)))
-                           : make_float2(-INFINITY, 0.0f);
-      M = fmaxf(M, ms[i].x);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    float S = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kSplit / 32; ++i) {
-      const float w = ms[i].x == -INFINITY ? 0.0f : expf(ms[i].x - M);
-      if (w != 0.0f) S += ms[i].y * w;
-      s_w[g][lane + 32 * i] = w;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
-    if (lane == 0) s_f[g] = attn_final_scale(M, S, a.sinks, j.h0 + g);
+    const float f = decode_range_weights<HD>(const_cast<float *>(part), j.t, j.h0 + g, j.n_used, n_head, a.sinks, s_w[g], lane);
+    if (lane == 0) s_f[g] = f;
   }
   __syncthreads();
   // A thread owns kPairs pairs of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2

@@ -23,6 +23,35 @@ __device__ __forceinline__ DecodeRanges decode_ranges(int n, int max_ranges, int
   return {chunk, max(1, (n + chunk - 1) / chunk)};
 }
 
+// The merge's first pass, one warp per (token t, head h) row: the (max, sum) headers of its
+// n_used ranges give each range's weight w[z] (0 for a range that saw no cell) and the row's
+// final scale (attn_final_scale), returned to every lane. Both decode kernels' last blocks.
+template <int HD>
+__device__ __forceinline__ float decode_range_weights(float *part, int t, int h, int n_used, int n_head, const float *sinks, float *w,
+                                                      int lane) {
+  constexpr int kR = kAttnDecodeMaxRanges;
+  float2 ms[kR / 32];  // (max, sum) of a range: one 8-byte load (HD + 2 is even)
+  float M = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kR / 32; ++i) {
+    const int z = lane + 32 * i;
+    ms[i] = z < n_used ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(part, t, h, z, n_head, kR, HD))) : make_float2(-INFINITY, 0.0f);
+    M = fmaxf(M, ms[i].x);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  float S = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kR / 32; ++i) {
+    const float wz = ms[i].x == -INFINITY ? 0.0f : expf(ms[i].x - M);
+    if (wz != 0.0f) S += ms[i].y * wz;
+    w[lane + 32 * i] = wz;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
+  return attn_final_scale(M, S, sinks, h);
+}
+
 // True when the grouped decode kernel handles this call (few tokens, head size 64/128/256,
 // separate V of the same size); then attn_decode_work_size bytes of scratch are needed.
 bool attn_decode_applies(int64_t T, int64_t hd_k, int64_t hd_v, bool v_from_k);

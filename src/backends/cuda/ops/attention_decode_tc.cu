@@ -108,26 +108,8 @@ __device__ void tc_merge(const TView &out, const AttnArgs &a, const float *part,
     const int gr = j.r0 + r;
     if (gr >= j.rows) break;  // warp-uniform
     const int t = gr / a.group, h = j.hk * a.group + gr % a.group;
-    float2 ms[kSplit / 32];
-    float M = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kSplit / 32; ++i) {
-      const int z = lane + 32 * i;
-      ms[i] = z < j.n_used ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(p, t, h, z, n_head, kSplit, HD))) : make_float2(-INFINITY, 0.0f);
-      M = fmaxf(M, ms[i].x);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    float S = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kSplit / 32; ++i) {
-      const float w = ms[i].x == -INFINITY ? 0.0f : expf(ms[i].x - M);
-      if (w != 0.0f) S += ms[i].y * w;
-      s_w[r][lane + 32 * i] = w;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
-    if (lane == 0) s_f[r] = attn_final_scale(M, S, a.sinks, h);
+    const float f = decode_range_weights<HD>(p, t, h, j.n_used, n_head, a.sinks, s_w[r], lane);
+    if (lane == 0) s_f[r] = f;
   }
   __syncthreads();
   // Rows past the batch have no partials: with a group of 8 at one token (the common decode

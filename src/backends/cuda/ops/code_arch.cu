@@ -35,13 +35,20 @@ int cuda_code_arch(int device) {
   return attr.ptxVersion > 0 ? attr.ptxVersion : attr.binaryVersion;
 }
 
-// Test aid (the [paths] probe test). Its wait is no backend's, so it is counted on none.
-int cuda_code_arch_launched() {
+// Test aid (the [paths] probe test): the wait goes through the counted sync point.
+int cuda_code_arch_launched(CudaCounters &counted) {
   int *d = static_cast<int *>(cuda_malloc_checked(sizeof(int), "architecture probe"));
   int h = 0;
   code_arch_report_kernel<<<1, 1>>>(d);
-  cudaError_t e = cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, nullptr);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+  const cudaError_t e = cudaMemcpyAsync(&h, d, sizeof(int), cudaMemcpyDeviceToHost, nullptr);
+  if (e == cudaSuccess) {
+    try {
+      cuda_sync_stream(nullptr, SyncWhy::Setup, counted);
+    } catch (...) {
+      (void)cudaFree(d);
+      throw;
+    }
+  }
   (void)cudaFree(d);
   MOE_CUDA_CHECK(e);
   return h;
