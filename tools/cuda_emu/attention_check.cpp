@@ -258,15 +258,17 @@ int main(int argc, char **argv) {
     const int sp[] = {1, 1, 3, 16};
     c.n_split = sp[rng() % 4];
     if (c.decode) {  // the grouped decode kernel: its head sizes, groups over 8 heads, deep caches
-      // n_kv around the range boundaries: one range up to 64 cells, 64-cell ranges up to 4096,
-      // then 64 longer ones (8257: 130 cells, 33 per warp, a second mask window).
-      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12},
-                dnks[] = {0, 1, 37, 63, 64, 65, 128, 129, 130, 201, 513, 2500, 4097, 8257};
+      // n_kv around the range boundaries of ranges >= 16 / 32 (default) / 64 cells, at most 64
+      // (default): one range up to the minimum, minimum-sized ranges up to 64 of them, then 64
+      // longer ones (8257: 130 cells, 33 per warp, a second mask window).
+      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12}, chunks[] = {16, 32, 64},
+                dnks[] = {0, 1, 31, 32, 33, 37, 63, 64, 65, 128, 129, 130, 201, 513, 530, 1025, 2049, 2500, 4097, 4100, 8257};
       c.hd = hds[rng() % 3];
       c.group = dgs[rng() % 4];
       c.T = 1 + static_cast<int>(rng() % 4);
-      c.n_kv = dnks[rng() % 14];
+      c.n_kv = dnks[rng() % 21];
       c.n_split = rng() % 4 == 0 ? 2 : 1;  // 2: merged by a combine launch
+      c.min_chunk = chunks[rng() % 3];
     }
     if (c.split_dec) {  // any head size; n_split 1: merged in the launch, 2: by attn_combine_kernel
       c.hd = 32 * (1 + static_cast<int>(rng() % 5));
