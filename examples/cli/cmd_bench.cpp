@@ -72,7 +72,7 @@ void usage_dev(FILE *out) {
                "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
-               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 64,32)\n"
+               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,32)\n"
                "  --tc-decode-attn     decode attention on the tensor cores (F16 cache, head size 128 / 256; default off)\n"
                "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
                "  --blas-min-tokens N  dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"

@@ -10,7 +10,7 @@
 // are in position order (DevUbatch::cell_pos_base) only the cells its position and window can
 // see (ranges of at least GpuTuning::decode_min_chunk cells, default 32: n_kv 512 -> 16 ranges
 // of 32, 8 cells per warp, one load batch; a window of 128 -> 4; at most decode_max_ranges <=
-// kSplit of them, default 64: n_kv 4096 -> 64 ranges of 64), so a short context or a window
+// kSplit of them, default 32: n_kv 4096 -> 32 ranges of 128), so a short context or a window
 // uses few, full blocks; blocks past the last range exit. Short ranges because a warp's
 // dependent chain per cell (~300 instructions, one warp per scheduler), not the bytes, bounds
 // the kernel: more ranges put more warps on the SMs and fewer cells on each warp's chain. The
@@ -166,9 +166,9 @@ template <int HD, int KT> __device__ __forceinline__ void prefetch_cell_rows(con
 #endif
 }
 
-// GpuTuning::decode_max_ranges was 32 after a sweep at 4096 cells (2026-11-30, 14f7e41; 8 layers,
-// tg64): 64 ranges 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; since 2026-12-03 night 64 with
-// the L2 prefetch before pdl_wait and 32-cell ranges (to be re-measured: docs/perf/cuda.md).
+// GpuTuning::decode_max_ranges default 32 (not kSplit): a sweep at 4096 cells (2026-11-30, 14f7e41)
+// (8 layers, tg64): 64 ranges 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; no difference at n_kv <= 128.
+// decode_min_chunk 64 -> 32 (2026-12-03 night, not yet measured): n_kv 512 -> 16 ranges, not 8.
 
 // What a block works on: KV head hk, query heads h0 .. h0 + ng - 1, token t, range z of
 // cells [c_begin, c_end); n_used ranges in use.
