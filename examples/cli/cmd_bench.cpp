@@ -72,7 +72,7 @@ void usage_dev(FILE *out) {
                "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
-               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
+               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,32)\n"
                "  --tc-decode-attn     decode attention on the tensor cores (F16 cache, head size 128 / 256; default off)\n"
                "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
                "  --blas-min-tokens N  dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"
@@ -264,7 +264,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--decode-split") {
       const std::vector<int> v = int_list(val(), "--decode-split", 1, kMaxTokens);
       tuning.decode_max_ranges = v.at(0);
-      tuning.decode_min_chunk = v.size() > 1 ? v[1] : 64;
+      tuning.decode_min_chunk = v.size() > 1 ? v[1] : GpuTuning{}.decode_min_chunk;
     }
     else if (a == "--prefill-attn-blocks")
       tuning.prefill_attn_blocks = int(cli::to_int(val(), "--prefill-attn-blocks", 1, 1024));

@@ -44,9 +44,10 @@ struct GpuTuning {
   // off: the 16-warp launch.
   bool lean_groups = true;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
-  // of at least decode_min_chunk cells (>= 1, default 64) per launch.
+  // of at least decode_min_chunk cells (>= 1, default 32) per launch. Short ranges: a warp's
+  // dependent chain per cell, not the bytes, bounds the kernel (docs/perf/cuda.md, 2026-12-03 night).
   int decode_max_ranges = 32;
-  int decode_min_chunk = 64;
+  int decode_min_chunk = 32;
   // Decode attention on the tensor cores (attention_decode_tc.cu: F16 cache, head size 128 /
   // 256, sm_80 code) instead of the grouped kernel. Default off: not yet measured on a GPU.
   bool tc_decode_attention = false;

@@ -1162,17 +1162,17 @@ TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, 
   }
 }
 
-// The grouped decode kernel's cell ranges follow n_kv on the device: one range (output written
-// by its block) up to 64 cells, ranges of 64 cells up to 4096, then 64 longer ones (8257: 130
-// cells, 33 per warp, so a warp reads a second mask window). Depths on both sides of each
-// boundary; the deep ones with a sliding window (cheap CPU reference; most ranges then see no
-// cell, their partials weigh 0).
+// The grouped decode kernel's cell ranges follow n_kv on the device (defaults: ranges of >= 32
+// cells, at most 32): one range (output written by its block) up to 32 cells, ranges of 32
+// cells up to 1024, then 32 longer ones (8257: 259 cells, 65 per warp, so a warp reads three
+// mask windows). Depths on both sides of each boundary; the deep ones with a sliding window
+// (cheap CPU reference; most ranges then see no cell, their partials weigh 0).
 TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[ops][cuda][attention]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
   for (KvType kt : {KvType::F16, KvType::Q8_0})
-    for (int64_t n_kv : {63, 64, 65, 128, 129, 513, 4096, 4097, 8257}) {
+    for (int64_t n_kv : {31, 32, 33, 63, 64, 65, 128, 129, 513, 1024, 1025, 4096, 4097, 8257}) {
       AttnSetup s;
       s.kt = kt;
       s.hd = s.hd_v = 128;
@@ -1186,6 +1186,48 @@ TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[op
       s.batches.push_back(T);  // the decode batch fills the cache up to n_kv cells
       attention_case(reg, *gpu, s, "grouped decode, range boundary");
     }
+}
+
+// Short cell ranges, the default (>= 32 cells, at most 32) and bench --decode-split 64,16, for
+// every head size, cache type and 1..4 tokens: one cell; 31 / 32 / 33 (one range or two);
+// 530 (17 ranges of 32 / 34 of 16, the last one short); 2049 (32 of 65 / 63 of 33: a warp's
+// share ends inside a batch); 4100 (32 of 129 / 64 of 65, the last of 5). Deep ones with a
+// window (cheap CPU reference), then one deep cache with every cell visible in 64 ranges (every
+// range's partials weigh in the merge).
+TEST_CASE("cuda op: grouped decode attention with short cell ranges (head dims 64/128/256, 1..4 tokens)", "[ops][cuda][attention][decsplit]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  const KvType kts[] = {KvType::F16, KvType::Q8_0, KvType::F32, KvType::F16};  // F32 with sinks (i even): the grouped kernel, not the reference order
+  int i = 0;
+  for (int64_t hd : {64, 128, 256})
+    for (int min_chunk : {16, 32})
+      for (int64_t n_kv : {1, 31, 32, 33, 530, 2049, 4100}) {
+        ++i;
+        AttnSetup s;
+        s.tuning.decode_min_chunk = min_chunk;
+        s.tuning.decode_max_ranges = min_chunk == 16 ? 64 : 32;
+        s.kt = kts[i % 4];
+        s.hd = s.hd_v = hd;
+        s.n_head_kv = 2;
+        s.n_head = 16;
+        s.window = n_kv > 600 ? 300 : 0;
+        s.sinks = i % 2 == 0;
+        const int64_t T = std::min<int64_t>(n_kv, 1 + i % 4);
+        s.n_cells = static_cast<uint32_t>(n_kv + 8);
+        if (n_kv > T) s.batches.push_back(n_kv - T);
+        s.batches.push_back(T);  // the decode batch fills the cache up to n_kv cells
+        attention_case(reg, *gpu, s, "grouped decode, short ranges");
+      }
+  AttnSetup s;  // Qwen3.5's shape at depth, every cell visible: 64 ranges of 65 cells
+  s.tuning.decode_max_ranges = 64;
+  s.kt = KvType::F16;
+  s.hd = s.hd_v = 256;
+  s.n_head_kv = 2;
+  s.n_head = 16;
+  s.n_cells = 4108;
+  s.batches = {2100, 1998, 2};
+  attention_case(reg, *gpu, s, "grouped decode, short ranges, deep");
 }
 
 // Where the cells are in position order (one sequence, DevUbatch::cell_pos_base), the grouped

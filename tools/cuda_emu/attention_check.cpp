@@ -29,7 +29,7 @@ static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; st
 // position base + i, `holes` free cells in the last 200), so the kernel bounds each token's
 // cells by its window (DevUbatch::cell_pos_base); refill: the last token sits in a former hole
 // (order broken), two_seq: two sequences interleaved (no order): both fall back to n_kv.
-struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false, tc = false; int min_chunk = 64;
+struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false, tc = false; int min_chunk = 64, max_ranges = 32;
              bool span = false, refill = false, two_seq = false; int base = 0, holes = 0; };
 
 // DevUbatch::cell_pos_base as the executor computes it: B when every used cell c holds c + B.
@@ -197,6 +197,7 @@ static double run(const Cfg &c, uint32_t seed) {
     for (int rep = 0; rep < 2; ++rep) {
       GpuTuning tuning;
       tuning.decode_min_chunk = c.min_chunk;
+      tuning.decode_max_ranges = c.max_ranges;
       if (c.tc) attn_decode_tc_launch(LaunchStream{}, tq, to, a, ub, part.data(), tuning);
       else attn_decode_launch(LaunchStream{}, tq, to, a, ub, part.data(), tuning);
       for (unsigned v : sync)
@@ -258,15 +259,18 @@ int main(int argc, char **argv) {
     const int sp[] = {1, 1, 3, 16};
     c.n_split = sp[rng() % 4];
     if (c.decode) {  // the grouped decode kernel: its head sizes, groups over 8 heads, deep caches
-      // n_kv around the range boundaries: one range up to 64 cells, 64-cell ranges up to 4096,
-      // then 64 longer ones (8257: 130 cells, 33 per warp, a second mask window).
-      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12},
-                dnks[] = {0, 1, 37, 63, 64, 65, 128, 129, 130, 201, 513, 2500, 4097, 8257};
+      // n_kv around the range boundaries of ranges >= 16 / 32 (default) / 64 cells, at most 32
+      // (default) or 64: one range up to the minimum, minimum-sized ranges up to the most, then
+      // longer ones (8257 in 64: 130 cells, 33 per warp, a second mask window).
+      const int hds[] = {64, 128, 256}, dgs[] = {1, 4, 8, 12}, chunks[] = {16, 32, 64},
+                dnks[] = {0, 1, 31, 32, 33, 37, 63, 64, 65, 128, 129, 130, 201, 513, 530, 1025, 2049, 2500, 4097, 4100, 8257};
       c.hd = hds[rng() % 3];
       c.group = dgs[rng() % 4];
       c.T = 1 + static_cast<int>(rng() % 4);
-      c.n_kv = dnks[rng() % 14];
+      c.n_kv = dnks[rng() % 21];
       c.n_split = rng() % 4 == 0 ? 2 : 1;  // 2: merged by a combine launch
+      c.min_chunk = chunks[rng() % 3];
+      c.max_ranges = rng() % 2 ? 64 : 32;
     }
     if (c.split_dec) {  // any head size; n_split 1: merged in the launch, 2: by attn_combine_kernel
       c.hd = 32 * (1 + static_cast<int>(rng() % 5));
@@ -317,6 +321,7 @@ int main(int argc, char **argv) {
     fails += !ok;
     std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d chunk=%d worst_row_err=%.3g", ok ? "ok  " : "FAIL",
                 c.mla ? "mla" : c.mma ? "mma" : c.tc ? "tcdec" : c.span ? "span" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, c.min_chunk, e);
+    if (c.decode && !c.span) std::printf(" ranges<=%d", c.max_ranges);
     if (c.span) std::printf(" base=%d holes=%d%s%s", c.base, c.holes, c.refill ? " refilled" : "", c.two_seq ? " two-seq" : "");
     std::printf("\n");
     std::fflush(stdout);
