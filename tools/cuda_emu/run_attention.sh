@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the host emulation of the prefill attention kernels and checks them against a
-# float64 reference: run_attention.sh [SEED] [CASES] [mla|dec|span|tcdec|mma] (mla: only the MLA kernel, dec: only the grouped decode kernel, span: only that kernel on caches in position order (ranges bounded by the window) and their fallbacks, tcdec: only its tensor-core variant, mma: only the tiled tensor-core kernel). Needs g++ >= 12 (C++20) and the CUDA
+# float64 reference: run_attention.sh [SEED] [CASES] [mla|mladec|dec|span|tcdec|mma] (mla: only the MLA kernel, mladec: MLA decode at GLM's shape merged in the launch (cases i % 8 walk n_kv 0..4100), dec: only the grouped decode kernel, span: only that kernel on caches in position order (ranges bounded by the window) and their fallbacks, tcdec: only its tensor-core variant, mma: only the tiled tensor-core kernel). Needs g++ >= 12 (C++20) and the CUDA
 # headers (no GPU, no CUDA runtime library).
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)
