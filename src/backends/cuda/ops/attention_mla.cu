@@ -54,6 +54,7 @@ constexpr int kNdWarp = kDv / 2 / 8;      // 8-dim output blocks per warp
 constexpr int kChunks = kDk / 8;          // 16-byte chunks per K row
 constexpr int kQVecs = kRows * kDk / 4;   // float4 of the q tile
 constexpr int kQBatch = 12;               // float4 loads in flight per thread
+constexpr int kCopies = kCells * kChunks / kThreads;  // 16-byte K tile copies per thread
 constexpr size_t kSmemQ = static_cast<size_t>(kRows) * kLdk * 2;
 constexpr size_t kSmemK = static_cast<size_t>(kCells) * kLdk * 2;
 constexpr size_t kSmemBytes = kSmemQ + kSmemK + static_cast<size_t>(kRows) * kLdp * 2;
@@ -61,7 +62,7 @@ constexpr int64_t kMaxSplit = 16;   // at most 16 ranges: the in-launch merge re
 constexpr int kMergeTokens = 4;     // up to this many tokens the last block merges the ranges (decode)
 constexpr int64_t kPlannedSms = 132;  // the work buffer is sized for an H200; fewer splits fit any device
 static_assert(kKs % 2 == 0 && kNdWarp % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
-static_assert(kCells * kChunks % kThreads == 0, "K tile copy must divide evenly");
+static_assert(kCells * kChunks % kThreads == 0 && kCopies <= 32, "K tile copy must divide evenly (a bit per copy)");
 static_assert(kQVecs % (kQBatch * kThreads) == 0, "q tile load must divide evenly");
 static_assert(2 * kThreads == kDv, "the merge gives each thread one pair of output dims");
 static_assert(kMaxSplit <= 32 && kSmemQ >= sizeof(float) * kRows * kMaxSplit, "merge weights: a lane per range, in the q tile's room");
@@ -192,9 +193,31 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
     next_pos = ub.cell_pos[c_begin + tid];
     next_seq = ub.cell_seq[c_begin + tid];
   }
+  // The first tile's copies that hold a used cell (bit k: copy tid + k kThreads), so they can
+  // start right after pdl_wait, their latency overlapping q's loads (decode: often the only tile).
+  uint32_t first_used = 0;
+#pragma unroll
+  for (int k = 0; k < kCopies; ++k) {
+    const int c = c_begin + (tid + k * kThreads) / kChunks;
+    if (c < c_end && ub.cell_pos[c] >= 0) first_used |= 1u << k;
+  }
   pdl_wait();  // everything below reads activations / the cache
   pdl_trigger();
   if (z >= n_used) return;  // merge mode: past the cells in use (block-uniform; nothing to write or count)
+
+  const uint8_t *kbase = a.kbase + hk * a.khb;
+  // K tile (zeros for free cells and cells past this split, so nothing uninitialised meets a
+  // zero probability): the first one now, the others in the loop.
+  // Not unrolled: the addresses of 18 copies would spill next to the accumulators.
+  auto copy_k_tile = [&](int c0, uint32_t used) {
+#pragma unroll 1
+    for (int k = 0; k < kCopies; ++k) {
+      const int e = tid + k * kThreads, j = e / kChunks, ch = e % kChunks;
+      if ((used >> k) & 1u) cp_async_16(&s_k[j][ch * 8], kbase + static_cast<size_t>(c0 + j) * a.krb + ch * 16);
+      else *reinterpret_cast<uint4 *>(&s_k[j][ch * 8]) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  copy_k_tile(c_begin, first_used);
 
   // q tile: 36 float4 per thread, loaded in batches of kQBatch before any is stored, so
   // the L2 latency is paid 3 times rather than 36 (the launcher checks 16-byte alignment).
@@ -235,7 +258,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   const bool live = r0 + 16 * rg < rows;
   const int cw = 32 * half;   // this warp's first cell of a tile (S phase)
   const int dw = 256 * half;  // this warp's first output dim (P V phase)
-  const uint8_t *kbase = a.kbase + hk * a.khb;
   for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
     __syncthreads();  // the previous tile's readers are done (first pass: publishes s_q, s_rpos, s_rbit)
     if (tid < kCells) {
@@ -251,14 +273,15 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
       const int r = e / kCells, j = e % kCells;
       any = attn_visible(s_cpos[j], s_cseq[j], s_rbit[r], s_rpos[r], a.window);
     }
-    if (!__syncthreads_or(any)) continue;  // uniform: no row sees this tile
-
-    // K tile (zeros for free cells and cells past this split, so nothing uninitialised
-    // meets a zero probability).
-    for (int e = tid; e < kCells * kChunks; e += kThreads) {
-      const int j = e / kChunks, ch = e % kChunks;
-      if (s_cpos[j] >= 0) cp_async_16(&s_k[j][ch * 8], kbase + static_cast<size_t>(c0 + j) * a.krb + ch * 16);
-      else *reinterpret_cast<uint4 *>(&s_k[j][ch * 8]) = make_uint4(0, 0, 0, 0);
+    if (!__syncthreads_or(any)) {  // uniform: no row sees this tile
+      if (c0 == c_begin) cp_async_commit_wait_all();  // the first tile's copies land before the next tile's
+      continue;
+    }
+    if (c0 != c_begin) {
+      uint32_t used = 0;
+#pragma unroll 1
+      for (int k = 0; k < kCopies; ++k) used |= (s_cpos[(tid + k * kThreads) / kChunks] >= 0 ? 1u : 0u) << k;
+      copy_k_tile(c0, used);
     }
     cp_async_commit_wait_all();
     __syncthreads();
