@@ -233,6 +233,7 @@ static double run(const Cfg &c, uint32_t seed) {
 int main(int argc, char **argv) {
   std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
   const int n = argc > 2 ? atoi(argv[2]) : 20;
+  const int first = argc > 4 ? atoi(argv[4]) : 0;  // the first case index (cases take their shape from it)
   const bool mla_only = argc > 3 && std::strcmp(argv[3], "mla") == 0;
   const bool mladec_only = argc > 3 && std::strcmp(argv[3], "mladec") == 0;  // MLA decode merged in the launch (GLM's 20 heads)
   const bool dec_only = argc > 3 && std::strcmp(argv[3], "dec") == 0;
@@ -241,7 +242,7 @@ int main(int argc, char **argv) {
   const bool span_only = argc > 3 && std::strcmp(argv[3], "span") == 0;  // the grouped decode kernel bounded by the span
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
-  for (int i = 0; i < n; ++i) {
+  for (int i = first; i < n; ++i) {
     Cfg c;
     c.mla = !dec_only && (mla_only || i % 5 == 4);
     c.mma = c.mla || i % 4 == 0;
@@ -312,6 +313,7 @@ int main(int argc, char **argv) {
       c.window = rng() % 4 == 0 ? 17 : 0;
       c.sinks = rng() % 3 == 0;
       c.n_split = 16;
+      c.causal = i % 2 == 1 && c.n_kv >= c.T;  // one sequence in position order: every row sees every earlier cell
     }
     if (span_only) {  // gpt-oss's shape (head dim 64, 8 heads per KV head, window 128, sinks) at the test depths
       const int dnks[] = {1, 127, 128, 129, 600, 4097};

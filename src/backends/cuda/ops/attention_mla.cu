@@ -84,7 +84,7 @@ __device__ __forceinline__ int mla_ranges_used(int n_kv, int n_split) {
 // into the output rows. Per row, a warp weighs the ranges (lane z: range z) with the final
 // softmax factor folded in; then each thread owns a pair of dims and keeps kMergeRows rows x
 // kMergeRanges ranges of 8-byte loads in flight (the partials come from L2: latency-bound).
-constexpr int kMergeRows = 4, kMergeRanges = 8;
+constexpr int kMergeRows = 4, kMergeRanges = 16;
 __device__ void mla_merge(const TView &out, const AttnArgs &a, const float *part, int r0, int rows, int hk, int n_head, int n_split,
                           int n_used, float (*s_w)[kMaxSplit]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
