@@ -90,15 +90,14 @@ __global__ void __launch_bounds__(kTrThreads) topk_router_kernel(const __grid_co
   const bool has_row = row < a.E;
   const float *wrow = a.w + static_cast<int64_t>(has_row ? row : 0) * a.w_rs;
   const int np = has_row ? a.K & ~63 : 0;  // (no row: nothing loaded or folded)
-  // Weights before pdl_wait: the first chunks of this warp's row into registers, the rest into
-  // L2, the bias, the norm's row weight.
+  // Weights (topk_router_fits: weight tensors) before pdl_wait: the first chunks of this warp's
+  // row into registers, the rest into L2, the norm's row weight.
   float w0[kTrPre][kTrU], w1[kTrPre][kTrU];
 #pragma unroll
   for (int c = 0; c < kTrPre; ++c) load_chunk(wrow, c * kTrChunk, np, lane, w0[c], w1[c]);
 #ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
   for (int o = kTrPre * kTrChunk + lane * 32; o < np; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
 #endif
-  const float b = has_row ? __ldg(a.bias + row) : 0.0f;
   float nwr[kWeightRegs];
 #pragma unroll
   for (int j = 0; j < kWeightRegs; ++j) {
@@ -107,6 +106,7 @@ __global__ void __launch_bounds__(kTrThreads) topk_router_kernel(const __grid_co
   }
   pdl_wait();
   pdl_trigger();
+  const float b = has_row ? a.bias[row] : 0.0f;  // (any Add operand: possibly written by an earlier kernel)
   stage_row<kWeightRegs>(s_x, a.x, a.K, threadIdx.x, kTrThreads);
   __syncthreads();
   if (a.nw) {  // RmsNorm -> Mul as the row chains compute them
@@ -158,9 +158,18 @@ __global__ void __launch_bounds__(kTrThreads) topk_router_kernel(const __grid_co
 
 bool written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
 
+// A weight tensor (or a view of one): written by no kernel, so read before pdl_wait.
+bool is_weight(const Graph &g, int id) {
+  const Node *p = &g.node(id);
+  while (p->op == Op::View) p = &g.node(p->src[0]);
+  return p->op == Op::Leaf && p->leaf == LeafKind::Weight;
+}
+
 // Where the kernel applies: the unfused F32 mat-vec's 16-byte path (contiguous aligned rows,
-// K a multiple of 8, as router_mv_fits in fused.cu), K within the staged row, a counter.
-bool topk_router_fits(const CudaOpCtx &c, const Node &mm, const Node &sm) {
+// K a multiple of 8, as router_mv_fits in fused.cu), K within the staged row, a counter, the
+// router matrix (and the norm's row weight: nw) weight tensors.
+bool topk_router_fits(const CudaOpCtx &c, const Node &mm, const Node &sm, int nw) {
+  if (!is_weight(c.g, mm.src[0]) || (nw >= 0 && !is_weight(c.g, nw))) return false;
   const Node &w = c.g.node(mm.src[0]), &x = c.g.node(mm.src[1]);
   auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t K = w.ne[0], E = w.ne[1];
@@ -178,7 +187,7 @@ void cuda_fused_topk_router(const CudaOpCtx &c, const FusedGroup &grp) {
   auto node = [&](size_t k) -> const Node & { return c.g.node(mb[k]); };
   const size_t i_mm = node(0).op == Op::RmsNorm ? 2 : 0;
   const Node &mm = node(i_mm), &add = node(i_mm + 1), &tk = node(i_mm + 2), &gc = node(i_mm + 3), &sm = node(i_mm + 4);
-  if (!topk_router_fits(c, mm, sm)) {
+  if (!topk_router_fits(c, mm, sm, i_mm == 2 ? node(1).src[1] : -1)) {
     for (int m : mb) cuda_run_node(c.with_node(c.g.node(m)));  // the members in their order (the unfused schedule)
     return;
   }
