@@ -77,7 +77,9 @@ __device__ __forceinline__ void fold_chunk(const float *x, int i0, int np, int l
   }
 }
 
-__global__ void __launch_bounds__(kTrThreads) topk_router_kernel(const __grid_constant__ TopKRouterArgs a) {
+// (One block per multiprocessor: ptxas then keeps the 96 weight registers without spilling,
+// 148 registers; the launch has a handful of blocks.)
+__global__ void __launch_bounds__(kTrThreads, 1) topk_router_kernel(const __grid_constant__ TopKRouterArgs a) {
   __shared__ __align__(16) float s_x[kTrMaxK];
   __shared__ double s_red[32];
   __shared__ float s_l[kCudaMaxExperts];
