@@ -125,8 +125,8 @@ private:
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul:
-        return match_gate_up(i, grp) || match_topk_router(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) ||
-               match_router_side_mm(i, grp) || match_matvecs(i, grp);
+        return match_gate_up(i, grp) || match_topk_router(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) ||
+               match_router_mm(i, grp) || match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
@@ -346,8 +346,9 @@ private:
 
   // gpt-oss's router (cuda_fusion.h: TopKRouter): a one-token F32 MatMul -> Add(logits, bias [E])
   // -> TopK(biased) -> GatherCols(biased, ids) -> Softmax(gathered) [-> Scale], the MatMul read by
-  // the Add only. The Add's output is always written (the launch's last block reads the logits
-  // back); the gather and the softmax when read outside, the ids and the last member always.
+  // the Add only (taken before match_matmul_add). The Add's output is always written (the
+  // launch's last block reads the logits back), the ids and the last member (Softmax or Scale)
+  // too, the gathered logits when read outside.
   bool match_topk_router(int i, FusedGroup &grp) const {
     const Node &mm = nd(i), &w = nd(mm.src[0]);
     if (mm.op != Op::MatMul || w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[2] != 1 || w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1 ||
