@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -232,16 +233,25 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
         }
       }
-      if (std::string(preset) == "tiny-gpt-oss" && cuda_fused_matvec_available()) {
-        // q, k, v with their biases: one MatVecs launch per layer (match_matvecs_add); the
-        // router tail (top-k, gather, softmax) one Sequence launch.
+      if (std::string(preset) == "tiny-gpt-oss") {
+        // q, k, v with their biases: one MatVecs launch per layer (match_matvecs_add). The
+        // router: ffn norm, F32 mat-vec, bias, top-k, gather, softmax in one launch (TopKRouter;
+        // before: a row chain, a MatMul + Add and a Sequence, 3 launches); at 8 tokens the
+        // norm stays a row chain and top-k + gather a Sequence (the group only at one row).
+        const std::string router = "fused:rms_norm+mul+matmul+add+top_k+gather_cols+softmax";
         for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer); ++seg) {
           INFO("segment " << seg);
           const auto &v = by_layer[seg];
-          CHECK(has_label(v, "fused:matmul+add+matmul+add+matmul+add"));
-          const bool tail = has_label(v, "fused:top_k+gather_cols+softmax") ||
-                            has_label(v, "fused:top_k+gather_cols+softmax+scale");
-          CHECK(tail);  // the router tail (top-k before the softmax) as one Sequence
+          if (cuda_fused_matvec_available()) CHECK(has_label(v, "fused:matmul+add+matmul+add+matmul+add"));
+          CHECK((has_label(v, router) || has_label(v, router + "+scale")));
+          CHECK_FALSE(has_label(v, "fused:top_k+gather_cols+softmax"));
+          CHECK_FALSE(has_label(v, "fused:top_k+gather_cols+softmax+scale"));
+          if (cuda_fused_matvec_available()) CHECK(std::count(v.begin(), v.end(), std::string("fused:matmul+add")) == 1);  // the o-proj's bias only, not the router's
+          // (The last layer's FFN runs on the one output row: the group forms there too.)
+          const auto &p = prefill.at(seg);
+          const bool last = seg == static_cast<int>(m.hp.n_layer);
+          CHECK((has_label(p, router) || has_label(p, router + "+scale")) == last);
+          if (!last) CHECK(has_label(p, "fused:top_k+gather_cols"));  // (8 softmax rows: past kMaxSequenceRows)
         }
       }
     }
@@ -891,6 +901,88 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
       CHECK(f.launches + saved == u.launches);
       // The same graph again: the last-block counter was left at zero.
       const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
+    }
+#endif
+}
+
+// gpt-oss's router at one token in one launch (FusedKind::TopKRouter, ops/router_topk.cu):
+// [RmsNorm -> Mul ->] F32 MatMul -> Add(bias) -> TopK of the biased logits -> GatherCols ->
+// Softmax over the chosen [-> Scale]. Every output (ids, weights, and the member outputs read
+// outside: the normalised row, the biased logits, the gathered logits) the unfused kernels'
+// bits; ids the CPU's (rows 3 and 7 and their biases tie: 3 first); K of gpt-oss (2880) and past
+// the kernel's preloaded chunks (4104), E not a multiple of 8, k past 16.
+TEST_CASE("cuda fusion: gpt-oss router (norm, F32 mat-vec, bias, top_k, gather_cols, softmax) in one launch equals unfused and the CPU",
+          "[ops][cuda][fusion][routing]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  struct Case {
+    int64_t K, E, k;
+  };
+  for (const Case &cs : {Case{2880, 32, 4}, Case{2880, 128, 4}, Case{4104, 33, 5}, Case{64, 40, 20}, Case{8, 16, 4}})
+    for (int variant = 0; variant < 4; ++variant) {  // 0: plain, 1: + norm (its output read outside), 2: + scale, 3: + norm, logits and gather read outside
+      const int64_t K = cs.K, E = cs.E, k = cs.k;
+      const bool norm = variant == 1 || variant == 3, scale = variant == 2;
+      auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(150 + K + E), 0.05f);
+      const auto xv = randn(static_cast<size_t>(K), static_cast<uint32_t>(160 + K));
+      auto nv = randn(static_cast<size_t>(K), static_cast<uint32_t>(170 + K), 0.1f);
+      for (float &v : nv) v += 1.0f;
+      auto bv = randn(static_cast<size_t>(E), static_cast<uint32_t>(180 + E), 0.1f);
+      for (int64_t i = 0; i < K; ++i)  // rows 3 and 7: a tie ~3 sigma above the others
+        wv[static_cast<size_t>(3 * K + i)] = wv[static_cast<size_t>(7 * K + i)] = 0.15f * xv[static_cast<size_t>(i)] / std::sqrt(static_cast<float>(K));
+      bv[7] = bv[3];
+      WeightStore ws;
+      const GgufTensorInfo *wi = ws.add("router", DType::F32, {K, E}, wv);
+      const GgufTensorInfo *ni = ws.add("norm", DType::F32, {K}, nv);
+      const GgufTensorInfo *bi = ws.add("bias", DType::F32, {E}, bv);
+      int xi, xn = -1, logits, ids, gathered, w;
+      auto build = [&]() {
+        Graph g;
+        xi = g.input("x", DType::F32, {K, 1});
+        int a = xi;
+        if (norm) a = xn = g.mul(g.rms_norm(xi, 1e-5f), g.weight(ni));
+        logits = g.add(g.matmul(g.weight(wi), a), g.weight(bi));
+        ids = g.top_k(logits, static_cast<int>(k));
+        gathered = g.gather_cols(logits, ids);
+        w = g.softmax(gathered);
+        if (scale) w = g.scale(w, 2.5f);
+        g.mark_output(ids, "ids");
+        g.mark_output(w, "w");
+        if (norm) g.mark_output(xn, "xn");  // the experts read the normalised row
+        if (variant == 3) {
+          g.mark_output(logits, "logits");
+          g.mark_output(gathered, "gathered");
+        }
+        return g;
+      };
+      INFO("K " << K << " E " << E << " k " << k << " variant " << variant);
+      const FusionPlan fp = plan_on(*gpu, build());
+      REQUIRE(fp.groups.size() == 1);
+      CHECK(fp.groups[0].kind == FusedKind::TopKRouter);
+      CHECK(fp.groups[0].label == std::string(norm ? "fused:rms_norm+mul+" : "fused:") + "matmul+add+top_k+gather_cols+softmax" + (scale ? "+scale" : ""));
+      std::vector<int> outs = {ids, w};
+      if (norm) outs.push_back(xn);
+      if (variant == 3) outs.insert(outs.end(), {logits, gathered});
+      const std::vector<Input> ins = {in(xi, xv)};
+      auto rc = run_on(*reg.cpu(), build(), ins, outs);
+      const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);
+      const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false);
+      for (size_t o = 0; o < outs.size(); ++o) {
+        INFO("output " << o);
+        CHECK(f.out[o] == u.out[o]);  // bit-identical
+        if (o > 0) CHECK(rel_err(f.out[o], rc[o]) < 1e-5);
+      }
+      CHECK(f.out[0] == rc[0]);  // ids exactly
+      std::vector<int32_t> id(static_cast<size_t>(k));
+      std::memcpy(id.data(), f.out[0].data(), id.size() * 4);
+      CHECK(id[0] == 3);
+      CHECK(id[1] == 7);
+      // Unfused: [rms_norm, mul,] mat-vec, add, top_k, gather_cols, softmax [, scale]; fused: 1.
+      const uint64_t unfused = (norm ? 2 : 0) + 5 + (scale ? 1 : 0);
+      CHECK(f.launches + unfused - 1 == u.launches);
+      const FusedRun f2 = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true);  // the last-block counter was left at zero
       for (size_t o = 0; o < outs.size(); ++o) CHECK(f2.out[o] == f.out[o]);
     }
 #endif

@@ -125,8 +125,8 @@ private:
     switch (nd(i).op) {
       case Op::MatMulId: return match_gate_up(i, grp) || match_down(i, grp);
       case Op::MatMul:
-        return match_gate_up(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) || match_router_mm(i, grp) ||
-               match_router_side_mm(i, grp) || match_matvecs(i, grp);
+        return match_gate_up(i, grp) || match_topk_router(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) ||
+               match_router_mm(i, grp) || match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
@@ -344,7 +344,42 @@ private:
     return true;
   }
 
-  // RmsNorm(x) -> Mul(row weight) -> [side MatMul ->] the router's F32 MatMul (match_router_mm), one token:
+  // gpt-oss's router (cuda_fusion.h: TopKRouter): a one-token F32 MatMul -> Add(logits, bias [E])
+  // -> TopK(biased) -> GatherCols(biased, ids) -> Softmax(gathered) [-> Scale], the MatMul read by
+  // the Add only (taken before match_matmul_add). The Add's output is always written (the
+  // launch's last block reads the logits back), the ids and the last member (Softmax or Scale)
+  // too, the gathered logits when read outside.
+  bool match_topk_router(int i, FusedGroup &grp) const {
+    const Node &mm = nd(i), &w = nd(mm.src[0]);
+    if (mm.op != Op::MatMul || w.type != DType::F32 || w.ne[0] % 8 != 0 || w.ne[2] != 1 || w.ne[3] != 1 || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1 ||
+        !f32_rows(mm) || !f32_rows(nd(mm.src[1])))
+      return false;
+    const int64_t E = mm.ne[0];
+    const int a = next(i);
+    if (E > kCudaMaxExperts || a < 0 || nd(a).op != Op::Add || nd(a).src[0] != i || !same_place(i, a) || !private_to_group(i) || !f32_rows(nd(a)))
+      return false;
+    const Node &b = nd(nd(a).src[1]);
+    if (b.type != DType::F32 || b.nb[0] != 4 || b.ne[0] != E || b.ne[1] != 1 || b.ne[2] != 1 || b.ne[3] != 1 || !same_shape(nd(a), mm)) return false;
+    const int tk = next(a);
+    if (tk < 0 || nd(tk).op != Op::TopK || nd(tk).src[0] != a || !same_place(i, tk) || nd(tk).ne[0] > 32 || nd(tk).ne[0] > E || nd(tk).ne[1] != 1)
+      return false;
+    const int gc = next(tk);
+    if (gc < 0 || nd(gc).op != Op::GatherCols || nd(gc).src[0] != a || nd(gc).src[1] != tk || !same_place(i, gc) || !f32_rows(nd(gc))) return false;
+    const int sm = next(gc);
+    if (sm < 0 || nd(sm).op != Op::Softmax || nd(sm).src[0] != gc || !same_place(i, sm) || !f32_rows(nd(sm)) || nd(sm).ne[0] != nd(tk).ne[0])
+      return false;
+    grp.kind = FusedKind::TopKRouter;
+    grp.members = {i, a, tk, gc, sm};
+    grp.written = {a, tk};
+    if (read_outside(gc, 1)) grp.written.push_back(gc);
+    const int s = next(sm);
+    if (s >= 0 && nd(s).op == Op::Scale && nd(s).src[0] == sm && private_to_group(sm) && same_place(i, s) && f32_rows(nd(s)) && same_shape(nd(s), nd(sm)))
+      grp.members.push_back(s);
+    grp.written.push_back(grp.members.back());
+    return true;
+  }
+
+  // RmsNorm(x) -> Mul(row weight) -> [side MatMul ->] the router's F32 MatMul (match_router_mm, match_topk_router), one token:
   // every block of the router launch normalises the row itself; the Mul output is written
   // when the experts (or others) read it.
   bool match_norm_router(int i, FusedGroup &grp) const {
@@ -352,7 +387,8 @@ private:
     if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
     if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1) return false;
     const int mm = next(m);
-    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) || !(match_router_mm(mm, grp) || match_router_side_mm(mm, grp)))
+    if (mm < 0 || nd(mm).op != Op::MatMul || nd(mm).src[1] != m || !same_place(i, mm) ||
+        !(match_router_mm(mm, grp) || match_router_side_mm(mm, grp) || match_topk_router(mm, grp)))
       return false;
     const int readers = grp.kind == FusedKind::Router && nd(grp.members[1]).op == Op::MatMul ? 2 : 1;  // (the side mat-vec reads it too)
     grp.members.insert(grp.members.begin(), {i, m});
@@ -753,6 +789,7 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::GatedNorm: return cuda_fused_gated_norm(c, grp);
     case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
     case FusedKind::DeltaNorm: return cuda_fused_delta_norm(c, grp);
+    case FusedKind::TopKRouter: return cuda_fused_topk_router(c, grp);
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));

@@ -34,6 +34,8 @@ enum class FusedKind : uint8_t {
   GatedNorm,     // RmsNorm -> Mul(row weight) -> SwiGLU(z, .) (the DeltaNet output norm)
   SharedGate,    // Sigmoid -> MoeCombine(one expert) -> Add -> Add (sigmoid-gated shared expert + residual)
   DeltaNorm,     // DeltaNet -> GatedNorm's RmsNorm -> Mul -> SwiGLU in the DeltaNet kernel (ops/delta_net.cu)
+  TopKRouter,    // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Add bias -> TopK -> GatherCols -> Softmax [-> Scale]
+                 // (gpt-oss: top-k of the biased logits, softmax over the chosen ones; ops/router_topk.cu)
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -164,5 +166,7 @@ void cuda_fused_gated_norm(const CudaOpCtx &c, const FusedGroup &grp);
 void cuda_fused_shared_gate(const CudaOpCtx &c, const FusedGroup &grp);
 // ops/delta_net.cu.
 void cuda_fused_delta_norm(const CudaOpCtx &c, const FusedGroup &grp);
+// ops/router_topk.cu.
+void cuda_fused_topk_router(const CudaOpCtx &c, const FusedGroup &grp);
 
 }  // namespace moe
