@@ -621,8 +621,8 @@ void check_bias(DType t) {
         }
         want[static_cast<size_t>(r)] = acc + res[static_cast<size_t>(r)];
       }
-      const EmuMv md = down_args(m, DownSet{sh.ids, false}, cw, res.data());
-      EmuMv mo = md;
+      const DownSet ds{sh.ids, false};  // (down_args keeps a pointer to its ids)
+      EmuMv mo = down_args(m, ds, cw, res.data());
       mo.y = out.data();
       ++checks;
       if (!emu_new::launch_bias(t, true, mo, EmuBias{bd.data(), nullptr, sK, 0, 0.0f, 0.0f})) {
@@ -647,7 +647,9 @@ int main(int argc, char **argv) {
     }
   }
   if (only.empty() || only == "bias") {
-    for (DType t : {DType::MXFP4, DType::Q8_0, DType::Q4_0}) check_bias(t);
+    const std::string bias_only = only == "bias" && argc > 2 ? argv[2] : "";  // bias TYPE: that type only
+    for (DType t : {DType::MXFP4, DType::Q8_0, DType::Q4_0})
+      if (bias_only.empty() || bias_only == dtype_name(t)) check_bias(t);
     std::printf("bias: %d checks, %d failures\n", checks, failures);
   }
   if (only.empty() || only == "tail") {

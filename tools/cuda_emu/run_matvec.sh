@@ -4,9 +4,10 @@
 # outputs: run_matvec.sh [TYPE|group] (TYPE as dtype_name spells it: q4_K, q8_0, ...; see
 # matvec_check.cpp). The reference-order types (q4_K, q5_K, q6_K, q8_0) are checked against
 # the CPU's ref_order_dot_rows bit for bit instead of against OLD. Needs g++ >= 12 and the CUDA
-# headers (no GPU, no CUDA runtime library). run_matvec.sh bias: gpt-oss's expert groups with
-# their biases against the unfused sequence (check_bias). MATVEC_CU=path: check another copy of
-# matvec.cu as the new version (a mutation must fail).
+# headers (no GPU, no CUDA runtime library). run_matvec.sh bias [TYPE]: gpt-oss's expert groups
+# with their biases against the unfused sequence (check_bias; mxfp4, q8_0, q4_0 or one of
+# them). MATVEC_CU=path: check another copy of matvec.cu as the new version (a mutation must
+# fail).
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
