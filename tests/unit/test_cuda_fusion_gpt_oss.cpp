@@ -38,7 +38,7 @@ namespace {
 struct OssMoe {
   int64_t K, F, E, k;
   const GgufTensorInfo *wu, *wg, *wd, *bu, *bg, *bd;
-  int x = -1, ids = -1, cw = -1, res = -1, act = -1, out = -1;
+  int x = -1, ids = -1, cw = -1, res = -1, act = -1, out = -1;  // node ids, set by graph()
 
   OssMoe(WeightStore &ws, DType t, int64_t K_, int64_t F_, int64_t E_, int64_t k_, uint32_t seed) : K(K_), F(F_), E(E_), k(k_) {
     // Weight scale 0.05: dots of a few units, so SwiGLU-OAI's clamp at 7 cuts only some of them.
@@ -81,10 +81,10 @@ TEST_CASE("cuda fusion: gpt-oss experts with biases and SwiGLU-OAI in two launch
   struct Shape {
     int64_t K, F, E, k;
   };
-  // gpt-oss-20b's layer (K = F = 2880, 4 experts used, 8 instead of 32 stored to keep the
-  // test's weights small: the 16-warp down kernel); five
-  // slots (two passes of four); F 3072 with eight slots (the 8-warp down kernel with two warps
-  // per row: the 16-warp one's shared memory does not fit); two slots.
+  // gpt-oss-20b's layer (K = F = 2880, 4 experts used; 8 stored instead of 32 to keep the
+  // test's weights small: the 16-warp down kernel); five slots (two passes of four); F 3072
+  // with eight slots (the 8-warp down kernel with two warps per row: the 16-warp one's shared
+  // memory does not fit); two slots.
   const Shape shapes[] = {{2880, 2880, 8, 4}, {256, 96, 6, 5}, {256, 3072, 10, 8}, {1024, 224, 8, 2}};
   uint32_t seed = 4100;
   for (DType t : {DType::MXFP4, DType::Q8_0, DType::Q4_0})
@@ -96,7 +96,6 @@ TEST_CASE("cuda fusion: gpt-oss experts with biases and SwiGLU-OAI in two launch
       seed += 10;
       std::vector<int32_t> id;
       for (int64_t j = 0; j < sh.k; ++j) id.push_back(static_cast<int32_t>((j * 7 + 3) % sh.E));
-      const std::vector<Input> ins = m.inputs(id, seed++);
       // The plan: the two groups, nothing else.
       std::vector<std::string> labels;
       {
@@ -108,6 +107,7 @@ TEST_CASE("cuda fusion: gpt-oss experts with biases and SwiGLU-OAI in two launch
         for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups) labels.push_back(grp.label);
       }
       CHECK(labels == std::vector<std::string>{"fused:matmul_id+add_id+matmul_id+add_id+swiglu_oai", "fused:matmul_id+add_id+moe_combine+add"});
+      const std::vector<Input> ins = m.inputs(id, seed++);  // (after graph(): the input nodes' ids)
       const std::vector<int> outs = {m.act, m.out};
       const auto rc = run_on(*reg.cpu(), m.graph(), ins, outs);
       GpuTuning unfused;
