@@ -531,7 +531,8 @@ void check_tails() {
 
 // gpt-oss's experts with their biases (matvec.cu: MvBias): the fused gate/up + SwiGLU-OAI and
 // down + bias + combine + residual launches bit for bit against the unfused sequence: this
-// version's MatMulId kernel (rows with ids), then AddId, SwiGLU-OAI and MoeCombine + Add in
+// version's MatMulId as cuda_matvec launches it at the H200's 132 SMs (unfused_product: K halves
+// for the shapes of few rows), then AddId, SwiGLU-OAI and MoeCombine + Add in
 // the float operations of their kernels (moe_route.cu: add_id_kernel, moe_combine4_kernel;
 // ew_value.cuh: swiglu_oai_value), here on the host. Bias rows with a stride past their row
 // length; out-of-range ids (the unfused MatMulId writes zeros, AddId copies them, the combine
@@ -541,6 +542,16 @@ float oai_ref(float x, float y, float alpha, float limit) {  // swiglu_oai_value
   const float g = fminf(x, limit);
   const float u = fminf(fmaxf(y, -limit), limit);
   return g / (1.0f + expf(alpha * (-g))) * (u + 1.0f);
+}
+
+// The unfused MatMulId of one token as cuda_matvec launches it on the H200 (launch_rows: the
+// mode rows_mode picks at 132 SMs, kModeHalves for few rows).
+constexpr int kH200Sms = 132;
+void unfused_product(DType t, const EmuMv &m, const std::string &tag) {
+  if (!emu_new::launch_tail(t, false, kH200Sms, m, EmuTail{})) {
+    ++failures;
+    std::printf("FAIL %s: the unfused MatMulId did not launch\n", tag.c_str());
+  }
 }
 
 void check_bias(DType t) {
@@ -570,10 +581,10 @@ void check_bias(DType t) {
       std::vector<float> yg(static_cast<size_t>(n * F), NAN), yu(yg), want(yg), act(yg);
       m.w = wg->p;
       m.y = yg.data();
-      emu_new::launch_mv(t, false, cdiv(F, 16), static_cast<unsigned>(n), 1, 0, m);
+      unfused_product(t, m, tag + " gate");
       m.w = wu->p;
       m.y = yu.data();
-      emu_new::launch_mv(t, false, cdiv(F, 16), static_cast<unsigned>(n), 1, 0, m);
+      unfused_product(t, m, tag + " up");
       for (int64_t j = 0; j < n; ++j)
         for (int64_t r = 0; r < F; ++r) {
           const size_t i = static_cast<size_t>(j * F + r), b = static_cast<size_t>(sh.ids[static_cast<size_t>(j)] * sF + r);
@@ -587,7 +598,7 @@ void check_bias(DType t) {
       m.eb2 = m.eb;
       m.y = act.data();
       ++checks;
-      if (!emu_new::launch_bias(t, false, m, EmuBias{bg.data(), bu.data(), sF, sF, alpha, limit})) {
+      if (!emu_new::launch_bias(t, false, kH200Sms, m, EmuBias{bg.data(), bu.data(), sF, sF, alpha, limit})) {
         ++failures;
         std::printf("FAIL %s gate_up: not launched\n", tag.c_str());
       }
@@ -610,7 +621,7 @@ void check_bias(DType t) {
       m.mode = kRows;
       std::vector<float> yd(static_cast<size_t>(n * K), NAN), want(static_cast<size_t>(K)), out(want.size(), NAN);
       m.y = yd.data();
-      emu_new::launch_mv(t, false, cdiv(K, 16), static_cast<unsigned>(n), 1, 0, m);
+      unfused_product(t, m, tag + " down");
       for (int64_t r = 0; r < K; ++r) {
         float acc = 0.0f;
         for (int64_t j = 0; j < n; ++j) {
@@ -625,7 +636,7 @@ void check_bias(DType t) {
       EmuMv mo = down_args(m, ds, cw, res.data());
       mo.y = out.data();
       ++checks;
-      if (!emu_new::launch_bias(t, true, mo, EmuBias{bd.data(), nullptr, sK, 0, 0.0f, 0.0f})) {
+      if (!emu_new::launch_bias(t, true, kH200Sms, mo, EmuBias{bd.data(), nullptr, sK, 0, 0.0f, 0.0f})) {
         ++failures;
         std::printf("FAIL %s down: not launched\n", tag.c_str());
       }

@@ -493,6 +493,35 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
   }
 }
 
+// The unfused kModeHalves order for each of J jobs (quantized types outside the reference
+// order, where a row's two K halves fold apart): a job's lane sums over its first half and over
+// its second half of kh = a.K / 2 elements, added lane by lane (rows_block's acc[0] += acc[1]);
+// finish_rows then sums the lanes. The same unit_dot sums per lane as the unfused launch, so the
+// bias kernels match an unfused MatMulId that rows_mode sends to kModeHalves bit for bit.
+// Arguments as row_dots'.
+template <DType T, int J, int CH, int C, int P>
+__device__ __forceinline__ void halves_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
+                                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
+                                            float (&acc)[J]) {
+  static_assert(!is_plain(T) && !ref_order_type<T>, "reference-order halves continue one fold: row_dots");
+  const int kh = a.K / 2;
+  const int64_t hb = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
+  const uint8_t *wr2[J];
+  int xe[J], xe2[J];
+  float acc2[J], accm[J], accm2[J];
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    xe[k] = (xslot[k] - x_first) * a.K;
+    xe2[k] = xe[k] + kh;
+    wr2[k] = ok[k] ? wr[k] + hb : wr[k];
+    acc[k] = acc2[k] = accm[k] = accm2[k] = 0.0f;
+  }
+  quant_dots<T, J, CH, false, C, P>(a, kh, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, false);
+  quant_dots<T, J, CH, false, C, P>(a, kh, wr2, ok, xe2, false, false, x_first, x_n, stage, xm, acc2, accm2, false);
+#pragma unroll
+  for (int k = 0; k < J; ++k) acc[k] += acc2[k];
+}
+
 // The J jobs' dot products from their accumulators (row_dots); every lane gets them and
 // must make the call (shuffles).
 template <DType T, int J, bool Cpu = cpu_order_type<T>>
@@ -537,6 +566,7 @@ struct MvBias {
   const float *b2;      // up's bias rows (gate/up; null for down)
   int64_t s, s2;        // expert strides of b and b2 (floats)
   float alpha, limit;   // SwiGLU-OAI's (gate/up)
+  bool halves;          // host only: launch the Halves kernels (unfused_halves); false: one pass over K
 };
 
 // Block-wide, after the block's writes of y (each writer fenced after them): the last block
@@ -572,7 +602,8 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // (the products and their order are those of one warp doing every pass: bit-identical).
 // OneWarp: one warp per row whatever the slots (the 16-warp matvec_down_kernel).
 // Bias: each expert's product gets its bias row's value added first (MvBias; bias set).
-template <DType T, int J, int CH, int P, bool OneWarp = false, bool Bias = false>
+// Halves (with Bias): each product folds K in halves (halves_dots), as its unfused MatMulId.
+template <DType T, int J, int CH, int P, bool OneWarp = false, bool Bias = false, bool Halves = false>
 __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail, const MvBias *bias = nullptr) {
   // Settled ids (kModeDownSettled, quantized, K > 0 and n_used > 0: the host checks) are read
   // before the wait, through L2 (__ldcg: this SM's L1 may hold an older layer's ids), and the
@@ -617,7 +648,8 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail,
       if constexpr (Bias) bv[k] = ok[k] ? __ldg(bias->b + e * bias->s + row) : 0.0f;
     }
     const bool first = j0 == part * J;
-    row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc, accm);
+    if constexpr (Halves) halves_dots<T, J, CH, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc);
+    else row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc, accm);
     if (blockIdx.x == 0 && threadIdx.x == 0)  // (after the wait: no global write before it)
       for (int j = j0; j < min(j0 + J, a.n_used); ++j)
         if (const int e = a.ids[j]; e < 0 || e >= a.E) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
@@ -651,8 +683,10 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail,
 // kModeSplit runs one logical block per thread block.
 // Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
 // tail: a norm tail (tail->sync set) where the launch has one; null where it never does.
-// Bias (kModeGateUp only): gate and up get their bias values added, then SwiGLU-OAI (MvBias).
-template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, bool Bias = false>
+// Bias (kModeGateUp only): gate and up get their bias values added, then SwiGLU-OAI (MvBias);
+// Halves (with Bias): both dots fold K in halves (halves_dots), as their unfused MatMulIds.
+template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, bool Bias = false,
+          bool Halves = false>
 __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr,
                                            const MvBias *bias = nullptr) {
   constexpr int J = kJPair, CH = kChPair;
@@ -727,8 +761,12 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     }
   }
   if (!split) {
-    row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
-    if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    if constexpr (Halves) {
+      halves_dots<T, J, CH, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc);
+    } else {
+      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+      if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    }
     finish_rows<T, J, Cpu>(a, acc, accm, v);
   }
   const bool with_tail = tail && tail->sync;  // launch-uniform
@@ -776,15 +814,16 @@ __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_ker
 // The expert kernels with gpt-oss's biases (MvBias): the same blocks and device code as
 // matvec_expert_kernel / matvec_down_kernel plus the bias adds and SwiGLU-OAI, instantiated
 // only for the weight types of bias_type.
-template <DType T, int J, int CH, int P>
+// H: Halves (K folded in halves like the unfused kModeHalves launch; see unfused_halves).
+template <DType T, int J, int CH, int P, bool H>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_bias_kernel(MvArgs a, const __grid_constant__ MvBias bias) {
-  if constexpr (J == kJDown) down_block<T, J, CH, P, false, true>(a, RowTail{}, &bias);
-  else rows_block<T, cpu_order_type<T>, 1, P, true>(a, blockIdx.x, stage_bytes<T, CH>(), nullptr, &bias);
+  if constexpr (J == kJDown) down_block<T, J, CH, P, false, true, H>(a, RowTail{}, &bias);
+  else rows_block<T, cpu_order_type<T>, 1, P, true, H>(a, blockIdx.x, stage_bytes<T, CH>(), nullptr, &bias);
 }
-template <DType T, int J, int CH, int P>
+template <DType T, int J, int CH, int P, bool H>
 __global__ void __launch_bounds__(kMvMaxThreads) matvec_down_bias_kernel(MvArgs a, const __grid_constant__ RowTail tail,
                                                                          const __grid_constant__ MvBias bias) {
-  down_block<T, J, CH, P, true, true>(a, tail, &bias);
+  down_block<T, J, CH, P, true, true, H>(a, tail, &bias);
 }
 
 // Down + combine in 16-warp blocks at up to 128 registers, one warp per row: the geometry
@@ -868,6 +907,15 @@ int rows_mode(DType t, int K, int64_t M, int n_used, int n_sm, bool own = false)
 }
 int rows_per_block(int mode) { return mode == kModeHalves ? kRowsOne : kRowsPlain; }
 
+// Whether the unfused MatMulId of a bias group's product (cuda_matvec -> launch_rows at this
+// device's n_sm) folds K in halves that the bias kernels' one pass would not reproduce: the
+// types outside the reference order (reference-order halves continue one fold: the same bits).
+// The bias launchers then take the Halves kernels (MvBias::halves). gpt-oss-20b's experts
+// (K 2880, 2880 rows, 4 slots) take row pairs on the H200: its decode runs the one-pass kernels.
+bool unfused_halves(DType t, const MvArgs &a, int n_sm) {
+  return a.K > 0 && !ref_order_dtype(t) && rows_mode(t, a.K, a.M, a.n_used, n_sm) == kModeHalves;
+}
+
 // A final output of a CPU-order type in CUDA's own order: 8-warp thread blocks (one logical
 // block each; grid.x counts them). Returns false for the other types (their one order).
 bool launch_own_order(DType t, dim3 grid, int smem, const LaunchStream &s, const MvArgs &a) {
@@ -928,13 +976,22 @@ void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, const Launch
   else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
 }
 
-// The same with gpt-oss's biases (the bias kernels; instantiated for bias_type's types only).
+// The same with gpt-oss's biases (the bias kernels; instantiated for bias_type's types only,
+// H: Halves, only for the types outside the reference order).
+template <DType T, bool H>
+void launch_expert_bias_in(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail,
+                           const MvBias &bias) {
+  if (down && wide) launch_pdl(matvec_down_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvMaxThreads), smem, s, a, tail, bias);
+  else if (down) launch_pdl(matvec_expert_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvThreads), smem, s, a, bias);
+  else launch_pdl(matvec_expert_bias_kernel<T, kJPair, kChPair, kQ4kEither, H>, grid, dim3(kMvThreads), smem, s, a, bias);
+}
 template <DType T>
 void launch_expert_bias_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail,
                            const MvBias &bias) {
-  if (down && wide) launch_pdl(matvec_down_bias_kernel<T, kJDown, kChDown, kQ4kEither>, grid, dim3(kMvMaxThreads), smem, s, a, tail, bias);
-  else if (down) launch_pdl(matvec_expert_bias_kernel<T, kJDown, kChDown, kQ4kEither>, grid, dim3(kMvThreads), smem, s, a, bias);
-  else launch_pdl(matvec_expert_bias_kernel<T, kJPair, kChPair, kQ4kEither>, grid, dim3(kMvThreads), smem, s, a, bias);
+  if constexpr (!ref_order_type<T>) {
+    if (bias.halves) return launch_expert_bias_in<T, true>(down, wide, grid, smem, s, a, tail, bias);
+  }
+  launch_expert_bias_in<T, false>(down, wide, grid, smem, s, a, tail, bias);
 }
 
 // Gate/up + SwiGLU (a.mode kModeGateUp; grid: blocks of kRowsOne rows x expert slots) or
@@ -1236,6 +1293,7 @@ void down_combine(const CudaOpCtx &c, const Node &down, const Node *bias, const 
     a.add = other ? f32_data(*other) : nullptr;
     const DType wt = c.g.node(down.src[0]).type;
     a.mode = ids_settled && !is_plain(wt) && a.K > 0 && a.n_used > 0 ? kModeDownSettled : kModeDown;
+    mb.halves = bias && unfused_halves(wt, a, c.n_sm);
     const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add ? *add : combine) : RowTail{};
     bool tail_done = false;
     if (launch_expert(wt, true, c.stream, a, tail, &tail_done, bias ? &mb : nullptr)) {
@@ -1367,6 +1425,7 @@ void cuda_fused_gate_up_oai(const CudaOpCtx &c, const Node &gate_bias, const Nod
     a.rb2 = static_cast<int64_t>(wu.nb[1]);
     a.eb2 = static_cast<int64_t>(wu.nb[2]);
     a.mode = kModeGateUp;
+    mb.halves = unfused_halves(wg.type, a, c.n_sm);  // (up's MatMulId has gate's shape)
     if (launch_expert(wg.type, false, c.stream, a, RowTail{}, nullptr, &mb)) return;
   }
   // In graph order (see cuda_fused_gate_up_swiglu: a member's scratch may lie under a later member's output).
