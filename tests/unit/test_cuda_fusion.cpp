@@ -145,9 +145,9 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
     by_layer[cg.node(grp.run_at).segment].push_back(grp.label);
     if (n_tails && grp.norm_tail) ++*n_tails;
   }
-  // qwen3moe's down + combine follows the gate/up launch that reads the same ids: settled ids
-  // (read before the kernel's wait).
-  if (name == "tiny" && n_tokens == 1)
+  // qwen3moe's (and gpt-oss's) down + combine follows the gate/up launch that reads the same
+  // ids: settled ids (read before the kernel's wait).
+  if ((name == "tiny" || name == "tiny-gpt-oss") && n_tokens == 1)
     for (const FusedGroup &grp : fp.groups)
       if (grp.kind == FusedKind::DownCombine) CHECK(grp.ids_settled);
   std::map<int, int> planned;
@@ -252,6 +252,26 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           const bool last = seg == static_cast<int>(m.hp.n_layer);
           CHECK((has_label(p, router) || has_label(p, router + "+scale")) == last);
           if (!last) CHECK(has_label(p, "fused:top_k+gather_cols"));  // (8 softmax rows: past kMaxSequenceRows)
+          // The experts with their biases (cuda_fusion.cpp: match_gate_up_oai, match_down's
+          // bias_after): gate/up + SwiGLU-OAI in one launch, down + bias + combine + residual
+          // in another, which takes the next norm (a norm tail) where tails are on.
+          if (cuda_fused_matvec_available()) {
+            CHECK(has_label(v, "fused:matmul_id+add_id+matmul_id+add_id+swiglu_oai"));
+            CHECK(has_label(v, "fused:matmul_id+add_id+moe_combine+add+rms_norm+mul"));
+          }
+        }
+        // Without norm tails (the default): the same two groups, and no expert node (MatMulId,
+        // AddId, SwiGLU-OAI, MoeCombine) runs alone: 2 launches for the layer's 9 MoE nodes,
+        // 9 in all (attention norm, q/k/v, rope + KV store, attention, out-proj + bias,
+        // residual, the router group, and the two).
+        std::map<int, int> launches;
+        const auto plain = plan_by_layer(reg, m, 1, std::string(preset) + " (no norm tails)", 0, nullptr, &launches);
+        for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer) && cuda_fused_matvec_available(); ++seg) {
+          INFO("segment " << seg);
+          const auto &v = plain.at(seg);
+          CHECK(has_label(v, "fused:matmul_id+add_id+matmul_id+add_id+swiglu_oai"));
+          CHECK(has_label(v, "fused:matmul_id+add_id+moe_combine+add"));
+          if (seg < static_cast<int>(m.hp.n_layer)) CHECK(launches[seg] == 9);  // (the last layer also gathers its output rows)
         }
       }
     }

@@ -36,6 +36,7 @@ void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int, int, const Emu
 bool launch_grp(const EmuMv &, const EmuSeg *, int, int) { return false; }
 bool launch_own(DType, unsigned, unsigned, const EmuMv &) { return false; }
 bool launch_tail(DType, bool, int, const EmuMv &, const EmuTail &) { return false; }
+bool launch_bias(DType, bool, int, const EmuMv &, const EmuBias &) { return false; }
 '''
 else:
     api = common + '''
@@ -72,6 +73,14 @@ bool launch_tail(DType t, bool down, int n_sm, const EmuMv &m, const EmuTail &et
   if (smem < 0) return false;
   launch_rows(LaunchStream{}, n_sm, t, smem, a, false, tail);
   return true;
+}
+// Gate/up + SwiGLU-OAI (m.mode kModeGateUp) or down + combine [+ residual] (kModeDown) with
+// gpt-oss's expert biases (the bias kernels, folding K as the unfused MatMulId at n_sm does:
+// unfused_halves); false: not launched (type or shared memory).
+bool launch_bias(DType t, bool down, int n_sm, const EmuMv &m, const EmuBias &eb) {
+  const MvArgs a = to_args(m);
+  const MvBias b{eb.b, eb.b2, eb.s, eb.s2, eb.alpha, eb.limit, unfused_halves(t, a, n_sm)};
+  return launch_expert(t, down, LaunchStream{}, a, RowTail{}, nullptr, &b);
 }
 '''
 s += '}  // namespace\nnamespace emu_' + tag + ' {\n' + api + '}  // namespace emu_' + tag + '\n}  // namespace moe\n'

@@ -37,6 +37,12 @@ struct EmuTail {
   float *out;
   float eps;
 };
+// gpt-oss's expert biases and SwiGLU-OAI (matvec.cu's MvBias).
+struct EmuBias {
+  const float *b, *b2;
+  int64_t s, s2;
+  float alpha, limit;
+};
 uint8_t *emu_dyn_smem();
 }  // namespace moe_emu_api
 
@@ -47,6 +53,7 @@ namespace moe {
   bool launch_grp(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm);              \
   bool launch_own(DType t, unsigned gx, unsigned gy, const moe_emu_api::EmuMv &m);                                 \
   bool launch_tail(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuTail &tail);    \
+  bool launch_bias(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuBias &bias);    \
   }
 MOE_EMU_API(old)
 MOE_EMU_API(new)

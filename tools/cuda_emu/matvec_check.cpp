@@ -529,17 +529,139 @@ void check_tails() {
   }
 }
 
+// gpt-oss's experts with their biases (matvec.cu: MvBias): the fused gate/up + SwiGLU-OAI and
+// down + bias + combine + residual launches bit for bit against the unfused sequence: this
+// version's MatMulId as cuda_matvec launches it at the H200's 132 SMs (unfused_product: K halves
+// for the shapes of few rows), then AddId, SwiGLU-OAI and MoeCombine + Add in
+// the float operations of their kernels (moe_route.cu: add_id_kernel, moe_combine4_kernel;
+// ew_value.cuh: swiglu_oai_value), here on the host. Bias rows with a stride past their row
+// length; out-of-range ids (the unfused MatMulId writes zeros, AddId copies them, the combine
+// adds zero times the weight). Down shapes take the 16-warp kernel and (F 3072, eight slots)
+// the 8-warp one with two warps per row.
+float oai_ref(float x, float y, float alpha, float limit) {  // swiglu_oai_value's expression
+  const float g = fminf(x, limit);
+  const float u = fminf(fmaxf(y, -limit), limit);
+  return g / (1.0f + expf(alpha * (-g))) * (u + 1.0f);
+}
+
+// The unfused MatMulId of one token as cuda_matvec launches it on the H200 (launch_rows: the
+// mode rows_mode picks at 132 SMs, kModeHalves for few rows).
+constexpr int kH200Sms = 132;
+void unfused_product(DType t, const EmuMv &m, const std::string &tag) {
+  if (!emu_new::launch_tail(t, false, kH200Sms, m, EmuTail{})) {
+    ++failures;
+    std::printf("FAIL %s: the unfused MatMulId did not launch\n", tag.c_str());
+  }
+}
+
+void check_bias(DType t) {
+  struct Shape {
+    int64_t K, F, E;
+    std::vector<int32_t> ids;
+  };
+  const float alpha = 1.702f, limit = 7.0f;
+  const Shape shapes[] = {{256, 96, 6, {1, 4, -1, 0, 4}}, {2880, 32, 4, {3, 0, 2, 1}}, {96, 3072, 10, {1, 2, 0, 9, 4, 3, 12, 0}}};
+  for (const Shape &sh : shapes) {
+    const int64_t K = sh.K, F = sh.F, E = sh.E, n = static_cast<int64_t>(sh.ids.size());
+    const std::string tag = std::string(dtype_name(t)) + " bias K " + std::to_string(K) + " F " + std::to_string(F) + " slots " + std::to_string(n);
+    auto valid = [&](int64_t j) { return sh.ids[static_cast<size_t>(j)] >= 0 && sh.ids[static_cast<size_t>(j)] < E; };
+    // gate/up: K activations, F rows per expert.
+    {
+      std::unique_ptr<Buf> wg(weights(t, K, F * E)), wu(weights(t, K, F * E));
+      const size_t rb = row_size(t, K);
+      const int64_t sF = F + 3;
+      const auto bg = randn(static_cast<size_t>(E * sF)), bu = randn(static_cast<size_t>(E * sF));
+      const auto xs = randn(static_cast<size_t>(K), 0.1f);
+      EmuMv m = one_token_args(rb, K, F, xs);
+      m.eb = static_cast<int64_t>(rb) * F;
+      m.E = static_cast<int>(E);
+      m.ids = sh.ids.data();
+      m.n_used = static_cast<int>(n);
+      m.mode = kRows;
+      std::vector<float> yg(static_cast<size_t>(n * F), NAN), yu(yg), want(yg), act(yg);
+      m.w = wg->p;
+      m.y = yg.data();
+      unfused_product(t, m, tag + " gate");
+      m.w = wu->p;
+      m.y = yu.data();
+      unfused_product(t, m, tag + " up");
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t r = 0; r < F; ++r) {
+          const size_t i = static_cast<size_t>(j * F + r), b = static_cast<size_t>(sh.ids[static_cast<size_t>(j)] * sF + r);
+          const float g = valid(j) ? yg[i] + bg[b] : yg[i], u = valid(j) ? yu[i] + bu[b] : yu[i];
+          want[i] = oai_ref(g, u, alpha, limit);
+        }
+      m.mode = kGateUp;
+      m.w = wg->p;
+      m.w2 = wu->p;
+      m.rb2 = m.rb;
+      m.eb2 = m.eb;
+      m.y = act.data();
+      ++checks;
+      if (!emu_new::launch_bias(t, false, kH200Sms, m, EmuBias{bg.data(), bu.data(), sF, sF, alpha, limit})) {
+        ++failures;
+        std::printf("FAIL %s gate_up: not launched\n", tag.c_str());
+      }
+      same(want.data(), act.data(), act.size(), tag + " gate_up + swiglu_oai vs unfused");
+    }
+    // down: F activations per slot, K rows per expert.
+    {
+      std::unique_ptr<Buf> wd(weights(t, F, K * E));
+      const size_t rb = row_size(t, F);
+      const int64_t sK = K + 5;
+      const auto bd = randn(static_cast<size_t>(E * sK)), cw = randn(static_cast<size_t>(n)), res = randn(static_cast<size_t>(K));
+      const auto xs = randn(static_cast<size_t>(n * F));
+      EmuMv m = one_token_args(rb, F, K, xs);
+      m.w = wd->p;
+      m.eb = static_cast<int64_t>(rb) * K;
+      m.E = static_cast<int>(E);
+      m.ids = sh.ids.data();
+      m.n_used = static_cast<int>(n);
+      m.X = static_cast<int>(n);
+      m.mode = kRows;
+      std::vector<float> yd(static_cast<size_t>(n * K), NAN), want(static_cast<size_t>(K)), out(want.size(), NAN);
+      m.y = yd.data();
+      unfused_product(t, m, tag + " down");
+      for (int64_t r = 0; r < K; ++r) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t i = static_cast<size_t>(j * K + r);
+          const float p = valid(j) ? yd[i] + bd[static_cast<size_t>(sh.ids[static_cast<size_t>(j)] * sK + r)] : yd[i];
+          const float c = p * cw[static_cast<size_t>(j)];
+          acc = j == 0 ? c : acc + c;
+        }
+        want[static_cast<size_t>(r)] = acc + res[static_cast<size_t>(r)];
+      }
+      const DownSet ds{sh.ids, false};  // (down_args keeps a pointer to its ids)
+      EmuMv mo = down_args(m, ds, cw, res.data());
+      mo.y = out.data();
+      ++checks;
+      if (!emu_new::launch_bias(t, true, kH200Sms, mo, EmuBias{bd.data(), nullptr, sK, 0, 0.0f, 0.0f})) {
+        ++failures;
+        std::printf("FAIL %s down: not launched\n", tag.c_str());
+      }
+      same(want.data(), out.data(), out.size(), tag + " down + bias + combine + residual vs unfused");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   for (DType t : kTypes) {
-    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "tail") continue;
-    if (only != "group" && only != "tail") {
+    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "tail" && only != "bias") continue;
+    if (only != "group" && only != "tail" && only != "bias") {
       if (ref_type(t)) check_ref_type(t);
       else check_type(t);
       std::printf("%s: %d checks, %d failures so far\n", dtype_name(t), checks, failures);
     }
+  }
+  if (only.empty() || only == "bias") {
+    const std::string bias_only = only == "bias" && argc > 2 ? argv[2] : "";  // bias TYPE: that type only
+    for (DType t : {DType::MXFP4, DType::Q8_0, DType::Q4_0})
+      if (bias_only.empty() || bias_only == dtype_name(t)) check_bias(t);
+    std::printf("bias: %d checks, %d failures\n", checks, failures);
   }
   if (only.empty() || only == "tail") {
     check_tails();

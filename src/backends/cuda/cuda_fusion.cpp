@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/quant_extra.h"
 
 namespace moe {
@@ -76,12 +77,14 @@ public:
   // The same for a DownCombine group (its combine output would otherwise take the bytes of the
   // expert ids or the activations, dead after the unfused down: safe() then refuses the group,
   // seen in most layers of the tiny hybrids, whose combine is not followed by an Add), and for a
-  // DeltaNorm group, its DeltaNet output too (the scratch its last blocks normalise).
+  // DeltaNorm group, its DeltaNet output too (the scratch its last blocks normalise). And for
+  // gpt-oss's gate/up group (its SwiGLU-OAI output would otherwise take the activations' bytes,
+  // dead after the unfused gate product).
   void keep_live(int device, std::vector<int> &keep_until) const {
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
-      if (nd(i).device != device || !is_compute(nd(i)) ||
-          !(match_delta_in(i, grp) || match_delta_norm(i, grp) || (nd(i).op == Op::MatMulId && match_down(i, grp))))
+      const bool moe = nd(i).op == Op::MatMulId && MOE_CUDA_FUSED_MATVEC && (match_gate_up_oai(i, grp) || match_down(i, grp));
+      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || match_delta_in(i, grp) || match_delta_norm(i, grp)))
         continue;
       if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
@@ -167,10 +170,40 @@ private:
     return true;
   }
 
+  // AddId(mm, bias, ids) right after the expert product mm (a MatMulId of one token, the
+  // same ids), read by nothing but its consumer in the group, in a weight type of the bias
+  // kernels (gpt-oss's expert biases): the AddId's index, else -1.
+  int bias_after(int mm) const {
+    const int b = next(mm);
+    if (b < 0 || nd(b).op != Op::AddId || nd(mm).op != Op::MatMulId || nd(b).src[0] != mm || nd(b).src[2] != nd(mm).src[2]) return -1;
+    const Node &rows = nd(nd(b).src[1]), &w = nd(nd(mm).src[0]);
+    if (!same_place(mm, b) || !private_to_group(mm) || !f32_rows(nd(b)) || !f32_rows(rows) || rows.ne[0] != nd(mm).ne[0] ||
+        rows.ne[1] != w.ne[2] || !cuda_matvec_bias_type(w.type) || nd(mm).ne[2] != 1)
+      return -1;
+    return b;
+  }
+
+  // gpt-oss: MatMulId(up|gate) -> AddId(bias) -> MatMulId(gate|up) -> AddId(bias) ->
+  // SwiGLUOai(gate, up); one token, one activation and one set of ids.
+  bool match_gate_up_oai(int i, FusedGroup &grp) const {
+    const int bi = bias_after(i), j = bi >= 0 ? next(bi) : -1;
+    const int bj = j >= 0 ? bias_after(j) : -1, s = bj >= 0 ? next(bj) : -1;
+    if (s < 0 || nd(s).op != Op::SwiGLUOai || !same_place(i, j) || !same_place(i, s)) return false;
+    const Node &a = nd(i), &b = nd(j), &sw = nd(s);
+    if (a.src[1] != b.src[1] || a.src[2] != b.src[2] || !same_shape(a, b) || nd(a.src[0]).type != nd(b.src[0]).type) return false;
+    const bool ab = sw.src[0] == bj && sw.src[1] == bi, ba = sw.src[0] == bi && sw.src[1] == bj;
+    if (!(ab || ba) || !private_to_group(bi) || !private_to_group(bj) || !f32_rows(sw)) return false;
+    grp.kind = FusedKind::GateUpSwiGLU;
+    grp.members = {i, bi, j, bj, s};
+    grp.written = {s};
+    return true;
+  }
+
   // MatMulId(up|gate, x, ids), MatMulId(gate|up, x, ids), SwiGLU(gate, up); or the same with
-  // two MatMul (dense or shared-expert FFN); one token.
+  // two MatMul (dense or shared-expert FFN); one token. Or gpt-oss's (match_gate_up_oai).
   bool match_gate_up(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC) return false;
+    if (nd(i).op == Op::MatMulId && match_gate_up_oai(i, grp)) return true;
     const int j = next(i);
     if (j < 0 || nd(j).op != nd(i).op || !fusable_weight(i) || !fusable_weight(j)) return false;
     const int s = next(j);
@@ -187,14 +220,18 @@ private:
     return true;
   }
 
-  // MatMulId(down, act, ids), MoeCombine(down, weights) [, Add(combine, r) / Add(r, combine)]; one token.
+  // MatMulId(down, act, ids) [, AddId(down, bias, ids): gpt-oss], MoeCombine(down, weights)
+  // [, Add(combine, r) / Add(r, combine)]; one token.
   bool match_down(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC || !fusable_weight(i)) return false;
-    const int c = next(i);
-    if (c < 0 || nd(c).op != Op::MoeCombine || nd(c).src[0] != i || !same_place(i, c) || !private_to_group(i)) return false;
+    const int b = bias_after(i), p = b >= 0 ? b : i;  // the combine's product: the bias sum or the MatMulId
+    const int c = next(p);
+    if (c < 0 || nd(c).op != Op::MoeCombine || nd(c).src[0] != p || !same_place(i, c) || !private_to_group(p)) return false;
     if (nd(i).ne[2] != 1 || !f32_rows(nd(c))) return false;
     grp.kind = FusedKind::DownCombine;
-    grp.members = {i, c};
+    grp.members = {i};
+    if (b >= 0) grp.members.push_back(b);
+    grp.members.push_back(c);
     const int a = next(c);
     if (a >= 0 && nd(a).op == Op::Add && same_place(i, a) && private_to_group(c) && (nd(a).src[0] == c) != (nd(a).src[1] == c)) {
       const Node &r = nd(other_src(nd(a), c));
@@ -794,13 +831,18 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));
     case FusedKind::GateUpSwiGLU: {
-      const Node &sw = c.g.node(grp.members[2]);
+      const Node &sw = c.g.node(grp.members.back());
+      if (sw.op == Op::SwiGLUOai) return cuda_fused_gate_up_oai(c, c.g.node(sw.src[0]), c.g.node(sw.src[1]), sw);
       return cuda_fused_gate_up_swiglu(c, c.g.node(sw.src[1]), c.g.node(sw.src[0]), sw);
     }
     case FusedKind::DownCombine: {
-      const size_t n_prod = grp.n_producer();  // down, combine [, add]
-      return cuda_fused_down_combine(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), n_prod > 2 ? &c.g.node(grp.members[2]) : nullptr,
-                                     tail_node(c, grp, 2), tail_node(c, grp, 1), grp.ids_settled);
+      const size_t n_prod = grp.n_producer();  // down, [bias,] combine [, add]
+      const Node &down = c.g.node(grp.members[0]), &second = c.g.node(grp.members[1]);
+      if (second.op == Op::AddId)
+        return cuda_fused_down_bias_combine(c, down, second, c.g.node(grp.members[2]), n_prod > 3 ? &c.g.node(grp.members[3]) : nullptr,
+                                            tail_node(c, grp, 2), tail_node(c, grp, 1), grp.ids_settled);
+      return cuda_fused_down_combine(c, down, second, n_prod > 2 ? &c.g.node(grp.members[2]) : nullptr, tail_node(c, grp, 2),
+                                     tail_node(c, grp, 1), grp.ids_settled);
     }
     case FusedKind::MatVecs: return cuda_fused_matvecs(c, grp.members);
 #endif

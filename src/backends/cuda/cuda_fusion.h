@@ -26,8 +26,8 @@ enum class FusedKind : uint8_t {
                  // [RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
                  // (side: kMaxRouterSideRows)
   MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
-  GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1)
-  DownCombine,   // MatMulId + MoeCombine [+ Add] (T = 1) [+ norm tail]
+  GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1), or gpt-oss's (MatMulId -> AddId bias) x2 + SwiGLUOai
+  DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1) [+ norm tail]
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights), or as many MatMul -> Add pairs
   Sequence,      // 2..kMaxFusedSequence small row ops run in order, a block per row of each independent part (MLA glue, router tails)
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)

@@ -18,14 +18,18 @@ __device__ __forceinline__ float *rowp(const TView &v, int64_t i1, int64_t i2, i
   return reinterpret_cast<float *>(static_cast<uint8_t *>(v.data) + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
 }
 
+// gpt-oss's SwiGLU-OAI of gate x and up y (the CPU's cpu_swiglu_oai): also the fused gate/up
+// mat-vec's (matvec.cu, MvBias), so both are this one expression.
+__device__ __forceinline__ float swiglu_oai_value(float x, float y, float alpha, float limit) {
+  const float g = fminf(x, limit);
+  const float u = fminf(fmaxf(y, -limit), limit);
+  return g / (1.0f + expf(alpha * (-g))) * (u + 1.0f);
+}
+
 // The value of element i of a row of n: x from src0, y from src1 (0 where the op has none).
 __device__ __forceinline__ float ew_value(int op, float x, float y, int64_t i, int64_t n, float f0, float f1) {
   switch (op) {
-    case kSwiGLUOai: {
-      const float g = fminf(x, f1);
-      const float u = fminf(fmaxf(y, -f1), f1);
-      return g / (1.0f + expf(f0 * (-g))) * (u + 1.0f);
-    }
+    case kSwiGLUOai: return swiglu_oai_value(x, y, f0, f1);
     case kMul: return x * y;
     case kAdd: return x + y;
     case kScale: return x * f0 + f1;

@@ -29,6 +29,7 @@
 
 #include "backends/cuda/cuda_fusion.h"
 #include "backends/cuda/ops/act_round_warp.cuh"
+#include "backends/cuda/ops/ew_value.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
 #include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/matvec.h"
@@ -492,6 +493,35 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
   }
 }
 
+// The unfused kModeHalves order for each of J jobs (quantized types outside the reference
+// order, where a row's two K halves fold apart): a job's lane sums over its first half and over
+// its second half of kh = a.K / 2 elements, added lane by lane (rows_block's acc[0] += acc[1]);
+// finish_rows then sums the lanes. The same unit_dot sums per lane as the unfused launch, so the
+// bias kernels match an unfused MatMulId that rows_mode sends to kModeHalves bit for bit.
+// Arguments as row_dots'.
+template <DType T, int J, int CH, int C, int P>
+__device__ __forceinline__ void halves_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
+                                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
+                                            float (&acc)[J]) {
+  static_assert(!is_plain(T) && !ref_order_type<T>, "reference-order halves continue one fold: row_dots");
+  const int kh = a.K / 2;
+  const int64_t hb = static_cast<int64_t>(kh / qk<T>()) * BlockInfo<T>::bytes;
+  const uint8_t *wr2[J];
+  int xe[J], xe2[J];
+  float acc2[J], accm[J], accm2[J];
+#pragma unroll
+  for (int k = 0; k < J; ++k) {
+    xe[k] = (xslot[k] - x_first) * a.K;
+    xe2[k] = xe[k] + kh;
+    wr2[k] = ok[k] ? wr[k] + hb : wr[k];
+    acc[k] = acc2[k] = accm[k] = accm2[k] = 0.0f;
+  }
+  quant_dots<T, J, CH, false, C, P>(a, kh, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, false);
+  quant_dots<T, J, CH, false, C, P>(a, kh, wr2, ok, xe2, false, false, x_first, x_n, stage, xm, acc2, accm2, false);
+#pragma unroll
+  for (int k = 0; k < J; ++k) acc[k] += acc2[k];
+}
+
 // The J jobs' dot products from their accumulators (row_dots); every lane gets them and
 // must make the call (shuffles).
 template <DType T, int J, bool Cpu = cpu_order_type<T>>
@@ -522,6 +552,22 @@ struct RowTail {
 };
 constexpr int kTailRed = 32 * 8;  // bytes of dynamic shared memory before the staged row: 32 doubles
 int tail_smem(const RowTail &t, int M) { return t.sync ? kTailRed + M * 4 : 0; }
+
+// gpt-oss's expert biases (AddId after each expert MatMulId) and SwiGLU-OAI, for the
+// bias kernels only (matvec_expert_bias_kernel, matvec_down_bias_kernel): a second kernel
+// parameter like RowTail, because MvArgs is at its 128-byte limit and its fields that gate/up
+// leaves unused (cw, add) are too few for two biases plus alpha and limit; the other expert
+// kernels are instantiated without it (Bias = false) and keep their code.
+// Each product gets bias[e][row] added after its dot, then gate/up takes SwiGLU-OAI and down
+// the combine: the unfused AddId, SwiGLU-OAI and MoeCombine kernels' float operations in
+// their order.
+struct MvBias {
+  const float *b;       // gate's (gate/up) or down's bias rows: row e (expert) at b + e * s
+  const float *b2;      // up's bias rows (gate/up; null for down)
+  int64_t s, s2;        // expert strides of b and b2 (floats)
+  float alpha, limit;   // SwiGLU-OAI's (gate/up)
+  bool halves;          // host only: launch the Halves kernels (unfused_halves); false: one pass over K
+};
 
 // Block-wide, after the block's writes of y (each writer fenced after them): the last block
 // stages y through L2 and runs the row chains' RmsNorm -> Mul (rms_mul_staged: the bits of the
@@ -555,8 +601,10 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // layout) and, after a barrier, the row's first warp combines them in slot order j = 0, 1, ...
 // (the products and their order are those of one warp doing every pass: bit-identical).
 // OneWarp: one warp per row whatever the slots (the 16-warp matvec_down_kernel).
-template <DType T, int J, int CH, int P, bool OneWarp = false>
-__device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail) {
+// Bias: each expert's product gets its bias row's value added first (MvBias; bias set).
+// Halves (with Bias): each product folds K in halves (halves_dots), as its unfused MatMulId.
+template <DType T, int J, int CH, int P, bool OneWarp = false, bool Bias = false, bool Halves = false>
+__device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail, const MvBias *bias = nullptr) {
   // Settled ids (kModeDownSettled, quantized, K > 0 and n_used > 0: the host checks) are read
   // before the wait, through L2 (__ldcg: this SM's L1 may hold an older layer's ids), and the
   // first pass waits after issuing its weight loads (row_dots' wait_late); otherwise wait first.
@@ -578,6 +626,7 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail)
   bool ok[J];
   int xslot[J];
   float acc[J], accm[J], v[J];
+  float bv[J];  // Bias: the jobs' bias values, loaded with the pass's first weights
   // The experts of this warp's later passes: their rows into L2 while the first pass loads
   // and computes (the passes' register loads are issued one after another).
   if (row < a.M)
@@ -596,9 +645,11 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail)
       ok[k] = row < a.M && e >= 0 && e < a.E;  // out-of-range experts contribute nothing
       wr[k] = ok[k] ? a.w + e * a.eb + static_cast<int64_t>(row) * a.rb : a.w;
       xslot[k] = a.X == 1 || j >= a.n_used ? 0 : j;
+      if constexpr (Bias) bv[k] = ok[k] ? __ldg(bias->b + e * bias->s + row) : 0.0f;
     }
     const bool first = j0 == part * J;
-    row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc, accm);
+    if constexpr (Halves) halves_dots<T, J, CH, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc);
+    else row_dots<T, J, CH, cpu_order_type<T>, chunks_in_flight<T>(J), P>(a, wr, ok, xslot, first, settled && first, 0, x_n, stage, xm, acc, accm);
     if (blockIdx.x == 0 && threadIdx.x == 0)  // (after the wait: no global write before it)
       for (int j = j0; j < min(j0 + J, a.n_used); ++j)
         if (const int e = a.ids[j]; e < 0 || e >= a.E) report_bad_index(a.err, kKernelErrExpertId, e, a.E);
@@ -606,7 +657,10 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail)
     if (lane == 0) {
 #pragma unroll
       for (int k = 0; k < J; ++k)
-        if (ok[k]) prod[j0 + k] = v[k];
+        if (ok[k]) {
+          if constexpr (Bias) prod[j0 + k] = __fadd_rn(v[k], bv[k]);  // (rounded: never an fma with the dot's last product)
+          else prod[j0 + k] = v[k];
+        }
     }
   }
   __syncthreads();
@@ -629,8 +683,12 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail)
 // kModeSplit runs one logical block per thread block.
 // Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
 // tail: a norm tail (tail->sync set) where the launch has one; null where it never does.
-template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither>
-__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr) {
+// Bias (kModeGateUp only): gate and up get their bias values added, then SwiGLU-OAI (MvBias);
+// Halves (with Bias): both dots fold K in halves (halves_dots), as their unfused MatMulIds.
+template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, bool Bias = false,
+          bool Halves = false>
+__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr,
+                                           const MvBias *bias = nullptr) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -687,6 +745,13 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
   } else if (!a.ids && !wait_late) {
     pdl_enter();  // K == 0: nothing to load first
   }
+  float bg = 0.0f, bu = 0.0f;  // Bias: gate's and up's bias values, loaded before the dots
+  if constexpr (Bias) {
+    if (e_ok && row0 < a.M) {
+      bg = __ldg(bias->b + e * bias->s + row0);
+      bu = __ldg(bias->b2 + e * bias->s2 + row0);
+    }
+  }
   float v[J];
   bool writer = lane == 0;
   if constexpr (is_plain(T)) {
@@ -696,15 +761,23 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     }
   }
   if (!split) {
-    row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
-    if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    if constexpr (Halves) {
+      halves_dots<T, J, CH, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc);
+    } else {
+      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+      if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
+    }
     finish_rows<T, J, Cpu>(a, acc, accm, v);
   }
   const bool with_tail = tail && tail->sync;  // launch-uniform
   if (writer) {
     float *yj = a.y + static_cast<int64_t>(j) * a.M;
     if (gu) {
-      if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
+      if constexpr (Bias) {  // (the sums rounded: never an fma with the dot's last product)
+        if (row0 < a.M) yj[row0] = e_ok ? swiglu_oai_value(__fadd_rn(v[0], bg), __fadd_rn(v[1], bu), bias->alpha, bias->limit) : 0.0f;
+      } else {
+        if (row0 < a.M) yj[row0] = e_ok ? ref_swiglu(v[0], v[1], row0, a.M) : 0.0f;  // the CPU's SwiGLU bits
+      }
     } else if (halves) {
       if (row0 < a.M) yj[row0] = !e_ok ? 0.0f : a.add ? v[0] + a.add[row0] : v[0];
     } else {
@@ -736,6 +809,21 @@ template <DType T, int J, int CH, int P>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
   if constexpr (J == kJDown) down_block<T, J, CH, P>(a, RowTail{});
   else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
+}
+
+// The expert kernels with gpt-oss's biases (MvBias): the same blocks and device code as
+// matvec_expert_kernel / matvec_down_kernel plus the bias adds and SwiGLU-OAI, instantiated
+// only for the weight types of bias_type.
+// H: Halves (K folded in halves like the unfused kModeHalves launch; see unfused_halves).
+template <DType T, int J, int CH, int P, bool H>
+__global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_bias_kernel(MvArgs a, const __grid_constant__ MvBias bias) {
+  if constexpr (J == kJDown) down_block<T, J, CH, P, false, true, H>(a, RowTail{}, &bias);
+  else rows_block<T, cpu_order_type<T>, 1, P, true, H>(a, blockIdx.x, stage_bytes<T, CH>(), nullptr, &bias);
+}
+template <DType T, int J, int CH, int P, bool H>
+__global__ void __launch_bounds__(kMvMaxThreads) matvec_down_bias_kernel(MvArgs a, const __grid_constant__ RowTail tail,
+                                                                         const __grid_constant__ MvBias bias) {
+  down_block<T, J, CH, P, true, true, H>(a, tail, &bias);
 }
 
 // Down + combine in 16-warp blocks at up to 128 registers, one warp per row: the geometry
@@ -819,6 +907,15 @@ int rows_mode(DType t, int K, int64_t M, int n_used, int n_sm, bool own = false)
 }
 int rows_per_block(int mode) { return mode == kModeHalves ? kRowsOne : kRowsPlain; }
 
+// Whether the unfused MatMulId of a bias group's product (cuda_matvec -> launch_rows at this
+// device's n_sm) folds K in halves that the bias kernels' one pass would not reproduce: the
+// types outside the reference order (reference-order halves continue one fold: the same bits).
+// The bias launchers then take the Halves kernels (MvBias::halves). gpt-oss-20b's experts
+// (K 2880, 2880 rows, 4 slots) take row pairs on the H200: its decode runs the one-pass kernels.
+bool unfused_halves(DType t, const MvArgs &a, int n_sm) {
+  return a.K > 0 && !ref_order_dtype(t) && rows_mode(t, a.K, a.M, a.n_used, n_sm) == kModeHalves;
+}
+
 // A final output of a CPU-order type in CUDA's own order: 8-warp thread blocks (one logical
 // block each; grid.x counts them). Returns false for the other types (their one order).
 bool launch_own_order(DType t, dim3 grid, int smem, const LaunchStream &s, const MvArgs &a) {
@@ -841,6 +938,15 @@ bool launch_own_order(DType t, dim3 grid, int smem, const LaunchStream &s, const
 #define MOE_MV_TYPES(X)                                                                                     \
   X(DType::F32) X(DType::F16) X(DType::BF16) X(DType::Q4_0) X(DType::Q8_0) X(DType::MXFP4) X(DType::Q2_K) \
   X(DType::Q3_K) X(DType::Q4_K) X(DType::Q5_K) X(DType::Q6_K)
+
+// The weight types of the bias kernels (matvec_expert_bias_kernel): gpt-oss's experts, MXFP4 as
+// released, Q8_0 / Q4_0 as requantized. The others run the groups' members unfused.
+#define MOE_MV_BIAS_TYPES(X) X(DType::MXFP4) X(DType::Q8_0) X(DType::Q4_0)
+bool bias_type(DType t) {
+#define MOE_MV_BIAS_IS(TY) t == TY ||
+  return MOE_MV_BIAS_TYPES(MOE_MV_BIAS_IS) false;
+#undef MOE_MV_BIAS_IS
+}
 
 // Row pairs / K halves / split K (not the expert products: launch_expert); grid.x counts
 // logical blocks. tail: a norm tail (sync set) or none.
@@ -870,12 +976,34 @@ void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, const Launch
   else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
 }
 
+// The same with gpt-oss's biases (the bias kernels; instantiated for bias_type's types only,
+// H: Halves, only for the types outside the reference order).
+template <DType T, bool H>
+void launch_expert_bias_in(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail,
+                           const MvBias &bias) {
+  if (down && wide) launch_pdl(matvec_down_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvMaxThreads), smem, s, a, tail, bias);
+  else if (down) launch_pdl(matvec_expert_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvThreads), smem, s, a, bias);
+  else launch_pdl(matvec_expert_bias_kernel<T, kJPair, kChPair, kQ4kEither, H>, grid, dim3(kMvThreads), smem, s, a, bias);
+}
+template <DType T>
+void launch_expert_bias_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail,
+                           const MvBias &bias) {
+  if constexpr (!ref_order_type<T>) {
+    if (bias.halves) return launch_expert_bias_in<T, true>(down, wide, grid, smem, s, a, tail, bias);
+  }
+  launch_expert_bias_in<T, false>(down, wide, grid, smem, s, a, tail, bias);
+}
+
 // Gate/up + SwiGLU (a.mode kModeGateUp; grid: blocks of kRowsOne rows x expert slots) or
 // down + combine (kModeDown; blocks of kMvWarps / down_split rows) in 8-warp blocks of
 // matvec_expert_kernel. Returns false, launching nothing, where the shared memory does not
 // fit (the caller runs the members unfused). tail: down's norm tail (sync set) or none; only
 // the 16-warp down kernel takes it (*tail_done: whether the launch computes it).
-bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, const RowTail &tail_in = RowTail{}, bool *tail_done = nullptr) {
+// bias: gpt-oss's expert biases (+ SwiGLU-OAI for gate/up): the bias kernels, for the types
+// of bias_type (false, launching nothing, for the others).
+bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, const RowTail &tail_in = RowTail{}, bool *tail_done = nullptr,
+                   const MvBias *bias = nullptr) {
+  if (bias && !bias_type(t)) return false;
   int64_t smem = -1;
   dim3 grid;
   bool wide = false;
@@ -897,6 +1025,16 @@ bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, c
   if (grid.x == 0 || grid.y == 0) return true;
   if (tail_done) *tail_done = tail.sync != nullptr;
   const size_t sm = static_cast<size_t>(smem);
+  if (bias) {
+#define MOE_MV_BIAS_CASE(TY) \
+  case TY: launch_expert_bias_as<TY>(down, wide, grid, sm, s, a, tail, *bias); break;
+    switch (t) {
+      MOE_MV_BIAS_TYPES(MOE_MV_BIAS_CASE)
+      default: break;  // (bias_type)
+    }
+#undef MOE_MV_BIAS_CASE
+    return true;
+  }
   if (t == DType::Q4_K && q4k_direct(a)) {
     launch_expert_as<DType::Q4_K, kQ4kDirect>(down, wide, grid, sm, s, a, tail);
     return true;
@@ -1125,9 +1263,51 @@ void run_tail_apart(const CudaOpCtx &c, const Node *norm, const Node *mul) {
   cuda_fused_row_chains(c, rc);
 }
 
+// The bias rows of AddId node `add_id` over the expert product mm (its src0, the same ids):
+// rows and their expert stride in floats; false where the bias kernels cannot read them
+// (not F32 rows of mm's M values, or not one per expert of mm's weights: the kernels check
+// ids against those).
+bool bias_rows(const Graph &g, const Node &add_id, const Node &mm, const float *&rows, int64_t &stride) {
+  if (add_id.op != Op::AddId || &g.node(add_id.src[0]) != &mm || add_id.src[2] != mm.src[2] || mm.op != Op::MatMulId) return false;
+  const Node &b = g.node(add_id.src[1]), &w = g.node(mm.src[0]);
+  if (b.type != DType::F32 || b.nb[0] != 4 || b.nb[1] % 4 != 0 || b.ne[0] != mm.ne[0] || b.ne[1] != w.ne[2]) return false;
+  rows = f32_data(b);
+  stride = static_cast<int64_t>(b.nb[1] / 4);
+  return true;
+}
+
+// Down + combine [+ residual] [+ norm tail], with gpt-oss's bias (AddId between down and the
+// combine) or without (bias null).
+void down_combine(const CudaOpCtx &c, const Node &down, const Node *bias, const Node &combine, const Node *add, const Node *norm, const Node *mul,
+                  bool ids_settled) {
+  const Node &cw = c.g.node(combine.src[1]);
+  const Node *other = nullptr;
+  if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
+  MvBias mb{};
+  const bool ok = down.op == Op::MatMulId && one_token_ok(c.g, down) && cw.type == DType::F32 && cw.nb[0] == 4 &&
+                  (!other || (other->type == DType::F32 && other->ne[0] == down.ne[0])) && (!bias || bias_rows(c.g, *bias, down, mb.b, mb.s));
+  if (ok) {
+    MvArgs a = args_of(c.g, down, static_cast<float *>(add ? add->data : combine.data));
+    a.err = c.ub.err;
+    a.cw = f32_data(cw);
+    a.add = other ? f32_data(*other) : nullptr;
+    const DType wt = c.g.node(down.src[0]).type;
+    a.mode = ids_settled && !is_plain(wt) && a.K > 0 && a.n_used > 0 ? kModeDownSettled : kModeDown;
+    mb.halves = bias && unfused_halves(wt, a, c.n_sm);
+    const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add ? *add : combine) : RowTail{};
+    bool tail_done = false;
+    if (launch_expert(wt, true, c.stream, a, tail, &tail_done, bias ? &mb : nullptr)) {
+      if (!tail_done) run_tail_apart(c, norm, mul);
+      return;
+    }
+  }
+  run_members(c, {&down, bias, &combine, add, norm, mul});
+}
+
 }  // namespace
 
 bool cuda_weight_backed(const Graph &g, const Node &n) { return weight_backed(g, n); }
+bool cuda_matvec_bias_type(DType t) { return bias_type(t); }
 
 bool cuda_matvec(const CudaOpCtx &c) {
   if (!one_token_ok(c.g, c.n)) return false;
@@ -1221,26 +1401,36 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, const Node *norm, const Node *mul,
                              bool ids_settled) {
   if (cuda_extra_fused_down(c, down, combine, add)) return run_tail_apart(c, norm, mul);  // (its ids: always after its wait)
-  const Node &cw = c.g.node(combine.src[1]);
-  const Node *other = nullptr;
-  if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
-  const bool ok = down.op == Op::MatMulId && one_token_ok(c.g, down) && cw.type == DType::F32 && cw.nb[0] == 4 &&
-                  (!other || (other->type == DType::F32 && other->ne[0] == down.ne[0]));
+  down_combine(c, down, nullptr, combine, add, norm, mul, ids_settled);
+}
+
+void cuda_fused_down_bias_combine(const CudaOpCtx &c, const Node &down, const Node &bias, const Node &combine, const Node *add, const Node *norm,
+                                  const Node *mul, bool ids_settled) {
+  down_combine(c, down, &bias, combine, add, norm, mul, ids_settled);
+}
+
+void cuda_fused_gate_up_oai(const CudaOpCtx &c, const Node &gate_bias, const Node &up_bias, const Node &swiglu_oai) {
+  const Node &gate = c.g.node(gate_bias.src[0]), &up = c.g.node(up_bias.src[0]);
+  const Node &wg = c.g.node(gate.src[0]), &wu = c.g.node(up.src[0]);
+  MvBias mb{};
+  mb.alpha = swiglu_oai.fp[0];
+  mb.limit = swiglu_oai.fp[1];
+  const bool ok = gate.op == Op::MatMulId && up.op == Op::MatMulId && wg.type == wu.type && wg.ne[0] == wu.ne[0] && wg.ne[1] == wu.ne[1] &&
+                  wg.ne[2] == wu.ne[2] && gate.src[1] == up.src[1] && gate.src[2] == up.src[2] && one_token_ok(c.g, gate) &&
+                  one_token_ok(c.g, up) && bias_rows(c.g, gate_bias, gate, mb.b, mb.s) && bias_rows(c.g, up_bias, up, mb.b2, mb.s2);
   if (ok) {
-    MvArgs a = args_of(c.g, down, static_cast<float *>(add ? add->data : combine.data));
+    MvArgs a = args_of(c.g, gate, static_cast<float *>(swiglu_oai.data));
     a.err = c.ub.err;
-    a.cw = f32_data(cw);
-    a.add = other ? f32_data(*other) : nullptr;
-    const DType wt = c.g.node(down.src[0]).type;
-    a.mode = ids_settled && !is_plain(wt) && a.K > 0 && a.n_used > 0 ? kModeDownSettled : kModeDown;
-    const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add ? *add : combine) : RowTail{};
-    bool tail_done = false;
-    if (launch_expert(wt, true, c.stream, a, tail, &tail_done)) {
-      if (!tail_done) run_tail_apart(c, norm, mul);
-      return;
-    }
+    a.w2 = static_cast<const uint8_t *>(wu.data);
+    a.rb2 = static_cast<int64_t>(wu.nb[1]);
+    a.eb2 = static_cast<int64_t>(wu.nb[2]);
+    a.mode = kModeGateUp;
+    mb.halves = unfused_halves(wg.type, a, c.n_sm);  // (up's MatMulId has gate's shape)
+    if (launch_expert(wg.type, false, c.stream, a, RowTail{}, nullptr, &mb)) return;
   }
-  run_members(c, {&down, &combine, add, norm, mul});
+  // In graph order (see cuda_fused_gate_up_swiglu: a member's scratch may lie under a later member's output).
+  if (node_id(c.g, up) < node_id(c.g, gate)) return run_members(c, {&up, &up_bias, &gate, &gate_bias, &swiglu_oai});
+  run_members(c, {&gate, &gate_bias, &up, &up_bias, &swiglu_oai});
 }
 
 }  // namespace moe
