@@ -211,6 +211,14 @@ EmuMv down_args(EmuMv m, const DownSet &d, const std::vector<float> &cw, const f
 // about 1.5 bytes per value plus staging); 5 x 4608 did before and still does.
 bool fits(const EmuMv &m) { return static_cast<int64_t>(m.X) * m.K <= 5 * 4608; }
 
+// MV_KS=768,2304 (environment): only the listed K of check_ref_type (one shape on a busy machine).
+bool k_selected(int64_t K) {
+  const char *e = std::getenv("MV_KS");
+  if (!e || !*e) return true;
+  const std::string list = std::string(",") + e + ",";
+  return list.find("," + std::to_string(K) + ",") != std::string::npos;
+}
+
 void check_ref_type(DType t) {
   const int64_t bs = type_traits(t).block_size;
   const std::vector<int64_t> Ks = bs == 256 ? std::vector<int64_t>{768, 2304, 4096, 4608}
@@ -218,6 +226,7 @@ void check_ref_type(DType t) {
                                              : std::vector<int64_t>{100, 2080, 4160, 37};  // F32: tails of n % 64
   for (int64_t K : Ks)
     for (int64_t M : {int64_t(37), int64_t(40)}) {
+      if (!k_selected(K)) continue;
       const std::string tag = std::string(dtype_name(t)) + " K " + std::to_string(K) + " M " + std::to_string(M);
       const int64_t E = 5;
       auto make = [&](int64_t rows) { return t == DType::F32 ? weights(t, K, rows) : random_blocks(t, K, rows); };

@@ -40,26 +40,31 @@ __device__ __forceinline__ uint32_t ld_word(const uint8_t *p) {
 }
 __device__ __forceinline__ int ld_x4(const int8_t *x) { return *reinterpret_cast<const int *>(x); }
 
-// N little-endian words from a 2-byte aligned address (Q6_K's 210-byte and Q8_0's 34-byte
-// blocks alternate between 4- and 2-byte alignment, so a branch would split the warp):
-// N aligned words, and the (N+1)th only where the address is 2 mod 4 (it then still holds
-// a byte of the span: no read past it).
-template <int N> __device__ __forceinline__ void ld_words2(const uint8_t *p, uint32_t (&w)[N]) {
+// The words of one 2-byte aligned block at b (Q6_K), its alignment taken once: each
+// word is then two loads at fixed offsets from two bases and a funnel shift, no branch (hi is
+// lo where b is 4-byte aligned: no read leaves the span). Pointer arithmetic only (an integer
+// round trip loses the address space): a block in shared memory is read with 32-bit LDS, not
+// generic loads on 64-bit addresses.
+struct Words2 {
+  const uint32_t *lo, *hi;
+  uint32_t sh;
+  __device__ __forceinline__ explicit Words2(const uint8_t *b) {
+    const unsigned mis = static_cast<unsigned>(reinterpret_cast<uintptr_t>(b)) & 2u;
+    lo = reinterpret_cast<const uint32_t *>(b - mis);
+    hi = lo + (mis >> 1);
+    sh = mis * 8;
+  }
+  // The word at byte o (a multiple of 4) of the block.
+  __device__ __forceinline__ uint32_t at(int o) const { return __funnelshift_r(lo[o >> 2], hi[o >> 2], sh); }
+};
+// One word at a 2-byte aligned address, the aligned word after it read only where the
+// address is 2 mod 4 (then it still holds a byte of the span: no read past it). (Q8_0's one
+// word a piece: as Words2, it measured 64 more SASS instructions in the down kernel.)
+__device__ __forceinline__ uint32_t ld_word2(const uint8_t *p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uint32_t *b = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
   const uint32_t sh = static_cast<uint32_t>(a & 2) * 8;
-  uint32_t lo = b[0];
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const uint32_t hi = i + 1 < N || sh ? b[i + 1] : lo;
-    w[i] = __funnelshift_r(lo, hi, sh);
-    lo = hi;
-  }
-}
-__device__ __forceinline__ uint32_t ld_word2(const uint8_t *p) {
-  uint32_t w[1];
-  ld_words2<1>(p, w);
-  return w[0];
+  return __funnelshift_r(b[0], sh ? b[1] : b[0], sh);
 }
 // An f16 at a 2-byte aligned address.
 __device__ __forceinline__ float h2f_at2(const uint8_t *p) {
@@ -159,12 +164,12 @@ template <DType T, class XF> __device__ __forceinline__ void ref_piece(const uin
     // Unsigned 6-bit values, an int8 scale per 16 (lanes k < 4 cover the first 16 bytes of a
     // group: even scale bytes, k >= 4 the odd ones); the -32 offset enters lane k as the
     // reference puts it there: 32 * the scaled sums of 16-groups 2k and 2k + 1.
-    uint32_t sc[4];
-    ld_words2<4>(b + 192, sc);
+    const Words2 bw(b);
+    const uint32_t sc[4] = {bw.at(192), bw.at(196), bw.at(200), bw.at(204)};
     int s = 0;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t l0 = ld_word2(b + 64 * j + 4 * k), l1 = ld_word2(b + 64 * j + 32 + 4 * k), h = ld_word2(b + 128 + 32 * j + 4 * k);
+      const uint32_t l0 = bw.at(64 * j + 4 * k), l1 = bw.at(64 * j + 32 + 4 * k), h = bw.at(128 + 32 * j + 4 * k);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {  // group g = 4j + t: low nibbles of l0, l1, then their high nibbles
         const int g = 4 * j + t;
