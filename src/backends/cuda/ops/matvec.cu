@@ -958,8 +958,10 @@ struct MvGroupArgs {
 // are skipped); the choice is block-uniform, the type switch does not diverge.
 // Lean: 8-warp blocks, three per multiprocessor (<= 80 registers: one chunk in flight per
 // job), for grids of 2..3 logical blocks per SM (group_lean).
-// np: the RmsNorm -> Mul in front of the group (np.w set; then g.a.x is the norm's input).
-template <DType V, bool Lean>
+// Norm: np is the RmsNorm -> Mul in front of the group (np.w set; g.a.x is the norm's input).
+// A template flag: its registers (the weight loads stay live across the reduction) must not
+// cost the groups without one (ptxas: the lean K-quant kernel's spills grew with it).
+template <DType V, bool Lean, bool Norm>
 __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 1)
     matvec_group_kernel(MvGroupArgs g, const __grid_constant__ NormPrologue np) {
   MvArgs a = g.a;
@@ -980,7 +982,7 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
   switch (t) {
 #define MOE_MV_GROUP_CASE(TY)                                                     \
   case TY:                                                                        \
-    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage, nullptr, &np); \
+    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage, nullptr, Norm ? &np : nullptr); \
     else pdl_enter();                                                             \
     break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
@@ -1035,8 +1037,13 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool l
   const dim3 block(kMvThreads * sh.groups);
   const size_t smem = static_cast<size_t>(sh.smem);
   const bool q8_0 = act_type(segs[0].type) == DType::Q8_0;
-  if (lean) launch_pdl(q8_0 ? matvec_group_kernel<DType::Q8_0, true> : matvec_group_kernel<DType::Q8_K, true>, dim3(total), block, smem, stream, g, np);
-  else launch_pdl(q8_0 ? matvec_group_kernel<DType::Q8_0, false> : matvec_group_kernel<DType::Q8_K, false>, dim3(total), block, smem, stream, g, np);
+  // (one kernel per class of activation rounding, shape and prologue)
+  using Kernel = void (*)(MvGroupArgs, NormPrologue);
+  const Kernel kernels[2][2][2] = {{{matvec_group_kernel<DType::Q8_K, false, false>, matvec_group_kernel<DType::Q8_K, false, true>},
+                                    {matvec_group_kernel<DType::Q8_K, true, false>, matvec_group_kernel<DType::Q8_K, true, true>}},
+                                   {{matvec_group_kernel<DType::Q8_0, false, false>, matvec_group_kernel<DType::Q8_0, false, true>},
+                                    {matvec_group_kernel<DType::Q8_0, true, false>, matvec_group_kernel<DType::Q8_0, true, true>}}};
+  launch_pdl(kernels[q8_0][lean][np.w != nullptr], dim3(total), block, smem, stream, g, np);
   return true;
 }
 
