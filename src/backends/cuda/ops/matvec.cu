@@ -150,11 +150,11 @@ __device__ __forceinline__ uint8_t *dyn_smem() {
 // Rounds activation slots [first, first + n) into shared memory, the same values as
 // act_round_kernel: a warp takes 256 elements (one Q8_K block, eight Q8_0 blocks), a lane 8.
 // Every thread of the block must call it (it ends with no barrier; the caller syncs).
-// np (launch-uniform; null: none): a norm prologue whose row scale is `scale`: the values are
+// np (launch-uniform; null: none): a norm prologue whose row scale is norm_scale: the values are
 // normalised before they are rounded (norm_prologue.cuh; one slot).
 template <DType V>
 __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs, const NormPrologue *np = nullptr,
-                            float scale = 0.0f) {
+                            float norm_scale = 0.0f) {
   const int K = a.K, ng = (K + 255) / 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   for (int t = warp; t < n * ng; t += nw) {
@@ -163,7 +163,7 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
     const bool in = i0 < K;  // K % 32 == 0: a lane's 8 values are all in or all out
     float v[8];
     load8_floats(src, i0, in, v);
-    if (np && in) norm_prologue_apply(*np, scale, i0, v);
+    if (np && in) norm_prologue_apply(*np, norm_scale, i0, v);
     int q[8];
     float scale;
     if constexpr (V == DType::Q8_0) {
