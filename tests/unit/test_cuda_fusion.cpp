@@ -915,7 +915,8 @@ TEST_CASE("cuda fusion: norm prologue (rms_norm + mul in the q/k/v group's launc
     CHECK(grp.kind == FusedKind::MatVecs);
     CHECK(grp.norm_prologue);
     CHECK(grp.members.size() == 2 + n * (v.bias ? 2 : 1));
-    CHECK(std::find(grp.written.begin(), grp.written.end(), grp.members[1]) != grp.written.end() == v.written);
+    const bool mul_written = std::find(grp.written.begin(), grp.written.end(), grp.members[1]) != grp.written.end();
+    CHECK(mul_written == v.written);
     const FusionPlan fp_off = plan_on(*gpu, build(), no_prologue);
     REQUIRE(fp_off.groups.size() == 2u);
     CHECK(fp_off.groups[0].kind == FusedKind::RowChains);
