@@ -43,6 +43,10 @@ struct GpuTuning {
   // One-token mat-vec groups of 2..3 blocks per SM in the lean 8-warp kernel. Default on;
   // off: the 16-warp launch.
   bool lean_groups = true;
+  // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
+  // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
+  // launch before it. Default on; off: the row chain (A/B: bench --no-norm-prologue).
+  bool norm_prologue = true;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
   // of at least decode_min_chunk cells (>= 1, default 32) per launch. Short ranges: a warp's
   // dependent chain per cell, not the bytes, bounds the kernel (docs/perf/cuda.md, 2026-12-03 night).
@@ -65,7 +69,7 @@ struct GpuTuning {
 
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
-           own_order_head == o.own_order_head && lean_groups == o.lean_groups && decode_max_ranges == o.decode_max_ranges &&
+           own_order_head == o.own_order_head && lean_groups == o.lean_groups && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens;
   }

@@ -54,7 +54,7 @@ FusionPlan plan_on(Backend &gpu, Graph g, const GpuTuning &tuning = GpuTuning{})
   o.allow_fallback = false;
   o.gpu_tuning = tuning;
   auto plan = compile_graph(std::move(g), o);
-  return plan_fusion(plan->graph, tuning.norm_tails);
+  return plan_fusion(plan->graph, tuning.norm_tails | (tuning.norm_prologue ? 0u : kNoNormPrologue));
 }
 
 struct FusedRun {
@@ -133,7 +133,7 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   auto plan = compile_graph(std::move(g), co);
   const Graph &cg = plan->graph;
   GpuTuning tuning;
-  tuning.norm_tails = norm_tails;
+  tuning.norm_tails = norm_tails & kNormTailsAll;
   const CudaPaths paths = cuda_select_paths(90, 90, 232448);  // an H200 (runs without a GPU)
   std::vector<int> keep;
   cuda_fusion_keep_live(cg, 0, keep);  // what CudaBackend::extend_lifetimes asks for
@@ -194,14 +194,15 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           // Norm tails (cuda_fusion.h): out-proj + residual takes the ffn norm (the router then
           // starts at its mat-vec), down + combine + residual the next layer's attention norm
           // (layer 0's follows the embedding: a row chain) or, in the last layer, the output norm.
-          want = {"fused:rms_norm+mul", "fused:matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
+          // The attention norm before q / k / v in their launch (norm prologue).
+          want = {"fused:rms_norm+mul+matmul+matmul+matmul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                   "fused:matmul+add+rms_norm+mul", "fused:matmul+softmax+top_k+gather_cols+norm_sum", "fused:matmul_id+matmul_id+swiglu",
                   "fused:matmul_id+moe_combine+add+rms_norm+mul"};
           want_out.clear();
           int off_tails = -1;
           auto off = plan_by_layer(reg, m, 1, std::string(preset) + " (no norm tails)", 0, &off_tails);
           CHECK(off_tails == 0);
-          CHECK(off[1] == std::vector<std::string>{"fused:rms_norm+mul", "fused:matmul+matmul+matmul",
+          CHECK(off[1] == std::vector<std::string>{"fused:rms_norm+mul+matmul+matmul+matmul",
                                                    "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store", "fused:matmul+add",
                                                    "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum",
                                                    "fused:matmul_id+matmul_id+swiglu", "fused:matmul_id+moe_combine+add"});
@@ -242,7 +243,9 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer); ++seg) {
           INFO("segment " << seg);
           const auto &v = by_layer[seg];
-          if (cuda_fused_matvec_available()) CHECK(has_label(v, "fused:matmul+add+matmul+add+matmul+add"));
+          // (with the attention norm in front where no norm tail took it: the norm prologue)
+          if (cuda_fused_matvec_available())
+            CHECK((has_label(v, "fused:matmul+add+matmul+add+matmul+add") || has_label(v, "fused:rms_norm+mul+matmul+add+matmul+add+matmul+add")));
           CHECK((has_label(v, router) || has_label(v, router + "+scale")));
           CHECK_FALSE(has_label(v, "fused:top_k+gather_cols+softmax"));
           CHECK_FALSE(has_label(v, "fused:top_k+gather_cols+softmax+scale"));
@@ -262,8 +265,8 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         }
         // Without norm tails (the default): the same two groups, and no expert node (MatMulId,
         // AddId, SwiGLU-OAI, MoeCombine) runs alone: 2 launches for the layer's 9 MoE nodes,
-        // 9 in all (attention norm, q/k/v, rope + KV store, attention, out-proj + bias,
-        // residual, the router group, and the two).
+        // 8 in all (attention norm + q/k/v (the norm prologue), rope + KV store, attention,
+        // out-proj + bias, residual, the router group, and the two).
         std::map<int, int> launches;
         const auto plain = plan_by_layer(reg, m, 1, std::string(preset) + " (no norm tails)", 0, nullptr, &launches);
         for (int seg = 1; seg <= static_cast<int>(m.hp.n_layer) && cuda_fused_matvec_available(); ++seg) {
@@ -271,9 +274,42 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           const auto &v = plain.at(seg);
           CHECK(has_label(v, "fused:matmul_id+add_id+matmul_id+add_id+swiglu_oai"));
           CHECK(has_label(v, "fused:matmul_id+add_id+moe_combine+add"));
-          if (seg < static_cast<int>(m.hp.n_layer)) CHECK(launches[seg] == 9);  // (the last layer also gathers its output rows)
+          if (seg < static_cast<int>(m.hp.n_layer)) CHECK(launches[seg] == 8);  // (the last layer also gathers its output rows)
         }
       }
+    }
+    std::remove(path.c_str());
+  }
+#endif
+}
+
+// The norm prologue (cuda_fusion.h: FusedGroup::norm_prologue) in the tiny models' decode
+// plans (norm tails off, the default): where a layer's attention norm feeds a q / k / v group,
+// the norm joins that group's launch, one launch less in that layer. Printed per segment for
+// both plans. Runs without a GPU.
+TEST_CASE("cuda fusion plan: the attention norm joins the q/k/v launch (norm prologue), one launch less per layer", "[fusion]") {
+#ifdef MOEINFER_WITH_CUDA
+  if (!cuda_fused_matvec_available()) return;
+  BackendRegistry reg;
+  for (const char *preset : {"tiny", "tiny-gpt-oss", "tiny-deepseek2", "tiny-qwen35moe"}) {
+    const std::string path = write_tiny(preset, "q8_0");
+    {
+      auto model = Model::load(path, ModelLoadParams{});
+      const Model::Impl &m = model->impl();
+      std::map<int, int> on, off;
+      const auto labels = plan_by_layer(reg, m, 1, std::string(preset) + " (norm prologue)", 0, nullptr, &on);
+      plan_by_layer(reg, m, 1, std::string(preset) + " (no norm prologue)", kNoNormPrologue, nullptr, &off);
+      int with_prologue = 0;
+      for (int l = 1; l <= static_cast<int>(m.hp.n_layer); ++l) {
+        INFO(preset << " segment " << l);
+        bool has = false;
+        for (const std::string &lab : labels.at(l)) has = has || lab.rfind("fused:rms_norm+mul+matmul+", 0) == 0;
+        CHECK(on[l] + (has ? 1 : 0) == off[l]);
+        with_prologue += has ? 1 : 0;
+      }
+      std::printf("[fusion] %s: %d of %u layers with a norm prologue\n", preset, with_prologue, static_cast<unsigned>(m.hp.n_layer));
+      // qwen3moe's and gpt-oss's q / k / v follow the attention norm in every layer.
+      if (std::string(preset) == "tiny" || std::string(preset) == "tiny-gpt-oss") CHECK(with_prologue == static_cast<int>(m.hp.n_layer));
     }
     std::remove(path.c_str());
   }
@@ -312,8 +348,12 @@ TEST_CASE("cuda fusion plan: gated DeltaNet layers (qwen3next, qwen35moe) fuse t
           // One token, a DeltaNet layer between the first and the last (docs/perf/qwen3next-cuda.md,
           // entry 3): attn norm, projections, DeltaIn, DeltaNet + norm, out-proj + residual, ffn norm
           // + router + shared gate logit, experts gate/up, experts down + combine, shared gate/up,
-          // shared down, SharedGate = 11 launches.
-          if (T == 1 && il > 0 && il + 1 < m.hp.n_layer && cuda_fused_matvec_available()) CHECK(launches[static_cast<int>(il) + 1] == 11);
+          // shared down, SharedGate = 11 launches; 10 where the attn norm joins the projections' launch
+          // (norm prologue).
+          bool prologue = false;
+          for (const std::string &lab : v) prologue = prologue || lab.rfind("fused:rms_norm+mul+matmul+", 0) == 0;
+          if (T == 1 && il > 0 && il + 1 < m.hp.n_layer && cuda_fused_matvec_available())
+            CHECK(launches[static_cast<int>(il) + 1] == (prologue ? 10 : 11));
         }
       }
     }
@@ -831,6 +871,108 @@ TEST_CASE("cuda fusion: mat-vecs with their bias adds (gpt-oss q, k, v) equal un
 #endif
 }
 
+// The norm prologue (cuda_fusion.h: FusedGroup::norm_prologue): RmsNorm -> Mul -> the q / k /
+// v products (or gpt-oss's products + bias adds) in one launch, every block normalising the row
+// where it rounds the activation. Against the same graph with the norm as its own row-chain
+// launch (GpuTuning::norm_prologue off: bit-identical, the normalised row too), unfused and the
+// CPU; every weight type of the group kernel, K 2048 / 2880 / 4096 and smaller, one or two
+// logical blocks per thread block and the lean kernel (row counts), the Mul output read
+// outside the group (written by the launch) or not. x has a large mean and spread so the
+// scale is far from 1.
+TEST_CASE("cuda fusion: norm prologue (rms_norm + mul in the q/k/v group's launch) equals the row chain, unfused and the CPU",
+          "[ops][cuda][fusion]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  const GpuTuning cpu_order = moe_test::cpu_order_final_outputs();
+  GpuTuning no_prologue = cpu_order;
+  no_prologue.norm_prologue = false;
+  struct Variant {
+    int64_t K;
+    std::vector<DType> types;
+    std::vector<int64_t> rows;
+    bool bias;     // MatMul -> Add(bias) pairs (gpt-oss)
+    bool written;  // the Mul output is also a graph output (the launch writes it)
+  };
+  using D = DType;
+  const Variant variants[] = {
+      {2048, {D::Q4_K, D::Q4_K, D::Q6_K}, {4096, 512, 512}, false, false},  // Qwen3-30B-A3B's q, k, v (Q4_K_M)
+      {2048, {D::Q4_K, D::Q4_K, D::Q6_K}, {4096, 512, 512}, false, true},
+      {4096, {D::Q5_K, D::Q2_K, D::Q3_K, D::Q4_K}, {300, 37, 5, 64}, false, true},  // few rows: K halves
+      {2880, {D::Q8_0, D::Q8_0, D::Q8_0}, {4096, 512, 512}, true, false},          // gpt-oss's q, k, v + biases
+      {2880, {D::Q8_0, D::MXFP4, D::Q4_0}, {301, 37, 5}, true, true},
+      {768, {D::Q8_0, D::Q4_0, D::MXFP4}, {4100, 300, 33}, false, false},          // many rows: two logical blocks per thread block
+      {256, {D::Q6_K, D::Q4_K}, {48, 24}, false, true},                            // one block of Q8_K
+      {96, {D::Q8_0, D::Q8_0}, {7, 9}, false, false},                              // K below the norm's 256-thread block
+  };
+  uint32_t seed = 2900;
+  for (const Variant &v : variants) {
+    const size_t n = v.types.size();
+    WeightStore ws;
+    std::vector<const GgufTensorInfo *> w, b;
+    for (size_t i = 0; i < n; ++i) {
+      w.push_back(ws.add("w" + std::to_string(i), v.types[i], {v.K, v.rows[i]}, randn(static_cast<size_t>(v.K * v.rows[i]), seed++, 0.5f)));
+      b.push_back(ws.add("b" + std::to_string(i), DType::F32, {v.rows[i]}, randn(static_cast<size_t>(v.rows[i]), seed++)));
+    }
+    auto nv = randn(static_cast<size_t>(v.K), seed++, 0.3f);
+    for (float &e : nv) e += 1.0f;
+    const GgufTensorInfo *ni = ws.add("norm", DType::F32, {v.K}, nv);
+    int x = -1, xn = -1;
+    std::vector<int> outs;
+    auto build = [&]() {
+      Graph g;
+      x = g.input("x", DType::F32, {v.K, 1});
+      xn = g.mul(g.rms_norm(x, 1e-6f), g.weight(ni));
+      outs.clear();
+      for (size_t i = 0; i < n; ++i) {
+        int y = g.matmul(g.weight(w[i]), xn);
+        if (v.bias) y = g.add(y, g.weight(b[i]));
+        outs.push_back(y);
+      }
+      for (size_t i = 0; i < n; ++i) g.mark_output(outs[i], "y" + std::to_string(i));
+      if (v.written) {
+        g.mark_output(xn, "xn");
+        outs.push_back(xn);
+      }
+      return g;
+    };
+    std::string name;
+    for (DType t : v.types) name += std::string(dtype_name(t)) + " ";
+    INFO("K " << v.K << " types " << name << "bias " << v.bias << " written " << v.written);
+    const FusionPlan fp = plan_on(*gpu, build(), cpu_order);
+    REQUIRE(fp.groups.size() == 1u);
+    const FusedGroup &grp = fp.groups[0];
+    CHECK(grp.kind == FusedKind::MatVecs);
+    CHECK(grp.norm_prologue);
+    CHECK(grp.members.size() == 2 + n * (v.bias ? 2 : 1));
+    const bool mul_written = std::find(grp.written.begin(), grp.written.end(), grp.members[1]) != grp.written.end();
+    CHECK(mul_written == v.written);
+    const FusionPlan fp_off = plan_on(*gpu, build(), no_prologue);
+    REQUIRE(fp_off.groups.size() == 2u);
+    CHECK(fp_off.groups[0].kind == FusedKind::RowChains);
+    CHECK(!fp_off.groups[1].norm_prologue);
+    auto xv = randn(static_cast<size_t>(v.K), seed++, 3.0f);
+    for (float &e : xv) e += 2.0f;
+    const std::vector<Input> ins = {in(x, xv)};
+    auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const FusedRun f = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, cpu_order);
+    const FusedRun p = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, no_prologue);
+    const FusedRun u = run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false, cpu_order);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      INFO("output " << i);
+      CHECK(f.out[i] == p.out[i]);  // bit-identical to the row chain + group
+      if (!v.bias || i >= n) CHECK(f.out[i] == u.out[i]);  // and to the unfused kernels (the bias adds: the MatVecs test's tolerance)
+      else CHECK(rel_err(f.out[i], u.out[i]) < 1e-5);
+      CHECK(rel_err(f.out[i], rc[i]) < 1e-4);
+    }
+    CHECK(f.launches + 1 == p.launches);  // the row chain's launch
+    const uint64_t unfused = 2 + n * (v.bias ? 2 : 1);
+    CHECK(f.launches + unfused - 1 == u.launches);
+  }
+#endif
+}
+
 // The router's one-token F32 mat-vec in the router's launch, optionally with the RmsNorm ->
 // Mul in front of it: many blocks compute the logits in the unfused mat-vec's summation
 // order (each normalising the row like the row chains), the last block routes (bit-identical
@@ -1310,7 +1452,7 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   // without the fused mat-vec groups: attn norm 1, q 1 + k 1 + v 1, out-proj 1 + add 1,
   // gate 1 + up 1 + swiglu 1, down 1 + combine 1 + add 1 = 15 (+ the output norm once).
   const int64_t per_layer = cuda_fused_matvec_available() ? 7 : 15;
-  // Embedding 1, layer 0's attention norm 1 (fused: nothing before it takes it), LM head 1; the
+  // Embedding 1, layer 0's attention norm 0 (fused: in its q / k / v launch), LM head 1; the
   // last layer selects its output rows (2) between out-proj and the residual add, so there
   // those two stay apart and the ffn norm joins the router (+1).
   const int64_t fixed = 8;
@@ -1322,10 +1464,11 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
       auto model = Model::load(path, ModelLoadParams{});
       const int64_t n_layer = static_cast<int64_t>(model->impl().hp.n_layer);
       if (std::string(preset) == "tiny") tiny_layers = n_layer;
-      for (int mode = 0; mode < 3; ++mode) {  // fused, unfused, fused without norm tails
+      for (int mode = 0; mode < 4; ++mode) {  // fused, unfused, fused without norm tails, and without norm prologues either
         ContextParams cp;
         cp.gpu_tuning.fusion = mode != 1;
-        cp.gpu_tuning.norm_tails = mode != 2 ? kNormTailsAll : 0;
+        cp.gpu_tuning.norm_tails = mode < 2 ? kNormTailsAll : 0;
+        cp.gpu_tuning.norm_prologue = mode != 3;
         cp.n_ctx = 64;
         cp.device = "cuda";
         cp.gpu_graphs = false;
@@ -1340,7 +1483,7 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
           ctx->decode(&t, 1);
           per_step = moe_test::cuda_counts(*ctx).launches - before;
         }
-        const char *name = mode == 0 ? "fused" : mode == 1 ? "unfused" : "no-tails";
+        const char *name = mode == 0 ? "fused" : mode == 1 ? "unfused" : mode == 2 ? "no-tails" : "no-tails-no-prologue";
         std::printf("[cuda][engine] %s %s: %llu kernel launches per decode step (%lld layers)\n", preset, name,
                     static_cast<unsigned long long>(per_step), static_cast<long long>(n_layer));
         counts[std::string(preset) + "/" + name] = per_step;
@@ -1354,10 +1497,16 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
   // layer (-1; its grouped top-k ends the sequence); the other groups save more.
   CHECK(counts["tiny-deepseek2/fused"] + 3 * 8 + 2 <= counts["tiny-deepseek2/unfused"]);
   CHECK(counts["tiny/fused"] == counts["tiny-e16/fused"]);
-  // Norm tails: each layer's down group takes the next attention norm (the last layer's: the
-  // output norm), one row-chain launch less per layer; the ffn norms were already in the
-  // router's launch ([fusion] plan test: every layer's down has its tail).
-  if (cuda_fused_matvec_available()) CHECK(counts["tiny/fused"] + static_cast<uint64_t>(tiny_layers) == counts["tiny/no-tails"]);
+  // Norm prologues: each layer's attention norm in its q / k / v launch, one row-chain launch
+  // less per layer. Norm tails then take only what no prologue took: the output norm (the
+  // attention norms of layers 1.. go to the down group before them, the prologue keeps layer
+  // 0's); the ffn norms were already in the router's launch ([fusion] plan test: every layer's
+  // down has its tail).
+  if (cuda_fused_matvec_available()) {
+    const uint64_t layers = static_cast<uint64_t>(tiny_layers);
+    CHECK(counts["tiny/no-tails"] + layers == counts["tiny/no-tails-no-prologue"]);
+    CHECK(counts["tiny/fused"] + 1 == counts["tiny/no-tails"]);
+  }
   CHECK(counts["tiny/unfused"] == counts["tiny-e16/unfused"]);
   CHECK(counts["tiny/fused"] < counts["tiny/unfused"]);
 #endif

@@ -34,6 +34,8 @@ void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int, int, const Emu
   launch(t, down, dim3(gx, gy), smem_bytes(t, a.K, down ? a.X : 1, down), nullptr, a);
 }
 bool launch_grp(const EmuMv &, const EmuSeg *, int, int) { return false; }
+void norm_row(const float *, const float *, float *, int, float) {}
+bool launch_grp_norm(const EmuMv &, const EmuSeg *, int, int, const float *, float *, float) { return false; }
 bool launch_own(DType, unsigned, unsigned, const EmuMv &) { return false; }
 bool launch_tail(DType, bool, int, const EmuMv &, const EmuTail &) { return false; }
 bool launch_bias(DType, bool, int, const EmuMv &, const EmuBias &) { return false; }
@@ -54,6 +56,32 @@ bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
   MvSeg sg[kMaxFusedMatVecs];
   for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].add, segs[i].M, segs[i].type, segs[i].mode};
   return launch_group(to_args(base), sg, n, n_sm, true, LaunchStream{});  // lean groups: the default
+}
+// The row chains' RmsNorm -> Mul of x [K] into out: row_chains_kernel's code for one row
+// (stage_row, rms_mul_staged over row_threads(K) threads).
+__global__ void emu_norm_row_kernel(const float *x, const float *w, float *out, int K, float eps) {
+  __shared__ float s_row[8192];
+  __shared__ double s_red[32];
+  float wr[kWeightRegs];
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    wr[j] = i < K ? w[i] : 0.0f;
+  }
+  stage_row<kWeightRegs>(s_row, x, K, threadIdx.x, blockDim.x);
+  __syncthreads();
+  rms_mul_staged(s_row, K, eps, row_threads(K), w, wr, s_red);
+  for (int i = threadIdx.x; i < K; i += blockDim.x) out[i] = s_row[i];
+}
+void norm_row(const float *x, const float *w, float *out, int K, float eps) {
+  emu_launch(dim3(1), row_threads(K), emu_norm_row_kernel, x, w, out, K, eps);
+}
+// The MatVecs group behind a norm prologue: base.x is the norm's input, nw the Mul weight,
+// normed (or null) the Mul output block 0 writes.
+bool launch_grp_norm(const EmuMv &base, const EmuSeg *segs, int n, int n_sm, const float *nw, float *normed, float eps) {
+  MvSeg sg[kMaxFusedMatVecs];
+  for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].add, segs[i].M, segs[i].type, segs[i].mode};
+  const NormPrologue np{nw, normed, eps, row_threads(base.K)};
+  return launch_group(to_args(base), sg, n, n_sm, true, LaunchStream{}, np);
 }
 // A final output in CUDA's own order (matvec_rows8_kernel<T, false>); false: not such a type.
 bool launch_own(DType t, unsigned gx, unsigned gy, const EmuMv &m) {

@@ -54,6 +54,9 @@ namespace moe {
   bool launch_own(DType t, unsigned gx, unsigned gy, const moe_emu_api::EmuMv &m);                                 \
   bool launch_tail(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuTail &tail);    \
   bool launch_bias(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuBias &bias);    \
+  void norm_row(const float *x, const float *w, float *out, int K, float eps);                                      \
+  bool launch_grp_norm(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm, const float *nw, \
+                       float *normed, float eps);                                                                   \
   }
 MOE_EMU_API(old)
 MOE_EMU_API(new)

@@ -470,6 +470,74 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
   }
 }
 
+// Norm prologues (norm_prologue.cuh): the MatVecs group on the norm's input x, normalising in
+// its rounding, against the same group on the row chains' RmsNorm -> Mul output of x
+// (norm_row: rms_mul_staged), bit for bit, for several SM counts (one or two logical blocks per
+// thread block, the lean kernel); the normalised row block 0 writes too. x with a large mean
+// (scale far from 1).
+void check_group_norm(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows, bool bias = false) {
+  const size_t n = types.size();
+  std::vector<std::unique_ptr<Buf>> w;
+  std::vector<std::vector<float>> y_ref(n), y_new(n), adds(n);
+  auto xs = randn(static_cast<size_t>(K));
+  for (float &v : xs) v = 3.0f * v + 2.0f;
+  auto nw = randn(static_cast<size_t>(K), 0.3f);
+  for (float &v : nw) v += 1.0f;
+  const float eps = 1e-6f;
+  std::vector<float> xn(static_cast<size_t>(K), NAN), normed(static_cast<size_t>(K), NAN);
+  emu_new::norm_row(xs.data(), nw.data(), xn.data(), static_cast<int>(K), eps);
+  EmuMv base{};
+  base.K = static_cast<int>(K);
+  base.x_nb1 = K * 4;
+  base.X = 1;
+  base.E = 1;
+  base.n_used = 1;
+  base.mode = kRows;
+  std::string tag = std::string(bias ? "norm prologue + bias K " : "norm prologue K ") + std::to_string(K);
+  std::vector<EmuSeg> segs;
+  for (size_t i = 0; i < n; ++i) {
+    tag += std::string(" ") + dtype_name(types[i]) + "x" + std::to_string(rows[i]);
+    w.emplace_back(ref_type(types[i]) ? random_blocks(types[i], K, rows[i]) : weights(types[i], K, rows[i]));
+    if (bias) adds[i] = randn(static_cast<size_t>(rows[i]));
+  }
+  int64_t logical = 0;
+  for (size_t i = 0; i < n; ++i) logical += (rows[i] + (mode == kRows ? 15 : 7)) / (mode == kRows ? 16 : 8);
+  const int lean_sm = static_cast<int>((logical + 2) / 3);
+  for (int n_sm : {132, 2, lean_sm}) {
+    const std::string t2 = tag + " n_sm " + std::to_string(n_sm);
+    auto segs_of = [&](std::vector<std::vector<float>> &y) {
+      std::vector<EmuSeg> s;
+      for (size_t i = 0; i < n; ++i) {
+        y[i].assign(static_cast<size_t>(rows[i]), NAN);
+        s.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y[i].data(), rows[i], types[i], mode,
+                           bias ? adds[i].data() : nullptr});
+      }
+      return s;
+    };
+    auto ref_segs = segs_of(y_ref), new_segs = segs_of(y_new);
+    EmuMv b = base;
+    b.x = reinterpret_cast<const uint8_t *>(xn.data());
+    ++checks;
+    if (!emu_new::launch_grp(b, ref_segs.data(), static_cast<int>(n), n_sm)) {
+      ++failures;
+      std::printf("FAIL %s: not launched\n", t2.c_str());
+      continue;
+    }
+    b.x = reinterpret_cast<const uint8_t *>(xs.data());
+    for (bool write : {false, true}) {
+      std::fill(normed.begin(), normed.end(), NAN);
+      ++checks;
+      if (!emu_new::launch_grp_norm(b, new_segs.data(), static_cast<int>(n), n_sm, nw.data(), write ? normed.data() : nullptr, eps)) {
+        ++failures;
+        std::printf("FAIL %s: not launched with the prologue\n", t2.c_str());
+        continue;
+      }
+      for (size_t i = 0; i < n; ++i) same(y_ref[i].data(), y_new[i].data(), y_ref[i].size(), t2 + " seg " + std::to_string(i));
+      if (write) same(xn.data(), normed.data(), xn.size(), t2 + " normalised row");
+    }
+  }
+}
+
 // Norm tails (matvec.cu: RowTail): out-proj + residual and down + combine + residual with the
 // RmsNorm -> Mul of the output row in the launch's last block. The output row must equal the
 // launch without a tail bit for bit; the normalised row the float64 RmsNorm within float
@@ -659,8 +727,8 @@ void check_bias(DType t) {
 int main(int argc, char **argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   for (DType t : kTypes) {
-    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "tail" && only != "bias") continue;
-    if (only != "group" && only != "tail" && only != "bias") {
+    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "tail" && only != "bias" && only != "prologue") continue;
+    if (only != "group" && only != "tail" && only != "bias" && only != "prologue") {
       if (ref_type(t)) check_ref_type(t);
       else check_type(t);
       std::printf("%s: %d checks, %d failures so far\n", dtype_name(t), checks, failures);
@@ -686,6 +754,14 @@ int main(int argc, char **argv) {
     check_group({DType::Q8_0, DType::MXFP4, DType::Q4_0}, {33, 16, 2}, 2080, kRows, true);
     check_group({DType::Q8_0, DType::Q8_0}, {17, 4}, 128, kHalves, true);
     std::printf("group: %d checks, %d failures\n", checks, failures);
+  }
+  if (only.empty() || only == "prologue") {
+    check_group_norm({DType::Q4_K, DType::Q4_K, DType::Q6_K}, {64, 8, 8}, 2048);   // Qwen3's q, k, v (fewer rows)
+    check_group_norm({DType::Q8_0, DType::Q8_0, DType::Q8_0}, {64, 8, 8}, 2880, kRows, true);  // gpt-oss's (+ biases)
+    check_group_norm({DType::Q5_K, DType::Q2_K, DType::Q3_K, DType::Q4_K}, {3, 17, 1, 40}, 4096);
+    check_group_norm({DType::Q8_0, DType::Q4_0, DType::MXFP4}, {33, 16, 2}, 96);   // K below the norm's block of 256
+    check_group_norm({DType::Q4_K, DType::Q6_K}, {9, 20}, 1024, kHalves);
+    std::printf("prologue: %d checks, %d failures\n", checks, failures);
   }
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
   return failures ? 1 : 0;

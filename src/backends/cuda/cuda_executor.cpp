@@ -290,7 +290,7 @@ private:
     CachedFusion &cf = fusion_plans_[&g];
     const uint64_t sig = fusion_signature(g);
     if (cf.n_nodes != g.nodes().size() || cf.signature != sig) {
-      cf.plan = plan_fusion(g, tuning_.norm_tails | (tuning_.delta_norm ? 0u : kNoDeltaNorm));
+      cf.plan = plan_fusion(g, tuning_.norm_tails | (tuning_.delta_norm ? 0u : kNoDeltaNorm) | (tuning_.norm_prologue ? 0u : kNoNormPrologue));
       cf.n_nodes = g.nodes().size();
       cf.signature = sig;
     }

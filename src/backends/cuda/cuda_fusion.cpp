@@ -32,8 +32,8 @@ struct Range {
 
 class Matcher {
 public:
-  Matcher(const Graph &g, unsigned norm_tails, bool delta_norm = true)
-      : g_(g), norm_tails_(norm_tails), delta_norm_(delta_norm), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
+  Matcher(const Graph &g, unsigned norm_tails, bool delta_norm = true, bool norm_prologue = true)
+      : g_(g), norm_tails_(norm_tails), delta_norm_(delta_norm), norm_prologue_(norm_prologue), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
                                      output_(static_cast<size_t>(n_), false) {
     for (const Node &nd : g.nodes())
       for (int s : nd.src)
@@ -131,7 +131,7 @@ private:
         return match_gate_up(i, grp) || match_topk_router(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) ||
                match_router_mm(i, grp) || match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
-      case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
+      case Op::RmsNorm: return match_norm_router(i, grp) || match_norm_matvecs(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
       case Op::TopK: return match_sequence(i, grp);
@@ -430,6 +430,31 @@ private:
     const int readers = grp.kind == FusedKind::Router && nd(grp.members[1]).op == Op::MatMul ? 2 : 1;  // (the side mat-vec reads it too)
     grp.members.insert(grp.members.begin(), {i, m});
     if (read_outside(m, readers)) grp.written.insert(grp.written.begin(), m);
+    return true;
+  }
+
+  // RmsNorm(x) -> Mul(row weight) -> a MatVecs group (match_at's choice at the next node) whose
+  // MatMuls all read the Mul output, one token, matvec.cu's weight types (the extra types'
+  // kernels have no prologue): the norm prologue (cuda_fusion.h). The Mul output is written
+  // where others read it too.
+  bool match_norm_matvecs(int i, FusedGroup &grp) const {
+    if (!MOE_CUDA_FUSED_MATVEC || !norm_prologue_) return false;
+    const int m = next(i);
+    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
+    if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1 || !f32_rows(nd(nd(i).src[0]))) return false;
+    const int mm = next(m);
+    FusedGroup mv;
+    if (mm < 0 || nd(mm).op != Op::MatMul || !same_place(i, mm) || !match_at(mm, mv) || mv.kind != FusedKind::MatVecs) return false;
+    int readers = 0;
+    for (int k : mv.members) {
+      if (nd(k).op != Op::MatMul) continue;
+      if (nd(k).src[1] != m || cuda_extra_type(nd(nd(k).src[0]).type) || nd(nd(k).src[0]).ne[0] != nd(i).ne[0]) return false;
+      ++readers;
+    }
+    grp = std::move(mv);
+    grp.members.insert(grp.members.begin(), {i, m});
+    if (read_outside(m, readers)) grp.written.insert(grp.written.begin(), m);
+    grp.norm_prologue = true;
     return true;
   }
 
@@ -763,6 +788,7 @@ private:
   const Graph &g_;
   unsigned norm_tails_;  // kNormTail* mask
   bool delta_norm_;      // DeltaNorm groups planned (else the norm is a GatedNorm group)
+  bool norm_prologue_;   // norm prologues planned (match_norm_matvecs)
   int n_;
   std::vector<int> uses_;
   std::vector<bool> output_;
@@ -773,7 +799,7 @@ private:
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
 FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) {
-  return Matcher(g, norm_tails & kNormTailsAll, (norm_tails & kNoDeltaNorm) == 0).run();
+  return Matcher(g, norm_tails & kNormTailsAll, (norm_tails & kNoDeltaNorm) == 0, (norm_tails & kNoNormPrologue) == 0).run();
 }
 
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until) {
@@ -844,7 +870,13 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       return cuda_fused_down_combine(c, down, second, n_prod > 2 ? &c.g.node(grp.members[2]) : nullptr, tail_node(c, grp, 2),
                                      tail_node(c, grp, 1), grp.ids_settled);
     }
-    case FusedKind::MatVecs: return cuda_fused_matvecs(c, grp.members);
+    case FusedKind::MatVecs: {
+      if (!grp.norm_prologue) return cuda_fused_matvecs(c, grp.members);
+      const std::vector<int> products(grp.members.begin() + 2, grp.members.end());
+      const Node &norm = c.g.node(grp.members[0]), &mul = c.g.node(grp.members[1]);
+      const bool written = std::find(grp.written.begin(), grp.written.end(), grp.members[1]) != grp.written.end();
+      return cuda_fused_matvecs(c, products, &norm, &mul, written);
+    }
 #endif
     default: break;
   }

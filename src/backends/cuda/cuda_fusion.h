@@ -46,11 +46,17 @@ enum class FusedKind : uint8_t {
 // run_at, its producer's last node, and the executor skips its tail members when it runs the
 // next segment (cuda_executor.cpp); the tail reads nothing but the producer's output and a
 // weight, so computing it before that segment starts changes nothing.
+// Norm prologue: a MatVecs group whose MatMuls all read the output of the RmsNorm -> Mul right
+// before them (a layer's attention norm in front of q / k / v) takes the two as its first
+// members: every block of the launch normalises the row where it rounds the activation
+// (ops/norm_prologue.cuh), one launch fewer per layer. The Mul output is written (by one
+// block) only where a node outside the group reads it.
 struct FusedGroup {
   FusedKind kind = FusedKind::RowChains;
   int first = 0, last = 0;     // node index range [first, last]
   int run_at = 0;              // the node at whose turn the group launches: last, or the producer's last node (norm tail)
   bool norm_tail = false;      // members end with RmsNorm -> Mul of the producer's output row
+  bool norm_prologue = false;  // MatVecs: members start with the RmsNorm -> Mul whose output the MatMuls read
   std::vector<int> members;    // the compute nodes in it, in order
   std::vector<int> written;    // member outputs the fused kernel writes
   std::string label;           // "fused:rms_norm+mul" (per-op profiler)
@@ -84,11 +90,13 @@ constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
 // Also in plan_fusion's mask: no DeltaNorm groups (GpuTuning::delta_norm off; the output norm is
 // then a GatedNorm launch). cuda_fusion_keep_live extends their lifetimes either way.
 constexpr unsigned kNoDeltaNorm = 4;
+// Also in the mask: no norm prologues (GpuTuning::norm_prologue off; the norm is then a row chain).
+constexpr unsigned kNoNormPrologue = 8;
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail* [| kNoDeltaNorm]
+FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail* [| kNoDeltaNorm] [| kNoNormPrologue]
 // The lifetimes the memory planner must extend for the groups of `device` (Backend::extend_lifetimes):
 // DeltaIn groups read their inputs after writing outputs placed after those inputs' last reader.
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until);

@@ -131,9 +131,13 @@ void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &c
 // member's output is written. Quantized weights whose types have the same group key (the
 // same activation rounding); key 0: the type never joins a group. A MatMul may be followed
 // in members by Add(it, row) (gpt-oss's q / k / v biases): then the Add's output is written.
+// norm, mul (both or neither): the RmsNorm -> Mul whose output the MatMuls read, computed in
+// the launch (cuda_fusion.h: FusedGroup::norm_prologue); mul_written: the Mul output is read
+// outside the group (the launch writes it). Where the launch cannot, the two run before it.
 constexpr int kMaxFusedMatVecs = 4;
 int cuda_matvec_group_key(DType t);
-void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
+void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members, const Node *norm = nullptr, const Node *mul = nullptr,
+                        bool mul_written = false);
 
 constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane
 constexpr int kCudaMaxHeadDim = 1024;  // attention accumulators: 8 per thread of 128

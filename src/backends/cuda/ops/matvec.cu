@@ -37,6 +37,7 @@
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
+#include "backends/cuda/ops/norm_prologue.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant_extra.h"
 #include "backends/cuda/ops/ref_math.cuh"
@@ -142,11 +143,19 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_trigger();
 }
 
+__device__ __forceinline__ uint8_t *dyn_smem() {
+  extern __shared__ __align__(16) uint8_t smem[];
+  return smem;
+}
+
 // Rounds activation slots [first, first + n) into shared memory, the same values as
 // act_round_kernel: a warp takes 256 elements (one Q8_K block, eight Q8_0 blocks), a lane 8.
 // Every thread of the block must call it (it ends with no barrier; the caller syncs).
+// np (launch-uniform; null: none): a norm prologue whose row scale is norm_scale: the values are
+// normalised before they are rounded (norm_prologue.cuh; one slot).
 template <DType V>
-__device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs) {
+__device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs, const NormPrologue *np = nullptr,
+                            float norm_scale = 0.0f) {
   const int K = a.K, ng = (K + 255) / 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   for (int t = warp; t < n * ng; t += nw) {
@@ -155,6 +164,7 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
     const bool in = i0 < K;  // K % 32 == 0: a lane's 8 values are all in or all out
     float v[8];
     load8_floats(src, i0, in, v);
+    if (np && in) norm_prologue_apply(*np, norm_scale, i0, v);
     int q[8];
     float scale;
     if constexpr (V == DType::Q8_0) {
@@ -187,6 +197,19 @@ struct XSmem {
   int *s;
 };
 
+// The activation rounding of the mat-vec kernels (round_slots), behind the group's norm
+// prologue where np is set (launch-uniform; np->w null: none). Block-wide; no barrier at the
+// end. The prologue's reduction scratch is the start of dynamic shared memory: the first warp's
+// staging buffer, which the staging writes only after the barrier that follows the rounding.
+template <DType V> __device__ __forceinline__ void round_act(const MvArgs &a, int first, int n, const XSmem &xm, const NormPrologue *np) {
+  if (np && np->w) {
+    const float scale = norm_prologue_scale(*np, reinterpret_cast<const float *>(a.x), a.K, reinterpret_cast<double *>(dyn_smem()));
+    round_slots<V>(a, first, n, xm.q, xm.d, xm.s, np, scale);
+  } else {
+    round_slots<V>(a, first, n, xm.q, xm.d, xm.s);
+  }
+}
+
 // Q4_K rows in the repacked gemv order (ref_q4k_repacked) from 16-byte aligned tensors
 // without staging: each lane loads its block's 16-byte header and its 16 quant bytes
 // (q4k_repack_sums_regs' layout: blocks are 144 = 9 x 16 bytes, so aligned rows keep every
@@ -198,7 +221,8 @@ struct XSmem {
 // their sectors to L1).
 template <int J, int CH, bool LateHeads = false>
 __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J], bool round_first,
-                                bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain) {
+                                bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain,
+                                const NormPrologue *np = nullptr) {
   static_assert(CH % 1024 == 0, "whole passes of 4 blocks");
   constexpr int NP = CH / 1024, BS = BlockInfo<DType::Q4_K>::bytes;  // passes per chunk
   const int lane = threadIdx.x & 31, g = lane >> 3, t = lane & 7, nblk = K / 256;
@@ -220,7 +244,7 @@ __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&w
       }
     if (round_first && c0 == 0) {
       if (wait_late) pdl_enter();
-      round_slots<DType::Q8_K>(a, x_first, x_n, xm.q, xm.d, xm.s);
+      round_act<DType::Q8_K>(a, x_first, x_n, xm, np);
       __syncthreads();
     }
     if constexpr (LateHeads) {
@@ -305,12 +329,12 @@ template <DType T> constexpr int q4k_staged_or_either() { return T == DType::Q4_
 template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                           float (&acc)[J], float (&accm)[J], bool chain) {
+                           float (&acc)[J], float (&accm)[J], bool chain, const NormPrologue *np = nullptr) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
   const int lane = threadIdx.x & 31;
   if constexpr (T == DType::Q4_K && Cpu && P == kQ4kEither) {  // (kQ4kDirect: row_dots calls q4k_direct_dots itself)
     if (q4k_direct(a)) {
-      q4k_direct_dots<J, CH, C == 1>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
+      q4k_direct_dots<J, CH, C == 1>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain, np);
       return;
     }
   }
@@ -336,7 +360,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
     }
     if (round_first && c0 == 0) {
       if (wait_late) pdl_enter();
-      round_slots<act_type(T)>(a, x_first, x_n, xm.q, xm.d, xm.s);
+      round_act<act_type(T)>(a, x_first, x_n, xm, np);
       __syncthreads();
     }
 #pragma unroll
@@ -467,10 +491,11 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 
 // kh > 0 (quantized only): job 1 is the second half of job 0's row (kModeHalves): both walk
 // kh elements, job 1 from activation kh on (its row pointer already points there).
+// np: the group's norm prologue (quantized only; round_act), or null.
 template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                                         float (&acc)[J], float (&accm)[J], int kh = 0) {
+                                         float (&acc)[J], float (&accm)[J], int kh = 0, const NormPrologue *np = nullptr) {
 #pragma unroll
   for (int k = 0; k < J; ++k) acc[k] = accm[k] = 0.0f;
   if constexpr (is_plain(T)) {
@@ -488,8 +513,8 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
 #pragma unroll
     for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
     const int kn = kh > 0 ? kh : a.K;
-    if constexpr (T == DType::Q4_K && Cpu && P == kQ4kDirect) q4k_direct_dots<J, CH>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, kh > 0);
-    else quant_dots<T, J, CH, Cpu, C, P>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
+    if constexpr (T == DType::Q4_K && Cpu && P == kQ4kDirect) q4k_direct_dots<J, CH>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, kh > 0, np);
+    else quant_dots<T, J, CH, Cpu, C, P>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0, np);
   }
 }
 
@@ -532,11 +557,6 @@ __device__ __forceinline__ void finish_rows(const MvArgs &a, const float (&acc)[
     else if constexpr (T == DType::F32 && Cpu) v[k] = acc[k];  // ref_dot_f32_row: already the row's dot in every lane
     else v[k] = warp_sum(acc[k]);
   }
-}
-
-__device__ __forceinline__ uint8_t *dyn_smem() {
-  extern __shared__ __align__(16) uint8_t smem[];
-  return smem;
 }
 
 // Norm tail of a fused mat-vec group (cuda_fusion.h: FusedGroup::norm_tail): the RmsNorm ->
@@ -685,10 +705,11 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail,
 // tail: a norm tail (tail->sync set) where the launch has one; null where it never does.
 // Bias (kModeGateUp only): gate and up get their bias values added, then SwiGLU-OAI (MvBias);
 // Halves (with Bias): both dots fold K in halves (halves_dots), as their unfused MatMulIds.
+// np: a norm prologue (np->w set; quantized types, one activation slot: the MatVecs group) or null.
 template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, bool Bias = false,
           bool Halves = false>
 __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr,
-                                           const MvBias *bias = nullptr) {
+                                           const MvBias *bias = nullptr, const NormPrologue *np = nullptr) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -764,7 +785,7 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     if constexpr (Halves) {
       halves_dots<T, J, CH, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc);
     } else {
-      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
+      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh, np);
       if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
     }
     finish_rows<T, J, Cpu>(a, acc, accm, v);
@@ -1074,8 +1095,12 @@ struct MvGroupArgs {
 // are skipped); the choice is block-uniform, the type switch does not diverge.
 // Lean: 8-warp blocks, three per multiprocessor (<= 80 registers: one chunk in flight per
 // job), for grids of 2..3 logical blocks per SM (group_lean).
-template <DType V, bool Lean>
-__global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 1) matvec_group_kernel(MvGroupArgs g) {
+// Norm: np is the RmsNorm -> Mul in front of the group (np.w set; g.a.x is the norm's input).
+// A template flag: its registers (the weight loads stay live across the reduction) must not
+// cost the groups without one (ptxas: the lean K-quant kernel's spills grew with it).
+template <DType V, bool Lean, bool Norm>
+__global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 1)
+    matvec_group_kernel(MvGroupArgs g, const __grid_constant__ NormPrologue np) {
   MvArgs a = g.a;
   DType t = g.seg[0].type;
   unsigned b0 = 0;
@@ -1094,7 +1119,7 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
   switch (t) {
 #define MOE_MV_GROUP_CASE(TY)                                                     \
   case TY:                                                                        \
-    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage); \
+    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage, nullptr, nullptr, Norm ? &np : nullptr); \
     else pdl_enter();                                                             \
     break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
@@ -1119,8 +1144,10 @@ bool group_lean(int64_t logical, int n_sm, bool lean_groups) {
 }
 
 // Launches a MatVecs group: segs[0..n) of one activation rounding, base: the shared fields
-// (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
-bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool lean_groups, const LaunchStream &stream) {
+// (activation, K; with a norm prologue np.w set, base.x is the norm's input). Returns false,
+// launching nothing, where a segment's staging does not fit.
+bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool lean_groups, const LaunchStream &stream,
+                  const NormPrologue &np = NormPrologue{}) {
   MvGroupArgs g{};
   g.a = base;
   g.n = n;
@@ -1143,12 +1170,17 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool l
     g.block0[s] = total;
     total += blocks(blocks(segs[s].M, rows_per_block(segs[s].mode)), sh.groups);
   }
-  if (total == 0) return true;
+  if (total == 0) return np.w == nullptr;  // (a prologue's written row: the caller's fallback writes it)
   const dim3 block(kMvThreads * sh.groups);
   const size_t smem = static_cast<size_t>(sh.smem);
   const bool q8_0 = act_type(segs[0].type) == DType::Q8_0;
-  if (lean) launch_pdl(q8_0 ? matvec_group_kernel<DType::Q8_0, true> : matvec_group_kernel<DType::Q8_K, true>, dim3(total), block, smem, stream, g);
-  else launch_pdl(q8_0 ? matvec_group_kernel<DType::Q8_0, false> : matvec_group_kernel<DType::Q8_K, false>, dim3(total), block, smem, stream, g);
+  // (one kernel per class of activation rounding, shape and prologue)
+  using Kernel = void (*)(MvGroupArgs, NormPrologue);
+  const Kernel kernels[2][2][2] = {{{matvec_group_kernel<DType::Q8_K, false, false>, matvec_group_kernel<DType::Q8_K, false, true>},
+                                    {matvec_group_kernel<DType::Q8_K, true, false>, matvec_group_kernel<DType::Q8_K, true, true>}},
+                                   {{matvec_group_kernel<DType::Q8_0, false, false>, matvec_group_kernel<DType::Q8_0, false, true>},
+                                    {matvec_group_kernel<DType::Q8_0, true, false>, matvec_group_kernel<DType::Q8_0, true, true>}}};
+  launch_pdl(kernels[q8_0][lean][np.w != nullptr], dim3(total), block, smem, stream, g, np);
   return true;
 }
 
@@ -1304,6 +1336,24 @@ void down_combine(const CudaOpCtx &c, const Node &down, const Node *bias, const 
   run_members(c, {&down, bias, &combine, add, norm, mul});
 }
 
+// The norm prologue of a MatVecs group (norm -> mul -> the products of K values), or none (w
+// null) where the kernel does not take it: then the two nodes run before the launch.
+NormPrologue prologue_of(const CudaOpCtx &c, const Node *norm, const Node *mul, bool mul_written, int64_t K) {
+  NormPrologue np{};
+  if (!norm || !mul) return np;
+  const Node &x = c.g.node(norm->src[0]), &w = c.g.node(mul->src[1]);
+  const bool ok = &c.g.node(mul->src[0]) == norm && x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && x.ne[1] * x.ne[2] * x.ne[3] == 1 &&
+                  norm->ne[0] == K && mul->ne[0] == K && w.type == DType::F32 && w.nb[0] == 4 && w.ne[0] == K && mul->type == DType::F32 &&
+                  mul->nb[0] == 4 && K % 32 == 0;
+  if (!ok) return np;
+  np.w = f32_data(w);
+  np.normed = mul_written ? static_cast<float *>(mul->data) : nullptr;
+  np.eps = norm->fp[0];
+  np.rms_threads = row_threads(K);
+  return np;
+}
+
+
 }  // namespace
 
 bool cuda_weight_backed(const Graph &g, const Node &n) { return weight_backed(g, n); }
@@ -1327,10 +1377,15 @@ int cuda_matvec_group_key(DType t) {
   return act_type(t) == DType::Q8_0 ? 1 : 2;
 }
 
-void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
-  if (cuda_extra_fused_matvecs(c, members)) return;
+// norm, mul: the group's norm prologue (cuda_fusion.h: FusedGroup::norm_prologue) or null;
+// where the kernel cannot take it (an extra type, a row it does not take, a group that does
+// not launch) the two nodes run as the plan without it runs them (one row-chain launch).
+void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members, const Node *norm, const Node *mul, bool mul_written) {
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
+  const NormPrologue np = cuda_extra_type(c.g.node(first.src[0]).type) ? NormPrologue{} : prologue_of(c, norm, mul, mul_written, K);
+  if (norm && !np.w) run_tail_apart(c, norm, mul);
+  if (cuda_extra_fused_matvecs(c, members)) return;
   const DType V = act_type(c.g.node(first.src[0]).type);
   bool ok = true;
   int n = 0;
@@ -1355,8 +1410,11 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
     if (ok) segs[n++] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data), nullptr,
                               static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
-  if (!ok || !launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.tuning.lean_groups, c.stream))
-    for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
+  MvArgs base = args_of(c.g, first, nullptr);
+  if (np.w) base.x = reinterpret_cast<const uint8_t *>(c.g.node(norm->src[0]).data);  // the prologue normalises the norm's input
+  if (ok && launch_group(base, segs, n, c.n_sm, c.tuning.lean_groups, c.stream, np)) return;
+  if (np.w) run_tail_apart(c, norm, mul);
+  for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, const Node *norm, const Node *mul) {
