@@ -983,19 +983,15 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
   Backend *gpu = gpu_or_skip(reg);
   if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
-  // flat: every weight row zero but rows 3 and 7, so all other logits tie (top-k by index).
   struct Case {
     int64_t K, E, k;
-    bool flat;
   };
-  for (const Case &cs : {Case{64, 40, 6, false}, Case{2048, 128, 8, false}, Case{768, 300, 8, false}, Case{2056, 512, 8, false},
-                         Case{8, 16, 4, false}, Case{100, 32, 4, false}, Case{4096, 64, 4, false}, Case{2880, 128, 4, false},
-                         Case{2104, 256, 8, false}, Case{2048, 128, 8, true}})
+  for (const Case &cs : {Case{64, 40, 6}, Case{2048, 128, 8}, Case{768, 300, 8}, Case{2056, 512, 8}, Case{8, 16, 4}, Case{100, 32, 4},
+                         Case{4096, 64, 4}})
     for (int variant = 0; variant < 4; ++variant) {  // 0: + norm_sum, 1: probs also read outside, 2/3: + the norm (2: its output read outside)
       const int64_t K = cs.K, E = cs.E, k = cs.k;
       const bool norm = variant >= 2;
       auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(50 + K + E), 0.05f);
-      if (cs.flat) std::fill(wv.begin(), wv.end(), 0.0f);
       const auto xv = randn(static_cast<size_t>(K), static_cast<uint32_t>(60 + K));
       auto nv = randn(static_cast<size_t>(K), static_cast<uint32_t>(70 + K), 0.1f);
       for (float &v : nv) v += 1.0f;
@@ -1021,7 +1017,7 @@ TEST_CASE("cuda fusion: router with its F32 mat-vec (and norm) in one launch equ
         if (variant == 2) g.mark_output(xn, "xn");
         return g;
       };
-      INFO("K " << K << " E " << E << " flat " << cs.flat << " variant " << variant);
+      INFO("K " << K << " E " << E << " variant " << variant);
       const bool with_mm = K % 8 == 0;
       const FusionPlan fp = plan_on(*gpu, build());
       // With the mat-vec apart and the probabilities read outside, the planner may place them
@@ -1164,7 +1160,7 @@ TEST_CASE("cuda fusion: a side mat-vec (shared-expert gate logit) in the router'
     int64_t K, E, k, side, T;
   };
   for (const Case &cs : {Case{2048, 512, 10, 1, 1}, Case{2048, 256, 8, 1, 1}, Case{64, 40, 6, 3, 1}, Case{768, 300, 8, 1, 1},
-                         Case{2048, 256, 8, 1, 2}, Case{64, 40, 6, 3, 2}, Case{2104, 256, 8, 1, 1}, Case{2880, 128, 8, 3, 1}}) {
+                         Case{2048, 256, 8, 1, 2}, Case{64, 40, 6, 3, 2}}) {
     const int64_t K = cs.K, E = cs.E, k = cs.k, T = cs.T;
     const auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(50 + K + E), 0.05f);
     const auto sv = randn(static_cast<size_t>(K * cs.side), static_cast<uint32_t>(55 + K), 0.05f);
@@ -1230,8 +1226,7 @@ TEST_CASE("cuda fusion: sigmoid router with its F32 mat-vec and norm in one laun
     bool bias, norm_sum, scale, probs_out;
   };
   const Case cases[] = {{2048, 64, 4, true, true, true, false}, {64, 40, 6, true, false, true, false}, {768, 300, 8, false, true, false, true},
-                        {8, 16, 4, true, true, false, false},    {100, 32, 4, true, true, true, false}, {2056, 512, 8, true, false, false, true},
-                        {2880, 64, 4, true, true, true, false},  {2104, 128, 8, false, true, false, true}};
+                        {8, 16, 4, true, true, false, false},    {100, 32, 4, true, true, true, false}, {2056, 512, 8, true, false, false, true}};
   for (const Case &cs : cases) {
     const int64_t K = cs.K, E = cs.E, k = cs.k;
     auto wv = randn(static_cast<size_t>(K * E), static_cast<uint32_t>(90 + K + E), 0.05f);

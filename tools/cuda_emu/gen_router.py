@@ -30,6 +30,7 @@ void launch_router_mv(const RouterArgs &a, const float *w, int64_t w_rs, const f
   m.logits = logits;
   m.sync = sync;
   m.K = K;
+  m.nthr = row_threads(E);
   launch_pdl(router_mv_kernel, dim3((E + side_rows + kRmRows - 1) / kRmRows), dim3(kRmThreads), 0, nullptr, a, m);
 }
 

@@ -262,7 +262,7 @@ __device__ void route_row(const float *logits, const RouterArgs &a, int64_t t, i
   if (a.probs.data) store_row(a.probs, t, s_p, E);
   if (threadIdx.x >= 32) return;
   __shared__ float g[32];
-  warp_top_k_ranked(s_p, E, a.k, s_ids);
+  warp_top_k(s_p, E, a.k, s_ids);
   __syncwarp();
   store_selection(s_p, s_ids, a, t, E, g);
   if (a.weights.data) {
@@ -289,7 +289,7 @@ __device__ void route_row_sigmoid(const float *logits, const RouterArgs &a, int6
   if (a.selected.data) store_row(a.selected, t, s_sel, E);
   if (threadIdx.x >= 32) return;
   __shared__ float g[32];
-  warp_top_k_ranked(s_sel, E, a.k, s_ids);
+  warp_top_k(s_sel, E, a.k, s_ids);
   __syncwarp();
   store_selection(s_p, s_ids, a, t, E, g);
   const int j = threadIdx.x;  // (warp 0)
@@ -313,28 +313,22 @@ __global__ void router_kernel(RouterArgs a) {
 }
 
 // The router's one-token F32 mat-vec in the same launch, optionally behind the RmsNorm -> Mul
-// of its input: a warp per logit (a side product of the same row, cuda_fusion.h:
-// kMaxRouterSideRows, the shared expert's gate logit, in the warps after the logits' rows),
-// kRmWarps warps per block, so the rows' weights spread over many multiprocessors. Before
-// pdl_wait each warp loads its row's first 2048 weights and its tail into registers
-// (ref_dot_f32_head; the rest of a longer row is prefetched into L2) and each thread its part
-// of the norm's weight, so after it only the activation row is read: staged in shared memory
-// in one round trip, normalised there by the row chains' arithmetic when the norm is fused
-// (every warp computes the unfused RmsNorm kernel's scale bits itself: rms_row_scale_warp,
-// no block reduction; then (x * scale) * w; block 0 writes the row for its other readers),
-// then each warp's logit exactly as the unfused F32 mat-vec computes it (ref_dot_f32_finish:
-// ref_dot_f32_row's bits, the CPU's reference order over the whole row). The last block to
-// finish (DevUbatch::sync counter) reads the logits back and routes with its kRmThreads
-// threads (the Softmax's bits do not depend on the thread count; warp_top_k_ranked).
-constexpr int kRmWarps = 2, kRmThreads = kRmWarps * 32, kRmRows = kRmWarps;
+// of its input. Each block stages the activation row in shared memory (normalised there by
+// the row chains' arithmetic when the norm is fused: rms_row_scale over the unfused RmsNorm
+// kernel's block size, then (x * scale) * w; block 0 writes the row for its other readers)
+// and computes a logit per warp exactly as the unfused F32 mat-vec does (ops/matvec.cu:
+// ref_dot_f32_row, the CPU's reference order over the whole row; the row is prefetched into
+// L2 before pdl_wait). The last block to finish (DevUbatch::sync counter) reads the logits
+// back and routes. A side product of the same row (cuda_fusion.h: kMaxRouterSideRows; the
+// shared expert's gate logit) takes the warps after the logits' rows, the same dot.
+constexpr int kRmWarps = 8, kRmThreads = kRmWarps * 32, kRmRows = kRmWarps;
 constexpr int kRmMaxK = 8192;  // the staged row: 32 KB of shared memory
-constexpr int kRmVecs = 8;     // float4s of x and the norm weight a thread holds: K <= 2048 in one round trip
 
 struct RouterMv {
   const float *w;    // [K, E] rows of K floats, 16-byte aligned, row stride w_rs floats
   int64_t w_rs;
-  const float *x;    // [K], 16-byte aligned (the norm's input when nw is set)
-  const float *nw;   // RmsNorm -> Mul: the Mul's row weight [K], 16-byte aligned, or null (no norm)
+  const float *x;    // [K] (the norm's input when nw is set)
+  const float *nw;   // RmsNorm -> Mul: the Mul's row weight [K], or null (no norm)
   float *normed;     // the Mul's output [K] when read outside the group, or null
   float eps;
   int rms_nthr;      // the unfused RmsNorm kernel's block size (its reduction order)
@@ -344,72 +338,41 @@ struct RouterMv {
   int side_rows;     // 0: no side product
   float *side_out;   // [side_rows]
   unsigned *sync;    // one counter
-  int K;             // a multiple of 8, at most kRmMaxK
+  int K, nthr;       // nthr: the unfused Softmax kernel's block size
 };
 
 __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, RouterMv m) {
   __shared__ __align__(16) float s_x[kRmMaxK];  // the activation row [K]
+  __shared__ double s_red[32];
   __shared__ float s_l[kCudaMaxExperts];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int E = static_cast<int>(a.logits.ne[0]);
   const int row = blockIdx.x * kRmRows + warp;  // this warp's logit (E and on: a side row)
   const bool has_row = row < E + m.side_rows;
   const float *wrow = !has_row ? nullptr : row < E ? m.w + row * m.w_rs : m.side_w + (row - E) * m.side_rs;
-  // Weights before pdl_wait: this warp's row (registers; past the head into L2) and the norm's.
-  RefDotHead head;
-  if (has_row) {
-    ref_dot_f32_head(wrow, m.K, head);
+  // Weights before pdl_wait: this warp's row into L2, and the norm's row weight.
 #ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
-    for (int64_t o = 64 * kRefDotHeadSteps + lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
+  if (has_row)
+    for (int64_t o = lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
 #endif
-  }
-  const int nv = m.K / 4;  // float4s of the row
-  const float4 *x4 = reinterpret_cast<const float4 *>(m.x), *nw4 = reinterpret_cast<const float4 *>(m.nw);
-  float4 *s_x4 = reinterpret_cast<float4 *>(s_x);
-  float4 nwr[kRmVecs];
+  float nwr[kWeightRegs];
 #pragma unroll
-  for (int j = 0; j < kRmVecs; ++j) {
+  for (int j = 0; j < kWeightRegs; ++j) {
     const int i = threadIdx.x + j * kRmThreads;
-    nwr[j] = m.nw && i < nv ? __ldg(nw4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    nwr[j] = m.nw && i < m.K ? __ldg(m.nw + i) : 0.0f;
   }
   pdl_wait();
   pdl_trigger();
-  // The activation row: a thread's first kRmVecs float4s stay in registers for the norm.
-  float4 xr[kRmVecs];
-#pragma unroll
-  for (int j = 0; j < kRmVecs; ++j) {
-    const int i = threadIdx.x + j * kRmThreads;
-    xr[j] = i < nv ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  for (int i0 = threadIdx.x + kRmVecs * kRmThreads; i0 < nv; i0 += kRmVecs * kRmThreads) {  // K > 2048: batches in flight
-    float4 t[kRmVecs];
-#pragma unroll
-    for (int j = 0; j < kRmVecs; ++j)
-      if (i0 + j * kRmThreads < nv) t[j] = x4[i0 + j * kRmThreads];
-#pragma unroll
-    for (int j = 0; j < kRmVecs; ++j)
-      if (i0 + j * kRmThreads < nv) s_x4[i0 + j * kRmThreads] = t[j];
-  }
-#pragma unroll
-  for (int j = 0; j < kRmVecs; ++j)
-    if (threadIdx.x + j * kRmThreads < nv) s_x4[threadIdx.x + j * kRmThreads] = xr[j];
+  // All of a thread's loads in flight before its stores (one L2 round trip, not K / 256).
+  stage_row<kWeightRegs>(s_x, m.x, m.K, threadIdx.x, kRmThreads);
   __syncthreads();
-  if (m.nw) {  // RmsNorm -> Mul as the row chains compute them (rms_mul_staged's arithmetic)
-    const float scale = rms_row_scale_warp(s_x, m.K, m.eps, m.rms_nthr);
-    __syncthreads();  // every warp has read the raw row
-    auto norm4 = [scale](float4 v, float4 w) {
-      return make_float4((v.x * scale) * w.x, (v.y * scale) * w.y, (v.z * scale) * w.z, (v.w * scale) * w.w);
-    };
-#pragma unroll
-    for (int j = 0; j < kRmVecs; ++j)
-      if (threadIdx.x + j * kRmThreads < nv) s_x4[threadIdx.x + j * kRmThreads] = norm4(xr[j], nwr[j]);
-    for (int i = threadIdx.x + kRmVecs * kRmThreads; i < nv; i += kRmThreads) s_x4[i] = norm4(s_x4[i], __ldg(nw4 + i));
-    __syncthreads();
+  if (m.nw) {  // RmsNorm -> Mul as the row chains compute them
+    rms_mul_staged(s_x, m.K, m.eps, m.rms_nthr, m.nw, nwr, s_red);
     if (blockIdx.x == 0 && m.normed)
-      for (int i = threadIdx.x; i < nv; i += kRmThreads) reinterpret_cast<float4 *>(m.normed)[i] = s_x4[i];
+      for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
   }
   if (has_row) {
-    const float v = ref_dot_f32_finish(head, wrow, s_x, m.K);
+    const float v = ref_dot_f32_row(wrow, s_x, m.K);
     if (lane == 0) {
       *(row < E ? m.logits + row : m.side_out + (row - E)) = v;
       __threadfence();  // visible device-wide before the block is counted
@@ -419,7 +382,7 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
   for (int i = threadIdx.x; i < E; i += blockDim.x) s_l[i] = __ldcg(m.logits + i);
   __syncthreads();
   if (a.sigmoid) route_row_sigmoid(s_l, a, 0);
-  else route_row(s_l, a, 0, kRmThreads);
+  else route_row(s_l, a, 0, m.nthr);
 }
 
 bool is_written(const FusedGroup &grp, int id) { return std::find(grp.written.begin(), grp.written.end(), id) != grp.written.end(); }
@@ -507,13 +470,6 @@ bool router_mv_fits(const CudaOpCtx &c, const Node &mm) {
          x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && aligned(x.data) && mm.ne[0] == E && E <= kCudaMaxExperts;
 }
 
-// The fused norm's input row and Mul weight are read as float4s: contiguous and 16-byte aligned.
-bool norm_input_fits(const CudaOpCtx &c, const Node &rms, const Node &mul) {
-  const Node &x = c.g.node(rms.src[0]), &w = c.g.node(mul.src[1]);
-  auto aligned = [](const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return x.nb[0] == 4 && aligned(x.data) && w.nb[0] == 4 && aligned(w.data);
-}
-
 // A side MatMul (cuda_fusion.h: kMaxRouterSideRows) in the router's launch: as router_mv_fits,
 // and the router's activation and K.
 bool side_mv_fits(const CudaOpCtx &c, const Node &side, const Node &mm) {
@@ -593,8 +549,7 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
   if (with_mm) {
     const Node &mm = c.g.node(grp.members[i_mm]);
     const Node *side = with_side ? &c.g.node(grp.members[i_side]) : nullptr;
-    if (T == 1 && router_mv_fits(c, mm) && (!side || side_mv_fits(c, *side, mm)) &&
-        (!with_norm || norm_input_fits(c, c.g.node(grp.members[0]), c.g.node(grp.members[1])))) {
+    if (T == 1 && router_mv_fits(c, mm) && (!side || side_mv_fits(c, *side, mm))) {
       const Node &w = c.g.node(mm.src[0]);
       RouterMv m{};
       m.w = static_cast<const float *>(w.data);
@@ -618,6 +573,7 @@ void cuda_fused_router(const CudaOpCtx &c, const FusedGroup &grp) {
       }
       m.sync = c.ub.sync;
       m.K = static_cast<int>(w.ne[0]);
+      m.nthr = nthr;
       const unsigned blocks = static_cast<unsigned>((sm.ne[0] + m.side_rows + kRmRows - 1) / kRmRows);
       launch_pdl(router_mv_kernel, dim3(blocks), dim3(kRmThreads), 0, c.stream, a, m);
       return;

@@ -74,67 +74,6 @@ __device__ __forceinline__ float ref_dot_f32_row(const float *w, const float *x,
   return v;
 }
 
-// ref_dot_f32_row's bits in two steps, so a kernel can load a row's first 64 x kRefDotHeadSteps
-// weights (and its tail) before it waits for its input (pdl_wait): ref_dot_f32_head loads
-// them into registers (lane l: elements 64 u + l and 64 u + 32 + l, u < kRefDotHeadSteps, and
-// tail elements np + l and np + 32 + l), ref_dot_f32_finish folds them and the rest of the row
-// in ref_dot_f32_row's order (the same steps of 64 one after another, the same tree, the same
-// serial tail). Every lane of the warp must call both; all get the result.
-constexpr int kRefDotHeadSteps = 32;  // 2048 weights: 64 registers per lane
-
-struct RefDotHead {
-  float w0[kRefDotHeadSteps], w1[kRefDotHeadSteps];  // the steps' two lanes
-  float t0, t1;                                      // tail elements np + lane, np + 32 + lane
-};
-
-__device__ __forceinline__ void ref_dot_f32_head(const float *w, int n, RefDotHead &h) {
-  const int lane = threadIdx.x & 31, np = n & ~63;
-#pragma unroll
-  for (int u = 0; u < kRefDotHeadSteps; ++u) {
-    const bool in = 64 * u < np;
-    h.w0[u] = in ? __ldg(w + 64 * u + lane) : 0.0f;
-    h.w1[u] = in ? __ldg(w + 64 * u + 32 + lane) : 0.0f;
-  }
-  h.t0 = np + lane < n ? __ldg(w + np + lane) : 0.0f;
-  h.t1 = np + 32 + lane < n ? __ldg(w + np + 32 + lane) : 0.0f;
-}
-
-__device__ __forceinline__ float ref_dot_f32_finish(const RefDotHead &h, const float *w, const float *x, int n) {
-  constexpr int U = kRefDotHeadSteps;
-  const int lane = threadIdx.x & 31, np = n & ~63;
-  float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-  for (int u = 0; u < U; ++u)
-    if (64 * u < np) {
-      a0 = fmaf(h.w0[u], x[64 * u + lane], a0);
-      a1 = fmaf(h.w1[u], x[64 * u + 32 + lane], a1);
-    }
-  for (int i = 64 * U; i < np; i += 64 * U) {  // rows past the head: U steps' loads in flight at a time
-    float w0[U], w1[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool in = i + 64 * u < np;
-      w0[u] = in ? __ldg(w + i + 64 * u + lane) : 0.0f;
-      w1[u] = in ? __ldg(w + i + 64 * u + 32 + lane) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (i + 64 * u < np) {
-        a0 = fmaf(w0[u], x[i + 64 * u + lane], a0);
-        a1 = fmaf(w1[u], x[i + 64 * u + 32 + lane], a1);
-      }
-  }
-  float v = __fadd_rn(a0, a1);
-  v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 16));
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-  for (int e = 0; np + e < n; ++e) {  // the serial tail; its weights come from the lanes that loaded them
-    const float we = __shfl_sync(0xffffffffu, e < 32 ? h.t0 : h.t1, e & 31);
-    v = fmaf(we, x[np + e], v);
-  }
-  return v;
-}
-
 // F32 in the reference's batched GEMM (refmath::dot_f32_gemm, taken for k % 16 == 0 and rows
 // % 4 == 0): 16 float lanes, lane e % 16 folding element e, then the 16-lane tree. Lanes 16..31
 // repeat lanes 0..15. n % 16 == 0. Every lane of the warp must call it; all get the result.
