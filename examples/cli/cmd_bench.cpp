@@ -72,8 +72,9 @@ void usage_dev(FILE *out) {
                "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
-               "  --no-norm-prologue   the norm before a one-token mat-vec group (q / k / v) in its own launch\n"
-               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,32)\n"
+               "  --norm-prologue      the norm before a one-token mat-vec group (q / k / v) in that group's launch (default\n"
+               "                       off: measured slower)\n"
+               "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
                "  --tc-decode-attn     decode attention on the tensor cores (F16 cache, head size 128 / 256; default off)\n"
                "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
                "  --blas-min-tokens N  dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"
@@ -260,6 +261,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-delta-norm") tuning.delta_norm = false;
     else if (a == "--cpu-order-head") tuning.own_order_head = false;
     else if (a == "--no-lean-groups") tuning.lean_groups = false;
+    else if (a == "--norm-prologue") tuning.norm_prologue = true;
     else if (a == "--no-norm-prologue") tuning.norm_prologue = false;
     else if (a == "--norm-tails") tuning.norm_tails = unsigned(cli::to_int(val(), "--norm-tails", 0, 3));
     else if (a == "--tc-decode-attn") tuning.tc_decode_attention = true;

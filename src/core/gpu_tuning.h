@@ -45,13 +45,16 @@ struct GpuTuning {
   bool lean_groups = true;
   // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
   // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
-  // launch before it. Default on; off: the row chain (A/B: bench --no-norm-prologue).
-  bool norm_prologue = true;
+  // launch before it. Default off: measured slower on the H200 (2026-12-03 night, Qwen3-30B-A3B
+  // tg128 258.6 with, 268.5 without: the group kernel went 12.6 -> 17.8 us, more than the
+  // 6.4 us row chain it saves); on: bench --norm-prologue.
+  bool norm_prologue = false;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
-  // of at least decode_min_chunk cells (>= 1, default 32) per launch. Short ranges: a warp's
-  // dependent chain per cell, not the bytes, bounds the kernel (docs/perf/cuda.md, 2026-12-03 night).
+  // of at least decode_min_chunk cells (>= 1, default 64) per launch. 32-cell ranges measured
+  // within noise at depth 512 / 4096 and slower below 64 cells (two ranges and a merge instead
+  // of one direct write: 7.8 -> 8.9 us under ncu; docs/perf/cuda.md, 2026-12-03 night).
   int decode_max_ranges = 32;
-  int decode_min_chunk = 32;
+  int decode_min_chunk = 64;
   // Decode attention on the tensor cores (attention_decode_tc.cu: F16 cache, head size 128 /
   // 256, sm_80 code) instead of the grouped kernel. Default off: not yet measured on a GPU.
   bool tc_decode_attention = false;

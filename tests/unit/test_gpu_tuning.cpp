@@ -175,7 +175,7 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.own_order_head);
   CHECK(t.lean_groups);
   CHECK(t.decode_max_ranges == 32);
-  CHECK(t.decode_min_chunk == 32);
+  CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured
   CHECK(t.prefill_attn_blocks == 2);
   CHECK(t.blas_min_tokens == kGpuBlasMinTokens);
