@@ -221,15 +221,18 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == want_out);
       }
       if (std::string(preset) == "tiny-deepseek2") {
-        // The MLA glue as three Sequence launches in every layer (dense layer 0 = segment 1,
-        // MoE layers after it), and the sigmoid router's sigmoid + bias (the grouped top-k of
+        // The MLA glue as two Sequence launches in every layer (dense layer 0 = segment 1,
+        // MoE layers after it; q's and kv's glue are one since the graph builds q_a and kv_a
+        // next to each other), and the sigmoid router's sigmoid + bias (the grouped top-k of
         // this preset ends that sequence; GLM-4.7-Flash's plain top-k joins it, see the
-        // [routing] sequence test).
+        // [routing] sequence test). The attention norm in the q_a + kv_a launch, the q_a norm
+        // in q_b's (norm prologues).
         auto has = [&](int seg, const char *label) { return has_label(by_layer[seg], label); };
         for (int seg : {1, 2, 3}) {
           INFO("segment " << seg);
-          CHECK(has(seg, "fused:slice+slice+rope"));
-          CHECK(has(seg, "fused:slice+rope+slice+rms_norm+mul"));
+          CHECK(has(seg, "fused:slice+slice+rope+slice+rope+slice+rms_norm+mul"));
+          if (seg != 2) CHECK(has(seg, "fused:rms_norm+mul+matmul+matmul"));  // (2: the norm is layer 1's norm tail)
+          CHECK(has(seg, "fused:rms_norm+mul+matmul"));
           CHECK(has(seg, "fused:concat+concat+kv_store"));
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
         }
