@@ -761,6 +761,11 @@ int main(int argc, char **argv) {
     check_group_norm({DType::Q5_K, DType::Q2_K, DType::Q3_K, DType::Q4_K}, {3, 17, 1, 40}, 4096);
     check_group_norm({DType::Q8_0, DType::Q4_0, DType::MXFP4}, {33, 16, 2}, 96);   // K below the norm's block of 256
     check_group_norm({DType::Q4_K, DType::Q6_K}, {9, 20}, 1024, kHalves);
+    // One MatMul (a group of one: deepseek2's q_b behind the q_a norm), K 768 / 2048 / odd
+    check_group_norm({DType::Q4_K}, {40}, 768);
+    check_group_norm({DType::Q6_K}, {24}, 2048);
+    check_group_norm({DType::Q8_0}, {37}, 1312);
+    check_group_norm({DType::Q4_K}, {9}, 2048, kHalves);
     std::printf("prologue: %d checks, %d failures\n", checks, failures);
   }
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);

@@ -433,10 +433,21 @@ private:
     return true;
   }
 
-  // RmsNorm(x) -> Mul(row weight) -> a MatVecs group (match_at's choice at the next node) whose
-  // MatMuls all read the Mul output, one token, matvec.cu's weight types (the extra types'
-  // kernels have no prologue): the norm prologue (cuda_fusion.h). The Mul output is written
-  // where others read it too.
+  // A one-token MatMul that no other group takes, as a MatVecs group of one (GLM's q_b after the
+  // q_a norm): only behind a norm prologue, where the group saves the norm's launch. Never a
+  // final output (the output head keeps its own-order kernel, cuda_own_order_product).
+  bool single_matvec(int i, FusedGroup &grp) const {
+    if (matvec_key(i) == 0 || nd(i).final_output) return false;
+    grp.kind = FusedKind::MatVecs;
+    grp.members = {i};
+    grp.written = {i};
+    return true;
+  }
+
+  // RmsNorm(x) -> Mul(row weight) -> a MatVecs group (match_at's choice at the next node, or a
+  // lone MatMul: single_matvec) whose MatMuls all read the Mul output, one token, matvec.cu's
+  // weight types (the extra types' kernels have no prologue): the norm prologue
+  // (cuda_fusion.h). The Mul output is written where others read it too.
   bool match_norm_matvecs(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC || !norm_prologue_) return false;
     const int m = next(i);
@@ -444,7 +455,8 @@ private:
     if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1 || !f32_rows(nd(nd(i).src[0]))) return false;
     const int mm = next(m);
     FusedGroup mv;
-    if (mm < 0 || nd(mm).op != Op::MatMul || !same_place(i, mm) || !match_at(mm, mv) || mv.kind != FusedKind::MatVecs) return false;
+    if (mm < 0 || nd(mm).op != Op::MatMul || !same_place(i, mm)) return false;
+    if (match_at(mm, mv) ? mv.kind != FusedKind::MatVecs : !single_matvec(mm, mv)) return false;
     int readers = 0;
     for (int k : mv.members) {
       if (nd(k).op != Op::MatMul) continue;

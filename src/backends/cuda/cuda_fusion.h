@@ -47,7 +47,8 @@ enum class FusedKind : uint8_t {
 // next segment (cuda_executor.cpp); the tail reads nothing but the producer's output and a
 // weight, so computing it before that segment starts changes nothing.
 // Norm prologue: a MatVecs group whose MatMuls all read the output of the RmsNorm -> Mul right
-// before them (a layer's attention norm in front of q / k / v) takes the two as its first
+// before them (a layer's attention norm in front of q / k / v; behind a norm also a lone
+// MatMul, a group of one: deepseek2's q_b after the q_a norm) takes the two as its first
 // members: every block of the launch normalises the row where it rounds the activation
 // (ops/norm_prologue.cuh), one launch fewer per layer. The Mul output is written (by one
 // block) only where a node outside the group reads it.

@@ -130,18 +130,15 @@ static void deepseek2_build(const Model::Impl &m, const GraphBuildParams &p, Gra
     auto W = [&](const char *n) { return g.weight(m.find(pf + n)); };
     int x = g.mul(g.rms_norm(cur_in, h.rms_eps), W("attn_norm.weight"));
 
-    int q;
-    if (d.q_lora) {
-      q = g.mul(g.rms_norm(g.matmul(W("attn_q_a.weight"), x), h.rms_eps), W("attn_q_a_norm.weight"));
-      q = g.matmul(W("attn_q_b.weight"), q);
-    } else {
-      q = g.matmul(W("attn_q.weight"), x);
-    }
+    // The two products of x first, next to each other (q_a or q, then kv_a): a GPU runs them
+    // as one launch (cuda_fusion.h: MatVecs), with the attention norm in it.
+    int q = g.matmul(W(d.q_lora ? "attn_q_a.weight" : "attn_q.weight"), x);
+    int kv = g.matmul(W("attn_kv_a_mqa.weight"), x);  // [kv_lora + n_rot, T]
+    if (d.q_lora) q = g.matmul(W("attn_q_b.weight"), g.mul(g.rms_norm(q, h.rms_eps), W("attn_q_a_norm.weight")));
     q = g.view(q, {d.hd_k, H, T});
     int q_nope = g.slice(q, 0, d.n_nope);
     int q_pe = g.rope(g.slice(q, d.n_nope, d.n_rot), in.pos, rope);
 
-    int kv = g.matmul(W("attn_kv_a_mqa.weight"), x);  // [kv_lora + n_rot, T]
     int k_pe = g.rope(g.view(g.slice(kv, d.kv_lora, d.n_rot), {d.n_rot, 1, T}), in.pos, rope);
     int latent = g.mul(g.rms_norm(g.slice(kv, 0, d.kv_lora), h.rms_eps), W("attn_kv_a_norm.weight"));
 
