@@ -158,6 +158,7 @@ int main(int argc, char **argv) {
       check_dense(t, k_short, 301, 3, 1);
       check_dense(t, k_long, 301, 4, 1);
       check_moe(t, k_short, 75, 6, 3, 4, 1, 19, 1);
+      check_moe(t, bs == 256 ? 768 : 224, 75, 6, 3, 4, 1, 23, 1);  // MoE down's shape: 3 rows per chunk (K-quants)
     }
   }
   std::printf("%d of %d checks failed\n", failures, checks);

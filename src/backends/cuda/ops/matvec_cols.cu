@@ -119,11 +119,12 @@ __device__ __forceinline__ float group_sum(float v, int n) {
   return v;
 }
 
-// rpc: rows per chunk (1, 2, 4, 8; > 1 only for packed rows of <= kMcChunk / rpc elements: a
-// lane group of 32 / rpc lanes per row); groups: chunk groups of rpc rows per warp, run one
-// after another with the next one's loads in flight (a warp owns rpc * groups rows).
+// rpc: rows per chunk (1..8; > 1 only for packed rows that fit the staging buffer rpc at a
+// time), a group of lpr lanes per row (a power of two, lpr rpc <= 32; lanes past rpc lpr idle
+// in the dots); groups: chunk groups of rpc rows per warp, run one after another with the next
+// one's loads in flight (a warp owns rpc groups rows).
 template <DType T>
-__global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, int rpc, int groups) {
+__global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, int rpc, int lpr, int groups) {
   constexpr int QK = BlockInfo<T>::qk, BS = BlockInfo<T>::bytes, NL = mc_loads<T>(), UPB = QK / 32;
   __shared__ __align__(16) uint8_t s_stage[kMcWarps][NL * 512 + 16];  // + 16: ld_words reads a word past its span
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
     if (dense) pdl_enter();
     return;
   }
-  const int nrows = min(rpc * groups, a.M - row0), lpr = 32 / rpc, sub = lane / lpr, part = lane % lpr;
+  const int nrows = min(rpc * groups, a.M - row0), sub = lane / lpr, part = lane % lpr;
   const int cpr = rpc > 1 ? 1 : (a.K + kMcChunk - 1) / kMcChunk;  // chunks per group
   const int nchunks = (nrows + rpc - 1) / rpc * cpr;
   const uint8_t *wbase = a.w + static_cast<int64_t>(t.expert) * a.eb + static_cast<int64_t>(row0) * a.rb;
@@ -166,12 +167,13 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
   for (int c = 0; c < nchunks; ++c) {
     const int g = c / cpr, cs = (c - g * cpr) * kMcChunk;
     const int h = head, ne = min(kMcChunk, a.K - cs), row = row0 + g * rpc + sub;  // this lane's row
+    const bool mine = sub < rpc && row < row0 + nrows;  // (a short last group's missing rows idle)
     __syncwarp();  // the previous chunk's reads of the staging buffer are done
 #pragma unroll
     for (int i = 0; i < NL; ++i) reinterpret_cast<uint4 *>(stage)[lane + 32 * i] = buf[i];
     __syncwarp();
     if (c + 1 < nchunks) load(c + 1);
-    if (row < row0 + nrows) {  // the lanes of a short last group's missing rows idle
+    if (mine) {
       const uint8_t *cb = stage + h + sub * (ne / QK * BS);
       for (int u = part; u < ne / 32; u += lpr) sub_dots<T>(cb + (u / UPB) * BS, u % UPB, a, xr, cs + 32 * u, t.cnt, acc);
     }
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
       for (int k = 0; k < kMcolCols; ++k) {
         if (k >= t.cnt) break;
         const float v = group_sum(acc[k], lpr);
-        if (part == 0 && row < row0 + nrows) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
+        if (part == 0 && mine) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
         acc[k] = 0.0f;
       }
     }
@@ -267,13 +269,18 @@ int plain_split(int64_t M, int n_tiles, int n_sm) {
   return kMcPlainWarps;
 }
 
-// Quantized: rows per chunk. Short packed rows share a warp's chunk (MoE down at K = 768: 2
-// rows of 24 sub-blocks, a half warp each, instead of a warp with 8 idle lanes per row).
-int rows_per_chunk(DType t, const McolArgs &a) {
-  if (static_cast<size_t>(a.rb) != row_size(t, a.K)) return 1;
-  int r = 1;
-  while (r < 8 && 2 * r * a.K <= kMcChunk) r *= 2;
-  return r;
+// Quantized: rows per chunk. Short packed rows share a warp's chunk, as many as its staging
+// buffer holds (MoE down Q4_K / Q6_K at K = 768: 3 rows of 24 sub-blocks, 8 lanes each, 1296 /
+// 1890 of 1536 / 2048 bytes, instead of a warp with 8 idle lanes per 432 / 630-byte row).
+template <DType T> int rows_per_chunk(const McolArgs &a) {
+  if (a.K > kMcChunk || a.rb != static_cast<int64_t>(a.K / BlockInfo<T>::qk * BlockInfo<T>::bytes)) return 1;
+  return static_cast<int>(std::clamp<int64_t>((mc_loads<T>() * 512 - 15) / a.rb, 1, 8));
+}
+// Lanes per row for rpc rows per chunk: the largest power of two with lpr rpc <= 32.
+int lanes_per_row(int rpc) {
+  int l = 32;
+  while (l * rpc > 32) l >>= 1;
+  return l;
 }
 
 // Quantized: chunk groups per warp. Where the warps are many (MoE: an expert's rows per tile),
@@ -310,11 +317,14 @@ void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles,
     }
     return;
   }
-  const int rpc = rows_per_chunk(t, a), groups = groups_per_warp(blocks_of(a.M, rpc), n_tiles, n_sm);
-  const dim3 grid(blocks_of(a.M, kMcWarps * rpc * groups), static_cast<unsigned>(n_tiles)), block(kMcWarps * 32);
   switch (t) {
-#define MOE_MCOL_CASE(TY) \
-  case TY: launch_pdl(mcol_quant_kernel<TY>, grid, block, 0, s, a, rpc, groups); break;
+#define MOE_MCOL_CASE(TY)                                                                                        \
+  case TY: {                                                                                                     \
+    const int rpc = rows_per_chunk<TY>(a), groups = groups_per_warp(blocks_of(a.M, rpc), n_tiles, n_sm);         \
+    const dim3 grid(blocks_of(a.M, kMcWarps * rpc * groups), static_cast<unsigned>(n_tiles)), block(kMcWarps * 32); \
+    launch_pdl(mcol_quant_kernel<TY>, grid, block, 0, s, a, rpc, lanes_per_row(rpc), groups);                     \
+    break;                                                                                                       \
+  }
     MOE_MCOL_CASE(DType::Q4_0)
     MOE_MCOL_CASE(DType::Q8_0)
     MOE_MCOL_CASE(DType::MXFP4)
