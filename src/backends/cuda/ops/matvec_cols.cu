@@ -35,7 +35,7 @@ namespace moe {
 
 namespace {
 
-constexpr int kMcWarps = 4;       // quantized: weight rows per block, a warp each (small M still spreads over the SMs)
+constexpr int kMcWarps = 4;       // quantized: warps per block (small M still spreads over the SMs)
 constexpr int kMcChunk = 2048;    // quantized: elements of a row staged at a time (a 2048-long row in one round trip)
 constexpr int kMcPlainWarps = 8;  // plain: warps per block
 constexpr int kMcMaxGroups = 4;    // quantized: chunk groups per warp at most (groups_per_warp)
