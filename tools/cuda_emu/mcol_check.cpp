@@ -5,7 +5,8 @@
 // dense 2..15 columns (one and two column tiles, partial ones), K across chunk boundaries
 // (K-quants 4608 = 2048 + 2048 + 512, Q8_0-rounded types 2080 = 32 x 65) and short K (one
 // partial chunk; 32 x odd), odd M (a partial last block); plain types on 1 / 2 / 8 warps per
-// row and the scalar path (K % 8 != 0); MatMulId from host-built route tables (matmul_route.h)
+// row and the scalar path (K % 8 != 0); quantized on one multiprocessor (several chunk groups
+// of 1..8 rows per warp, a short last one); MatMulId from host-built route tables (matmul_route.h)
 // with repeated experts, an expert chosen by every token (12 entries: a full and a partial
 // tile), idle tiles, X = 1 and X = n_used. Every output must be written (NaN-filled before).
 // Exit status 1 on any failure.
@@ -99,7 +100,7 @@ void check_dense(DType t, int64_t K, int64_t M, int N, int n_sm) {
 
 // MatMulId: T tokens of n_used slots over E experts; route tables built as route_kernel
 // writes them (entries grouped by expert, tiles of <= kMcolCols, idle tiles after).
-void check_moe(DType t, int64_t K, int64_t M, int E, int n_used, int T, int X, uint32_t seed) {
+void check_moe(DType t, int64_t K, int64_t M, int E, int n_used, int T, int X, uint32_t seed, int n_sm = 132) {
   std::mt19937 r(seed);
   std::vector<int> ids(static_cast<size_t>(T * n_used));
   for (int i = 0; i < T * n_used; ++i) ids[static_cast<size_t>(i)] = static_cast<int>(r() % static_cast<unsigned>(E));
@@ -126,8 +127,8 @@ void check_moe(DType t, int64_t K, int64_t M, int E, int n_used, int T, int X, u
   m.eb = m.rb * M;
   m.tiles = tiles.data();
   m.entries = entries.data();
-  launch_mcol(t, LaunchStream{}, m, max_tiles, 132);
-  compare("moe K " + std::to_string(K) + " M " + std::to_string(M) + " T " + std::to_string(T) + " X " + std::to_string(X), t, *w, K, M, a, y,
+  launch_mcol(t, LaunchStream{}, m, max_tiles, n_sm);
+  compare("moe K " + std::to_string(K) + " M " + std::to_string(M) + " T " + std::to_string(T) + " X " + std::to_string(X) + " sms " + std::to_string(n_sm), t, *w, K, M, a, y,
           n_used * T, [&](int o, int &e, int &xrow) {
             e = ids[static_cast<size_t>(o)];
             xrow = X == 1 ? o / n_used : o;
@@ -153,6 +154,12 @@ int main(int argc, char **argv) {
       check_moe(t, k_short, 21, 6, 3, T, 3, 13u * T);
     }
     check_moe(t, k_long, 13, 5, 3, 12, 1, 17);  // expert 0: 12 entries, two tiles
+    if (!is_plain(t)) {  // one multiprocessor: several chunk groups per warp, short last ones
+      check_dense(t, k_short, 301, 3, 1);
+      check_dense(t, k_long, 301, 4, 1);
+      check_moe(t, k_short, 75, 6, 3, 4, 1, 19, 1);
+      check_moe(t, bs == 256 ? 768 : 224, 75, 6, 3, 4, 1, 23, 1);  // MoE down's shape: 3 rows per chunk (K-quants)
+    }
   }
   std::printf("%d of %d checks failed\n", failures, checks);
   return failures ? 1 : 0;

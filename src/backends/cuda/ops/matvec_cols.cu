@@ -7,7 +7,9 @@
 // are mostly empty and the reference-order kernels fold column after column (2026-12-03:
 // dense Q4_K 25 us per call at 4 columns; docs/perf/cuda.md).
 //
-// Quantized weights: a warp owns a weight row. Per chunk of kMcChunk elements its lanes issue
+// Quantized weights: a warp owns rpc x groups weight rows (rows_per_chunk, groups_per_warp: one
+// row where rows are long and few). Per chunk of kMcChunk elements (of one row, or of rpc
+// short packed rows, a lane group per row) its lanes issue
 // coalesced 16-byte loads of the chunk's GGUF blocks (aligned down and up to 16 bytes: up to
 // 15 bytes past a row's end are read, which weight tensors have as padding), store them to
 // the warp's shared staging buffer and decode one 32-weight sub-block each with the one-token
@@ -27,13 +29,17 @@
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
+#include <algorithm>
+
 namespace moe {
 
 namespace {
 
-constexpr int kMcWarps = 4;       // quantized: weight rows per block, a warp each (small M still spreads over the SMs)
+constexpr int kMcWarps = 4;       // quantized: warps per block (small M still spreads over the SMs)
 constexpr int kMcChunk = 2048;    // quantized: elements of a row staged at a time (a 2048-long row in one round trip)
 constexpr int kMcPlainWarps = 8;  // plain: warps per block
+constexpr int kMcMaxGroups = 4;    // quantized: chunk groups per warp at most (groups_per_warp)
+constexpr int kMcWarpsPerSm = 32;  // quantized: warps per multiprocessor worth giving one group each
 
 // 16-byte loads per lane for one chunk: its blocks plus <= 30 bytes of alignment cover.
 template <DType T> constexpr int mc_loads() { return (kMcChunk / BlockInfo<T>::qk * BlockInfo<T>::bytes + 30 + 511) / 512; }
@@ -107,27 +113,42 @@ __device__ __forceinline__ void sub_dots(const uint8_t *blk, int j, const McolAr
   }
 }
 
+// The sum of v over the warp's aligned groups of n lanes (n a power of two; 32: warp_sum's order).
+__device__ __forceinline__ float group_sum(float v, int n) {
+  for (int o = n >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// rpc: rows per chunk (1..8; > 1 only for packed rows that fit the staging buffer rpc at a
+// time), a group of lpr lanes per row (a power of two, lpr rpc <= 32; lanes past rpc lpr idle
+// in the dots); groups: chunk groups of rpc rows per warp, run one after another with the next
+// one's loads in flight (a warp owns rpc groups rows).
 template <DType T>
-__global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a) {
+__global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, int rpc, int lpr, int groups) {
   constexpr int QK = BlockInfo<T>::qk, BS = BlockInfo<T>::bytes, NL = mc_loads<T>(), UPB = QK / 32;
   __shared__ __align__(16) uint8_t s_stage[kMcWarps][NL * 512 + 16];  // + 16: ld_words reads a word past its span
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row = static_cast<int>(blockIdx.x) * kMcWarps + warp;
+  const int row0 = (static_cast<int>(blockIdx.x) * kMcWarps + warp) * rpc * groups;
   const bool dense = a.tiles == nullptr;
   if (!dense) pdl_enter();
   const McTile t = tile_of(a);
-  if (t.cnt <= 0 || row >= a.M) {  // warp-uniform; no block barrier follows
+  if (t.cnt <= 0 || row0 >= a.M) {  // warp-uniform; no block barrier follows
     if (dense) pdl_enter();
     return;
   }
-  const uint8_t *wrow = a.w + static_cast<int64_t>(t.expert) * a.eb + static_cast<int64_t>(row) * a.rb;
+  const int nrows = min(rpc * groups, a.M - row0), sub = lane / lpr, part = lane % lpr;
+  const int cpr = rpc > 1 ? 1 : (a.K + kMcChunk - 1) / kMcChunk;  // chunks per group
+  const int nchunks = (nrows + rpc - 1) / rpc * cpr;
+  const uint8_t *wbase = a.w + static_cast<int64_t>(t.expert) * a.eb + static_cast<int64_t>(row0) * a.rb;
   uint4 buf[NL];
   int head = 0;
-  // The chunk from element cs into buf: its covering 16-byte pieces (unconditional loads, so
-  // all issue at once; lanes past the cover re-read its last piece).
-  auto load = [&](int cs) {
-    const int nbytes = min(kMcChunk, a.K - cs) / QK * BS;
-    const uint8_t *p = wrow + static_cast<int64_t>(cs / QK) * BS;
+  // Chunk c (group c / cpr, elements from (c % cpr) kMcChunk) into buf: its covering 16-byte
+  // pieces (unconditional loads, so all issue at once; lanes past the cover re-read its last
+  // piece). A group of rpc > 1 rows is one span: the rows are packed.
+  auto load = [&](int c) {
+    const int g = c / cpr, cs = (c - g * cpr) * kMcChunk;
+    const int nbytes = min(rpc, nrows - g * rpc) * (min(kMcChunk, a.K - cs) / QK * BS);
+    const uint8_t *p = wbase + static_cast<int64_t>(g * rpc) * a.rb + static_cast<int64_t>(cs / QK) * BS;
     const uint4 *p16 = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
     head = static_cast<int>(reinterpret_cast<uintptr_t>(p) & 15);
     const int np = (head + nbytes + 15) >> 4;
@@ -143,21 +164,28 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a) {
 #pragma unroll
   for (int k = 0; k < kMcolCols; ++k) acc[k] = 0.0f;
   uint8_t *stage = s_stage[warp];
-  for (int cs = 0; cs < a.K; cs += kMcChunk) {
-    const int h = head, ne = min(kMcChunk, a.K - cs);
+  for (int c = 0; c < nchunks; ++c) {
+    const int g = c / cpr, cs = (c - g * cpr) * kMcChunk;
+    const int h = head, ne = min(kMcChunk, a.K - cs), row = row0 + g * rpc + sub;  // this lane's row
+    const bool mine = sub < rpc && row < row0 + nrows;  // (a short last group's missing rows idle)
     __syncwarp();  // the previous chunk's reads of the staging buffer are done
 #pragma unroll
     for (int i = 0; i < NL; ++i) reinterpret_cast<uint4 *>(stage)[lane + 32 * i] = buf[i];
     __syncwarp();
-    if (cs + kMcChunk < a.K) load(cs + kMcChunk);
-    const uint8_t *cb = stage + h;
-    for (int u = lane; u < ne / 32; u += 32) sub_dots<T>(cb + (u / UPB) * BS, u % UPB, a, xr, cs + 32 * u, t.cnt, acc);
-  }
+    if (c + 1 < nchunks) load(c + 1);
+    if (mine) {
+      const uint8_t *cb = stage + h + sub * (ne / QK * BS);
+      for (int u = part; u < ne / 32; u += lpr) sub_dots<T>(cb + (u / UPB) * BS, u % UPB, a, xr, cs + 32 * u, t.cnt, acc);
+    }
+    if (c - g * cpr == cpr - 1) {  // the group's rows are done
 #pragma unroll
-  for (int k = 0; k < kMcolCols; ++k) {
-    if (k >= t.cnt) break;
-    const float v = warp_sum(acc[k]);
-    if (lane == 0) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
+      for (int k = 0; k < kMcolCols; ++k) {
+        if (k >= t.cnt) break;
+        const float v = group_sum(acc[k], lpr);
+        if (part == 0 && mine) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
+        acc[k] = 0.0f;
+      }
+    }
   }
 }
 
@@ -241,6 +269,28 @@ int plain_split(int64_t M, int n_tiles, int n_sm) {
   return kMcPlainWarps;
 }
 
+// Quantized: rows per chunk. Short packed rows share a warp's chunk, as many as its staging
+// buffer holds (MoE down Q4_K / Q6_K at K = 768: 3 rows of 24 sub-blocks, 8 lanes each, 1296 /
+// 1890 of 1536 / 2048 bytes, instead of a warp with 8 idle lanes per 432 / 630-byte row).
+template <DType T> int rows_per_chunk(const McolArgs &a) {
+  if (a.K > kMcChunk || a.rb != static_cast<int64_t>(a.K / BlockInfo<T>::qk * BlockInfo<T>::bytes)) return 1;
+  return static_cast<int>(std::clamp<int64_t>((mc_loads<T>() * 512 - 15) / a.rb, 1, 8));
+}
+// Lanes per row for rpc rows per chunk: the largest power of two with lpr rpc <= 32.
+int lanes_per_row(int rpc) {
+  int l = 32;
+  while (l * rpc > 32) l >>= 1;
+  return l;
+}
+
+// Quantized: chunk groups per warp. Where the warps are many (MoE: an expert's rows per tile),
+// a warp takes up to kMcMaxGroups groups in turn, the next one's loads in flight during the
+// current one's dots: fewer, longer-lived warps instead of many one-round-trip ones.
+int groups_per_warp(int64_t units, int n_tiles, int n_sm) {
+  const int64_t g = units * n_tiles / (static_cast<int64_t>(n_sm) * kMcWarpsPerSm);
+  return static_cast<int>(std::clamp<int64_t>(g, 1, kMcMaxGroups));
+}
+
 bool aligned16(const void *p, int64_t stride) { return ((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(stride)) & 15) == 0; }
 
 }  // namespace
@@ -267,10 +317,14 @@ void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles,
     }
     return;
   }
-  const dim3 grid(blocks_of(a.M, kMcWarps), static_cast<unsigned>(n_tiles)), block(kMcWarps * 32);
   switch (t) {
-#define MOE_MCOL_CASE(TY) \
-  case TY: launch_pdl(mcol_quant_kernel<TY>, grid, block, 0, s, a); break;
+#define MOE_MCOL_CASE(TY)                                                                                        \
+  case TY: {                                                                                                     \
+    const int rpc = rows_per_chunk<TY>(a), groups = groups_per_warp(blocks_of(a.M, rpc), n_tiles, n_sm);         \
+    const dim3 grid(blocks_of(a.M, kMcWarps * rpc * groups), static_cast<unsigned>(n_tiles)), block(kMcWarps * 32); \
+    launch_pdl(mcol_quant_kernel<TY>, grid, block, 0, s, a, rpc, lanes_per_row(rpc), groups);                     \
+    break;                                                                                                       \
+  }
     MOE_MCOL_CASE(DType::Q4_0)
     MOE_MCOL_CASE(DType::Q8_0)
     MOE_MCOL_CASE(DType::MXFP4)
