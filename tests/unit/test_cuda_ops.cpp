@@ -1130,33 +1130,6 @@ TEST_CASE("cuda op: MLA attention (K 576 / V 512 latent, F16 cache, prefill and 
   }
 }
 
-// MLA decode at GLM-4.7-Flash's 20 heads (T = 1..4: one or two row tiles): the cells cut into
-// ranges from n_kv on the device (n_kv 1 / 17: one range, the block writes the output; 530:
-// ranges of one tile; 4100: ranges of several tiles), merged by the last block in the launch.
-TEST_CASE("cuda op: MLA decode attention split over cell ranges, merged in the launch (n_kv 1..4100, T 1..4)", "[ops][cuda][attention][mla]") {
-  BackendRegistry reg;
-  Backend *gpu = gpu_or_skip(reg);
-  if (!gpu) return;
-  struct Depth {
-    std::vector<int64_t> fill;  // prefill batches before the decode steps
-    uint32_t n_cells;
-  };
-  const Depth depths[] = {{{}, 64}, {{16}, 64}, {{300, 226}, 600}, {{2048, 2048}, 4200}};
-  for (const Depth &dp : depths)
-    for (int64_t T = 1; T <= 4; ++T) {
-      if (dp.n_cells > 1000 && (T == 2 || T == 3)) continue;  // the deep cache's CPU prefill is the slow part: T 1 and 4 (two row tiles)
-      AttnSetup s = mla_setup(KvType::F16, 20);
-      s.n_cells = dp.n_cells;
-      s.sinks = T == 2;
-      s.window = T == 3 && dp.n_cells < 1000 ? 29 : 0;
-      s.rm0 = 5;
-      s.rm1 = 9;
-      s.batches = dp.fill;
-      for (int step = 0; step < 3; ++step) s.batches.push_back(step == 0 && dp.fill.empty() ? 1 : T);  // n_kv 1 first where the cache is empty
-      attention_case(reg, *gpu, s, "MLA decode, ranges merged in the launch");
-    }
-}
-
 // T <= 4 with head dims 64 / 128 / 256 takes the grouped decode kernel (one block per KV head
 // and cell range; groups above 8 query heads span several blocks).
 TEST_CASE("cuda op: grouped decode attention (head dims 64/128/256, GQA 1/8/12, every cache type)", "[ops][cuda][attention]") {

@@ -23,15 +23,14 @@ namespace moe {
 static float f16r(float x) { return __half2float(__float2half_rn(x)); }
 static uint16_t f16bits(float x) { __half h = __float2half_rn(x); uint16_t b; std::memcpy(&b, &h, 2); return b; }
 
-// mla: K rows of hd = 576, V = their first 512 values (one KV head, F16), attention_mla.cu;
-// mla_merge: with the counters (T <= 4: ranges from n_kv, merged by the last block), twice.
+// mla: K rows of hd = 576, V = their first 512 values (one KV head, F16), attention_mla.cu.
 // tc: the tensor-core decode kernel (attention_decode_tc.cu), ranges of >= min_chunk cells.
 // span: the grouped decode kernel on a cache in position order (one sequence, cell i at
 // position base + i, `holes` free cells in the last 200), so the kernel bounds each token's
 // cells by its window (DevUbatch::cell_pos_base); refill: the last token sits in a former hole
 // (order broken), two_seq: two sequences interleaved (no order): both fall back to n_kv.
 struct Cfg { int kt, hd, group, nkvh, T, n_kv, window; bool sinks; int n_split; bool mma, decode, split_dec, mla, causal = false, tc = false; int min_chunk = 64, max_ranges = 32;
-             bool span = false, refill = false, two_seq = false; int base = 0, holes = 0; bool mla_merge = false; };
+             bool span = false, refill = false, two_seq = false; int base = 0, holes = 0; };
 
 // DevUbatch::cell_pos_base as the executor computes it: B when every used cell c holds c + B.
 static int32_t cell_pos_base(const std::vector<int32_t> &cpos, int n_kv) {
@@ -181,13 +180,7 @@ static double run(const Cfg &c, uint32_t seed) {
   if (c.mla) {  // n_sm chosen so that the launcher picks c.n_split splits
     std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hdv + 2), NAN);
     const int blocks = (c.T * c.group + 63) / 64;
-    std::vector<unsigned> sync(kCudaSyncSlots, 0);
-    if (c.mla_merge) ub.sync = sync.data();
-    for (int rep = 0; rep < (c.mla_merge ? 2 : 1); ++rep) {  // the counters must be back at zero after each launch
-      if (!attn_mla_launch(LaunchStream{}, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
-      for (unsigned v : sync)
-        if (v != 0) return 1e30;
-    }
+    if (!attn_mla_launch(LaunchStream{}, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
   } else if (c.split_dec) {  // the generic decode split kernel, merged by its last blocks (n_split = 1) or by a combine launch
     std::vector<unsigned> sync(kCudaSyncSlots, 0);
     ub.sync = sync.data();
@@ -234,16 +227,14 @@ static double run(const Cfg &c, uint32_t seed) {
 int main(int argc, char **argv) {
   std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
   const int n = argc > 2 ? atoi(argv[2]) : 20;
-  const int first = argc > 4 ? atoi(argv[4]) : 0;  // the first case index (cases take their shape from it)
   const bool mla_only = argc > 3 && std::strcmp(argv[3], "mla") == 0;
-  const bool mladec_only = argc > 3 && std::strcmp(argv[3], "mladec") == 0;  // MLA decode merged in the launch (GLM's 20 heads)
   const bool dec_only = argc > 3 && std::strcmp(argv[3], "dec") == 0;
   const bool mma_only = argc > 3 && std::strcmp(argv[3], "mma") == 0;  // the tiled tensor-core kernel, half the cases causal
   const bool tc_only = argc > 3 && std::strcmp(argv[3], "tcdec") == 0;  // the tensor-core decode kernel (F16 cache)
   const bool span_only = argc > 3 && std::strcmp(argv[3], "span") == 0;  // the grouped decode kernel bounded by the span
   int fails = 0;
   const int kts[] = {(int)DType::F32, (int)DType::F16, (int)DType::Q8_0};
-  for (int i = first; i < n; ++i) {
+  for (int i = 0; i < n; ++i) {
     Cfg c;
     c.mla = !dec_only && (mla_only || i % 5 == 4);
     c.mma = c.mla || i % 4 == 0;
@@ -304,21 +295,6 @@ int main(int argc, char **argv) {
       c.min_chunk = rng() % 3 == 0 ? 16 : 64;
       c.causal = i % 4 == 1;  // one sequence, every cell seen (no hidden cells: whole tiles of data)
     }
-    if (mladec_only) {  // n_kv: one range, one tile; ranges of one tile; of several tiles (16 ranges at most)
-      const int mnks[] = {0, 1, 17, 64, 65, 530, 1100, 4100};
-      c = Cfg{};
-      c.mla = c.mma = c.mla_merge = true;
-      c.kt = (int)DType::F16;
-      c.hd = 576;
-      c.group = i % 3 == 2 ? 3 : 20;
-      c.nkvh = 1;
-      c.T = 1 + (i / 8) % 4;
-      c.n_kv = mnks[i % 8];
-      c.window = c.n_kv < 1000 && rng() % 4 == 0 ? 17 : 0;  // deep caches: every range sees cells
-      c.sinks = rng() % 3 == 0;
-      c.n_split = 16;
-      c.causal = i % 2 == 1 && c.n_kv >= c.T;  // one sequence in position order: every row sees every earlier cell
-    }
     if (span_only) {  // gpt-oss's shape (head dim 64, 8 heads per KV head, window 128, sinks) at the test depths
       const int dnks[] = {1, 127, 128, 129, 600, 4097};
       c = Cfg{};
@@ -343,8 +319,8 @@ int main(int argc, char **argv) {
     const double tol = c.mma || c.tc ? 3e-3 : c.decode || c.split_dec ? 2e-5 : 1e-5;
     const bool ok = e < tol;
     fails += !ok;
-    std::printf("%s %s%s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d chunk=%d worst_row_err=%.3g", ok ? "ok  " : "FAIL",
-                c.mla ? "mla" : c.mma ? "mma" : c.tc ? "tcdec" : c.span ? "span" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.mla_merge ? " merged" : "", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, c.min_chunk, e);
+    std::printf("%s %s%s kt=%d hd=%d group=%d nkvh=%d T=%d n_kv=%d window=%d sinks=%d split=%d chunk=%d worst_row_err=%.3g", ok ? "ok  " : "FAIL",
+                c.mla ? "mla" : c.mma ? "mma" : c.tc ? "tcdec" : c.span ? "span" : c.decode ? "dec" : c.split_dec ? "spl" : "fma", c.causal ? " causal" : "", c.kt, c.hd, c.group, c.nkvh, c.T, c.n_kv, c.window, c.sinks, c.n_split, c.min_chunk, e);
     if (c.decode && !c.span) std::printf(" ranges<=%d", c.max_ranges);
     if (c.span) std::printf(" base=%d holes=%d%s%s", c.base, c.holes, c.refill ? " refilled" : "", c.two_seq ? " two-seq" : "");
     std::printf("\n");

@@ -12,14 +12,9 @@
 //    both warps of a row group then apply the same running max, and P (f16) goes to shared;
 //  * O += P V: warp (rg, half) owns rows 16 rg.., output dims 256 half.. (128 f32
 //    accumulators per thread), reading P and the V part of the K tile with ldmatrix.
-// Tiles no row can see are skipped before any load. Splits of the cells (grid z) cut n_kv,
-// read on the device, into ranges of whole tiles; only the ranges in use (n_used, from n_kv)
-// do work. Decode (T <= kMergeTokens, counters in DevUbatch::sync): one range in use -> the
-// block writes the output itself; several -> each writes partials and the last block of the
-// row tile (an atomic counter) folds them into the output, one launch and no combine kernel,
-// and the blocks past n_used exit at once. Otherwise (prefill) every split writes partials and
-// attn_combine_launch merges them. Launched with launch_pdl: the cell state and the row
-// metadata (host-uploaded ubatch) are read before pdl_wait(), q and the cache after it.
+// Tiles no row can see are skipped before any load; splits of the cells (grid z) write
+// partials merged by attn_combine_launch, like the other tiled kernels (decode: one row tile,
+// 16 splits). Launched with launch_pdl: nothing is read before pdl_wait().
 //
 // Resources: dynamic shared memory 158,720 B (q 74,752 + K 74,752 + P 9,216) + 2 KB static:
 // one block (8 warps) per SM on sm_87 (163 KB per block) and sm_90 (227 KB); registers are
@@ -54,98 +49,22 @@ constexpr int kNdWarp = kDv / 2 / 8;      // 8-dim output blocks per warp
 constexpr int kChunks = kDk / 8;          // 16-byte chunks per K row
 constexpr int kQVecs = kRows * kDk / 4;   // float4 of the q tile
 constexpr int kQBatch = 12;               // float4 loads in flight per thread
-constexpr int kCopies = kCells * kChunks / kThreads;  // 16-byte K tile copies per thread
 constexpr size_t kSmemQ = static_cast<size_t>(kRows) * kLdk * 2;
 constexpr size_t kSmemK = static_cast<size_t>(kCells) * kLdk * 2;
 constexpr size_t kSmemBytes = kSmemQ + kSmemK + static_cast<size_t>(kRows) * kLdp * 2;
-constexpr int64_t kMaxSplit = 16;   // at most 16 ranges: the in-launch merge reads n_used x 41 KB per row tile
-constexpr int kMergeTokens = 4;     // up to this many tokens the last block merges the ranges (decode)
+constexpr int64_t kMaxSplit = 16;
 constexpr int64_t kPlannedSms = 132;  // the work buffer is sized for an H200; fewer splits fit any device
 static_assert(kKs % 2 == 0 && kNdWarp % 2 == 0, "ldmatrix.x4 serves two k-steps / two output blocks");
-static_assert(kCells * kChunks % kThreads == 0 && kCopies <= 32, "K tile copy must divide evenly (a bit per copy)");
+static_assert(kCells * kChunks % kThreads == 0, "K tile copy must divide evenly");
 static_assert(kQVecs % (kQBatch * kThreads) == 0, "q tile load must divide evenly");
-static_assert(2 * kThreads == kDv, "the merge gives each thread one pair of output dims");
-static_assert(kMaxSplit <= 32 && kSmemQ >= sizeof(float) * kRows * kMaxSplit, "merge weights: a lane per range, in the q tile's room");
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
   mma_tile::mma16816<false>(c, a, b);
 }
 
-// Ranges in use when n_kv cells are cut by attn_split_range into n_split (the blocks past them
-// get no cells); at least 1, so an empty cache still writes its (zero) output.
-__device__ __forceinline__ int mla_ranges_used(int n_kv, int n_split) {
-  const int per = (n_kv + n_split - 1) / n_split;
-  const int chunk = (per + kCells - 1) / kCells * kCells;
-  return chunk > 0 ? max(1, (n_kv + chunk - 1) / chunk) : 1;
-}
-
-// The last block of a row tile (merge mode): folds the n_used ranges' partials of its rows
-// into the output rows. Per row, a warp weighs the ranges (lane z: range z) with the final
-// softmax factor folded in; then each thread owns a pair of dims and keeps kMergeRows rows x
-// kMergeRanges ranges of 8-byte loads in flight (the partials come from L2: latency-bound).
-constexpr int kMergeRows = 4, kMergeRanges = 16;
-__device__ void mla_merge(const TView &out, const AttnArgs &a, const float *part, int r0, int rows, int hk, int n_head, int n_split,
-                          int n_used, float (*s_w)[kMaxSplit]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_rows = min(kRows, rows - r0);
-  for (int r = warp; r < n_rows; r += kThreads / 32) {
-    const int gr = r0 + r, h = hk * a.group + gr % a.group;
-    const float2 ms = lane < n_used ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), gr / a.group, h, lane, n_head, n_split, kDv)))
-                                    : make_float2(-INFINITY, 0.0f);
-    float M = ms.x;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    const float w = ms.x == -INFINITY ? 0.0f : expf(ms.x - M);  // a range that saw nothing weighs 0
-    float S = w != 0.0f ? ms.y * w : 0.0f;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
-    const float f = attn_final_scale(M, S, a.sinks, h);
-    if (lane < kMaxSplit) s_w[r][lane] = w * f;
-  }
-  __syncthreads();
-  const int d = 2 * threadIdx.x;
-  for (int rb = 0; rb < n_rows; rb += kMergeRows) {
-    float2 acc[kMergeRows];
-#pragma unroll
-    for (int i = 0; i < kMergeRows; ++i) acc[i] = make_float2(0.0f, 0.0f);
-    for (int z0 = 0; z0 < n_used; z0 += kMergeRanges) {
-      float2 v[kMergeRows][kMergeRanges];
-#pragma unroll
-      for (int i = 0; i < kMergeRows; ++i)
-#pragma unroll
-        for (int u = 0; u < kMergeRanges; ++u) {
-          const int r = rb + i, z = z0 + u, gr = r0 + r;
-          const bool use = r < n_rows && z < n_used && s_w[r][z] != 0.0f;
-          v[i][u] = use ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), gr / a.group, hk * a.group + gr % a.group, z,
-                                                                              n_head, n_split, kDv) + 2 + d))
-                        : make_float2(0.0f, 0.0f);
-        }
-#pragma unroll
-      for (int i = 0; i < kMergeRows; ++i)
-#pragma unroll
-        for (int u = 0; u < kMergeRanges; ++u) {
-          const int r = rb + i, z = z0 + u;
-          const float w = r < n_rows && z < n_used ? s_w[r][z] : 0.0f;
-          acc[i].x += v[i][u].x * w;
-          acc[i].y += v[i][u].y * w;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kMergeRows; ++i) {
-      const int r = rb + i, gr = r0 + r;
-      if (r >= n_rows) break;
-      float *o = attn_out_row(out, gr / a.group, hk * a.group + gr % a.group);
-      o[d] = acc[i].x;
-      o[d + 1] = acc[i].y;
-    }
-  }
-}
-
-// merge = 1: ranges from n_kv, merged by the last block (the file comment); 0: every split
-// writes partials (or, n_split 1, the output).
 __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
-                                                               float *part, int merge) {
+                                                               float *part) {
 #if MOE_CUDA_TENSOR_CORE_CODE
   extern __shared__ __align__(16) uint8_t mla_smem[];
   uint16_t(*s_q)[kLdk] = reinterpret_cast<uint16_t(*)[kLdk]>(mla_smem);  // f16 bits
@@ -156,7 +75,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   __shared__ int s_rpos[kRows];
   __shared__ unsigned long long s_rbit[kRows];
   __shared__ float s_red[2][kRows];  // per half: row maxima of the tile, at the end the row sums
-  __shared__ bool s_last;
+
+  pdl_wait();  // everything below reads activations / the cache
+  pdl_trigger();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -172,53 +93,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
                                            (gr / group) * q.nb[2]);
   };
 
-  // Ubatch data only up to pdl_wait (the cell state, positions and n_kv are uploaded before the pass).
-  const int n_kv = *ub.n_kv;
-  int c_begin, c_end;
-  attn_split_range(n_kv, n_split, z, kCells, c_begin, c_end);
-  const int n_used = merge ? mla_ranges_used(n_kv, n_split) : n_split;
-  // Partials unless one range holds every cell (merge mode) or the launch has one split.
-  float *const dst_part = merge && n_used == 1 ? nullptr : part;
   if (tid < kRows) {
     const int gr = r0 + tid;
     const bool ok = gr < rows;
     s_rpos[tid] = ok ? ub.pos[gr / group] : -1;
     s_rbit[tid] = ok ? 1ull << ub.seq[gr / group] : 0ull;  // 0: sees nothing
   }
-  // Cell state of the next tile, fetched one tile ahead (threads tid < kCells: cell c0 + tid)
-  // so its latency overlaps the current tile.
-  int next_pos = -1;
-  unsigned long long next_seq = 0ull;
-  if (tid < kCells && c_begin + tid < c_end) {
-    next_pos = ub.cell_pos[c_begin + tid];
-    next_seq = ub.cell_seq[c_begin + tid];
-  }
-  // The first tile's copies that hold a used cell (bit k: copy tid + k kThreads), so they can
-  // start right after pdl_wait, their latency overlapping q's loads (decode: often the only tile).
-  uint32_t first_used = 0;
-#pragma unroll
-  for (int k = 0; k < kCopies; ++k) {
-    const int c = c_begin + (tid + k * kThreads) / kChunks;
-    if (c < c_end && ub.cell_pos[c] >= 0) first_used |= 1u << k;
-  }
-  pdl_wait();  // everything below reads activations / the cache
-  pdl_trigger();
-  if (z >= n_used) return;  // merge mode: past the cells in use (block-uniform; nothing to write or count)
-
-  const uint8_t *kbase = a.kbase + hk * a.khb;
-  // K tile (zeros for free cells and cells past this split, so nothing uninitialised meets a
-  // zero probability): the first one now, the others in the loop.
-  // Not unrolled: the addresses of 18 copies would spill next to the accumulators.
-  auto copy_k_tile = [&](int c0, uint32_t used) {
-#pragma unroll 1
-    for (int k = 0; k < kCopies; ++k) {
-      const int e = tid + k * kThreads, j = e / kChunks, ch = e % kChunks;
-      if ((used >> k) & 1u) cp_async_16(&s_k[j][ch * 8], kbase + static_cast<size_t>(c0 + j) * a.krb + ch * 16);
-      else *reinterpret_cast<uint4 *>(&s_k[j][ch * 8]) = make_uint4(0, 0, 0, 0);
-    }
-  };
-  copy_k_tile(c_begin, first_used);
-
   // q tile: 36 float4 per thread, loaded in batches of kQBatch before any is stored, so
   // the L2 latency is paid 3 times rather than 36 (the launcher checks 16-byte alignment).
   for (int e0 = 0; e0 < kQVecs; e0 += kQBatch * kThreads) {
@@ -258,6 +138,17 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   const bool live = r0 + 16 * rg < rows;
   const int cw = 32 * half;   // this warp's first cell of a tile (S phase)
   const int dw = 256 * half;  // this warp's first output dim (P V phase)
+  const uint8_t *kbase = a.kbase + hk * a.khb;
+  int c_begin, c_end;
+  attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
+  // Cell state of the next tile, fetched one tile ahead (threads tid < kCells: cell c0 + tid)
+  // so its latency overlaps the current tile.
+  int next_pos = -1;
+  unsigned long long next_seq = 0ull;
+  if (tid < kCells && c_begin + tid < c_end) {
+    next_pos = ub.cell_pos[c_begin + tid];
+    next_seq = ub.cell_seq[c_begin + tid];
+  }
   for (int c0 = c_begin; c0 < c_end; c0 += kCells) {
     __syncthreads();  // the previous tile's readers are done (first pass: publishes s_q, s_rpos, s_rbit)
     if (tid < kCells) {
@@ -273,15 +164,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
       const int r = e / kCells, j = e % kCells;
       any = attn_visible(s_cpos[j], s_cseq[j], s_rbit[r], s_rpos[r], a.window);
     }
-    if (!__syncthreads_or(any)) {  // uniform: no row sees this tile
-      if (c0 == c_begin) cp_async_commit_wait_all();  // the first tile's copies land before the next tile's
-      continue;
-    }
-    if (c0 != c_begin) {
-      uint32_t used = 0;
-#pragma unroll 1
-      for (int k = 0; k < kCopies; ++k) used |= (s_cpos[(tid + k * kThreads) / kChunks] >= 0 ? 1u : 0u) << k;
-      copy_k_tile(c0, used);
+    if (!__syncthreads_or(any)) continue;  // uniform: no row sees this tile
+
+    // K tile (zeros for free cells and cells past this split, so nothing uninitialised
+    // meets a zero probability).
+    for (int e = tid; e < kCells * kChunks; e += kThreads) {
+      const int j = e / kChunks, ch = e % kChunks;
+      if (s_cpos[j] >= 0) cp_async_16(&s_k[j][ch * 8], kbase + static_cast<size_t>(c0 + j) * a.krb + ch * 16);
+      else *reinterpret_cast<uint4 *>(&s_k[j][ch * 8]) = make_uint4(0, 0, 0, 0);
     }
     cp_async_commit_wait_all();
     __syncthreads();
@@ -391,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
     const float sum = s_red[0][r] + s_red[1][r];
     const int t = gr / group, h = hk * group + gr % group;
     float f;
-    float *dst = attn_row_dst(out, dst_part, a.sinks, t, h, z, n_head, n_split, kDv, M[i], sum, tq == 0 && half == 0, f);
+    float *dst = attn_row_dst(out, part, a.sinks, t, h, z, n_head, n_split, kDv, M[i], sum, tq == 0 && half == 0, f);
 #pragma unroll
     for (int nd = 0; nd < kNdWarp; ++nd) {
       const int d = dw + nd * 8 + 2 * tq;
@@ -399,19 +289,6 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
       dst[d + 1] = o[nd][2 * i + 1] * f;
     }
   }
-  if (!merge || !dst_part) return;
-  __threadfence();  // this block's partials are visible device-wide before it is counted
-  __syncthreads();
-  unsigned *ctr = ub.sync + blockIdx.y * gridDim.x + blockIdx.x;  // one per row tile
-  if (tid == 0) {
-    s_last = atomicAdd(ctr, 1u) == static_cast<unsigned>(n_used - 1);
-    if (s_last) *ctr = 0;  // every range in use has counted: ready for the next launch / replay
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  // The q tile's room is free: the weights go there.
-  mla_merge(out, a, part, r0, rows, hk, n_head, n_split, n_used, reinterpret_cast<float(*)[kMaxSplit]>(mla_smem));
 #else
   __trap();  // sm_75 code: never launched (cuda_paths.h)
 #endif
@@ -462,11 +339,8 @@ bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &ou
   float *part = n_split > 1 ? work : nullptr;
   const dim3 grid(static_cast<unsigned>(mla_row_tiles(T, n_head, n_head_kv)), static_cast<unsigned>(n_head_kv),
                   static_cast<unsigned>(n_split));
-  // Decode merges in the launch (a counter per row tile); prefill's many row tiles merge
-  // faster in the combine kernel's block per (head, token).
-  const int merge = part && ub.sync && T <= kMergeTokens && static_cast<int64_t>(grid.x) * grid.y <= kCudaSyncSlots ? 1 : 0;
-  launch_pdl(attn_mla_kernel, grid, dim3(kThreads), kSmemBytes, stream, q, out, a, ub, T, static_cast<int>(n_split), part, merge);
-  if (part && !merge) attn_combine_launch(out, a, part, T, static_cast<int>(n_head), static_cast<int>(n_split), stream);
+  launch_pdl(attn_mla_kernel, grid, dim3(kThreads), kSmemBytes, stream, q, out, a, ub, T, static_cast<int>(n_split), part);
+  if (n_split > 1) attn_combine_launch(out, a, part, T, static_cast<int>(n_head), static_cast<int>(n_split), stream);
   return true;
 }
 

@@ -13,10 +13,9 @@ namespace moe {
 // sized for 132 SMs); 0 when the MLA prefill kernel does not apply to its shape.
 size_t attn_mla_work_size(int64_t T, int64_t n_head, int64_t n_head_kv, int64_t hd_k, int64_t hd_v);
 
-// Runs the MLA kernel when the head dims, the cache type and layout and the shared memory per
-// block (stream.smem_optin) allow; false (nothing launched) otherwise. The cell splits are
-// lowered until their partials fit in work_size (no buffer: unsplit). Decode (T <= 4, with the
-// counters of ub.sync) merges the splits in the launch; otherwise a combine launch follows.
+// Runs the MLA kernel (and the split combine) when the head dims, the cache type and layout
+// and the shared memory per block (stream.smem_optin) allow; false (nothing launched) otherwise. The cell splits
+// are lowered until their partials fit in work_size (no buffer: unsplit).
 bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
                       int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm);
 
