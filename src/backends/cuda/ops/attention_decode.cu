@@ -8,12 +8,9 @@
 // (2 + batch exps per lane instead of 16 per cell), which broadcast p and the rescale factor.
 // The number of ranges follows the token's visible span on the device: n_kv, or where the cells
 // are in position order (DevUbatch::cell_pos_base) only the cells its position and window can
-// see (ranges of at least GpuTuning::decode_min_chunk cells, default 32: n_kv 512 -> 16 ranges
-// of 32, 8 cells per warp, one load batch; a window of 128 -> 4; at most decode_max_ranges <=
-// kSplit of them, default 32: n_kv 4096 -> 32 ranges of 128), so a short context or a window
-// uses few, full blocks; blocks past the last range exit. Short ranges because a warp's
-// dependent chain per cell (~300 instructions, one warp per scheduler), not the bytes, bounds
-// the kernel: more ranges put more warps on the SMs and fewer cells on each warp's chain. The
+// see (ranges of at least GpuTuning::decode_min_chunk cells, default 64: n_kv 512 -> 8 ranges
+// of 64, 16 per warp; a window of 128 -> 2; at most decode_max_ranges <= kSplit of them), so a
+// short context or a window uses few, full blocks; blocks past the last range exit. The
 // ranges of a token's blocks all agree (same span), so the merge counter's target holds.
 // One range (a span of at most the minimum): the block writes the output itself (no partials,
 // no counter). Several: each block writes (max, sum, acc) partials and the last to finish (an
@@ -142,33 +139,8 @@ __device__ __forceinline__ unsigned visible_ballot(const DevUbatch &ub, const At
   return __ballot_sync(0xffffffffu, vis);
 }
 
-// The K and V head rows of cell c (visible: this lane's bit of the first ballot) into L2, issued
-// before pdl_wait: a prefetch only moves lines between DRAM and L2, the point of coherence,
-// and returns no data, so it cannot see a stale value of the newest cells (their later loads,
-// after pdl_wait, read what the KV store wrote). Why: a range's first K/V loads then hit L2
-// instead of waiting a DRAM round trip after the previous kernel (PDL overlap), and the later
-// batches of a warp find their rows there too.
-template <int HD, int KT> constexpr int head_row_bytes() {
-  return KT == static_cast<int>(DType::F16) ? HD * 2 : KT == static_cast<int>(DType::Q8_0) ? HD / 32 * 34 : HD * 4;
-}
-template <int HD, int KT> __device__ __forceinline__ void prefetch_cell_rows(const AttnArgs &a, int hk, int c, bool visible) {
-#ifdef __CUDA_ARCH__  // (host emulation: tools/cuda_emu)
-  if (!visible) return;
-  constexpr int kRow = head_row_bytes<HD, KT>();
-  const uint8_t *rows[2] = {a.kbase + c * a.krb + hk * a.khb, a.vbase + c * a.vrb + hk * a.vhb};
-#pragma unroll
-  for (const uint8_t *r : rows) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(r) & ~static_cast<uintptr_t>(127), last = reinterpret_cast<uintptr_t>(r) + kRow - 1;
-    for (uintptr_t l = first; l <= last; l += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
-  }
-#else
-  (void)a, (void)hk, (void)c, (void)visible;
-#endif
-}
-
 // GpuTuning::decode_max_ranges default 32 (not kSplit): a sweep at 4096 cells (2026-11-30, 14f7e41)
 // (8 layers, tg64): 64 ranges 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; no difference at n_kv <= 128.
-// decode_min_chunk 64 -> 32 (2026-12-03 night, not yet measured): n_kv 512 -> 16 ranges, not 8.
 
 // What a block works on: KV head hk, query heads h0 .. h0 + ng - 1, token t, range z of
 // cells [c_begin, c_end); n_used ranges in use.
@@ -336,7 +308,6 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   __syncthreads();
   // A thread owns kPairs pairs of dims (8-byte loads: the partial rows are 8-byte aligned, HD + 2
   // even) and walks the ranges kUnroll at a time, so kPairs x kUnroll loads are in flight.
-  // (HD 64 with 16 ranges a round: 96 -> 149 registers, 5 -> 3 blocks per SM; kept at 8.)
   constexpr int kPairs = kHeads * HD / 2 / kThreads;  // HD 64: 2, 128: 4, 256: 8
   constexpr int kUnroll = HD >= 256 ? 4 : 8;
   static_assert(kPairs * kThreads == kHeads * HD / 2, "pairs per thread");
@@ -375,9 +346,8 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   }
 }
 
-// PDL: the ranges and the first mask ballot come from the ubatch (uploaded before the pass),
-// and the visible cells of that ballot are prefetched into L2 (prefetch_cell_rows); q, the
-// cache and the partials are read after pdl_wait. merge = 0: every range writes
+// PDL: the ranges and the first mask ballot come from the ubatch (uploaded before the pass);
+// q, the cache and the partials are touched after pdl_wait. merge = 0: every range writes
 // partials (the unused ones an empty header) and attn_combine_launch folds them.
 template <int HD, int KT>
 __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, float *part, int n_head,
@@ -404,7 +374,6 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
     const int per_warp = (j.c_end - j.c_begin + kWarps - 1) / kWarps;
     const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
     first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane);
-    prefetch_cell_rows<HD, KT>(a, j.hk, w_begin + lane, (first_ballot >> lane) & 1u);
   }
   pdl_wait();
   pdl_trigger();
