@@ -74,6 +74,8 @@ void usage_dev(FILE *out) {
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
                "  --norm-prologue      the norm before a one-token mat-vec group (q / k / v) in that group's launch (default\n"
                "                       off: measured slower)\n"
+               "  --skip-launches P[|P..]  timing what-if (wrong results): launches whose profile label contains a\n"
+               "                       pattern (or equals one written =LABEL) are left out, e.g. '=fused:rms_norm+mul|attention T=1'\n"
                "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
                "  --tc-decode-attn     decode attention on the tensor cores (F16 cache, head size 128 / 256; default off)\n"
                "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
@@ -262,6 +264,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--cpu-order-head") tuning.own_order_head = false;
     else if (a == "--no-lean-groups") tuning.lean_groups = false;
     else if (a == "--norm-prologue") tuning.norm_prologue = true;
+    else if (a == "--skip-launches") tuning.skip_launches = val();
     else if (a == "--no-norm-prologue") tuning.norm_prologue = false;
     else if (a == "--norm-tails") tuning.norm_tails = unsigned(cli::to_int(val(), "--norm-tails", 0, 3));
     else if (a == "--tc-decode-attn") tuning.tc_decode_attention = true;

@@ -12,6 +12,8 @@
 // two contexts of one process may use different values at the same time. No effect without CUDA.
 #pragma once
 
+#include <string>
+
 namespace moe {
 
 // Dense quantized products of >= this many tokens run on cuBLAS over f16-dequantized weights.
@@ -69,12 +71,18 @@ struct GpuTuning {
   // float order (>= 0; 0: every batch from 16 tokens takes the tensor cores). Default
   // kGpuRefOrderMaxTokens. Sizes the planned scratch.
   int ref_order_max_tokens = kGpuRefOrderMaxTokens;
+  // Timing what-ifs only (bench --skip-launches): launches whose label (the eager profile's:
+  // "fused:rms_norm+mul", "attention T=1", "matmul q4_K T=1", ...) contains one of these
+  // '|'-separated patterns (or equals one written "=label") are not launched, so a replayed step shows what they cost in the graph.
+  // The results are wrong while it is set. Default empty.
+  std::string skip_launches;
 
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
-           blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens;
+           blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
+           skip_launches == o.skip_launches;
   }
   bool operator!=(const GpuTuning &o) const { return !(*this == o); }
 };

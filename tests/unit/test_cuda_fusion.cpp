@@ -221,19 +221,19 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
         CHECK(by_layer[static_cast<int>(m.hp.n_layer) + 1] == want_out);
       }
       if (std::string(preset) == "tiny-deepseek2") {
-        // The MLA glue as two Sequence launches in every layer (dense layer 0 = segment 1,
-        // MoE layers after it; q's and kv's glue are one since the graph builds q_a and kv_a
-        // next to each other), and the sigmoid router's sigmoid + bias (the grouped top-k of
+        // The MLA glue as one Sequence launch in every layer (dense layer 0 = segment 1, MoE
+        // layers after it: the K row, its store and q's slices and rope), the q concat in the k_b
+        // product's launch (HeadsConcat), and the sigmoid router's sigmoid + bias (the grouped top-k of
         // this preset ends that sequence; GLM-4.7-Flash's plain top-k joins it, see the
         // [routing] sequence test). The attention norm in the q_a + kv_a launch, the q_a norm
         // in q_b's (norm prologues).
         auto has = [&](int seg, const char *label) { return has_label(by_layer[seg], label); };
         for (int seg : {1, 2, 3}) {
           INFO("segment " << seg);
-          CHECK(has(seg, "fused:slice+slice+rope+slice+rope+slice+rms_norm+mul"));
+          CHECK(has(seg, "fused:slice+rope+slice+rms_norm+mul+concat+kv_store+slice+slice+rope"));
+          CHECK(has(seg, "fused:matmul_heads+concat"));
           if (seg != 2) CHECK(has(seg, "fused:rms_norm+mul+matmul+matmul"));  // (2: the norm is layer 1's norm tail)
           CHECK(has(seg, "fused:rms_norm+mul+matmul"));
-          CHECK(has(seg, "fused:concat+concat+kv_store"));
           if (seg > 1) CHECK(has(seg, "fused:sigmoid+add"));
         }
       }
@@ -573,11 +573,12 @@ TEST_CASE("cuda fusion: softmax router (softmax, top_k, gather_cols, norm_sum) e
 #endif
 }
 
-// deepseek2's MLA glue at a few tokens (the layout of its layer: q's nope / rope slices and
-// the rope of the rope part, the kv_a output's rope part and normalised latent; after the
-// absorbed q the two concats and the K store): two Sequence launches (8 + 3 ops), each
-// bit-identical to the unfused ops (same device functions in the same order). Odd head
-// counts and dims; F32 / F16 / Q8_0 caches (Q8_0 needs rows of 32: 64 + 32).
+// deepseek2's MLA glue at a few tokens (the layout of its layer: the kv_a output's roped rope
+// part and normalised latent, their concat and the K store, q's nope / rope slices and the rope
+// of the rope part; after the absorbed q product its concat with q's rope part): one Sequence
+// launch (10 ops) and the product with the concat in one launch (HeadsConcat), bit-identical to
+// the unfused ops (same device functions in the same order; the product's rows written into
+// the concat's). Odd head counts and dims; F32 / F16 / Q8_0 caches (Q8_0 needs rows of 32: 64 + 32).
 TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, kv_store) equal unfused and the CPU", "[ops][cuda][fusion][attention]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -609,14 +610,14 @@ TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, 
       kvi = g.input("kv", DType::F32, {R + P, T});
       pos = g.input("pos", DType::I32, {T});
       const int q = g.view(qi, {hd_k, H, T});
-      const int q_nope = g.slice(q, 0, v.nope);
-      const int q_pe = g.rope(g.slice(q, v.nope, P), pos, rp);
       const int k_pe = g.rope(g.view(g.slice(kvi, R, P), {P, 1, T}), pos, rp);
       latent = g.mul(g.rms_norm(g.slice(kvi, 0, R), 1e-6f), g.weight(kvn));
-      const int q_abs = g.matmul_heads(g.weight(kb), q_nope);
-      qk = g.concat(q_abs, q_pe);
       const int kk = g.concat(g.view(latent, {R, 1, T}), k_pe);
       const int ks = g.kv_store(kk, 0, 0);
+      const int q_nope = g.slice(q, 0, v.nope);
+      const int q_pe = g.rope(g.slice(q, v.nope, P), pos, rp);
+      const int q_abs = g.matmul_heads(g.weight(kb), q_nope);
+      qk = g.concat(q_abs, q_pe);
       AttentionOptions ao;
       ao.v_from_k = true;
       att = g.attention_ext(qk, ks, ks, R, 0.1f, ao);
@@ -630,9 +631,9 @@ TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, 
     const FusionPlan fp = plan_on(*gpu, build());
     REQUIRE(fp.groups.size() == 2);
     CHECK(fp.groups[0].kind == FusedKind::Sequence);
-    CHECK(fp.groups[0].label == "fused:slice+slice+rope+slice+rope+slice+rms_norm+mul");
-    CHECK(fp.groups[1].kind == FusedKind::Sequence);
-    CHECK(fp.groups[1].label == "fused:concat+concat+kv_store");
+    CHECK(fp.groups[0].label == "fused:slice+rope+slice+rms_norm+mul+concat+kv_store+slice+slice+rope");
+    CHECK(fp.groups[1].kind == FusedKind::HeadsConcat);
+    CHECK(fp.groups[1].label == "fused:matmul_heads+concat");
 
     const ThreeCaches tc(*reg.cpu(), *gpu, n_cells, v.kt, {{R + P, 0}}, T, 5, 3);
     KvCache &kv_c = *tc.c, &kv_f = *tc.f, &kv_u = *tc.u;
@@ -648,7 +649,7 @@ TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, 
     CHECK(rel_err(f.out[0], rc[0]) < 1e-5);
     CHECK(rel_err(f.out[1], rc[1]) < 1e-5);
     CHECK(rel_err(f.out[2], rc[2]) < (v.kt == KvType::F32 ? 1e-4 : 2e-2));
-    CHECK(f.launches + 7 + 2 == u.launches);  // 8 ops -> 1, 3 ops -> 1
+    CHECK(f.launches + 9 + 1 == u.launches);  // 10 ops -> 1, product + concat -> 1
   }
 #endif
 }
@@ -1524,8 +1525,8 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
     }
     std::remove(path.c_str());
   }
-  // tiny-deepseek2 (1 dense + 2 MoE layers): the MLA glue's three Sequence launches replace
-  // 3 + 5 + 3 launches in every layer (-8), the sigmoid router's sigmoid + bias 2 in each MoE
+  // tiny-deepseek2 (1 dense + 2 MoE layers): the MLA glue's Sequence and HeadsConcat launches
+  // replace 10 + 2 launches in every layer (-10), the sigmoid router's sigmoid + bias 2 in each MoE
   // layer (-1; its grouped top-k ends the sequence); the other groups save more.
   CHECK(counts["tiny-deepseek2/fused"] + 3 * 8 + 2 <= counts["tiny-deepseek2/unfused"]);
   CHECK(counts["tiny/fused"] == counts["tiny-e16/fused"]);

@@ -323,6 +323,7 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
+        if (skipped(grp.label)) continue;
         CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
@@ -330,10 +331,24 @@ private:
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
+      if (!tuning_.skip_launches.empty() && skipped(prof_label(g, n))) continue;
       CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
     }
+  }
+
+  // GpuTuning::skip_launches (timing what-ifs).
+  bool skipped(const std::string &label) const {
+    const std::string &s = tuning_.skip_launches;
+    for (size_t a = 0; a < s.size();) {
+      size_t b = s.find('|', a);
+      if (b == std::string::npos) b = s.size();
+      const std::string pat = s.substr(a, b - a);
+      if (!pat.empty() && (pat[0] == '=' ? label == pat.substr(1) : label.find(pat) != std::string::npos)) return true;
+      a = b + 1;
+    }
+    return false;
   }
 
   LaunchStream launch_stream() { return LaunchStream{be_.stream(), pdl_, be_.paths().smem_optin}; }

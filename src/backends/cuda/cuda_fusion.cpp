@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/ops/matmul_heads.h"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/quant_extra.h"
 
@@ -84,7 +85,8 @@ public:
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
       const bool moe = nd(i).op == Op::MatMulId && MOE_CUDA_FUSED_MATVEC && (match_gate_up_oai(i, grp) || match_down(i, grp));
-      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || match_delta_in(i, grp) || match_delta_norm(i, grp)))
+      const bool heads = nd(i).op == Op::MatMulHeads && match_heads_concat(i, grp);
+      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || heads || match_delta_in(i, grp) || match_delta_norm(i, grp)))
         continue;
       if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
@@ -137,6 +139,7 @@ private:
       case Op::TopK: return match_sequence(i, grp);
       case Op::Add: case Op::Softplus: case Op::SsmConv: return match_delta_in(i, grp);
       case Op::DeltaNet: return match_delta_norm(i, grp);
+      case Op::MatMulHeads: return match_heads_concat(i, grp);
       default: return false;
     }
   }
@@ -598,6 +601,26 @@ private:
     return true;
   }
 
+  // MatMulHeads -> Concat(product, b) (cuda_fusion.h: HeadsConcat): the product's only reader is
+  // the Concat, every operand F32 rows of the same heads and tokens. The launch writes the
+  // Concat's output while it reads x and b, so those stay live until the Concat (keep_live).
+  bool match_heads_concat(int i, FusedGroup &grp) const {
+    const Node &mh = nd(i);
+    const int c = next(i);
+    if (c < 0 || nd(c).op != Op::Concat || nd(c).src[0] != i || !same_place(i, c) || !private_to_group(i)) return false;
+    const DType wt = nd(mh.src[0]).type;
+    if (cuda_extra_type(wt) || !cuda_matmul_type_supported(wt)) return false;
+    const Node &cat = nd(c), &x = nd(mh.src[1]), &b = nd(cat.src[1]);
+    for (const Node *n : {&mh, &cat, &x, &b})
+      if (!f32_rows(*n) || n->ne[3] != 1) return false;
+    if (cat.ne[0] != mh.ne[0] + b.ne[0] || cat.ne[1] != mh.ne[1] || b.ne[1] != mh.ne[1] || cat.ne[2] != mh.ne[2] || b.ne[2] != mh.ne[2])
+      return false;
+    grp.kind = FusedKind::HeadsConcat;
+    grp.members = {i, c};
+    grp.written = {c};
+    return true;
+  }
+
   // RmsNorm(x) -> Mul(w) -> SwiGLU(z, .) (cuda_fusion.h: GatedNorm).
   bool match_gated_norm(int i, FusedGroup &grp) const {
     const int m = next(i);
@@ -865,6 +888,9 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
     case FusedKind::DeltaNorm: return cuda_fused_delta_norm(c, grp);
     case FusedKind::TopKRouter: return cuda_fused_topk_router(c, grp);
+    case FusedKind::HeadsConcat:
+      if (cuda_fused_heads_concat(c.with_node(c.g.node(grp.members[0])), c.g.node(grp.members[1]))) return;
+      break;
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
       return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));

@@ -36,6 +36,8 @@ enum class FusedKind : uint8_t {
   DeltaNorm,     // DeltaNet -> GatedNorm's RmsNorm -> Mul -> SwiGLU in the DeltaNet kernel (ops/delta_net.cu)
   TopKRouter,    // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Add bias -> TopK -> GatherCols -> Softmax [-> Scale]
                  // (gpt-oss: top-k of the biased logits, softmax over the chosen ones; ops/router_topk.cu)
+  HeadsConcat,   // MatMulHeads -> Concat(product, b): MLA's absorbed q written into the Concat's rows, b copied
+                 // after them, in the product's launch (ops/matmul_heads.cu; few tokens, else unfused)
 };
 
 // Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
@@ -118,7 +120,7 @@ std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> 
 // kernel runs the members in their order, each completed before the next, so it reads and
 // writes exactly as the unfused schedule does: the group needs no aliasing check, and every
 // member output is written.
-constexpr int kMaxFusedSequence = 8;
+constexpr int kMaxFusedSequence = 10;  // deepseek2's MLA glue: K slices, norm, rope, concat, store; q slices, rope
 constexpr int64_t kMaxSequenceValues = 16384;
 constexpr int64_t kMaxSequenceRows = 4;
 

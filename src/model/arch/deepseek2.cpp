@@ -136,16 +136,18 @@ static void deepseek2_build(const Model::Impl &m, const GraphBuildParams &p, Gra
     int kv = g.matmul(W("attn_kv_a_mqa.weight"), x);  // [kv_lora + n_rot, T]
     if (d.q_lora) q = g.matmul(W("attn_q_b.weight"), g.mul(g.rms_norm(q, h.rms_eps), W("attn_q_a_norm.weight")));
     q = g.view(q, {d.hd_k, H, T});
+    // The glue in this order: the K row and its store, then q's slices and rope, all before the
+    // k_b product: one launch on a GPU (cuda_fusion.h: Sequence), and the q concat right after
+    // the product joins its launch (HeadsConcat).
+    int k_pe = g.rope(g.view(g.slice(kv, d.kv_lora, d.n_rot), {d.n_rot, 1, T}), in.pos, rope);
+    int latent = g.mul(g.rms_norm(g.slice(kv, 0, d.kv_lora), h.rms_eps), W("attn_kv_a_norm.weight"));
+    int kk = g.concat(g.view(latent, {d.kv_lora, 1, T}), k_pe);  // [kv_lora + n_rot, 1, T]
+    int ks = g.kv_store(kk, static_cast<int>(il), 0);
     int q_nope = g.slice(q, 0, d.n_nope);
     int q_pe = g.rope(g.slice(q, d.n_nope, d.n_rot), in.pos, rope);
 
-    int k_pe = g.rope(g.view(g.slice(kv, d.kv_lora, d.n_rot), {d.n_rot, 1, T}), in.pos, rope);
-    int latent = g.mul(g.rms_norm(g.slice(kv, 0, d.kv_lora), h.rms_eps), W("attn_kv_a_norm.weight"));
-
     int q_abs = g.matmul_heads(W("attn_k_b.weight"), q_nope);  // [kv_lora, H, T]
     int qk = g.concat(q_abs, q_pe);                             // [kv_lora + n_rot, H, T]
-    int kk = g.concat(g.view(latent, {d.kv_lora, 1, T}), k_pe);  // [kv_lora + n_rot, 1, T]
-    int ks = g.kv_store(kk, static_cast<int>(il), 0);
     int att = g.attention_ext(qk, ks, ks, d.kv_lora, kq_scale, ao);  // [kv_lora, H, T]
     set_attention_cache(g, att, p);
     int heads = g.matmul_heads(W("attn_v_b.weight"), att);  // [hd_v, H, T]

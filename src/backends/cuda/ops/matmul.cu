@@ -422,20 +422,34 @@ __global__ void __launch_bounds__(kWarps * 32) mmv1_kernel(const uint8_t *W, int
 // MatMulHeads at few tokens: out[:, h, t] = W_h x[:, h, t]; grid (row tiles, H, T). A row
 // takes `width` lanes (heads_row_width: short rows such as GLM's k_b, K 192 = 6 sub-blocks,
 // would leave most of a warp idle), so a warp computes 32 / width rows of one head.
+// Launched with PDL: the warp's weight rows go to L2 before pdl_wait. With a tail (the Concat
+// after MLA's k_b product, cuda_fusion.h: HeadsConcat) d is the Concat's output, whose rows
+// hold M more values than the product writes: block (0, h, t) copies row (h, t) of tail there.
 template <DType T>
 __global__ void __launch_bounds__(kWarps * 32) mmv_heads_kernel(const uint8_t *W, int64_t row_bytes, int64_t head_bytes, int K, int M,
-                                                                int width, TView x, TView d) {
+                                                                int width, TView x, TView d, TView tail) {
   const int lane = threadIdx.x & 31, sub = lane & (width - 1);
   const int row0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * (32 / width);  // the warp's first row
   const int row = row0 + lane / width;
   const int64_t h = blockIdx.y, t = blockIdx.z;
-  if (row0 >= M) return;  // warp-uniform
-  const float *xr = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + h * x.nb[1] + t * x.nb[2]);
   // Lanes of rows past M compute row M - 1 again (every lane joins the shuffles) and store nothing.
   const int64_t wr = row < M ? row : M - 1;
-  float acc = row_dot1<T, true>(W + h * head_bytes + wr * row_bytes, xr, K, sub, width);
+  const uint8_t *wrow = W + h * head_bytes + wr * row_bytes;
+  if (row0 < M)
+    for (int64_t o = static_cast<int64_t>(sub) * 128; o < row_bytes; o += static_cast<int64_t>(width) * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
+  pdl_wait();  // x and d: activations
+  pdl_trigger();
+  uint8_t *drow = static_cast<uint8_t *>(d.data) + h * d.nb[1] + t * d.nb[2];
+  if (tail.data && blockIdx.x == 0) {
+    const float *src = reinterpret_cast<const float *>(static_cast<const uint8_t *>(tail.data) + h * tail.nb[1] + t * tail.nb[2]);
+    for (int64_t i = threadIdx.x; i < tail.ne[0]; i += blockDim.x) reinterpret_cast<float *>(drow)[M + i] = src[i];
+  }
+  if (row0 >= M) return;  // warp-uniform
+  const float *xr = reinterpret_cast<const float *>(static_cast<const uint8_t *>(x.data) + h * x.nb[1] + t * x.nb[2]);
+  float acc = row_dot1<T, true>(wrow, xr, K, sub, width);
   for (int o = width >> 1; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (sub == 0 && row < M) reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + h * d.nb[1] + t * d.nb[2])[row] = acc;
+  if (sub == 0 && row < M) reinterpret_cast<float *>(drow)[row] = acc;
 }
 
 // Lanes per row of mmv_heads_kernel: the sub-blocks of a row rounded up to a power of two,
@@ -663,17 +677,20 @@ void launch_act_round(const LaunchStream &s, const TView &x, int64_t rows, int64
              static_cast<int>(vdt), out, out_f16, q_out, q_int8, s_out);
 }
 
-void cuda_matmul_heads_rows(const CudaOpCtx &c) {
+void cuda_matmul_heads_rows(const CudaOpCtx &c, const Node *concat) {
   const Node &w = c.src(0), &x = c.src(1);
   const int64_t K = w.ne[0], M = w.ne[1], H = x.ne[1], T = x.ne[2];
   if (M * H * T == 0) return;
   const int width = heads_row_width(w.type, K), rows_per_block = kWarps * (32 / width);
   const dim3 grid(static_cast<unsigned>((M + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(H), static_cast<unsigned>(T));
   const uint8_t *W = static_cast<const uint8_t *>(w.data);
-#define MOE_HEADS_CASE(TY)                                                                                       \
-  case TY:                                                                                                       \
-    mmv_heads_kernel<TY><<<grid, kWarps * 32, 0, c.stream>>>(W, w.nb[1], w.nb[2], static_cast<int>(K), static_cast<int>(M), width, \
-                                                             tview(x), tview(c.n));                             \
+  const TView d = tview(concat ? *concat : c.n);
+  TView tail{};
+  if (concat) tail = tview(c.g.node(concat->src[1]));
+#define MOE_HEADS_CASE(TY)                                                                                                   \
+  case TY:                                                                                                                   \
+    launch_pdl(mmv_heads_kernel<TY>, grid, dim3(kWarps * 32), 0, c.stream, W, w.nb[1], w.nb[2], static_cast<int>(K), static_cast<int>(M), \
+               width, tview(x), d, tail);                                                                                  \
     break;
   switch (w.type) {
     MOE_HEADS_CASE(DType::F32)

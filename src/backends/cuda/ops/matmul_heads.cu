@@ -80,6 +80,12 @@ size_t cuda_matmul_heads_work_size(const Graph &g, const Node &n, const CudaPath
   return p.tc ? p.total() : 0;
 }
 
+bool cuda_fused_heads_concat(const CudaOpCtx &c, const Node &concat) {
+  if (heads_plan(c.g, c.n, c.paths).tc) return false;
+  cuda_matmul_heads_rows(c, &concat);
+  return true;
+}
+
 void cuda_op_matmul_heads(const CudaOpCtx &c) {
   const HeadsPlan p = heads_plan(c.g, c.n, c.paths);
   if (!p.tc || c.n.work == nullptr || c.n.work_size < p.total()) return cuda_matmul_heads_rows(c);

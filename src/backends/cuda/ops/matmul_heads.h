@@ -10,8 +10,14 @@
 
 namespace moe {
 
-// Warp-per-row kernel, activations rounded on the fly (matmul.cu).
-void cuda_matmul_heads_rows(const CudaOpCtx &c);
+// Warp-per-row kernel, activations rounded on the fly (matmul.cu). With `concat` (a Concat
+// whose first operand is this product, cuda_fusion.h: HeadsConcat) the product's rows are
+// written into the Concat's output and the launch copies the Concat's second operand after them.
+void cuda_matmul_heads_rows(const CudaOpCtx &c, const Node *concat = nullptr);
+
+// The HeadsConcat group (c: the product's node): false where the product takes the tensor-core
+// path (many tokens; the caller then runs the two nodes unfused).
+bool cuda_fused_heads_concat(const CudaOpCtx &c, const Node &concat);
 
 // act_round_kernel of matmul.cu over `rows` activation rows of x (row r = element (r % ne1,
 // r / ne1 % ne2, ...) of x's rows), K values each, rounded through vdt (see cuda_op_matmul):
