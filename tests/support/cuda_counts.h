@@ -27,12 +27,14 @@ inline std::vector<moe::CudaBackend *> cuda_backends(const moe::Context &ctx) {
 
 struct CudaCounts {
   uint64_t launches = 0, syncs = 0;
+  uint64_t mla_glue = 0;                  // launches of the MLA glue kernel (CudaCounters::mla_glue_launches)
   uint64_t by[moe::kSyncWhyCount] = {};  // syncs by moe::SyncWhy
   uint64_t syncs_by(moe::SyncWhy why) const { return by[static_cast<int>(why)]; }
   CudaCounts operator-(const CudaCounts &o) const {
     CudaCounts d;
     d.launches = launches - o.launches;
     d.syncs = syncs - o.syncs;
+    d.mla_glue = mla_glue - o.mla_glue;
     for (int k = 0; k < moe::kSyncWhyCount; ++k) d.by[k] = by[k] - o.by[k];
     return d;
   }
@@ -42,6 +44,7 @@ inline CudaCounts counts_of(const moe::CudaCounters &c) {
   CudaCounts r;
   r.launches = c.launches();
   r.syncs = c.syncs();
+  r.mla_glue = c.mla_glue_launches();
   for (int k = 0; k < moe::kSyncWhyCount; ++k) r.by[k] = c.syncs(static_cast<moe::SyncWhy>(k));
   return r;
 }
@@ -52,6 +55,7 @@ inline CudaCounts cuda_counts(const moe::Context &ctx) {
     const CudaCounts c = counts_of(b->counters());
     sum.launches += c.launches;
     sum.syncs += c.syncs;
+    sum.mla_glue += c.mla_glue;
     for (int k = 0; k < moe::kSyncWhyCount; ++k) sum.by[k] += c.by[k];
   }
   return sum;

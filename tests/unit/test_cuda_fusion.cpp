@@ -60,6 +60,7 @@ FusionPlan plan_on(Backend &gpu, Graph g, const GpuTuning &tuning = GpuTuning{})
 struct FusedRun {
   std::vector<std::vector<uint8_t>> out;
   uint64_t launches = 0;
+  uint64_t mla_glue = 0;  // launches of the MLA glue kernel (ops/mla_glue.cu)
 };
 
 // base: the other options (norm tails, the LM head's order); fused sets GpuTuning::fusion.
@@ -68,10 +69,11 @@ FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std
   GpuTuning t = base;
   t.fusion = fused;
   const CudaCounters &counted = static_cast<CudaBackend &>(gpu).counters();
-  const uint64_t before = counted.launches();
+  const uint64_t before = counted.launches(), glue_before = counted.mla_glue_launches();
   FusedRun r;
   r.out = run_on(gpu, std::move(g), ins, outs, env, 1, t);
   r.launches = counted.launches() - before;
+  r.mla_glue = counted.mla_glue_launches() - glue_before;
   return r;
 }
 
@@ -632,6 +634,7 @@ TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, 
     REQUIRE(fp.groups.size() == 2);
     CHECK(fp.groups[0].kind == FusedKind::Sequence);
     CHECK(fp.groups[0].label == "fused:slice+rope+slice+rms_norm+mul+concat+kv_store+slice+slice+rope");
+    CHECK(fp.groups[0].mla_glue);
     CHECK(fp.groups[1].kind == FusedKind::HeadsConcat);
     CHECK(fp.groups[1].label == "fused:matmul_heads+concat");
 
@@ -650,6 +653,7 @@ TEST_CASE("cuda fusion: MLA glue sequences (slice, rope, rms_norm, mul, concat, 
     CHECK(rel_err(f.out[1], rc[1]) < 1e-5);
     CHECK(rel_err(f.out[2], rc[2]) < (v.kt == KvType::F32 ? 1e-4 : 2e-2));
     CHECK(f.launches + 9 + 1 == u.launches);  // 10 ops -> 1, product + concat -> 1
+    CHECK(f.mla_glue == 1);                   // the glue's rows in shared memory, not the generic kernel
   }
 #endif
 }
@@ -1509,13 +1513,18 @@ TEST_CASE("cuda engine: kernel launches per decode step (fused / unfused), indep
         std::vector<BatchToken> prompt;
         for (int32_t i = 0; i < 4; ++i) prompt.push_back({10 + i, i, 0, i == 3});
         ctx->decode(prompt.data(), prompt.size());
-        uint64_t per_step = 0;
+        uint64_t per_step = 0, glue_per_step = 0;
         for (int step = 0; step < 3; ++step) {
           BatchToken t{20 + step, 4 + step, 0, true};
-          const uint64_t before = moe_test::cuda_counts(*ctx).launches;
+          const moe_test::CudaCounts before = moe_test::cuda_counts(*ctx);
           ctx->decode(&t, 1);
-          per_step = moe_test::cuda_counts(*ctx).launches - before;
+          const moe_test::CudaCounts d = moe_test::cuda_counts(*ctx) - before;
+          per_step = d.launches;
+          glue_per_step = d.mla_glue;
         }
+        // deepseek2 fused: every layer's MLA glue in the shared-memory kernel (ops/mla_glue.cu), none elsewhere.
+        const bool mla = std::string(preset) == "tiny-deepseek2" && mode != 1;
+        CHECK(glue_per_step == (mla ? static_cast<uint64_t>(n_layer) : 0u));
         const char *name = mode == 0 ? "fused" : mode == 1 ? "unfused" : mode == 2 ? "no-tails" : "no-tails-no-prologue";
         std::printf("[cuda][engine] %s %s: %llu kernel launches per decode step (%lld layers)\n", preset, name,
                     static_cast<unsigned long long>(per_step), static_cast<long long>(n_layer));

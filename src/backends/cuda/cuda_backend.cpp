@@ -32,6 +32,10 @@ void cuda_note_launch() noexcept {
   if (t_launches) t_launches->count_launch();
 }
 
+void cuda_note_mla_glue() noexcept {
+  if (t_launches) t_launches->count_mla_glue();
+}
+
 // ---- paths per device (cuda_paths.h) ----
 
 namespace {

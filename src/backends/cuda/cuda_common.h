@@ -40,9 +40,13 @@ public:
   uint64_t launches() const noexcept { return launches_.load(std::memory_order_relaxed); }
   uint64_t syncs() const noexcept { return syncs_.load(std::memory_order_relaxed); }
   uint64_t syncs(SyncWhy why) const noexcept { return by_[static_cast<int>(why)].load(std::memory_order_relaxed); }
+  // Launches of the MLA glue kernel (ops/mla_glue.cu), which falls back to the generic Sequence
+  // kernel where a launch's buffers do not allow it: tests check which one ran.
+  void count_mla_glue() noexcept { mla_glue_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t mla_glue_launches() const noexcept { return mla_glue_.load(std::memory_order_relaxed); }
 
 private:
-  std::atomic<uint64_t> launches_{0}, syncs_{0};
+  std::atomic<uint64_t> launches_{0}, syncs_{0}, mla_glue_{0};
   std::atomic<uint64_t> by_[kSyncWhyCount] = {};
 };
 
@@ -63,6 +67,7 @@ private:
 // After every kernel launch: launch-configuration errors surface here, not at the next sync,
 // and the launch is counted (CudaLaunchCounting).
 void cuda_note_launch() noexcept;
+void cuda_note_mla_glue() noexcept;  // CudaCounters::count_mla_glue of the launching executor
 #define MOE_CUDA_LAUNCH_CHECK(name)                \
   do {                                             \
     ::moe::cuda_note_launch();                     \

@@ -86,7 +86,8 @@ public:
       FusedGroup grp;
       const bool moe = nd(i).op == Op::MatMulId && MOE_CUDA_FUSED_MATVEC && (match_gate_up_oai(i, grp) || match_down(i, grp));
       const bool heads = nd(i).op == Op::MatMulHeads && match_heads_concat(i, grp);
-      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || heads || match_delta_in(i, grp) || match_delta_norm(i, grp)))
+      const bool glue = nd(i).op == Op::Slice && match_sequence(i, grp) && grp.mla_glue;
+      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
         continue;
       if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
@@ -598,7 +599,43 @@ private:
     grp.members = members;
     for (int m : members)
       if (nd(m).op != Op::KvStore) grp.written.push_back(m);
+    grp.mla_glue = mla_glue(members);
+    if (grp.mla_glue) {
+      grp.written.clear();
+      for (size_t k = 0; k < members.size(); ++k)
+        if (read_after(members[k], members.back())) {
+          grp.live_mask |= 1u << k;
+          if (nd(members[k]).op != Op::KvStore) grp.written.push_back(members[k]);
+        }
+    }
     return true;
+  }
+
+  // The node a View chain (of offset 0) shows.
+  int base_of(int id) const {
+    while (id >= 0 && nd(id).op == Op::View && nd(id).view_offset == 0) id = nd(id).src[0];
+    return id;
+  }
+  // Read by a node after `last` (through views) or a graph output.
+  bool read_after(int id, int last) const {
+    if (output_[static_cast<size_t>(id)]) return true;
+    for (int k = id + 1; k < n_; ++k)
+      for (int s : nd(k).src)
+        if (s == id && (nd(k).op == Op::View ? read_after(k, last) : k > last)) return true;
+    return false;
+  }
+  // deepseek2's MLA glue as its graph builds it (FusedGroup::mla_glue): K row (k_pe slice ->
+  // rope; latent slice -> norm -> weight; concat -> store), then q's nope and pe slices, pe rope.
+  bool mla_glue(const std::vector<int> &m) const {
+    static const Op ops[] = {Op::Slice, Op::Rope, Op::Slice, Op::RmsNorm, Op::Mul, Op::Concat, Op::KvStore, Op::Slice, Op::Slice, Op::Rope};
+    if (m.size() != sizeof(ops) / sizeof(ops[0])) return false;
+    for (size_t k = 0; k < m.size(); ++k)
+      if (nd(m[k]).op != ops[k]) return false;
+    auto src = [&](int k, int s) { return base_of(nd(m[static_cast<size_t>(k)]).src[static_cast<size_t>(s)]); };
+    const Node &w = nd(nd(m[4]).src[1]);
+    return src(1, 0) == m[0] && src(2, 0) == src(0, 0) && src(3, 0) == m[2] && src(4, 0) == m[3] && w.type == DType::F32 &&
+           w.is_contiguous() && w.nelements() == nd(m[4]).ne[0] && src(5, 0) == m[4] && src(5, 1) == m[1] && src(6, 0) == m[5] &&
+           src(8, 0) == src(7, 0) && src(9, 0) == m[8] && nd(m[1]).ne[1] == 1;
   }
 
   // MatMulHeads -> Concat(product, b) (cuda_fusion.h: HeadsConcat): the product's only reader is

@@ -68,6 +68,12 @@ struct FusedGroup {
   // (pdl.cuh), has completed when this kernel starts: it may read them before pdl_wait.
   bool ids_settled = false;
   std::vector<int> parts;      // DeltaIn: its nodes by role (DeltaInPart)
+  // Sequence: deepseek2's MLA glue in its graph order (Slice, Rope, Slice, RmsNorm, Mul,
+  // Concat, KvStore of the K row; Slice, Slice, Rope of q): run with its rows in shared memory
+  // (ops/mla_glue.cu), writing only the members read after the group (bit k of live_mask:
+  // member k). The group's inputs stay live until its last member (cuda_fusion_keep_live).
+  bool mla_glue = false;
+  unsigned live_mask = 0;
   int last_member() const { return members.back(); }
   // The producer's members (all of them but a norm tail's RmsNorm -> Mul).
   size_t n_producer() const { return members.size() - (norm_tail ? 2 : 0); }

@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "backends/cuda/ops/ew_value.cuh"
+#include "backends/cuda/ops/fused_sequence.cuh"
 #include "backends/cuda/ops/kv_store.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/rope.cuh"
@@ -32,38 +33,6 @@
 namespace moe {
 
 namespace {
-
-constexpr int kSeqThreads = 512;   // one-block launches: a power of 2 (run_ew's teams), >= row_threads(n) of any RmsNorm
-constexpr int kPartThreads = 256;  // launches of several blocks (rows of a few hundred values): >= row_threads(n) too
-constexpr int kMaxPartBlocks = 128;  // blocks per part (a part with more rows deals them out)
-
-enum SeqOp : int { kSqEw, kSqRope, kSqRmsNorm, kSqSoftmax, kSqTopK, kSqGatherCols, kSqNormSum, kSqKvStore };
-
-struct SeqStep {
-  int op;              // SeqOp
-  int ew;              // kSqEw: the EwOp (kSlice, kConcat, kMul, kAdd, kScale, kSigmoid)
-  int part;            // the independent part it belongs to (plan_blocks)
-  TView d, a, b;       // output, src0, src1 (Concat's second part, Mul/Add operand, GatherCols ids)
-  int64_t start;       // Slice: first element of each source row
-  float f0, f1;        // Scale: x * f0 + f1; RmsNorm: eps = f0
-  int nthr;            // RmsNorm, Softmax: the unfused kernel's block size (its reduction order)
-  RopeArgs ra;
-  const int32_t *pos;  // Rope positions
-  uint8_t *kv;         // KvStore: the cache tensor, its row bytes, its DType, values per token
-  size_t kv_rb;
-  int kv_type;
-  int64_t kv_row;
-};
-
-struct SeqArgs {
-  SeqStep s[kMaxFusedSequence];
-  int n;
-  int part_block[kMaxFusedSequence + 1];  // part p owns blocks [part_block[p], part_block[p + 1])
-  const int32_t *cells;  // token -> cache cell (KvStore)
-  int n_cells;           // cells in the cache (a cell outside is reported, not stored)
-  unsigned *err;         // DevUbatch::err
-};
-static_assert(sizeof(SeqArgs) <= 4096, "kernel parameters");
 
 // The rows of a part this block runs: j, j + nb, ... (j < nb).
 struct RowSet {
@@ -370,7 +339,9 @@ bool kv_store_fits(const CudaOpCtx &c, const Node &n) {
   return t == DType::F32 || t == DType::F16;
 }
 
-SeqStep make_step(const CudaOpCtx &c, const Node &n) {
+}  // namespace
+
+SeqStep make_seq_step(const CudaOpCtx &c, const Node &n) {
   SeqStep s{};
   s.d = tview(n);
   s.a = tview(c.g.node(n.src[0]));
@@ -404,8 +375,6 @@ SeqStep make_step(const CudaOpCtx &c, const Node &n) {
   return s;
 }
 
-}  // namespace
-
 bool cuda_fused_sequence_fit(const CudaOpCtx &c, const FusedGroup &grp) {
   if (grp.members.size() > static_cast<size_t>(kMaxFusedSequence)) return false;
   for (int m : grp.members)
@@ -419,7 +388,8 @@ void cuda_fused_sequence(const CudaOpCtx &c, const FusedGroup &grp) {
   a.cells = c.ub.cells;
   a.n_cells = c.kv ? static_cast<int>(c.kv->n_cells()) : 0;
   a.err = c.ub.err;
-  for (int k = 0; k < a.n; ++k) a.s[k] = make_step(c, c.g.node(grp.members[static_cast<size_t>(k)]));
+  for (int k = 0; k < a.n; ++k) a.s[k] = make_seq_step(c, c.g.node(grp.members[static_cast<size_t>(k)]));
+  if (grp.mla_glue && launch_mla_glue(a, grp.live_mask, c.stream)) return;
   launch_sequence(a, c.stream);
 }
 

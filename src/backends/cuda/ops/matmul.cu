@@ -707,7 +707,6 @@ void cuda_matmul_heads_rows(const CudaOpCtx &c, const Node *concat) {
     default: fail(Status::Internal, "CUDA matmul_heads: type %s not dispatched", dtype_name(w.type));
   }
 #undef MOE_HEADS_CASE
-  MOE_CUDA_LAUNCH_CHECK("mmv_heads_kernel");
 }
 
 // The K splits of a dense product that fit the node's work buffer (planned for kPlannedSms).
