@@ -146,35 +146,11 @@ constexpr int kSplit = 16;
 constexpr int kMaxSplitTokens = 4;
 constexpr int kAccW = kCudaMaxHeadDim / 32;
 
-// Merges the n_split partials of (head h, token t) into the output row, the block's threads
-// over the dims. Loads bypass L1: attn_split_kernel's last block reads partials that other
-// blocks wrote in the same launch.
-__device__ void attn_combine_row(const TView &out, const AttnArgs &a, const float *part, int n_split, int h, int t, int n_head) {
-  const float *src = attn_partial(const_cast<float *>(part), t, h, 0, n_head, n_split, a.hd_v);
-  float M = -INFINITY;
-  for (int z = 0; z < n_split; ++z) M = fmaxf(M, __ldcg(src + z * (a.hd_v + 2)));
-  float S = 0.0f;
-  for (int z = 0; z < n_split; ++z) {
-    const float mz = __ldcg(src + z * (a.hd_v + 2));
-    if (mz != -INFINITY) S += __ldcg(src + z * (a.hd_v + 2) + 1) * expf(mz - M);
-  }
-  const float f = attn_final_scale(M, S, a.sinks, h);
-  float *o = attn_out_row(out, t, h);
-  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
-    float v = 0.0f;
-    for (int z = 0; z < n_split; ++z) {
-      const float mz = __ldcg(src + z * (a.hd_v + 2));
-      if (mz != -INFINITY) v += __ldcg(src + z * (a.hd_v + 2) + 2 + d) * expf(mz - M);
-    }
-    o[d] = v * f;
-  }
-}
-
 // The partials of (head blockIdx.x, token blockIdx.y) merged by their own launch.
 __global__ void attn_combine_kernel(TView out, AttnArgs a, const float *part, int n_split) {
   pdl_wait();
   pdl_trigger();
-  attn_combine_row(out, a, part, n_split, blockIdx.x, blockIdx.y, gridDim.x);
+  attn_combine_row(out, a, part, n_split, blockIdx.x, blockIdx.y, gridDim.x, n_split);
 }
 
 // A warp per cell (lanes over head dims), an online softmax per warp, warps merged in shared
@@ -257,7 +233,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(TView q, TView out
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  attn_combine_row(out, a, part, kSplit, h, t, n_head);
+  attn_combine_row(out, a, part, kSplit, h, t, n_head, kSplit);
 }
 
 

@@ -119,6 +119,31 @@ __device__ __forceinline__ float *attn_row_dst(const TView &out, float *part, co
   return dst;
 }
 
+// Merges the partials z < n_used (of n_split laid out) of (head h, token t) into the output
+// row, the block's threads over the dims. Loads bypass L1: attn_split_kernel's last block
+// reads partials that other blocks wrote in the same launch.
+__device__ __forceinline__ void attn_combine_row(const TView &out, const AttnArgs &a, const float *part, int n_split, int h, int t, int n_head,
+                                                 int n_used) {
+  const float *src = attn_partial(const_cast<float *>(part), t, h, 0, n_head, n_split, a.hd_v);
+  float M = -INFINITY;
+  for (int z = 0; z < n_used; ++z) M = fmaxf(M, __ldcg(src + z * (a.hd_v + 2)));
+  float S = 0.0f;
+  for (int z = 0; z < n_used; ++z) {
+    const float mz = __ldcg(src + z * (a.hd_v + 2));
+    if (mz != -INFINITY) S += __ldcg(src + z * (a.hd_v + 2) + 1) * expf(mz - M);
+  }
+  const float f = attn_final_scale(M, S, a.sinks, h);
+  float *o = attn_out_row(out, t, h);
+  for (int d = threadIdx.x; d < a.hd_v; d += blockDim.x) {
+    float v = 0.0f;
+    for (int z = 0; z < n_used; ++z) {
+      const float mz = __ldcg(src + z * (a.hd_v + 2));
+      if (mz != -INFINITY) v += __ldcg(src + z * (a.hd_v + 2) + 2 + d) * expf(mz - M);
+    }
+    o[d] = v * f;
+  }
+}
+
 // Tiled prefill (many query tokens): a block owns a tile of (token, head) rows of one KV
 // head. part == nullptr: final output; else the split-cell partials (grid z = split).
 struct AttnTiledLaunch {

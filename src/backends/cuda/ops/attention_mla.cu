@@ -13,8 +13,9 @@
 //  * O += P V: warp (rg, half) owns rows 16 rg.., output dims 256 half.. (128 f32
 //    accumulators per thread), reading P and the V part of the K tile with ldmatrix.
 // Tiles no row can see are skipped before any load; splits of the cells (grid z) write
-// partials merged by attn_combine_launch, like the other tiled kernels (decode: one row tile,
-// 16 splits). Launched with launch_pdl: nothing is read before pdl_wait().
+// partials merged by mla_combine_kernel (decode: one row tile, up to 16 splits of at least
+// two tiles each: at depth <= 128 one block writes the output and the combine has nothing to
+// do). Launched with launch_pdl: nothing is read before pdl_wait().
 //
 // Resources: dynamic shared memory 158,720 B (q 74,752 + K 74,752 + P 9,216) + 2 KB static:
 // one block (8 warps) per SM on sm_87 (163 KB per block) and sm_90 (227 KB); registers are
@@ -58,6 +59,20 @@ static_assert(kKs % 2 == 0 && kNdWarp % 2 == 0, "ldmatrix.x4 serves two k-steps 
 static_assert(kCells * kChunks % kThreads == 0, "K tile copy must divide evenly");
 static_assert(kQVecs % (kQBatch * kThreads) == 0, "q tile load must divide evenly");
 
+// Cells per split: the cells dealt evenly to the n_split blocks in whole tiles, but at least
+// kMinSplitCells, so a short cache (decode at small depth) runs in fewer blocks; with one
+// the block writes the output itself and the combine launch returns at once. The cache
+// length is read on the device (the grid is fixed when a graph is captured).
+constexpr int kMinSplitCells = 2 * kCells;
+__device__ __forceinline__ int mla_split_cells(int n_kv, int n_split) {
+  const int per = (n_kv + n_split - 1) / n_split;
+  return max((per + kCells - 1) / kCells * kCells, kMinSplitCells);
+}
+// The splits that hold cells (>= 1).
+__device__ __forceinline__ int mla_used_splits(int n_kv, int n_split) {
+  return max(1, (n_kv + mla_split_cells(n_kv, n_split) - 1) / mla_split_cells(n_kv, n_split));
+}
+
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
   mma_tile::mma16816<false>(c, a, b);
@@ -78,6 +93,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
 
   pdl_wait();  // everything below reads activations / the cache
   pdl_trigger();
+  const int n_kv = *ub.n_kv, used = mla_used_splits(n_kv, n_split);
+  if (static_cast<int>(blockIdx.z) >= used) return;  // (block-uniform) no cells: the combine reads splits < used only
+  if (used == 1) part = nullptr;                       // the one split writes the output
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -139,8 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   const int cw = 32 * half;   // this warp's first cell of a tile (S phase)
   const int dw = 256 * half;  // this warp's first output dim (P V phase)
   const uint8_t *kbase = a.kbase + hk * a.khb;
-  int c_begin, c_end;
-  attn_split_range(*ub.n_kv, n_split, z, kCells, c_begin, c_end);
+  const int chunk = mla_split_cells(n_kv, n_split);
+  const int c_begin = min(n_kv, z * chunk), c_end = min(n_kv, c_begin + chunk);
   // Cell state of the next tile, fetched one tile ahead (threads tid < kCells: cell c0 + tid)
   // so its latency overlaps the current tile.
   int next_pos = -1;
@@ -294,6 +312,16 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
 #endif
 }
 
+// The partials of (head blockIdx.x, token blockIdx.y) of the splits that held cells; none
+// to merge where one split wrote the output.
+__global__ void mla_combine_kernel(TView out, AttnArgs a, const float *part, int n_split, DevUbatch ub) {
+  pdl_wait();
+  pdl_trigger();
+  const int used = mla_used_splits(*ub.n_kv, n_split);
+  if (used == 1) return;
+  attn_combine_row(out, a, part, n_split, blockIdx.x, blockIdx.y, gridDim.x, used);
+}
+
 bool mla_shape(int64_t hd_k, int64_t hd_v) { return hd_k == kDk && hd_v == kDv; }
 
 int64_t mla_row_tiles(int64_t T, int64_t n_head, int64_t n_head_kv) { return (T * (n_head / n_head_kv) + kRows - 1) / kRows; }
@@ -340,7 +368,9 @@ bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &ou
   const dim3 grid(static_cast<unsigned>(mla_row_tiles(T, n_head, n_head_kv)), static_cast<unsigned>(n_head_kv),
                   static_cast<unsigned>(n_split));
   launch_pdl(attn_mla_kernel, grid, dim3(kThreads), kSmemBytes, stream, q, out, a, ub, T, static_cast<int>(n_split), part);
-  if (n_split > 1) attn_combine_launch(out, a, part, T, static_cast<int>(n_head), static_cast<int>(n_split), stream);
+  if (n_split > 1)
+    launch_pdl(mla_combine_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), dim3(128), 0, stream, out, a,
+               static_cast<const float *>(part), static_cast<int>(n_split), ub);
   return true;
 }
 
