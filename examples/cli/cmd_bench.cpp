@@ -77,6 +77,7 @@ void usage_dev(FILE *out) {
                "  --skip-launches P[|P..]  timing what-if (wrong results): launches whose profile label contains a\n"
                "                       pattern (or equals one written =LABEL) are left out, e.g. '=fused:rms_norm+mul|attention T=1'\n"
                "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
+               "  --mla-split-cells N  MLA attention: at least N cells per split (default 128; one split: no merge)\n"
                "  --tc-decode-attn     decode attention on the tensor cores (F16 cache, head size 128 / 256; default off)\n"
                "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
                "  --blas-min-tokens N  dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"
@@ -268,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-norm-prologue") tuning.norm_prologue = false;
     else if (a == "--norm-tails") tuning.norm_tails = unsigned(cli::to_int(val(), "--norm-tails", 0, 3));
     else if (a == "--tc-decode-attn") tuning.tc_decode_attention = true;
+    else if (a == "--mla-split-cells") tuning.mla_split_cells = int(cli::to_int(val(), "--mla-split-cells", 1, kMaxTokens));
     else if (a == "--decode-split") {
       const std::vector<int> v = int_list(val(), "--decode-split", 1, kMaxTokens);
       tuning.decode_max_ranges = v.at(0);

@@ -57,6 +57,10 @@ struct GpuTuning {
   // of one direct write: 7.8 -> 8.9 us under ncu; docs/perf/cuda.md, 2026-12-03 night).
   int decode_max_ranges = 32;
   int decode_min_chunk = 64;
+  // MLA attention (deepseek2, attention_mla.cu): cells per split at least this many (rounded up
+  // to its 64-cell tiles, >= 64); where one split holds all cells it writes the output and the
+  // combine does nothing. Default 128 (decode at depth <= 128: one block, no merge).
+  int mla_split_cells = 128;
   // Decode attention on the tensor cores (attention_decode_tc.cu: F16 cache, head size 128 /
   // 256, sm_80 code) instead of the grouped kernel. Default off: not yet measured on a GPU.
   bool tc_decode_attention = false;
@@ -81,7 +85,7 @@ struct GpuTuning {
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
-           decode_min_chunk == o.decode_min_chunk && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
+           decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;
   }

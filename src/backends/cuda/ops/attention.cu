@@ -337,7 +337,7 @@ void cuda_op_attention(const CudaOpCtx &c) {
   if (attn_ref_order_launch(c, tview(q), tview(c.n), a)) return;
   if (c.paths.tensor_cores &&
       attn_mla_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<int>(T), static_cast<int>(n_head_kv), v_from_k,
-                      static_cast<float *>(c.n.work), c.n.work_size, c.n_sm))
+                      static_cast<float *>(c.n.work), c.n.work_size, c.n_sm, c.tuning.mla_split_cells))
     return;  // MLA on an F16 cache (attention_mla.cu), any T
   // Both decode kernels use the scratch of attn_decode_work_size (fast_attention_work_size).
   if (c.tuning.tc_decode_attention && c.paths.tensor_cores && attn_decode_tc_applies(T, hd_k, hd_v, v_from_k, a) && c.n.work) {

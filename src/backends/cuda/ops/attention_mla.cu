@@ -60,17 +60,18 @@ static_assert(kCells * kChunks % kThreads == 0, "K tile copy must divide evenly"
 static_assert(kQVecs % (kQBatch * kThreads) == 0, "q tile load must divide evenly");
 
 // Cells per split: the cells dealt evenly to the n_split blocks in whole tiles, but at least
-// kMinSplitCells, so a short cache (decode at small depth) runs in fewer blocks; with one
-// the block writes the output itself and the combine launch returns at once. The cache
-// length is read on the device (the grid is fixed when a graph is captured).
-constexpr int kMinSplitCells = 2 * kCells;
-__device__ __forceinline__ int mla_split_cells(int n_kv, int n_split) {
+// min_cells (GpuTuning::mla_split_cells, a multiple of the tile), so a short cache (decode at
+// small depth) runs in fewer blocks; with one the block writes the output itself and the
+// combine launch returns at once. The cache length is read on the device (the grid is fixed
+// when a graph is captured).
+__device__ __forceinline__ int mla_split_cells(int n_kv, int n_split, int min_cells) {
   const int per = (n_kv + n_split - 1) / n_split;
-  return max((per + kCells - 1) / kCells * kCells, kMinSplitCells);
+  return max((per + kCells - 1) / kCells * kCells, min_cells);
 }
 // The splits that hold cells (>= 1).
-__device__ __forceinline__ int mla_used_splits(int n_kv, int n_split) {
-  return max(1, (n_kv + mla_split_cells(n_kv, n_split) - 1) / mla_split_cells(n_kv, n_split));
+__device__ __forceinline__ int mla_used_splits(int n_kv, int n_split, int min_cells) {
+  const int chunk = mla_split_cells(n_kv, n_split, min_cells);
+  return max(1, (n_kv + chunk - 1) / chunk);
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -79,7 +80,7 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 }
 
 __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView out, AttnArgs a, DevUbatch ub, int T, int n_split,
-                                                               float *part) {
+                                                               float *part, int min_cells) {
 #if MOE_CUDA_TENSOR_CORE_CODE
   extern __shared__ __align__(16) uint8_t mla_smem[];
   uint16_t(*s_q)[kLdk] = reinterpret_cast<uint16_t(*)[kLdk]>(mla_smem);  // f16 bits
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
 
   pdl_wait();  // everything below reads activations / the cache
   pdl_trigger();
-  const int n_kv = *ub.n_kv, used = mla_used_splits(n_kv, n_split);
+  const int n_kv = *ub.n_kv, used = mla_used_splits(n_kv, n_split, min_cells);
   if (static_cast<int>(blockIdx.z) >= used) return;  // (block-uniform) no cells: the combine reads splits < used only
   if (used == 1) part = nullptr;                       // the one split writes the output
 
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
   const int cw = 32 * half;   // this warp's first cell of a tile (S phase)
   const int dw = 256 * half;  // this warp's first output dim (P V phase)
   const uint8_t *kbase = a.kbase + hk * a.khb;
-  const int chunk = mla_split_cells(n_kv, n_split);
+  const int chunk = mla_split_cells(n_kv, n_split, min_cells);
   const int c_begin = min(n_kv, z * chunk), c_end = min(n_kv, c_begin + chunk);
   // Cell state of the next tile, fetched one tile ahead (threads tid < kCells: cell c0 + tid)
   // so its latency overlaps the current tile.
@@ -314,10 +315,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_mla_kernel(TView q, TView ou
 
 // The partials of (head blockIdx.x, token blockIdx.y) of the splits that held cells; none
 // to merge where one split wrote the output.
-__global__ void mla_combine_kernel(TView out, AttnArgs a, const float *part, int n_split, DevUbatch ub) {
+__global__ void mla_combine_kernel(TView out, AttnArgs a, const float *part, int n_split, const int *n_kv, int min_cells) {
   pdl_wait();
   pdl_trigger();
-  const int used = mla_used_splits(*ub.n_kv, n_split);
+  const int used = mla_used_splits(*n_kv, n_split, min_cells);
   if (used == 1) return;
   attn_combine_row(out, a, part, n_split, blockIdx.x, blockIdx.y, gridDim.x, used);
 }
@@ -354,7 +355,7 @@ size_t attn_mla_work_size(int64_t T, int64_t n_head, int64_t n_head_kv, int64_t 
 }
 
 bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
-                      int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm) {
+                      int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm, int split_cells) {
   // 16-byte cp.async of F16 K rows and float4 loads of q: every base and stride must allow them.
   const uintptr_t bits = reinterpret_cast<uintptr_t>(a.kbase) | a.krb | a.khb | reinterpret_cast<uintptr_t>(q.data) |
                          static_cast<uintptr_t>(q.nb[1]) | static_cast<uintptr_t>(q.nb[2]);
@@ -367,10 +368,11 @@ bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &ou
   float *part = n_split > 1 ? work : nullptr;
   const dim3 grid(static_cast<unsigned>(mla_row_tiles(T, n_head, n_head_kv)), static_cast<unsigned>(n_head_kv),
                   static_cast<unsigned>(n_split));
-  launch_pdl(attn_mla_kernel, grid, dim3(kThreads), kSmemBytes, stream, q, out, a, ub, T, static_cast<int>(n_split), part);
+  const int min_cells = (std::max(split_cells, 1) + kCells - 1) / kCells * kCells;
+  launch_pdl(attn_mla_kernel, grid, dim3(kThreads), kSmemBytes, stream, q, out, a, ub, T, static_cast<int>(n_split), part, min_cells);
   if (n_split > 1)
     launch_pdl(mla_combine_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), dim3(128), 0, stream, out, a,
-               static_cast<const float *>(part), static_cast<int>(n_split), ub);
+               static_cast<const float *>(part), static_cast<int>(n_split), static_cast<const int *>(ub.n_kv), min_cells);
   return true;
 }
 

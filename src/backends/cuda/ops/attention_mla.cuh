@@ -15,8 +15,9 @@ size_t attn_mla_work_size(int64_t T, int64_t n_head, int64_t n_head_kv, int64_t 
 
 // Runs the MLA kernel (and the split combine) when the head dims, the cache type and layout
 // and the shared memory per block (stream.smem_optin) allow; false (nothing launched) otherwise. The cell splits
-// are lowered until their partials fit in work_size (no buffer: unsplit).
+// are lowered until their partials fit in work_size (no buffer: unsplit); a split takes at
+// least split_cells cells (GpuTuning::mla_split_cells).
 bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, int T,
-                      int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm);
+                      int n_head_kv, bool v_from_k, float *work, size_t work_size, int n_sm, int split_cells);
 
 }  // namespace moe
