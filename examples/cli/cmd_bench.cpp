@@ -77,7 +77,7 @@ void usage_dev(FILE *out) {
                "  --skip-launches P[|P..]  timing what-if (wrong results): launches whose profile label contains a\n"
                "                       pattern (or equals one written =LABEL) are left out, e.g. '=fused:rms_norm+mul|attention T=1'\n"
                "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
-               "  --mla-split-cells N  MLA attention: at least N cells per split (default 128; one split: no merge)\n"
+               "  --mla-split-cells N  MLA attention: at least N cells per split (default 64; one split: no merge)\n"
                "  --tc-decode-attn     decode attention on the tensor cores (F16 cache, head size 128 / 256; default off)\n"
                "  --prefill-attn-blocks N  prefill attention: split cells until ~N blocks per SM (default 2)\n"
                "  --blas-min-tokens N  dense quantized products of >= N tokens on cuBLAS over f16 weights (default 128,\n"

@@ -58,9 +58,11 @@ struct GpuTuning {
   int decode_max_ranges = 32;
   int decode_min_chunk = 64;
   // MLA attention (deepseek2, attention_mla.cu): cells per split at least this many (rounded up
-  // to its 64-cell tiles, >= 64); where one split holds all cells it writes the output and the
-  // combine does nothing. Default 128 (decode at depth <= 128: one block, no merge).
-  int mla_split_cells = 128;
+  // to its 64-cell tiles); splits without cells exit at once, and where one split holds all
+  // cells it writes the output and the combine does nothing. Default 64: measured fastest
+  // (H200, GLM-4.7-Flash tg128 at depth 0 / 512 / 4096: 64 209.6 / 191.0 / 150.3, 128 206.3 /
+  // 185.6 / 148.5, 256 208.1 / 169.0 / 150.3; docs/perf/cuda.md).
+  int mla_split_cells = 64;
   // Decode attention on the tensor cores (attention_decode_tc.cu: F16 cache, head size 128 /
   // 256, sm_80 code) instead of the grouped kernel. Default off: not yet measured on a GPU.
   bool tc_decode_attention = false;

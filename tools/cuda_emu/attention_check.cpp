@@ -180,7 +180,8 @@ static double run(const Cfg &c, uint32_t seed) {
   if (c.mla) {  // n_sm chosen so that the launcher picks c.n_split splits
     std::vector<float> part(static_cast<size_t>(c.T) * n_head * c.n_split * (hdv + 2), NAN);
     const int blocks = (c.T * c.group + 63) / 64;
-    if (!attn_mla_launch(LaunchStream{}, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split)) return 1e30;
+    const int split_cells = 64 << (c.n_kv % 3);  // GpuTuning::mla_split_cells 64 / 128 / 256
+    if (!attn_mla_launch(LaunchStream{}, tq, to, a, ub, c.T, 1, true, part.data(), part.size() * 4, blocks * c.n_split, split_cells)) return 1e30;
   } else if (c.split_dec) {  // the generic decode split kernel, merged by its last blocks (n_split = 1) or by a combine launch
     std::vector<unsigned> sync(kCudaSyncSlots, 0);
     ub.sync = sync.data();

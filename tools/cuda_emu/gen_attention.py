@@ -78,5 +78,5 @@ smem = 'extern __shared__ __align__(16) uint8_t mla_smem[];'
 assert smem in m
 m = m.replace(smem, 'alignas(16) static uint8_t mla_smem[kSmemBytes];')
 m, n = re.subn(r'launch_pdl\((\w+), (\w+), dim3\((\w+)\), \w+, \w+, ', r'emu_launch(\2, \3, \1, ', m)
-assert n == 1, 'attention_mla.cu: the kernel launch was not found'
+assert n == 2, 'attention_mla.cu: the kernel and combine launches were not found'
 write('mla_emu.cpp', m)

@@ -18,7 +18,7 @@ void emu_heads(DType t, const uint8_t *W, int64_t rb, int64_t hb, int K, int M, 
   const TView xv{x, {K, H, T, 1}, {4, int64_t(K) * 4, int64_t(K) * H * 4, int64_t(K) * H * T * 4}};
   const TView yv{y, {M, H, T, 1}, {4, int64_t(M) * 4, int64_t(M) * H * 4, int64_t(M) * H * T * 4}};
   switch (t) {
-#define EMU_CASE(TY) case TY: emu_launch(grid, kWarps * 32, mmv_heads_kernel<TY>, W, rb, hb, K, M, width, xv, yv); break;
+#define EMU_CASE(TY) case TY: emu_launch(grid, kWarps * 32, mmv_heads_kernel<TY>, W, rb, hb, K, M, width, xv, yv, TView{}); break;
     EMU_CASE(DType::F16) EMU_CASE(DType::Q4_0) EMU_CASE(DType::Q8_0) EMU_CASE(DType::MXFP4) EMU_CASE(DType::Q2_K)
     EMU_CASE(DType::Q3_K) EMU_CASE(DType::Q4_K) EMU_CASE(DType::Q5_K) EMU_CASE(DType::Q6_K)
 #undef EMU_CASE
@@ -26,7 +26,10 @@ void emu_heads(DType t, const uint8_t *W, int64_t rb, int64_t hb, int K, int M, 
   }
 }
 '''
-text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/kernel_error.cuh"\n#include "backends/cuda/ops/quant.cuh"\n#include <cuda_bf16.h>\n'
+text = ('#include "backends/cuda/cuda_ops.h"\n#include "backends/cuda/ops/kernel_error.cuh"\n#include "backends/cuda/ops/pdl.cuh"\n#include "backends/cuda/ops/quant.cuh"\n#include <cuda_bf16.h>\n'
         'namespace moe {\nnamespace {\n' + warps + src[ws0:ws1] + src[k0:k1] + '}  // namespace\n' + entry + '}  // namespace moe\n')
+prefetch = 'asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));'
+assert prefetch in text, 'mmv_heads_kernel\'s L2 prefetch changed: update gen_heads.py'
+text = text.replace(prefetch, '(void)o;')  # (no L2 here)
 with open(os.path.join(out, 'heads_emu.cpp'), 'w') as f:
     f.write(text)

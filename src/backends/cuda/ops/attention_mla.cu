@@ -13,9 +13,10 @@
 //  * O += P V: warp (rg, half) owns rows 16 rg.., output dims 256 half.. (128 f32
 //    accumulators per thread), reading P and the V part of the K tile with ldmatrix.
 // Tiles no row can see are skipped before any load; splits of the cells (grid z) write
-// partials merged by mla_combine_kernel (decode: one row tile, up to 16 splits of at least
-// two tiles each: at depth <= 128 one block writes the output and the combine has nothing to
-// do). Launched with launch_pdl: nothing is read before pdl_wait().
+// partials merged by mla_combine_kernel (decode: one row tile, up to 16 splits of whole tiles,
+// at least GpuTuning::mla_split_cells cells each; splits without cells exit at once, and at a
+// depth of one split that block writes the output and the combine has nothing to do).
+// Launched with launch_pdl: nothing is read before pdl_wait().
 //
 // Resources: dynamic shared memory 158,720 B (q 74,752 + K 74,752 + P 9,216) + 2 KB static:
 // one block (8 warps) per SM on sm_87 (163 KB per block) and sm_90 (227 KB); registers are
@@ -370,9 +371,11 @@ bool attn_mla_launch(const LaunchStream &stream, const TView &q, const TView &ou
                   static_cast<unsigned>(n_split));
   const int min_cells = (std::max(split_cells, 1) + kCells - 1) / kCells * kCells;
   launch_pdl(attn_mla_kernel, grid, dim3(kThreads), kSmemBytes, stream, q, out, a, ub, T, static_cast<int>(n_split), part, min_cells);
-  if (n_split > 1)
-    launch_pdl(mla_combine_kernel, dim3(static_cast<unsigned>(n_head), static_cast<unsigned>(T)), dim3(128), 0, stream, out, a,
-               static_cast<const float *>(part), static_cast<int>(n_split), static_cast<const int *>(ub.n_kv), min_cells);
+  if (n_split > 1) {
+    const dim3 heads(static_cast<unsigned>(n_head), static_cast<unsigned>(T));
+    launch_pdl(mla_combine_kernel, heads, dim3(128), 0, stream, out, a, static_cast<const float *>(part), static_cast<int>(n_split),
+               static_cast<const int *>(ub.n_kv), min_cells);
+  }
   return true;
 }
 
