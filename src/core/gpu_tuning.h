@@ -80,8 +80,9 @@ struct GpuTuning {
   // Timing what-ifs only (bench --skip-launches): launches whose label (the eager profile's:
   // "fused:rms_norm+mul", "attention T=1", "matmul q4_K T=1", ...) contains one of these
   // '|'-separated patterns (or equals one written "=label") are left out of captured graphs, so a
-  // replayed step shows what they cost in the graph. The results are wrong while it is set.
-  // Default empty.
+  // replayed step shows what they cost in the graph. The results are wrong while it is set;
+  // integer values (expert ids) then keep their bytes for the whole graph (compiler.cpp), so
+  // the router can be left out too. Default empty.
   std::string skip_launches;
 
   bool operator==(const GpuTuning &o) const {

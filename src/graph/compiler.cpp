@@ -240,6 +240,11 @@ std::unique_ptr<CompiledPlan> compile_graph(Graph g, const CompileOptions &o) {
   mark_final_outputs(p->graph);
   std::vector<int> keep_until(p->graph.nodes().size(), -1);
   for (size_t d = 0; d < o.devices.size(); ++d) o.devices[d]->extend_lifetimes(p->graph, static_cast<int>(d), keep_until);
+  // Timing what-ifs (GpuTuning::skip_launches): integer values (expert ids) keep their bytes for
+  // the whole graph, so a replay that leaves out their writer still reads valid ids.
+  if (!o.gpu_tuning.skip_launches.empty())
+    for (size_t i = 0; i < p->graph.nodes().size(); ++i)
+      if (p->graph.node(static_cast<int>(i)).type == DType::I32) keep_until[i] = static_cast<int>(p->graph.nodes().size()) - 1;
   PlanStats st = plan_memory(p->graph, [&](int id) {
     const Node &n = p->graph.node(id);
     return o.devices[static_cast<size_t>(n.device)]->work_size(p->graph, id, o.n_threads, o.gpu_tuning);
