@@ -152,6 +152,14 @@ std::map<int, std::vector<std::string>> plan_by_layer(BackendRegistry &reg, cons
   if ((name == "tiny" || name == "tiny-gpt-oss") && n_tokens == 1)
     for (const FusedGroup &grp : fp.groups)
       if (grp.kind == FusedKind::DownCombine) CHECK(grp.ids_settled);
+  // deepseek2's MLA glue runs in its shared-memory kernel, writing the q slice and rope the
+  // k_b product and its concat read (members 7 and 9) and storing the K row (member 6).
+  if (name == "tiny-deepseek2" && n_tokens == 1)
+    for (const FusedGroup &grp : fp.groups)
+      if (grp.label == "fused:slice+rope+slice+rms_norm+mul+concat+kv_store+slice+slice+rope") {
+        CHECK(grp.mla_glue);
+        CHECK((grp.live_mask & (1u << 6 | 1u << 7 | 1u << 9)) == (1u << 6 | 1u << 7 | 1u << 9));
+      }
   std::map<int, int> planned;
   for (const FusedGroup &grp : fp.groups) ++planned[cg.node(grp.run_at).segment];
   for (size_t i = 0; i < cg.nodes().size(); ++i) {

@@ -323,7 +323,7 @@ private:
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
         if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
-        if (!tuning_.skip_launches.empty() && skipped(grp.label)) continue;
+        if (skipped(grp.label)) continue;
         CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
@@ -331,7 +331,7 @@ private:
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
-      if (!tuning_.skip_launches.empty() && skipped(prof_label(g, n))) continue;
+      if (!tuning_.skip_launches.empty() && skipped(prof_label(g, n))) continue;  // (no label built otherwise)
       CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
       if (prof) timed(c.stream, prof_label(g, n), [&] { cuda_run_node(c); });
       else cuda_run_node(c);
@@ -342,8 +342,8 @@ private:
   // before a capture fill every buffer once and a replay reads stale but finite values (valid
   // expert ids among them) where a skipped launch would have written.
   bool skipped(const std::string &label) const {
-    if (mode_ != Mode::Capture) return false;
     const std::string &s = tuning_.skip_launches;
+    if (s.empty() || mode_ != Mode::Capture) return false;
     for (size_t a = 0; a < s.size();) {
       size_t b = s.find('|', a);
       if (b == std::string::npos) b = s.size();

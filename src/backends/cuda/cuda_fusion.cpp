@@ -597,25 +597,16 @@ private:
     if (members.size() < 2) return false;
     grp.kind = FusedKind::Sequence;
     grp.members = members;
-    for (int m : members)
-      if (nd(m).op != Op::KvStore) grp.written.push_back(m);
     grp.mla_glue = mla_glue(members);
-    if (grp.mla_glue) {
-      grp.written.clear();
-      for (size_t k = 0; k < members.size(); ++k)
-        if (read_after(members[k], members.back())) {
-          grp.live_mask |= 1u << k;
-          if (nd(members[k]).op != Op::KvStore) grp.written.push_back(members[k]);
-        }
+    // The generic kernel writes every member; the MLA glue kernel only what is read later.
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (grp.mla_glue && !read_after(members[k], members.back())) continue;
+      if (grp.mla_glue) grp.live_mask |= 1u << k;
+      if (nd(members[k]).op != Op::KvStore) grp.written.push_back(members[k]);
     }
     return true;
   }
 
-  // The node a View chain (of offset 0) shows.
-  int base_of(int id) const {
-    while (id >= 0 && nd(id).op == Op::View && nd(id).view_offset == 0) id = nd(id).src[0];
-    return id;
-  }
   // Read by a node after `last` (through views) or a graph output.
   bool read_after(int id, int last) const {
     if (output_[static_cast<size_t>(id)]) return true;
@@ -631,7 +622,7 @@ private:
     if (m.size() != sizeof(ops) / sizeof(ops[0])) return false;
     for (size_t k = 0; k < m.size(); ++k)
       if (nd(m[k]).op != ops[k]) return false;
-    auto src = [&](int k, int s) { return base_of(nd(m[static_cast<size_t>(k)]).src[static_cast<size_t>(s)]); };
+    auto src = [&](int k, int s) { return through_view(nd(m[static_cast<size_t>(k)]).src[static_cast<size_t>(s)]); };
     const Node &w = nd(nd(m[4]).src[1]);
     return src(1, 0) == m[0] && src(2, 0) == src(0, 0) && src(3, 0) == m[2] && src(4, 0) == m[3] && w.type == DType::F32 &&
            w.is_contiguous() && w.nelements() == nd(m[4]).ne[0] && src(5, 0) == m[4] && src(5, 1) == m[1] && src(6, 0) == m[5] &&

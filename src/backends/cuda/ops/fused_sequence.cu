@@ -225,18 +225,6 @@ int64_t step_rows(const SeqStep &s) {
   }
 }
 
-// A tensor's bytes [lo, hi) (every element a step may touch; 4-byte elements).
-struct Bytes {
-  uintptr_t lo, hi;
-  bool meets(const Bytes &o) const { return lo < o.hi && o.lo < hi; }
-};
-Bytes bytes_of(const TView &v) {
-  uintptr_t last = 4;
-  for (int d = 0; d < 4; ++d) last += static_cast<uintptr_t>(v.ne[d] - 1) * static_cast<uintptr_t>(v.nb[d]);
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(v.data);
-  return {lo, lo + last};
-}
-
 // Packed rows of 4-byte values, rows in (i1, i2, i3) order: row r at r * ne[0] * 4.
 bool packed(const TView &v) {
   return v.nb[0] == 4 && v.nb[1] == v.ne[0] * 4 && v.nb[2] == v.nb[1] * v.ne[1] && v.nb[3] == v.nb[2] * v.ne[2];

@@ -43,6 +43,19 @@ struct SeqArgs {
 };
 static_assert(sizeof(SeqArgs) <= 4096, "kernel parameters");
 
+// A view's bytes [lo, hi) (every element a step may touch; 4-byte elements): the Sequence
+// launchers' aliasing checks.
+struct ViewBytes {
+  uintptr_t lo, hi;
+  bool meets(const ViewBytes &o) const { return lo < o.hi && o.lo < hi; }
+};
+inline ViewBytes bytes_of(const TView &v) {
+  uintptr_t last = 4;
+  for (int d = 0; d < 4; ++d) last += static_cast<uintptr_t>(v.ne[d] - 1) * static_cast<uintptr_t>(v.nb[d]);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(v.data);
+  return {lo, lo + last};
+}
+
 // One member node as a step (host).
 SeqStep make_seq_step(const CudaOpCtx &c, const Node &n);
 

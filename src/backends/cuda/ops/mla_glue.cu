@@ -95,16 +95,6 @@ __global__ void __launch_bounds__(kGlueThreads) mla_glue_kernel(const __grid_con
   if (is_live(kQPeRope)) rope_row(s_row + pes.start, row_of(rope.d, r), rope.d.ne[0], rope.ra, s_cs);
 }
 
-struct Span {
-  uintptr_t lo, hi;
-};
-Span span_of(const TView &v) {
-  uintptr_t last = 4;
-  for (int d = 0; d < 4; ++d) last += static_cast<uintptr_t>(v.ne[d] - 1) * static_cast<uintptr_t>(v.nb[d]);
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(v.data);
-  return {lo, lo + last};
-}
-bool meet(const Span &x, const Span &y) { return x.lo < y.hi && y.lo < x.hi; }
 bool f32_packed_rows(const TView &v) { return v.nb[0] == 4; }
 
 }  // namespace
@@ -122,11 +112,11 @@ bool launch_mla_glue(const SeqArgs &a, unsigned live, const LaunchStream &stream
   for (int k = 0; k < a.n; ++k)
     if (k != kKStore && !f32_packed_rows(a.s[k].d)) return false;
   // No written row over an input (the kv_a row, q, the norm weight).
-  const Span in[] = {span_of(kpe.a), span_of(nope.a), span_of(a.s[kLatMul].b)};
+  const ViewBytes in[] = {bytes_of(kpe.a), bytes_of(nope.a), bytes_of(a.s[kLatMul].b)};
   for (int k = 0; k < a.n; ++k)
     if (((live >> k) & 1u) && k != kKStore)
-      for (const Span &s : in)
-        if (meet(span_of(a.s[k].d), s)) return false;
+      for (const ViewBytes &b : in)
+        if (bytes_of(a.s[k].d).meets(b)) return false;
   const unsigned blocks = static_cast<unsigned>(T + H * T);
   launch_pdl(mla_glue_kernel, dim3(blocks), dim3(kGlueThreads), 0, stream, a, live, static_cast<int>(T));
   cuda_note_mla_glue();
