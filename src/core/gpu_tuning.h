@@ -45,6 +45,9 @@ struct GpuTuning {
   // One-token mat-vec groups of 2..3 blocks per SM in the lean 8-warp kernel. Default on;
   // off: the 16-warp launch.
   bool lean_groups = true;
+  // The same lean launch for a lone one-token MatMul [+ Add] (the o-projections; ops/matvec.cu
+  // matvec_lean_kernel) where its grid has 2..3 logical blocks per SM. Default off until measured.
+  bool lean_rows = false;
   // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
   // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
   // launch before it. Default off: measured slower on the H200 (2026-12-03 night, Qwen3-30B-A3B
@@ -87,7 +90,7 @@ struct GpuTuning {
 
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
-           own_order_head == o.own_order_head && lean_groups == o.lean_groups && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
+           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;

@@ -356,7 +356,7 @@ namespace {
 // padded to 256 bytes like DeviceWeights; outputs start as NaN bytes.
 class DeviceTensors {
 public:
-  DeviceTensors() { REQUIRE(cudaStreamCreate(&stream_) == cudaSuccess); }
+  explicit DeviceTensors(const GpuTuning &t = GpuTuning{}) : tuning_(t) { REQUIRE(cudaStreamCreate(&stream_) == cudaSuccess); }
   ~DeviceTensors() {
     for (void *p : ptrs_) cudaFree(p);
     cudaStreamDestroy(stream_);
@@ -388,7 +388,7 @@ public:
 
 private:
   cudaStream_t stream_ = nullptr;
-  GpuTuning tuning_;  // the defaults
+  GpuTuning tuning_;
   std::vector<void *> ptrs_;
 };
 
@@ -400,7 +400,9 @@ std::vector<int32_t> valid_ids(std::vector<int32_t> ids, int64_t E) {
   return ids;
 }
 
-double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_first, uint32_t seed, int n_sm) {
+// The GPU's output of x W + r (its bytes; *cpu_err: its relative error to the CPU's).
+std::vector<uint8_t> matmul_add_run(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_first, uint32_t seed, int n_sm, const GpuTuning &tuning,
+                                    double *cpu_err) {
   WeightStore ws;
   const GgufTensorInfo *w = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed, 0.5f));
   int wn, x, r, mm, add;
@@ -418,13 +420,20 @@ double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_firs
   Graph gc = build();  // sets the node ids used below
   auto r_cpu = run_on(cpu, std::move(gc), {in(x, xv), in(r, rv)}, {add});
   Graph g = build();
-  DeviceTensors d;
+  DeviceTensors d(tuning);
   d.put_weight(g, wn);
   d.put_vec(g, x, xv);
   d.put_vec(g, r, rv);
   d.put_out(g, add);
   cuda_fused_matmul_add(d.ctx(g, add, n_sm), g.node(mm), g.node(add));
-  return rel_err(d.get(g, add), r_cpu[0]);
+  std::vector<uint8_t> got = d.get(g, add);
+  *cpu_err = rel_err(got, r_cpu[0]);
+  return got;
+}
+double matmul_add_case(Backend &cpu, DType t, int64_t K, int64_t M, bool mm_first, uint32_t seed, int n_sm) {
+  double err = 0;
+  matmul_add_run(cpu, t, K, M, mm_first, seed, n_sm, GpuTuning{}, &err);
+  return err;
 }
 
 // gate/up + SwiGLU; a slot whose id is out of range must come out as zeros.
@@ -574,6 +583,32 @@ TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][
           CHECK(matmul_add_case(*reg.cpu(), t, K, M, true, seed++, n_sm) <= limit);
           CHECK(matmul_add_case(*reg.cpu(), t, K, M, false, seed++, n_sm) <= limit);
         }
+}
+
+// GpuTuning::lean_rows: a lone mat-vec whose grid has 2..3 logical blocks per SM runs in
+// matvec_lean_kernel (8-warp blocks, one chunk in flight): the same bytes as the 16-warp launch.
+// M 2880 at K 4096 is gpt-oss's o-proj (K halves: 360 logical blocks on 132 SMs); the small
+// multiprocessor counts put the other shapes' grids in the lean range.
+TEST_CASE("cuda fused: matmul + add in the lean launch equals the 16-warp launch", "[ops][cuda][fusion]") {
+  BackendRegistry reg;
+  if (!gpu_or_skip(reg)) return;
+  GpuTuning lean;
+  lean.lean_rows = true;
+  uint32_t seed = 450;
+  for (DType t : kTypes)
+    if (fused_type(t) && type_traits(t).is_quantized)
+      for (int kind = 0; kind < 3; ++kind)
+        for (int64_t M : {int64_t(37), int64_t(301), int64_t(2880)})
+          for (int n_sm : {2, 8, 16, 132}) {
+            const int64_t K = kind == 0 ? short_k(t) : kind == 1 ? long_k(t) : even_k(t);
+            INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_sm " << n_sm);
+            double e_lean = 0, e_wide = 0;
+            const auto y_lean = matmul_add_run(*reg.cpu(), t, K, M, true, seed, n_sm, lean, &e_lean);
+            const auto y_wide = matmul_add_run(*reg.cpu(), t, K, M, true, seed, n_sm, GpuTuning{}, &e_wide);
+            ++seed;
+            CHECK(y_lean == y_wide);
+            CHECK(e_lean <= (ref_exact(t) ? 0.0 : 1e-4));
+          }
 }
 
 TEST_CASE("cuda fused: gate/up + swiglu at one token matches the CPU", "[ops][cuda][fusion][moe]") {

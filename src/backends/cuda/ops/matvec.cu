@@ -818,6 +818,14 @@ template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThread
   rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>(), &tail);
 }
 
+// The same in 8-warp blocks, three per multiprocessor (<= 80 registers: one chunk in flight),
+// for grids of 2..3 logical blocks per SM (group_lean): matvec_kernel's 16-warp blocks take 126
+// registers, one block per SM, so such a grid runs in 1.4..1.5 waves (gpt-oss's o-proj: 360
+// logical blocks on 132 SMs). Same bits as matvec_kernel (chunks in flight change loads only).
+template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_lean_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
+  rows_block<T, cpu_order_type<T>, 1>(a, blockIdx.x, stage_bytes<T, kChPair>(), &tail);
+}
+
 // The expert products (gate/up + SwiGLU: J = kJPair, down + combine: J = kJDown) in 8-warp
 // thread blocks with a register cap that lets kMvExpertBlocks of them share a
 // multiprocessor (65536 / (256 x 3) -> 80 registers): 24 resident warps instead of the 16 of
@@ -907,6 +915,7 @@ int smem_bytes(DType t, int K, int x_n, bool down, int groups = 1) {
 // block cannot do. Plain types round elementwise from global memory: nothing to share.
 struct MvShape {
   int groups, smem;
+  bool lean = false;  // groups == 1 in matvec_lean_kernel (launch)
 };
 MvShape block_groups(DType t, int64_t logical_blocks, int n_sm, int smem1, int smem2) {
   const int64_t sm = n_sm;
@@ -975,6 +984,21 @@ void launch(DType t, dim3 grid, MvShape sh, const LaunchStream &s, const MvArgs 
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
   const int smem = std::max(sh.smem, tail_smem(tail, a.M));
+  if (sh.lean) {
+    switch (t) {
+#define MOE_MV_LEAN_CASE(TY) \
+  case TY: launch_pdl(matvec_lean_kernel<TY>, grid, block, static_cast<size_t>(smem), s, a, tail); return;
+      MOE_MV_LEAN_CASE(DType::Q4_0)
+      MOE_MV_LEAN_CASE(DType::Q8_0)
+      MOE_MV_LEAN_CASE(DType::MXFP4)
+      MOE_MV_LEAN_CASE(DType::Q2_K)
+      MOE_MV_LEAN_CASE(DType::Q3_K)
+      MOE_MV_LEAN_CASE(DType::Q4_K)
+      MOE_MV_LEAN_CASE(DType::Q5_K)
+#undef MOE_MV_LEAN_CASE
+      default: break;  // (Q6_K's one-group launch is matvec_rows8_kernel, already three 8-warp blocks per SM)
+    }
+  }
   if (t == DType::Q6_K && sh.groups == 1) {
     launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a, tail);
     return;
@@ -1189,7 +1213,9 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool l
 // warp in two K halves (quantized types whose K is an even number of blocks).
 // own: a final output (cuda_own_order_product), CUDA's own order for every type.
 // tail: a norm tail (never with own).
-void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, const RowTail &tail = RowTail{}) {
+// lean_rows: GpuTuning::lean_rows (quantized types, grids of 2..3 logical blocks per SM).
+void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, const RowTail &tail = RowTail{},
+                 bool lean_rows = false) {
   const unsigned lx = blocks(a.M, kRowsPlain);
   own = own && cpu_order_dtype(t);  // (the other types have one order)
   // (F32 rows in the reference's order fold over the whole K: never split.)
@@ -1202,7 +1228,9 @@ void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs
   a.mode = rows_mode(t, a.K, a.M, a.n_used, n_sm, own);
   const unsigned rows_lx = blocks(a.M, rows_per_block(a.mode));
   if (own && launch_own_order(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), smem, stream, a)) return;
-  const MvShape sh = block_groups(t, static_cast<int64_t>(rows_lx) * a.n_used, n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
+  const int64_t logical = static_cast<int64_t>(rows_lx) * a.n_used;
+  const MvShape sh = !is_plain(t) && group_lean(logical, n_sm, lean_rows) ? MvShape{1, smem, true}
+                                                                         : block_groups(t, logical, n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
   launch(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, stream, a, tail);
 }
 
@@ -1367,7 +1395,7 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
   if (a.M == 0 || a.n_used == 0) return true;
-  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n, c.tuning));
+  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n, c.tuning), RowTail{}, c.tuning.lean_rows);
   return true;
 }
 
@@ -1429,7 +1457,7 @@ void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, 
   MvArgs a = args_of(c.g, mm, static_cast<float *>(add.data));
   a.add = f32_data(other);
   const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add) : RowTail{};
-  if (a.M > 0) launch_rows(c.stream, c.n_sm, w.type, smem, a, false, tail);
+  if (a.M > 0) launch_rows(c.stream, c.n_sm, w.type, smem, a, false, tail, c.tuning.lean_rows);
   if (!tail.sync) run_tail_apart(c, norm, mul);
 }
 
