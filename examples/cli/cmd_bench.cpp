@@ -69,7 +69,7 @@ void usage_dev(FILE *out) {
                "  --no-fusion          every graph node in its own kernel (no fused groups)\n"
                "  --cpu-order-head     the LM head in the CPU's float order\n"
                "  --no-lean-groups     one-token mat-vec groups in 16-warp blocks\n"
-               "  --lean-rows          a lone one-token mat-vec (o-proj) of 2..3 blocks per SM in 8-warp blocks (default off)\n"
+               "  --no-lean-rows       a lone one-token mat-vec (o-proj) of 2..3 blocks per SM in 16-warp blocks\n"
                "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
@@ -265,7 +265,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-delta-norm") tuning.delta_norm = false;
     else if (a == "--cpu-order-head") tuning.own_order_head = false;
     else if (a == "--no-lean-groups") tuning.lean_groups = false;
-    else if (a == "--lean-rows") tuning.lean_rows = true;
+    else if (a == "--no-lean-rows") tuning.lean_rows = false;
     else if (a == "--norm-prologue") tuning.norm_prologue = true;
     else if (a == "--skip-launches") tuning.skip_launches = val();
     else if (a == "--no-norm-prologue") tuning.norm_prologue = false;

@@ -46,8 +46,10 @@ struct GpuTuning {
   // off: the 16-warp launch.
   bool lean_groups = true;
   // The same lean launch for a lone one-token MatMul [+ Add] (the o-projections; ops/matvec.cu
-  // matvec_lean_kernel) where its grid has 2..3 logical blocks per SM. Default off until measured.
-  bool lean_rows = false;
+  // matvec_lean_kernel) where its grid has 2..3 logical blocks per SM. Default on: measured on
+  // the H200 (2026-12-04) gpt-oss-20b tg128 317.4 -> 333.7, Qwen3.5-35B-A3B 271.6 -> 275.1, GLM
+  // and Qwen3-30B-A3B unchanged (no such grid); off: bench --no-lean-rows.
+  bool lean_rows = true;
   // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
   // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
   // launch before it. Default off: measured slower on the H200 (2026-12-03 night, Qwen3-30B-A3B

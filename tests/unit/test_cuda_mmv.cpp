@@ -592,8 +592,9 @@ TEST_CASE("cuda fused: matmul + add at one token matches the CPU", "[ops][cuda][
 TEST_CASE("cuda fused: matmul + add in the lean launch equals the 16-warp launch", "[ops][cuda][fusion]") {
   BackendRegistry reg;
   if (!gpu_or_skip(reg)) return;
-  GpuTuning lean;
+  GpuTuning lean, wide;
   lean.lean_rows = true;
+  wide.lean_rows = false;
   uint32_t seed = 450;
   for (DType t : kTypes)
     if (fused_type(t) && type_traits(t).is_quantized)
@@ -604,7 +605,7 @@ TEST_CASE("cuda fused: matmul + add in the lean launch equals the 16-warp launch
             INFO("type " << dtype_name(t) << " K=" << K << " M=" << M << " n_sm " << n_sm);
             double e_lean = 0, e_wide = 0;
             const auto y_lean = matmul_add_run(*reg.cpu(), t, K, M, true, seed, n_sm, lean, &e_lean);
-            const auto y_wide = matmul_add_run(*reg.cpu(), t, K, M, true, seed, n_sm, GpuTuning{}, &e_wide);
+            const auto y_wide = matmul_add_run(*reg.cpu(), t, K, M, true, seed, n_sm, wide, &e_wide);
             ++seed;
             CHECK(y_lean == y_wide);
             CHECK(e_lean <= (ref_exact(t) ? 0.0 : 1e-4));

@@ -458,6 +458,15 @@ TEST_CASE("cuda op: multi-column mat-vec (2..15 columns, MatMulId under the MMQ 
   CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 512, 4, seed++, 1e-4, tn));
   CHECK(moe_case(reg, *gpu, DType::Q4_K, 2048, 768, 128, 8, 4, 1, random_ids(4, 128, 8, seed), seed, 1e-4, tn));
   CHECK(moe_case(reg, *gpu, DType::Q6_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed + 1), seed + 1, 1e-4, tn));
+  // Repeated ids in a token's slots (no router writes them, but they are valid input): at
+  // T <= 4 the 4-column kernel then meets a tile of 7 entries of expert 5 and runs it in passes.
+  for (DType t : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::MXFP4}) {
+    std::vector<int32_t> ids(8, 5);
+    ids[7] = 1;
+    INFO("repeated ids, type " << dtype_name(t));
+    CHECK(moe_case(reg, *gpu, t, 512, 37, 8, 4, 2, 4, ids, seed++, 1e-4, tn));
+    CHECK(moe_case(reg, *gpu, t, 512, 37, 8, 4, 2, 1, ids, seed++, 1e-4, tn));
+  }
 }
 
 #ifdef MOEINFER_WITH_CUDA

@@ -44,7 +44,7 @@ GpuTuning all_off() {
   t.norm_tails = 0;
   t.own_order_head = false;
   t.lean_groups = false;
-  t.lean_rows = true;
+  t.lean_rows = false;
   t.decode_max_ranges = 4;
   t.decode_min_chunk = 16;
   t.prefill_attn_blocks = 8;
@@ -175,7 +175,7 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.norm_tails == 0u);
   CHECK(t.own_order_head);
   CHECK(t.lean_groups);
-  CHECK(!t.lean_rows);  // opt-in until measured
+  CHECK(t.lean_rows);
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured

@@ -93,7 +93,7 @@ void check_dense(DType t, int64_t K, int64_t M, int N, int n_sm) {
   std::vector<float> y(static_cast<size_t>(M * N), NAN);
   McolArgs m = args_for(t, *w, K, M, a, y.data());
   m.ncols = N;
-  launch_mcol(t, LaunchStream{}, m, (N + kMcolCols - 1) / kMcolCols, n_sm);
+  launch_mcol(t, LaunchStream{}, m, (N + kMcolCols - 1) / kMcolCols, n_sm, N);
   compare("dense K " + std::to_string(K) + " M " + std::to_string(M) + " N " + std::to_string(N) + " sms " + std::to_string(n_sm), t, *w, K, M,
           a, y, N, [](int o, int &e, int &xrow) { e = 0; xrow = o; });
 }
@@ -127,7 +127,7 @@ void check_moe(DType t, int64_t K, int64_t M, int E, int n_used, int T, int X, u
   m.eb = m.rb * M;
   m.tiles = tiles.data();
   m.entries = entries.data();
-  launch_mcol(t, LaunchStream{}, m, max_tiles, n_sm);
+  launch_mcol(t, LaunchStream{}, m, max_tiles, n_sm, std::min(T, kMcolCols));  // (4 columns at T <= 4; token 0 names an expert twice)
   compare("moe K " + std::to_string(K) + " M " + std::to_string(M) + " T " + std::to_string(T) + " X " + std::to_string(X) + " sms " + std::to_string(n_sm), t, *w, K, M, a, y,
           n_used * T, [&](int o, int &e, int &xrow) {
             e = ids[static_cast<size_t>(o)];

@@ -749,14 +749,14 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
   }
   if (c.n.op == Op::MatMul) {
     a.ncols = static_cast<int>(s.rows);
-    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm);
+    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols);
     return;
   }
   const RouteTables rt = launch_route_tables(c, s, work);
   a.eb = static_cast<int64_t>(w.nb[2]);
   a.tiles = rt.tiles;
   a.entries = rt.entries;
-  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm);
+  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)));
 }
 
 void cuda_op_matmul(const CudaOpCtx &c) {

@@ -85,14 +85,14 @@ template <DType T> constexpr bool float_unit = T == DType::Q2_K || T == DType::Q
 
 // acc[k] += the dot of sub-block j of the staged block blk with column k's activations from
 // element e, for the tile's cnt columns.
-template <DType T>
-__device__ __forceinline__ void sub_dots(const uint8_t *blk, int j, const McolArgs &a, const int (&xr)[kMcolCols], int e, int cnt,
-                                         float (&acc)[kMcolCols]) {
+template <DType T, int NC>
+__device__ __forceinline__ void sub_dots(const uint8_t *blk, int j, const McolArgs &a, const int (&xr)[NC], int e, int cnt,
+                                         float (&acc)[NC]) {
   if constexpr (float_unit<T>) {
     float w[32];
     dequant32<T>(blk, j, w);
 #pragma unroll
-    for (int k = 0; k < kMcolCols; ++k) {
+    for (int k = 0; k < NC; ++k) {
       if (k >= cnt) break;
       const XSub x = xsub_at(a, xr[k], e);
       int xv[8];
@@ -106,7 +106,7 @@ __device__ __forceinline__ void sub_dots(const uint8_t *blk, int j, const McolAr
     // (unit_dot's weight words come from shared memory with no store in between: the
     // compiler loads them once for all the columns.)
 #pragma unroll
-    for (int k = 0; k < kMcolCols; ++k) {
+    for (int k = 0; k < NC; ++k) {
       if (k >= cnt) break;
       acc[k] += unit_dot<T>(blk, j, xsub_at(a, xr[k], e));
     }
@@ -123,7 +123,10 @@ __device__ __forceinline__ float group_sum(float v, int n) {
 // time), a group of lpr lanes per row (a power of two, lpr rpc <= 32; lanes past rpc lpr idle
 // in the dots); groups: chunk groups of rpc rows per warp, run one after another with the next
 // one's loads in flight (a warp owns rpc groups rows).
-template <DType T>
+// NC: columns dotted per pass (kMcolCols, or 4 where tiles hold at most 4: fewer registers for
+// the accumulators and activation rows, no spills); a tile of more columns (only from repeated
+// ids in a token's slots) runs in passes of NC, re-reading its rows.
+template <DType T, int NC>
 __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, int rpc, int lpr, int groups) {
   constexpr int QK = BlockInfo<T>::qk, BS = BlockInfo<T>::bytes, NL = mc_loads<T>(), UPB = QK / 32;
   __shared__ __align__(16) uint8_t s_stage[kMcWarps][NL * 512 + 16];  // + 16: ld_words reads a word past its span
@@ -131,11 +134,13 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
   const int row0 = (static_cast<int>(blockIdx.x) * kMcWarps + warp) * rpc * groups;
   const bool dense = a.tiles == nullptr;
   if (!dense) pdl_enter();
-  const McTile t = tile_of(a);
-  if (t.cnt <= 0 || row0 >= a.M) {  // warp-uniform; no block barrier follows
+  const McTile whole = tile_of(a);
+  if (whole.cnt <= 0 || row0 >= a.M) {  // warp-uniform; no block barrier follows
     if (dense) pdl_enter();
     return;
   }
+  for (int cg = 0; cg < whole.cnt; cg += NC) {
+  const McTile t{whole.expert, whole.first + cg, min(NC, whole.cnt - cg)};
   const int nrows = min(rpc * groups, a.M - row0), sub = lane / lpr, part = lane % lpr;
   const int cpr = rpc > 1 ? 1 : (a.K + kMcChunk - 1) / kMcChunk;  // chunks per group
   const int nchunks = (nrows + rpc - 1) / rpc * cpr;
@@ -156,13 +161,13 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
     for (int i = 0; i < NL; ++i) buf[i] = __ldg(p16 + min(lane + 32 * i, np - 1));
   };
   load(0);  // K > 0 (shape_of)
-  if (dense) pdl_enter();
-  int xr[kMcolCols];
+  if (dense && cg == 0) pdl_enter();
+  int xr[NC];
 #pragma unroll
-  for (int k = 0; k < kMcolCols; ++k) xr[k] = x_row_of(a, t, k);
-  float acc[kMcolCols];
+  for (int k = 0; k < NC; ++k) xr[k] = x_row_of(a, t, k);
+  float acc[NC];
 #pragma unroll
-  for (int k = 0; k < kMcolCols; ++k) acc[k] = 0.0f;
+  for (int k = 0; k < NC; ++k) acc[k] = 0.0f;
   uint8_t *stage = s_stage[warp];
   for (int c = 0; c < nchunks; ++c) {
     const int g = c / cpr, cs = (c - g * cpr) * kMcChunk;
@@ -175,17 +180,18 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
     if (c + 1 < nchunks) load(c + 1);
     if (mine) {
       const uint8_t *cb = stage + h + sub * (ne / QK * BS);
-      for (int u = part; u < ne / 32; u += lpr) sub_dots<T>(cb + (u / UPB) * BS, u % UPB, a, xr, cs + 32 * u, t.cnt, acc);
+      for (int u = part; u < ne / 32; u += lpr) sub_dots<T, NC>(cb + (u / UPB) * BS, u % UPB, a, xr, cs + 32 * u, t.cnt, acc);
     }
     if (c - g * cpr == cpr - 1) {  // the group's rows are done
 #pragma unroll
-      for (int k = 0; k < kMcolCols; ++k) {
+      for (int k = 0; k < NC; ++k) {
         if (k >= t.cnt) break;
         const float v = group_sum(acc[k], lpr);
         if (part == 0 && mine) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
         acc[k] = 0.0f;
       }
     }
+  }
   }
 }
 
@@ -303,7 +309,7 @@ bool cuda_mcol_type(DType t) {
   }
 }
 
-void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
+void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols) {
   if (a.M == 0 || n_tiles == 0) return;
   if (is_plain(t)) {
     const int split = plain_split(a.M, n_tiles, n_sm);
@@ -322,7 +328,8 @@ void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles,
   case TY: {                                                                                                     \
     const int rpc = rows_per_chunk<TY>(a), groups = groups_per_warp(blocks_of(a.M, rpc), n_tiles, n_sm);         \
     const dim3 grid(blocks_of(a.M, kMcWarps * rpc * groups), static_cast<unsigned>(n_tiles)), block(kMcWarps * 32); \
-    launch_pdl(mcol_quant_kernel<TY>, grid, block, 0, s, a, rpc, lanes_per_row(rpc), groups);                     \
+    if (max_cols <= 4) launch_pdl(mcol_quant_kernel<TY, 4>, grid, block, 0, s, a, rpc, lanes_per_row(rpc), groups); \
+    else launch_pdl(mcol_quant_kernel<TY, kMcolCols>, grid, block, 0, s, a, rpc, lanes_per_row(rpc), groups);     \
     break;                                                                                                       \
   }
     MOE_MCOL_CASE(DType::Q4_0)

@@ -40,7 +40,9 @@ struct McolArgs {
 };
 
 // Y = W X over n_tiles column tiles (MatMul: ceil(ncols / kMcolCols); MatMulId: the route's
-// tile capacity). With PDL where the stream has it.
-void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm);
+// tile capacity). max_cols: the most columns a tile can hold (MatMul: its columns; MatMulId:
+// the tokens, an expert's entries when a token's slots name distinct experts); at most 4 takes
+// the 4-column kernel (more are still right, in passes). With PDL where the stream has it.
+void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols = kMcolCols);
 
 }  // namespace moe
