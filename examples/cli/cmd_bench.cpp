@@ -70,6 +70,9 @@ void usage_dev(FILE *out) {
                "  --cpu-order-head     the LM head in the CPU's float order\n"
                "  --no-lean-groups     one-token mat-vec groups in 16-warp blocks\n"
                "  --no-lean-rows       a lone one-token mat-vec (o-proj) of 2..3 blocks per SM in 16-warp blocks\n"
+               "  --no-mcol-tc         few-column Q4_K products (2..15 sequences) on the dp4a kernel, not the tensor cores\n"
+               "  --mcol-max-entries N Q4_K MoE products of < N routed entries on the few-column tensor-core kernel\n"
+               "                       instead of the GEMM (default 64)\n"
                "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
                "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
@@ -266,6 +269,8 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--cpu-order-head") tuning.own_order_head = false;
     else if (a == "--no-lean-groups") tuning.lean_groups = false;
     else if (a == "--no-lean-rows") tuning.lean_rows = false;
+    else if (a == "--no-mcol-tc") tuning.mcol_tensor_cores = false;
+    else if (a == "--mcol-max-entries") tuning.mcol_max_entries = static_cast<int>(cli::to_int(val(), "--mcol-max-entries", 2, 1 << 20));
     else if (a == "--norm-prologue") tuning.norm_prologue = true;
     else if (a == "--skip-launches") tuning.skip_launches = val();
     else if (a == "--no-norm-prologue") tuning.norm_prologue = false;

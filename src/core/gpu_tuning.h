@@ -50,6 +50,16 @@ struct GpuTuning {
   // the H200 (2026-12-04) gpt-oss-20b tg128 317.4 -> 333.7, Qwen3.5-35B-A3B 271.6 -> 275.1, GLM
   // and Qwen3-30B-A3B unchanged (no such grid); off: bench --no-lean-rows.
   bool lean_rows = true;
+  // Few-column products (2..15 columns, MatMulId under the tensor-core GEMM's threshold: a few
+  // sequences decoding together) of Q4_K weights on the int8 tensor cores (ops/matvec_cols.cu,
+  // mcol_mma_q4k_kernel; sm_80 code) instead of the dp4a multi-column kernel. Default on;
+  // off: bench --no-mcol-tc.
+  bool mcol_tensor_cores = true;
+  // With mcol_tensor_cores: Q4_K MatMulId of fewer routed (token, slot) entries than this runs on
+  // that kernel instead of the tensor-core GEMM (its 64-column tiles are mostly empty while an
+  // expert gets a few tokens). Default 64 (the GEMM's own threshold, matmul_mma.h); bench
+  // --mcol-max-entries N. Sizes the planned scratch (route tables).
+  int mcol_max_entries = 64;
   // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
   // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
   // launch before it. Default off: measured slower on the H200 (2026-12-03 night, Qwen3-30B-A3B
@@ -92,7 +102,7 @@ struct GpuTuning {
 
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
-           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
+           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores && mcol_max_entries == o.mcol_max_entries && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;

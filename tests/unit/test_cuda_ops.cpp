@@ -458,6 +458,17 @@ TEST_CASE("cuda op: multi-column mat-vec (2..15 columns, MatMulId under the MMQ 
   CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 512, 4, seed++, 1e-4, tn));
   CHECK(moe_case(reg, *gpu, DType::Q4_K, 2048, 768, 128, 8, 4, 1, random_ids(4, 128, 8, seed), seed, 1e-4, tn));
   CHECK(moe_case(reg, *gpu, DType::Q6_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed + 1), seed + 1, 1e-4, tn));
+  // Q4_K takes the int8 tensor-core kernel by default (GpuTuning::mcol_tensor_cores); the dp4a
+  // kernel it replaces stays checked at the same shapes.
+  GpuTuning dp4a = tn;
+  dp4a.mcol_tensor_cores = false;
+  for (const GpuTuning &tu : {tn, dp4a}) {
+    INFO("Q4_K, tensor cores " << tu.mcol_tensor_cores);
+    for (int64_t N : {2, 4, 8, 15}) CHECK(dense_case(reg, *gpu, DType::Q4_K, 4608, 77, N, seed++, 1e-4, tu));
+    CHECK(dense_case(reg, *gpu, DType::Q4_K, 2048, 4096, 4, seed++, 1e-4, tu));  // the q projection: K split over 4 warps
+    CHECK(moe_case(reg, *gpu, DType::Q4_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed), seed, 1e-4, tu));  // down
+    ++seed;
+  }
   // Repeated ids in a token's slots (no router writes them, but they are valid input): at
   // T <= 4 the 4-column kernel then meets a tile of 7 entries of expert 5 and runs it in passes.
   for (DType t : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::MXFP4}) {

@@ -45,6 +45,7 @@ GpuTuning all_off() {
   t.own_order_head = false;
   t.lean_groups = false;
   t.lean_rows = false;
+  t.mcol_tensor_cores = false;
   t.decode_max_ranges = 4;
   t.decode_min_chunk = 16;
   t.prefill_attn_blocks = 8;
@@ -176,6 +177,7 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.own_order_head);
   CHECK(t.lean_groups);
   CHECK(t.lean_rows);
+  CHECK(t.mcol_tensor_cores);
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured

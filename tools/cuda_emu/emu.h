@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 using std::min; using std::max;
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -196,4 +198,79 @@ template <class K, class... Args> void emu_launch(dim3 grid, int threads, K kern
           });
         for (auto &t : ts) t.join();
       }
+}
+
+// D = A B + C with int8 A (16 x K, row-major) and B (K x 8, column-major), s32 C / D, K = 32
+// (a: 4 registers, b: 2) or 16 (a: 2, b: 1). Register r of lane l holds 4 consecutive k:
+// A row l / 4 (+ 8 for odd r), k 4 (l % 4) (+ 16 for r >= 2); B column l / 4, the same k.
+// EMU_LAG_WARP=w makes warp w of every block lag (a sleep before each of its ldmatrix and
+// int8 mma), so the other warps run ahead up to the next barrier: shared tiles rewritten
+// too early show.
+inline int emu_lag_warp() {
+  static const int w = [] {
+    const char *e = std::getenv("EMU_LAG_WARP");
+    return e ? std::atoi(e) : -1;
+  }();
+  return w;
+}
+inline void emu_lag() {
+  if (static_cast<int>(threadIdx.x >> 5) == emu_lag_warp()) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+}
+
+inline void emu_mma_s8(int (&c)[4], const uint32_t *a, const uint32_t *b, int K) {
+  const int lane = threadIdx.x & 31;
+  EmuWarp &W = g_warps[threadIdx.x >> 5];
+  emu_lag();
+  const int na = K / 8, nb = K / 16;
+  for (int i = 0; i < na; ++i) W.a[lane][i] = a[i];
+  for (int i = 0; i < nb; ++i) W.b[lane][i] = b[i];
+  W.bar->arrive_and_wait();
+  auto byte = [](uint32_t reg, int k) { return static_cast<int>(static_cast<int8_t>(reg >> (8 * (k % 4)))); };
+  auto A = [&](int row, int k) { return byte(W.a[(row % 8) * 4 + (k % 16) / 4][(row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k); };
+  auto B = [&](int k, int col) { return byte(W.b[col * 4 + (k % 16) / 4][k >= 16 ? 1 : 0], k); };
+  int d[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = (lane >> 2) + (i >= 2 ? 8 : 0), col = 2 * (lane & 3) + (i & 1);
+    int64_t s = c[i];
+    for (int k = 0; k < K; ++k) s += A(row, k) * B(k, col);
+    if (s != static_cast<int>(s)) std::abort();  // the kernel's int32 bounds were wrong
+    d[i] = static_cast<int>(s);
+  }
+  W.bar->arrive_and_wait();
+  for (int i = 0; i < 4; ++i) c[i] = d[i];
+}
+
+// cp.async as the PTX ISA describes it for one thread: a copy lands only when a
+// cp.async.wait_group lets its group complete (here: then, in issue order), so a read of the
+// destination before the wait, or by another thread before a barrier that follows the
+// wait, sees stale bytes. Both addresses must be aligned to the copy's size (16 or 4). A
+// thread that ends with copies pending aborts.
+struct EmuCpAsync {
+  struct Copy {
+    void *dst;
+    const void *src;
+    int group, size;
+  };
+  std::vector<Copy> pending;
+  int committed = 0;
+  ~EmuCpAsync() {
+    if (!pending.empty()) std::abort();
+  }
+};
+inline thread_local EmuCpAsync t_cp_async;
+inline void emu_cp_async(void *dst, const void *src, int size = 16) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & static_cast<uintptr_t>(size - 1)) std::abort();
+  t_cp_async.pending.push_back({dst, src, t_cp_async.committed, size});
+}
+inline void emu_cp_commit() { ++t_cp_async.committed; }
+inline void emu_cp_wait(int n) {
+  auto &q = t_cp_async.pending;
+  size_t kept = 0;
+  for (const auto &c : q) {
+    if (c.group < t_cp_async.committed - n)
+      std::memcpy(c.dst, c.src, static_cast<size_t>(c.size));
+    else
+      q[kept++] = c;
+  }
+  q.resize(kept);
 }

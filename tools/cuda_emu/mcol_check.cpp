@@ -21,6 +21,7 @@ using namespace emu_check;
 namespace {
 
 int failures = 0, checks = 0;
+bool use_tc = false;  // launch_mcol's tensor_cores (the Q4_K int8 mma kernel)
 
 DType act_of(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4 ? DType::Q8_0 : DType::Q8_K; }
 
@@ -93,8 +94,8 @@ void check_dense(DType t, int64_t K, int64_t M, int N, int n_sm) {
   std::vector<float> y(static_cast<size_t>(M * N), NAN);
   McolArgs m = args_for(t, *w, K, M, a, y.data());
   m.ncols = N;
-  launch_mcol(t, LaunchStream{}, m, (N + kMcolCols - 1) / kMcolCols, n_sm, N);
-  compare("dense K " + std::to_string(K) + " M " + std::to_string(M) + " N " + std::to_string(N) + " sms " + std::to_string(n_sm), t, *w, K, M,
+  launch_mcol(t, LaunchStream{}, m, (N + kMcolCols - 1) / kMcolCols, n_sm, N, use_tc);
+  compare(std::string(use_tc ? "tc " : "") + "dense K " + std::to_string(K) + " M " + std::to_string(M) + " N " + std::to_string(N) + " sms " + std::to_string(n_sm), t, *w, K, M,
           a, y, N, [](int o, int &e, int &xrow) { e = 0; xrow = o; });
 }
 
@@ -127,8 +128,8 @@ void check_moe(DType t, int64_t K, int64_t M, int E, int n_used, int T, int X, u
   m.eb = m.rb * M;
   m.tiles = tiles.data();
   m.entries = entries.data();
-  launch_mcol(t, LaunchStream{}, m, max_tiles, n_sm, std::min(T, kMcolCols));  // (4 columns at T <= 4; token 0 names an expert twice)
-  compare("moe K " + std::to_string(K) + " M " + std::to_string(M) + " T " + std::to_string(T) + " X " + std::to_string(X) + " sms " + std::to_string(n_sm), t, *w, K, M, a, y,
+  launch_mcol(t, LaunchStream{}, m, max_tiles, n_sm, std::min(T, kMcolCols), use_tc);  // (4 columns at T <= 4; token 0 names an expert twice)
+  compare(std::string(use_tc ? "tc " : "") + "moe K " + std::to_string(K) + " M " + std::to_string(M) + " T " + std::to_string(T) + " X " + std::to_string(X) + " sms " + std::to_string(n_sm), t, *w, K, M, a, y,
           n_used * T, [&](int o, int &e, int &xrow) {
             e = ids[static_cast<size_t>(o)];
             xrow = X == 1 ? o / n_used : o;
@@ -141,8 +142,10 @@ int main(int argc, char **argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   const DType types[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::MXFP4,
                          DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  for (DType t : types) {
-    if (!only.empty() && only != dtype_name(t)) continue;
+  for (DType t : types)
+    for (bool tc : {false, true}) {
+    if ((!only.empty() && only != dtype_name(t)) || (tc && t != DType::Q4_K)) continue;
+    use_tc = tc;
     const int bs = type_traits(t).block_size;
     const int64_t k_long = bs == 256 ? 4608 : bs == 32 ? 2080 : 2056, k_short = bs == 256 ? 512 : bs == 32 ? 96 : 100;
     for (int N : {2, 3, 8, 9, 15}) check_dense(t, k_short, 37, N, 132);
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
       check_moe(t, k_short, 75, 6, 3, 4, 1, 19, 1);
       check_moe(t, bs == 256 ? 768 : 224, 75, 6, 3, 4, 1, 23, 1);  // MoE down's shape: 3 rows per chunk (K-quants)
     }
-  }
+    }
   std::printf("%d of %d checks failed\n", failures, checks);
   return failures ? 1 : 0;
 }

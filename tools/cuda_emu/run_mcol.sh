@@ -9,8 +9,11 @@ OUT=${OUT:-/tmp/moe-cuda-emu-mcol}
 mkdir -p "$OUT"
 # pdl.cuh goes (emu.h has pdl_wait / pdl_trigger / launch_pdl: launches become emu_launch).
 sed 's#^\#include "backends/cuda/ops/pdl.cuh"##' "$REPO/src/backends/cuda/ops/matvec_cols.cu" > "$OUT/mcol_emu.cpp"
+# mma_common.cuh's inline-asm wrappers (the Q4_K tensor-core kernel's mma) as emu_int8.h calls:
+# gen_mmq.py writes that copy to $OUT/inc, first on the include path.
+python3 "$HERE/gen_mmq.py" "$REPO" "$OUT"
 printf '#include "backends/cuda/ops/matmul_route.h"\n#include "%s/mcol_check.cpp"\n' "$HERE" >> "$OUT/mcol_emu.cpp"
-g++ $EMU_FLAGS -w -include "$HERE/matvec_emu.h" -I"$HERE" -c "$OUT/mcol_emu.cpp" -o "$OUT/mcol_emu.o"
+g++ -I"$OUT/inc" $EMU_FLAGS -w -include "$HERE/matvec_emu.h" -I"$HERE" -c "$OUT/mcol_emu.cpp" -o "$OUT/mcol_emu.o"
 OBJS=""  # the CPU's quantizers (reference), dtype_name, fail; ref_order_dot (check_data.h)
 for f in "$REPO"/src/quant/*.cpp "$REPO"/src/core/status.cpp "$REPO"/src/core/log.cpp "$REPO"/src/backends/cpu/kernels/ref_order_dot.cpp; do
   o="$OUT/$(basename "$f" .cpp).o"

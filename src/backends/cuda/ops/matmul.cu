@@ -537,6 +537,12 @@ constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
+// MatMulId: routed entries from which the tensor-core GEMM takes over from the few-column
+// kernel: GpuTuning::mcol_max_entries where the few-column kernel runs on the tensor cores too.
+static int mcol_entries(DType t, const GpuTuning &tuning, const CudaPaths &paths) {
+  return t == DType::Q4_K && tuning.mcol_tensor_cores && paths.tensor_cores ? tuning.mcol_max_entries : kMmaMinEntries;
+}
+
 // The kernel choice for n under tuning on a device taking `paths`: the planner sizes the
 // scratch from it and the launch follows it, so both must get the same tuning and paths.
 // Where the device has no tensor-core GEMM for the type (sm_75 code; an int8 MMQ needing more
@@ -570,7 +576,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
     const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g, tuning);
-    s.mma = s.T > 1 && n >= kMmaMinEntries && !keep_order && cuda_tensor_core_gemm(w.type, paths);
+    s.mma = s.T > 1 && n >= mcol_entries(w.type, tuning, paths) && !keep_order && cuda_tensor_core_gemm(w.type, paths);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
@@ -581,7 +587,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
   // graph that does not ask for the CPU's order: the multi-column mat-vec, for every type it
   // takes (quantized weights from a padded weight tensor: its loads cover 16-byte pieces).
   // cpu_float_order graphs keep the paths below unchanged.
-  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < kMmaMinEntries;
+  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < mcol_entries(w.type, tuning, paths);
   s.mcol = few && !s.mma && !s.sgemm && cuda_ref_order_tokens(g, tuning) == 0 && cuda_mcol_type(w.type) && s.K > 0 &&
            (s.plain || cuda_weight_backed(g, w));
   s.ref = !s.mma && !s.mcol && s.NT > 1 && ref_type;
@@ -747,16 +753,17 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
     launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
                      reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
   }
+  const bool tc = c.tuning.mcol_tensor_cores && c.paths.tensor_cores;
   if (c.n.op == Op::MatMul) {
     a.ncols = static_cast<int>(s.rows);
-    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols);
+    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);
     return;
   }
   const RouteTables rt = launch_route_tables(c, s, work);
   a.eb = static_cast<int64_t>(w.nb[2]);
   a.tiles = rt.tiles;
   a.entries = rt.entries;
-  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)));
+  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)), tc);
 }
 
 void cuda_op_matmul(const CudaOpCtx &c) {

@@ -24,8 +24,10 @@
 // (plain) before pdl_wait; MatMulId blocks wait first (their tiles are the route kernel's).
 #include "backends/cuda/ops/matvec_cols.h"
 
+#include "backends/cuda/ops/arch_guard.cuh"
 #include "backends/cuda/ops/matvec_common.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
+#include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
 
@@ -195,6 +197,157 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
   }
 }
 
+// ---- Q4_K on the int8 tensor cores ---------------------------------------------------------
+//
+// The dp4a kernel above decodes every 32 weights once per column and loads each column's
+// activations per sub-block: ~5 thread instructions per weight and column, issue- and
+// latency-bound at 4 columns (2026-12-04, ncu: dense Q4_K 4096 x 2048 in 15.2 us, 5.8 M warp
+// instructions, ~300 GB/s). Here a warp takes 16 weight rows (an m16 tile) against the tile's
+// <= 8 columns (n8) over a range of 256-blocks, and per block:
+// - the 8 sub-blocks' integer dot products are 8 mma.m16n8k32.s8 (exact). The k slots of A
+//   and B are permuted alike: lane quad q holds weights 8q .. 8q + 7 of a sub-block (slots 4q..,
+//   16 + 4q..), so one 8-byte load per row gives a lane both sub-blocks of a 32-byte qs pair
+//   (low nibbles: sub-block 2j, high: 2j + 1) and one 8-byte load per column its activations;
+// - I = sum_s sc_s S_s in int32 (|I| <= 8 * 63 * 32 * 15 * 127 < 2^31), the mins' term
+//   Mn = sum_g m_g X_g by one f16 mma on the per-16 activation sums (exact: m <= 63, |X| <= 2032);
+// - one f32 fold: acc += dx (d I - dmin Mn), the CPU's w = d sc q - dmin m per sub-block.
+// A row's K may be split over S warps of a block (few rows: the dense projections), whose
+// partial sums are added in warp order in shared memory. Weights 16-byte aligned (host-checked).
+
+constexpr int kMmWarps = 4;  // warps per block: kMmWarps / S row tiles x S K parts
+
+// A lane's bytes of one row's 256-block: the header (d, dmin, 12 scale bytes) and, of each
+// 32-byte qs pair j, the 8 bytes at 8q.
+struct Q4kLane {
+  uint4 h;
+  uint2 p[4];
+};
+__device__ __forceinline__ Q4kLane q4k_lane(const uint8_t *blk, int q) {
+  Q4kLane v;
+  v.h = __ldg(reinterpret_cast<const uint4 *>(blk));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v.p[j] = __ldg(reinterpret_cast<const uint2 *>(blk + 16 + 32 * j + 8 * q));
+  return v;
+}
+// The 6-bit scales (m: mins) of sub-blocks 0..3 (lo) and 4..7 (hi), a byte each.
+struct Q4kScales {
+  uint32_t sc_lo, sc_hi, m_lo, m_hi;
+};
+__device__ __forceinline__ Q4kScales q4k_scales(const uint4 &h) {
+  return Q4kScales{h.y & 0x3F3F3F3Fu, (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u), h.z & 0x3F3F3F3Fu,
+                   ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u)};
+}
+__device__ __forceinline__ int byte_of(uint32_t w, int i) { return static_cast<int>((w >> (8 * i)) & 0xFFu); }
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+// (d, dmin) of a block header's first word.
+__device__ __forceinline__ float2 q4k_d(uint32_t w) {
+  __half2 v;
+  memcpy(&v, &w, 4);
+  return __half22float2(v);
+}
+
+// One 256-block of rows (r0, r1) = (row g, row g + 8) of the tile against column g's activations
+// of that block (xq: its 256 integers, xs: its 16 (scale, sum) pairs); I / Mn per C fragment.
+__device__ __forceinline__ void q4k_block_mma(const Q4kLane &c0, const Q4kLane &c1, const int8_t *xq, const float2 *xs, int q,
+                                              int (&I)[4], float (&Mn)[4]) {
+  const Q4kScales s0 = q4k_scales(c0.h), s1 = q4k_scales(c1.h);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint2 xl = __ldg(reinterpret_cast<const uint2 *>(xq + 64 * j + 8 * q));
+    const uint2 xh = __ldg(reinterpret_cast<const uint2 *>(xq + 64 * j + 32 + 8 * q));
+    const uint32_t bl[2] = {xl.x, xl.y}, bh[2] = {xh.x, xh.y};
+    const uint32_t al[4] = {c0.p[j].x & 0x0F0F0F0Fu, c1.p[j].x & 0x0F0F0F0Fu, c0.p[j].y & 0x0F0F0F0Fu, c1.p[j].y & 0x0F0F0F0Fu};
+    const uint32_t ah[4] = {(c0.p[j].x >> 4) & 0x0F0F0F0Fu, (c1.p[j].x >> 4) & 0x0F0F0F0Fu, (c0.p[j].y >> 4) & 0x0F0F0F0Fu,
+                            (c1.p[j].y >> 4) & 0x0F0F0F0Fu};
+    int dl[4] = {0, 0, 0, 0}, dh[4] = {0, 0, 0, 0};
+    mma_tile::mma_s8_k32(dl, al, bl);
+    mma_tile::mma_s8_k32(dh, ah, bh);
+    // sub-blocks 2j (dl) and 2j + 1 (dh); rows g (c0: d[0], d[1]) and g + 8 (c1: d[2], d[3])
+    const int sl0 = byte_of(j < 2 ? s0.sc_lo : s0.sc_hi, (2 * j) & 3), sh0 = byte_of(j < 2 ? s0.sc_lo : s0.sc_hi, (2 * j + 1) & 3);
+    const int sl1 = byte_of(j < 2 ? s1.sc_lo : s1.sc_hi, (2 * j) & 3), sh1 = byte_of(j < 2 ? s1.sc_lo : s1.sc_hi, (2 * j + 1) & 3);
+    I[0] += sl0 * dl[0] + sh0 * dh[0];
+    I[1] += sl0 * dl[1] + sh0 * dh[1];
+    I[2] += sl1 * dl[2] + sh1 * dh[2];
+    I[3] += sl1 * dl[3] + sh1 * dh[3];
+  }
+  // Mins: A[row][k] = m of sub-block k / 2 (k: the block's 16-groups), B[k][col] = X of group k.
+  const float4 xa = __ldg(reinterpret_cast<const float4 *>(xs + 2 * q)), xb = __ldg(reinterpret_cast<const float4 *>(xs + 2 * q + 8));
+  const uint32_t bm[2] = {half2_bits(xa.y, xa.w), half2_bits(xb.y, xb.w)};
+  const float m0a = static_cast<float>(byte_of(s0.m_lo, q)), m0b = static_cast<float>(byte_of(s0.m_hi, q));
+  const float m1a = static_cast<float>(byte_of(s1.m_lo, q)), m1b = static_cast<float>(byte_of(s1.m_hi, q));
+  const uint32_t am[4] = {half2_bits(m0a, m0a), half2_bits(m1a, m1a), half2_bits(m0b, m0b), half2_bits(m1b, m1b)};
+  mma_tile::mma16816<false>(Mn, am, bm);
+}
+
+template <int S>
+__global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_q4k_kernel(McolArgs a) {
+#if MOE_CUDA_TENSOR_CORE_CODE
+  __shared__ float s_part[kMmWarps][4][32];  // K parts' sums (S > 1)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, part = warp % S;
+  const int row0 = (static_cast<int>(blockIdx.x) * (kMmWarps / S) + warp / S) * 16;
+  const bool dense = a.tiles == nullptr;
+  if (!dense) pdl_enter();
+  const McTile t = tile_of(a);
+  if (t.cnt <= 0) {  // block-uniform, before the barrier
+    if (dense) pdl_enter();
+    return;
+  }
+  constexpr int BS = 144;
+  const int nblk = a.K / 256, per = (nblk + S - 1) / S, b0 = min(nblk, part * per), b1 = min(nblk, b0 + per);
+  const uint8_t *wb = a.w + static_cast<int64_t>(t.expert) * a.eb;
+  // Rows past M load the last row (valid bytes) and write nothing.
+  const uint8_t *w0 = wb + static_cast<int64_t>(min(row0 + g, a.M - 1)) * a.rb + static_cast<int64_t>(b0) * BS;
+  const uint8_t *w1 = wb + static_cast<int64_t>(min(row0 + g + 8, a.M - 1)) * a.rb + static_cast<int64_t>(b0) * BS;
+  Q4kLane c0{}, c1{};
+  if (b0 < b1) {
+    c0 = q4k_lane(w0, q);
+    c1 = q4k_lane(w1, q);
+  }
+  if (dense) pdl_enter();
+  const int xg = x_row_of(a, t, g);
+  const int8_t *xq = a.xq + static_cast<int64_t>(xg) * a.K;
+  const float2 *xs = a.xs + static_cast<int64_t>(xg) * (a.K / 16);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int b = b0; b < b1; ++b) {
+    // The next block's weights in flight during this one's products (the last block re-reads itself).
+    const int nb = min(b + 1, b1 - 1) - b0;
+    const Q4kLane n0 = q4k_lane(w0 + static_cast<int64_t>(nb) * BS, q), n1 = q4k_lane(w1 + static_cast<int64_t>(nb) * BS, q);
+    int I[4] = {0, 0, 0, 0};
+    float Mn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    q4k_block_mma(c0, c1, xq + b * 256, xs + b * 16, q, I, Mn);
+    // Column c's activation scale from the lanes holding column c's B fragments (lane 4c).
+    const float dxg = __ldg(&xs[b * 16].x);
+    const float dxa = __shfl_sync(0xffffffffu, dxg, 8 * q), dxb = __shfl_sync(0xffffffffu, dxg, 8 * q + 4);
+    const float2 f0 = q4k_d(c0.h.x), f1 = q4k_d(c1.h.x);
+    acc[0] += dxa * (f0.x * static_cast<float>(I[0]) - f0.y * Mn[0]);
+    acc[1] += dxb * (f0.x * static_cast<float>(I[1]) - f0.y * Mn[1]);
+    acc[2] += dxa * (f1.x * static_cast<float>(I[2]) - f1.y * Mn[2]);
+    acc[3] += dxb * (f1.x * static_cast<float>(I[3]) - f1.y * Mn[3]);
+    c0 = n0;
+    c1 = n1;
+  }
+  if constexpr (S > 1) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s_part[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (part != 0) return;
+    for (int p = 1; p < S; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] += s_part[warp + p][i][lane];
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int col = 2 * q + (i & 1), row = row0 + g + (i >= 2 ? 8 : 0);
+    if (col < t.cnt && row < a.M) a.y[static_cast<int64_t>(y_row_of(a, t, col)) * a.M + row] = acc[i];
+  }
+#endif
+}
+
 // ---- plain weights -------------------------------------------------------------------------
 
 __device__ __forceinline__ const float *x_row_ptr(const TView &x, int r) {
@@ -299,6 +452,19 @@ int groups_per_warp(int64_t units, int n_tiles, int n_sm) {
 
 bool aligned16(const void *p, int64_t stride) { return ((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(stride)) & 15) == 0; }
 
+// The Q4_K tensor-core kernel: K parts per 16-row tile, doubled (up to 4, at most one part per
+// 256-block) while the grid holds fewer than 16 warps per multiprocessor.
+void launch_mcol_mma_q4k(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
+  const int64_t units = (a.M + 15) / 16;
+  const int nblk = a.K / 256;
+  int S = 1;
+  while (S < kMmWarps && 2 * S <= nblk && units * n_tiles * S < 16 * static_cast<int64_t>(n_sm)) S *= 2;
+  const dim3 grid(blocks_of(units, kMmWarps / S), static_cast<unsigned>(n_tiles)), block(kMmWarps * 32);
+  if (S == 1) launch_pdl(mcol_mma_q4k_kernel<1>, grid, block, 0, s, a);
+  else if (S == 2) launch_pdl(mcol_mma_q4k_kernel<2>, grid, block, 0, s, a);
+  else launch_pdl(mcol_mma_q4k_kernel<4>, grid, block, 0, s, a);
+}
+
 }  // namespace
 
 bool cuda_mcol_type(DType t) {
@@ -309,8 +475,13 @@ bool cuda_mcol_type(DType t) {
   }
 }
 
-void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols) {
+bool cuda_mcol_tensor_cores(DType t, const McolArgs &a) {
+  return t == DType::Q4_K && a.K % 256 == 0 && aligned16(a.w, a.rb | a.eb);
+}
+
+void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols, bool tensor_cores) {
   if (a.M == 0 || n_tiles == 0) return;
+  if (tensor_cores && cuda_mcol_tensor_cores(t, a)) return launch_mcol_mma_q4k(s, a, n_tiles, n_sm);
   if (is_plain(t)) {
     const int split = plain_split(a.M, n_tiles, n_sm);
     const dim3 grid(blocks_of(a.M, kMcPlainWarps / split), static_cast<unsigned>(n_tiles)), block(kMcPlainWarps * 32);
