@@ -32,10 +32,6 @@ struct GpuTuning {
   bool dependent_launch = true;
   // Fused kernels for groups of nodes (cuda_fusion.h). Default on.
   bool fusion = true;
-  // Norm tails (cuda_fusion.h): a mask of the one-token mat-vec groups whose last block runs the
-  // RmsNorm -> Mul after them: 1 down + combine (+ residual), 2 out-proj + residual, 3 both.
-  // Default 0: measured slower on 2026-11-30.
-  unsigned norm_tails = 0;
   // The gated DeltaNet's output norm in the DeltaNet kernel's last block per head (cuda_fusion.h:
   // DeltaNorm) instead of its own launch. Default on (not yet measured on a GPU: the A/B switch).
   bool delta_norm = true;
@@ -56,16 +52,13 @@ struct GpuTuning {
   // off: bench --no-mcol-tc.
   bool mcol_tensor_cores = true;
   // With mcol_tensor_cores: Q4_K MatMulId of fewer routed (token, slot) entries than this runs on
-  // that kernel instead of the tensor-core GEMM (its 64-column tiles are mostly empty while an
-  // expert gets a few tokens). Default 64 (the GEMM's own threshold, matmul_mma.h); bench
-  // --mcol-max-entries N. Sizes the planned scratch (route tables).
-  int mcol_max_entries = 64;
-  // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
-  // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
-  // launch before it. Default off: measured slower on the H200 (2026-12-03 night, Qwen3-30B-A3B
-  // tg128 258.6 with, 268.5 without: the group kernel went 12.6 -> 17.8 us, more than the
-  // 6.4 us row chain it saves); on: bench --norm-prologue.
-  bool norm_prologue = false;
+  // that kernel instead of the tensor-core GEMM, whose 64-column tiles are mostly empty while an
+  // expert gets a few tokens. 0 (default): 8 per expert, one full 8-column tile each on average
+  // (Qwen3-30B-A3B: 1024, so up to 127 sequences decoding together); never below the GEMM's own
+  // 64 (matmul_mma.h). Measured on the H200 (2026-12-04, Qwen3-30B-A3B Q4_K_M, aggregate
+  // decode): 16 sequences 888 -> 1162 t/s at 256, 64 sequences 1751 -> 2084 at 1024 (the GEMM
+  // at 64). bench --mcol-max-entries N. Sizes the planned scratch (route tables).
+  int mcol_max_entries = 0;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
   // of at least decode_min_chunk cells (>= 1, default 64) per launch. 32-cell ranges measured
   // within noise at depth 512 / 4096 and slower below 64 cells (two ranges and a merge instead
@@ -101,8 +94,9 @@ struct GpuTuning {
   std::string skip_launches;
 
   bool operator==(const GpuTuning &o) const {
-    return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
-           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores && mcol_max_entries == o.mcol_max_entries && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
+    return dependent_launch == o.dependent_launch && fusion == o.fusion && delta_norm == o.delta_norm &&
+           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores &&
+           mcol_max_entries == o.mcol_max_entries && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;

@@ -521,7 +521,11 @@ TEST_CASE("cuda plan: few-column products take the multi-column mat-vec unless t
   CHECK(dense(DType::F32, 2048, 128, 16, false) == "sgemm");
   CHECK(moe(DType::Q4_K, 256, 64, 8, 4, false) == "mcol");  // 32 entries
   CHECK(moe(DType::Q4_K, 256, 64, 8, 7, false) == "mcol");  // 56
-  CHECK(moe(DType::Q4_K, 256, 64, 8, 8, false) == "mmq");   // 64
+  CHECK(moe(DType::Q6_K, 256, 64, 8, 8, false) == "mmq");   // 64: the GEMM's threshold
+  // Q4_K on the few-column tensor-core kernel up to 8 entries per expert (16 experts: 128).
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 8, false) == "mcol");
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 15, false) == "mcol");  // 120
+  CHECK(moe(DType::Q4_K, 256, 64, 8, 16, false) == "mmq");   // 128
   CHECK(moe(DType::Q4_K, 256, 64, 8, 4, true) == "ref");
   CHECK(moe(DType::Q4_K, 256, 64, 8, 1, false) == "matvec");
   CHECK(moe(DType::F16, 256, 64, 8, 4, false) == "f16_halfsum");

@@ -41,11 +41,11 @@ GpuTuning all_off() {
   GpuTuning t;
   t.dependent_launch = false;
   t.fusion = false;
-  t.norm_tails = 0;
   t.own_order_head = false;
   t.lean_groups = false;
   t.lean_rows = false;
   t.mcol_tensor_cores = false;
+  t.mcol_max_entries = 100;
   t.decode_max_ranges = 4;
   t.decode_min_chunk = 16;
   t.prefill_attn_blocks = 8;
@@ -173,11 +173,11 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   const GpuTuning t;
   CHECK(t.dependent_launch);
   CHECK(t.fusion);
-  CHECK(t.norm_tails == 0u);
   CHECK(t.own_order_head);
   CHECK(t.lean_groups);
   CHECK(t.lean_rows);
   CHECK(t.mcol_tensor_cores);
+  CHECK(t.mcol_max_entries == 0);  // 8 per expert
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured

@@ -537,10 +537,11 @@ constexpr int64_t kBlasMaxWeightBytes = 64ll << 20;
 
 bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_type_supported(t); }
 
-// MatMulId: routed entries from which the tensor-core GEMM takes over from the few-column
-// kernel: GpuTuning::mcol_max_entries where the few-column kernel runs on the tensor cores too.
-static int mcol_entries(DType t, const GpuTuning &tuning, const CudaPaths &paths) {
-  return t == DType::Q4_K && tuning.mcol_tensor_cores && paths.tensor_cores ? tuning.mcol_max_entries : kMmaMinEntries;
+// MatMulId over E experts: routed entries from which the tensor-core GEMM takes over from the
+// few-column kernel (GpuTuning::mcol_max_entries where that kernel runs on the tensor cores too).
+static int64_t mcol_entries(DType t, int64_t E, const GpuTuning &tuning, const CudaPaths &paths) {
+  if (t != DType::Q4_K || !tuning.mcol_tensor_cores || !paths.tensor_cores) return kMmaMinEntries;
+  return std::max<int64_t>(kMmaMinEntries, tuning.mcol_max_entries > 0 ? tuning.mcol_max_entries : kMcolCols * E);
 }
 
 // The kernel choice for n under tuning on a device taking `paths`: the planner sizes the
@@ -576,7 +577,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
     const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g, tuning);
-    s.mma = s.T > 1 && n >= mcol_entries(w.type, tuning, paths) && !keep_order && cuda_tensor_core_gemm(w.type, paths);
+    s.mma = s.T > 1 && n >= mcol_entries(w.type, s.E, tuning, paths) && !keep_order && cuda_tensor_core_gemm(w.type, paths);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
@@ -587,7 +588,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
   // graph that does not ask for the CPU's order: the multi-column mat-vec, for every type it
   // takes (quantized weights from a padded weight tensor: its loads cover 16-byte pieces).
   // cpu_float_order graphs keep the paths below unchanged.
-  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < mcol_entries(w.type, tuning, paths);
+  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < mcol_entries(w.type, s.E, tuning, paths);
   s.mcol = few && !s.mma && !s.sgemm && cuda_ref_order_tokens(g, tuning) == 0 && cuda_mcol_type(w.type) && s.K > 0 &&
            (s.plain || cuda_weight_backed(g, w));
   s.ref = !s.mma && !s.mcol && s.NT > 1 && ref_type;
