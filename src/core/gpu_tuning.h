@@ -55,6 +55,9 @@ struct GpuTuning {
   // mcol_mma_q4k_kernel; sm_80 code) instead of the dp4a multi-column kernel. Default on;
   // off: bench --no-mcol-tc.
   bool mcol_tensor_cores = true;
+  // The same for Q6_K weights (the down and v products of Q4_K_M files, the LM head). Default off:
+  // checked by host emulation only, not yet run on a GPU (bench --mcol-tc-q6k).
+  bool mcol_tensor_cores_q6k = false;
   // With mcol_tensor_cores: Q4_K MatMulId of fewer routed (token, slot) entries than this runs on
   // that kernel instead of the tensor-core GEMM, whose 64-column tiles are mostly empty while an
   // expert gets a few tokens. 0 (default): 8 per expert, one full 8-column tile each on average
@@ -105,7 +108,7 @@ struct GpuTuning {
 
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
-           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores &&
+           own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores && mcol_tensor_cores_q6k == o.mcol_tensor_cores_q6k &&
            mcol_max_entries == o.mcol_max_entries && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&

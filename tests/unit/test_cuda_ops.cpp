@@ -469,6 +469,14 @@ TEST_CASE("cuda op: multi-column mat-vec (2..15 columns, MatMulId under the MMQ 
     CHECK(moe_case(reg, *gpu, DType::Q4_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed), seed, 1e-4, tu));  // down
     ++seed;
   }
+  // Q6_K on the tensor cores (GpuTuning::mcol_tensor_cores_q6k, opt-in): odd rows (630-byte rows
+  // of K 768: 2-byte aligned words), the down and v shapes.
+  GpuTuning q6 = tn;
+  q6.mcol_tensor_cores_q6k = true;
+  for (int64_t N : {2, 4, 8, 15}) CHECK(dense_case(reg, *gpu, DType::Q6_K, 768, 77, N, seed++, 1e-4, q6));
+  CHECK(dense_case(reg, *gpu, DType::Q6_K, 2048, 512, 4, seed++, 1e-4, q6));
+  CHECK(moe_case(reg, *gpu, DType::Q6_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed), seed, 1e-4, q6));
+  ++seed;
   // Repeated ids in a token's slots (no router writes them, but they are valid input): at
   // T <= 4 the 4-column kernel then meets a tile of 7 entries of expert 5 and runs it in passes.
   for (DType t : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::MXFP4}) {

@@ -21,7 +21,7 @@ using namespace emu_check;
 namespace {
 
 int failures = 0, checks = 0;
-bool use_tc = false;  // launch_mcol's tensor_cores (the Q4_K int8 mma kernel)
+unsigned use_tc = 0;  // launch_mcol's tensor_cores (the Q4_K / Q6_K int8 mma kernels)
 
 DType act_of(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::MXFP4 ? DType::Q8_0 : DType::Q8_K; }
 
@@ -144,8 +144,8 @@ int main(int argc, char **argv) {
                          DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   for (DType t : types)
     for (bool tc : {false, true}) {
-    if ((!only.empty() && only != dtype_name(t)) || (tc && t != DType::Q4_K)) continue;
-    use_tc = tc;
+    if ((!only.empty() && only != dtype_name(t)) || (tc && t != DType::Q4_K && t != DType::Q6_K)) continue;
+    use_tc = tc ? kMcolTcQ4K | kMcolTcQ6K : 0u;
     const int bs = type_traits(t).block_size;
     const int64_t k_long = bs == 256 ? 4608 : bs == 32 ? 2080 : 2056, k_short = bs == 256 ? 512 : bs == 32 ? 96 : 100;
     for (int N : {2, 3, 8, 9, 15}) check_dense(t, k_short, 37, N, 132);

@@ -754,7 +754,7 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
     launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
                      reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
   }
-  const bool tc = c.tuning.mcol_tensor_cores && c.paths.tensor_cores;
+  const unsigned tc = !c.paths.tensor_cores ? 0u : (c.tuning.mcol_tensor_cores ? kMcolTcQ4K : 0u) | (c.tuning.mcol_tensor_cores_q6k ? kMcolTcQ6K : 0u);
   if (c.n.op == Op::MatMul) {
     a.ncols = static_cast<int>(s.rows);
     launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);

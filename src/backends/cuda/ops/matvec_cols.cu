@@ -284,8 +284,92 @@ __device__ __forceinline__ void q4k_block_mma(const Q4kLane &c0, const Q4kLane &
   mma_tile::mma16816<false>(Mn, am, bm);
 }
 
-template <int S>
-__global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_q4k_kernel(McolArgs a) {
+// Block policies of mcol_mma_kernel: a lane's bytes of one row's 256-block (Lane, load) and the
+// block's value per C fragment before the columns' activation scale (value).
+struct Q4kMma {
+  static constexpr int kBytes = 144;
+  using Lane = Q4kLane;
+  static __device__ __forceinline__ Lane load(const uint8_t *blk, int q) { return q4k_lane(blk, q); }
+  static __device__ __forceinline__ void value(const Lane &c0, const Lane &c1, const int8_t *xq, const float2 *xs, int q, float (&v)[4]) {
+    int I[4] = {0, 0, 0, 0};
+    float Mn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    q4k_block_mma(c0, c1, xq, xs, q, I, Mn);
+    const float2 f0 = q4k_d(c0.h.x), f1 = q4k_d(c1.h.x);
+    v[0] = f0.x * static_cast<float>(I[0]) - f0.y * Mn[0];
+    v[1] = f0.x * static_cast<float>(I[1]) - f0.y * Mn[1];
+    v[2] = f1.x * static_cast<float>(I[2]) - f1.y * Mn[2];
+    v[3] = f1.x * static_cast<float>(I[3]) - f1.y * Mn[3];
+  }
+};
+
+// Q6_K: 210-byte blocks, so words start 2-byte aligned: 4 bytes from the two aligned words
+// around them. One scale per 16 weights: a sub-block is two m16n8k16 products (its k16 halves;
+// lane quad q holds weights 4q..4q+3 and 16+4q.., of ql (low 4 bits) and qh (high 2 bits) at the
+// same offsets), the 6-bit values less 32 as int8, the signed scales applied in int32
+// (|I| <= 16 * 128 * 16 * 32 * 127 < 2^31), then v = d I.
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t *w = reinterpret_cast<const uint32_t *>(a & ~uintptr_t(3));
+  return __funnelshift_r(__ldg(w), __ldg(w + 1), static_cast<uint32_t>(a & 3) * 8);
+}
+struct Q6kLane {
+  uint32_t ql[4][2];  // [64-byte half h, 32-byte quarter]: bytes 4q, 16 + 4q
+  uint32_t qh[2][2];  // [half h]: bytes 4q, 16 + 4q of its 32
+  uint32_t sc[4];     // the 16 int8 scales
+  uint32_t d;         // f16 bits
+};
+struct Q6kMma {
+  static constexpr int kBytes = 210;
+  using Lane = Q6kLane;
+  static __device__ __forceinline__ Lane load(const uint8_t *blk, int q) {
+    Lane v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v.ql[i][0] = ld_u32_a2(blk + 32 * i + 4 * q);
+      v.ql[i][1] = ld_u32_a2(blk + 32 * i + 16 + 4 * q);
+      v.sc[i] = ld_u32_a2(blk + 192 + 4 * i);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      v.qh[h][0] = ld_u32_a2(blk + 128 + 32 * h + 4 * q);
+      v.qh[h][1] = ld_u32_a2(blk + 128 + 32 * h + 16 + 4 * q);
+    }
+    v.d = __ldg(reinterpret_cast<const uint16_t *>(blk + 208));
+    return v;
+  }
+  // Sub-block (h, g)'s weights less 32, 4 int8 of word w (0: k 0..15 half, 1: 16..31).
+  static __device__ __forceinline__ uint32_t weights(const Lane &c, int h, int g, int w) {
+    const uint32_t v = ((c.ql[2 * h + (g & 1)][w] >> (4 * (g >> 1))) & 0x0F0F0F0Fu) | (((c.qh[h][w] >> (2 * g)) & 0x03030303u) << 4);
+    return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;  // per byte v - 32, no borrow across bytes
+  }
+  static __device__ __forceinline__ int scale(const Lane &c, int i) { return static_cast<int8_t>(c.sc[i >> 2] >> (8 * (i & 3))); }
+  static __device__ __forceinline__ void value(const Lane &c0, const Lane &c1, const int8_t *xq, const float2 *, int q, float (&v)[4]) {
+    int I[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int h = s >> 2, g = s & 3;
+      int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+      const uint32_t x0 = __ldg(reinterpret_cast<const uint32_t *>(xq + 32 * s + 4 * q));
+      const uint32_t x1 = __ldg(reinterpret_cast<const uint32_t *>(xq + 32 * s + 16 + 4 * q));
+      mma_tile::mma_s8_k16(lo, weights(c0, h, g, 0), weights(c1, h, g, 0), x0);
+      mma_tile::mma_s8_k16(hi, weights(c0, h, g, 1), weights(c1, h, g, 1), x1);
+      const int a0 = scale(c0, 2 * s), b0 = scale(c0, 2 * s + 1), a1 = scale(c1, 2 * s), b1 = scale(c1, 2 * s + 1);
+      I[0] += a0 * lo[0] + b0 * hi[0];
+      I[1] += a0 * lo[1] + b0 * hi[1];
+      I[2] += a1 * lo[2] + b1 * hi[2];
+      I[3] += a1 * lo[3] + b1 * hi[3];
+    }
+    const float d0 = __half2float(__ushort_as_half(static_cast<unsigned short>(c0.d)));
+    const float d1 = __half2float(__ushort_as_half(static_cast<unsigned short>(c1.d)));
+    v[0] = d0 * static_cast<float>(I[0]);
+    v[1] = d0 * static_cast<float>(I[1]);
+    v[2] = d1 * static_cast<float>(I[2]);
+    v[3] = d1 * static_cast<float>(I[3]);
+  }
+};
+
+template <class B, int S>
+__global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_kernel(McolArgs a) {
 #if MOE_CUDA_TENSOR_CORE_CODE
   __shared__ float s_part[kMmWarps][4][32];  // K parts' sums (S > 1)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, part = warp % S;
@@ -297,16 +381,16 @@ __global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_q4k_kernel(McolArgs
     if (dense) pdl_enter();
     return;
   }
-  constexpr int BS = 144;
+  constexpr int BS = B::kBytes;
   const int nblk = a.K / 256, per = (nblk + S - 1) / S, b0 = min(nblk, part * per), b1 = min(nblk, b0 + per);
   const uint8_t *wb = a.w + static_cast<int64_t>(t.expert) * a.eb;
   // Rows past M load the last row (valid bytes) and write nothing.
   const uint8_t *w0 = wb + static_cast<int64_t>(min(row0 + g, a.M - 1)) * a.rb + static_cast<int64_t>(b0) * BS;
   const uint8_t *w1 = wb + static_cast<int64_t>(min(row0 + g + 8, a.M - 1)) * a.rb + static_cast<int64_t>(b0) * BS;
-  Q4kLane c0{}, c1{};
+  typename B::Lane c0{}, c1{};
   if (b0 < b1) {
-    c0 = q4k_lane(w0, q);
-    c1 = q4k_lane(w1, q);
+    c0 = B::load(w0, q);
+    c1 = B::load(w1, q);
   }
   if (dense) pdl_enter();
   const int xg = x_row_of(a, t, g);
@@ -316,18 +400,16 @@ __global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_q4k_kernel(McolArgs
   for (int b = b0; b < b1; ++b) {
     // The next block's weights in flight during this one's products (the last block re-reads itself).
     const int nb = min(b + 1, b1 - 1) - b0;
-    const Q4kLane n0 = q4k_lane(w0 + static_cast<int64_t>(nb) * BS, q), n1 = q4k_lane(w1 + static_cast<int64_t>(nb) * BS, q);
-    int I[4] = {0, 0, 0, 0};
-    float Mn[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    q4k_block_mma(c0, c1, xq + b * 256, xs + b * 16, q, I, Mn);
+    const typename B::Lane n0 = B::load(w0 + static_cast<int64_t>(nb) * BS, q), n1 = B::load(w1 + static_cast<int64_t>(nb) * BS, q);
+    float v[4];
+    B::value(c0, c1, xq + b * 256, xs + b * 16, q, v);
     // Column c's activation scale from the lanes holding column c's B fragments (lane 4c).
     const float dxg = __ldg(&xs[b * 16].x);
     const float dxa = __shfl_sync(0xffffffffu, dxg, 8 * q), dxb = __shfl_sync(0xffffffffu, dxg, 8 * q + 4);
-    const float2 f0 = q4k_d(c0.h.x), f1 = q4k_d(c1.h.x);
-    acc[0] += dxa * (f0.x * static_cast<float>(I[0]) - f0.y * Mn[0]);
-    acc[1] += dxb * (f0.x * static_cast<float>(I[1]) - f0.y * Mn[1]);
-    acc[2] += dxa * (f1.x * static_cast<float>(I[2]) - f1.y * Mn[2]);
-    acc[3] += dxb * (f1.x * static_cast<float>(I[3]) - f1.y * Mn[3]);
+    acc[0] += dxa * v[0];
+    acc[1] += dxb * v[1];
+    acc[2] += dxa * v[2];
+    acc[3] += dxb * v[3];
     c0 = n0;
     c1 = n1;
   }
@@ -452,17 +534,17 @@ int groups_per_warp(int64_t units, int n_tiles, int n_sm) {
 
 bool aligned16(const void *p, int64_t stride) { return ((reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(stride)) & 15) == 0; }
 
-// The Q4_K tensor-core kernel: K parts per 16-row tile, doubled (up to 4, at most one part per
-// 256-block) while the grid holds fewer than 16 warps per multiprocessor.
-void launch_mcol_mma_q4k(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
+// The tensor-core kernel of block policy B: K parts per 16-row tile, doubled (up to 4, at most
+// one part per 256-block) while the grid holds fewer than 16 warps per multiprocessor.
+template <class B> void launch_mcol_mma(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
   const int64_t units = (a.M + 15) / 16;
   const int nblk = a.K / 256;
   int S = 1;
   while (S < kMmWarps && 2 * S <= nblk && units * n_tiles * S < 16 * static_cast<int64_t>(n_sm)) S *= 2;
   const dim3 grid(blocks_of(units, kMmWarps / S), static_cast<unsigned>(n_tiles)), block(kMmWarps * 32);
-  if (S == 1) launch_pdl(mcol_mma_q4k_kernel<1>, grid, block, 0, s, a);
-  else if (S == 2) launch_pdl(mcol_mma_q4k_kernel<2>, grid, block, 0, s, a);
-  else launch_pdl(mcol_mma_q4k_kernel<4>, grid, block, 0, s, a);
+  if (S == 1) launch_pdl(mcol_mma_kernel<B, 1>, grid, block, 0, s, a);
+  else if (S == 2) launch_pdl(mcol_mma_kernel<B, 2>, grid, block, 0, s, a);
+  else launch_pdl(mcol_mma_kernel<B, 4>, grid, block, 0, s, a);
 }
 
 }  // namespace
@@ -475,13 +557,17 @@ bool cuda_mcol_type(DType t) {
   }
 }
 
-bool cuda_mcol_tensor_cores(DType t, const McolArgs &a) {
-  return t == DType::Q4_K && a.K % 256 == 0 && aligned16(a.w, a.rb | a.eb);
+bool cuda_mcol_tensor_cores(DType t, const McolArgs &a, unsigned types) {
+  if (a.K % 256 != 0) return false;
+  if (t == DType::Q4_K) return (types & kMcolTcQ4K) && aligned16(a.w, a.rb | a.eb);
+  const bool even = ((reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb | a.eb)) & 1) == 0;
+  return t == DType::Q6_K && (types & kMcolTcQ6K) && even;
 }
 
-void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols, bool tensor_cores) {
+void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols, unsigned tensor_cores) {
   if (a.M == 0 || n_tiles == 0) return;
-  if (tensor_cores && cuda_mcol_tensor_cores(t, a)) return launch_mcol_mma_q4k(s, a, n_tiles, n_sm);
+  if (cuda_mcol_tensor_cores(t, a, tensor_cores))
+    return t == DType::Q4_K ? launch_mcol_mma<Q4kMma>(s, a, n_tiles, n_sm) : launch_mcol_mma<Q6kMma>(s, a, n_tiles, n_sm);
   if (is_plain(t)) {
     const int split = plain_split(a.M, n_tiles, n_sm);
     const dim3 grid(blocks_of(a.M, kMcPlainWarps / split), static_cast<unsigned>(n_tiles)), block(kMcPlainWarps * 32);
