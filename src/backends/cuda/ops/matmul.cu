@@ -526,7 +526,7 @@ struct MatmulShape {
   bool ref_f32; // dense F32 on those shapes: matmul_ref_order.cu too (f32 activations)
   bool blas;    // dense quantized, many columns: f16 dequantization + cuBLAS (matmul_blas.h) when
                 // the executor has a handle, else the int8 MMQ above
-  bool mcol;    // 2..15 dense columns / MatMulId under kMmaMinEntries entries where the graph does
+  bool mcol;    // 2..15 dense columns / MatMulId under the GEMM's entries (mcol_entries) where the graph does
                 // not ask for the CPU's order: the multi-column mat-vec (matvec_cols.cu)
   bool plain;   // F32 / F16 / BF16 weights (mcol: activations read in place, no rounding scratch)
 };
@@ -553,6 +553,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
   const Node &w = g.node(n.src[0]), &x = g.node(n.src[1]);
   MatmulShape s{};
   bool tc_batch = false;  // a dense batch the tensor-core GEMMs take where the device has them
+  int64_t gemm_entries = kMmaMinEntries;  // MatMulId: routed entries from which the GEMM runs
   s.K = w.ne[0];
   s.M = w.ne[1];
   // A final output (the LM head) takes CUDA's own order: the paths of the other types.
@@ -577,7 +578,8 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
     s.rows = static_cast<int64_t>(s.X) * s.T;
     const int n = s.n_used * s.T;
     const bool keep_order = ref_type && s.T <= cuda_ref_order_tokens(g, tuning);
-    s.mma = s.T > 1 && n >= mcol_entries(w.type, s.E, tuning, paths) && !keep_order && cuda_tensor_core_gemm(w.type, paths);
+    gemm_entries = mcol_entries(w.type, s.E, tuning, paths);
+    s.mma = s.T > 1 && n >= gemm_entries && !keep_order && cuda_tensor_core_gemm(w.type, paths);
     s.NT = s.T == 1 ? 1 : s.mma ? kMmaCols : kTile;
     s.max_tiles = (n + s.NT - 1) / s.NT + static_cast<int>(s.E < n ? s.E : n);
   }
@@ -588,7 +590,7 @@ MatmulShape shape_of(const Graph &g, const Node &n, const GpuTuning &tuning, con
   // graph that does not ask for the CPU's order: the multi-column mat-vec, for every type it
   // takes (quantized weights from a padded weight tensor: its loads cover 16-byte pieces).
   // cpu_float_order graphs keep the paths below unchanged.
-  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < mcol_entries(w.type, s.E, tuning, paths);
+  const bool few = n.op == Op::MatMul ? s.rows >= 2 && s.rows < kMmaMinCols : s.T >= 2 && s.n_used * s.T < gemm_entries;
   s.mcol = few && !s.mma && !s.sgemm && cuda_ref_order_tokens(g, tuning) == 0 && cuda_mcol_type(w.type) && s.K > 0 &&
            (s.plain || cuda_weight_backed(g, w));
   s.ref = !s.mma && !s.mcol && s.NT > 1 && ref_type;

@@ -547,6 +547,14 @@ template <class B> void launch_mcol_mma(const LaunchStream &s, const McolArgs &a
   else launch_pdl(mcol_mma_kernel<B, 4>, grid, block, 0, s, a);
 }
 
+// Whether launch_mcol with this kMcolTc* mask takes the tensor-core kernel for these weights.
+bool cuda_mcol_tensor_cores(DType t, const McolArgs &a, unsigned types) {
+  if (a.K % 256 != 0) return false;
+  if (t == DType::Q4_K) return (types & kMcolTcQ4K) && aligned16(a.w, a.rb | a.eb);
+  const bool even = ((reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb | a.eb)) & 1) == 0;
+  return t == DType::Q6_K && (types & kMcolTcQ6K) && even;
+}
+
 }  // namespace
 
 bool cuda_mcol_type(DType t) {
@@ -557,12 +565,6 @@ bool cuda_mcol_type(DType t) {
   }
 }
 
-bool cuda_mcol_tensor_cores(DType t, const McolArgs &a, unsigned types) {
-  if (a.K % 256 != 0) return false;
-  if (t == DType::Q4_K) return (types & kMcolTcQ4K) && aligned16(a.w, a.rb | a.eb);
-  const bool even = ((reinterpret_cast<uintptr_t>(a.w) | static_cast<uintptr_t>(a.rb | a.eb)) & 1) == 0;
-  return t == DType::Q6_K && (types & kMcolTcQ6K) && even;
-}
 
 void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols, unsigned tensor_cores) {
   if (a.M == 0 || n_tiles == 0) return;

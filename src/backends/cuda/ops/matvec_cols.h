@@ -43,13 +43,11 @@ struct McolArgs {
 // tile capacity). max_cols: the most columns a tile can hold (MatMul: its columns; MatMulId:
 // the tokens, an expert's entries when a token's slots name distinct experts); at most 4 takes
 // the 4-column kernel (more are still right, in passes). tensor_cores (sm_80+ code only): the
-// weight types (kMcolTc*) that take the int8 tensor-core kernel (cuda_mcol_tensor_cores).
+// weight types (kMcolTc*) that take the int8 tensor-core kernel (Q4_K: 16-byte aligned rows;
+// Q6_K: even addresses; K a multiple of 256).
 // With PDL where the stream has it.
 constexpr unsigned kMcolTcQ4K = 1, kMcolTcQ6K = 2;
 void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols = kMcolCols,
                  unsigned tensor_cores = 0);
-// Whether launch_mcol with tensor_cores (kMcolTc* mask) takes the tensor-core kernel for these
-// weights (Q4_K: 16-byte aligned rows; Q6_K: even addresses; K a multiple of 256).
-bool cuda_mcol_tensor_cores(DType t, const McolArgs &a, unsigned tensor_cores);
 
 }  // namespace moe
