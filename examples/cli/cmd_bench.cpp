@@ -74,11 +74,7 @@ void usage_dev(FILE *out) {
                "  --mcol-tc-q6k        few-column Q6_K products on the tensor cores too (not yet measured)\n"
                "  --mcol-max-entries N Q4_K MoE products of < N routed entries on the few-column tensor-core kernel\n"
                "                       instead of the GEMM (default 0: 8 per expert)\n"
-               "  --norm-tails N       norms in the last block of the mat-vec before them: 1 down (attention / output\n"
-               "                       norm), 2 out-proj (ffn norm), 3 both, 0 none (default 0: measured slower)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
-               "  --norm-prologue      the norm before a one-token mat-vec group (q / k / v) in that group's launch (default\n"
-               "                       off: measured slower)\n"
                "  --skip-launches P[|P..]  timing what-if (wrong results): launches whose profile label contains a\n"
                "                       pattern (or equals one written =LABEL) are left out, e.g. '=fused:rms_norm+mul|attention T=1'\n"
                "  --decode-split R,C   decode attention: at most R cell ranges of >= C cells (default 32,64)\n"
@@ -273,10 +269,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-mcol-tc") tuning.mcol_tensor_cores = false;
     else if (a == "--mcol-tc-q6k") tuning.mcol_tensor_cores_q6k = true;
     else if (a == "--mcol-max-entries") tuning.mcol_max_entries = static_cast<int>(cli::to_int(val(), "--mcol-max-entries", 0, 1 << 20));
-    else if (a == "--norm-prologue") tuning.norm_prologue = true;
     else if (a == "--skip-launches") tuning.skip_launches = val();
-    else if (a == "--no-norm-prologue") tuning.norm_prologue = false;
-    else if (a == "--norm-tails") tuning.norm_tails = unsigned(cli::to_int(val(), "--norm-tails", 0, 3));
     else if (a == "--tc-decode-attn") tuning.tc_decode_attention = true;
     else if (a == "--mla-split-cells") tuning.mla_split_cells = int(cli::to_int(val(), "--mla-split-cells", 1, kMaxTokens));
     else if (a == "--decode-split") {

@@ -32,10 +32,6 @@ struct GpuTuning {
   bool dependent_launch = true;
   // Fused kernels for groups of nodes (cuda_fusion.h). Default on.
   bool fusion = true;
-  // Norm tails (cuda_fusion.h): a mask of the one-token mat-vec groups whose last block runs the
-  // RmsNorm -> Mul after them: 1 down + combine (+ residual), 2 out-proj + residual, 3 both.
-  // Default 0: measured slower on 2026-11-30.
-  unsigned norm_tails = 0;
   // The gated DeltaNet's output norm in the DeltaNet kernel's last block per head (cuda_fusion.h:
   // DeltaNorm) instead of its own launch. Default on (not yet measured on a GPU: the A/B switch).
   bool delta_norm = true;
@@ -66,12 +62,6 @@ struct GpuTuning {
   // decode): 16 sequences 888 -> 1162 t/s at 256, 64 sequences 1751 -> 2084 at 1024 (the GEMM
   // at 64). bench --mcol-max-entries N. Sizes the planned scratch (route tables).
   int mcol_max_entries = 0;
-  // The RmsNorm -> Mul in front of a one-token mat-vec group (a layer's q / k / v) computed in
-  // that group's launch (cuda_fusion.h: FusedGroup::norm_prologue) instead of a row-chain
-  // launch before it. Default off: measured slower on the H200 (2026-12-03 night, Qwen3-30B-A3B
-  // tg128 258.6 with, 268.5 without: the group kernel went 12.6 -> 17.8 us, more than the
-  // 6.4 us row chain it saves); on: bench --norm-prologue.
-  bool norm_prologue = false;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
   // of at least decode_min_chunk cells (>= 1, default 64) per launch. 32-cell ranges measured
   // within noise at depth 512 / 4096 and slower below 64 cells (two ranges and a merge instead
@@ -107,9 +97,9 @@ struct GpuTuning {
   std::string skip_launches;
 
   bool operator==(const GpuTuning &o) const {
-    return dependent_launch == o.dependent_launch && fusion == o.fusion && norm_tails == o.norm_tails && delta_norm == o.delta_norm &&
+    return dependent_launch == o.dependent_launch && fusion == o.fusion && delta_norm == o.delta_norm &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores && mcol_tensor_cores_q6k == o.mcol_tensor_cores_q6k &&
-           mcol_max_entries == o.mcol_max_entries && norm_prologue == o.norm_prologue && decode_max_ranges == o.decode_max_ranges &&
+           mcol_max_entries == o.mcol_max_entries && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;

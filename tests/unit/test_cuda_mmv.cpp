@@ -555,7 +555,7 @@ double down_case(Backend &cpu, DType t, int64_t K, int64_t M, int64_t E, const s
   d.put_vec(g, cw, cwv);
   if (residual_mode) d.put_vec(g, r, rv);
   d.put_out(g, out);
-  cuda_fused_down_combine(d.ctx(g, out, n_sm), g.node(down), g.node(comb), residual_mode ? &g.node(add) : nullptr, nullptr, nullptr, settled);
+  cuda_fused_down_combine(d.ctx(g, out, n_sm), g.node(down), g.node(comb), residual_mode ? &g.node(add) : nullptr, settled);
   return rel_err(d.get(g, out), r_cpu[0]);
 }
 

@@ -41,7 +41,6 @@ GpuTuning all_off() {
   GpuTuning t;
   t.dependent_launch = false;
   t.fusion = false;
-  t.norm_tails = 0;
   t.own_order_head = false;
   t.lean_groups = false;
   t.lean_rows = false;
@@ -175,7 +174,6 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   const GpuTuning t;
   CHECK(t.dependent_launch);
   CHECK(t.fusion);
-  CHECK(t.norm_tails == 0u);
   CHECK(t.own_order_head);
   CHECK(t.lean_groups);
   CHECK(t.lean_rows);

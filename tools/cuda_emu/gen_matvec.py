@@ -34,10 +34,8 @@ void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int, int, const Emu
   launch(t, down, dim3(gx, gy), smem_bytes(t, a.K, down ? a.X : 1, down), nullptr, a);
 }
 bool launch_grp(const EmuMv &, const EmuSeg *, int, int) { return false; }
-void norm_row(const float *, const float *, float *, int, float) {}
-bool launch_grp_norm(const EmuMv &, const EmuSeg *, int, int, const float *, float *, float) { return false; }
 bool launch_own(DType, unsigned, unsigned, const EmuMv &) { return false; }
-bool launch_tail(DType, bool, int, const EmuMv &, const EmuTail &) { return false; }
+bool launch_unfused(DType, int, const EmuMv &) { return false; }
 bool launch_bias(DType, bool, int, const EmuMv &, const EmuBias &) { return false; }
 '''
 else:
@@ -57,49 +55,18 @@ bool launch_grp(const EmuMv &base, const EmuSeg *segs, int n, int n_sm) {
   for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].add, segs[i].M, segs[i].type, segs[i].mode};
   return launch_group(to_args(base), sg, n, n_sm, true, LaunchStream{});  // lean groups: the default
 }
-// The row chains' RmsNorm -> Mul of x [K] into out: row_chains_kernel's code for one row
-// (stage_row, rms_mul_staged over row_threads(K) threads).
-__global__ void emu_norm_row_kernel(const float *x, const float *w, float *out, int K, float eps) {
-  __shared__ float s_row[8192];
-  __shared__ double s_red[32];
-  float wr[kWeightRegs];
-  for (int j = 0; j < kWeightRegs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    wr[j] = i < K ? w[i] : 0.0f;
-  }
-  stage_row<kWeightRegs>(s_row, x, K, threadIdx.x, blockDim.x);
-  __syncthreads();
-  rms_mul_staged(s_row, K, eps, row_threads(K), w, wr, s_red);
-  for (int i = threadIdx.x; i < K; i += blockDim.x) out[i] = s_row[i];
-}
-void norm_row(const float *x, const float *w, float *out, int K, float eps) {
-  emu_launch(dim3(1), row_threads(K), emu_norm_row_kernel, x, w, out, K, eps);
-}
-// The MatVecs group behind a norm prologue: base.x is the norm's input, nw the Mul weight,
-// normed (or null) the Mul output block 0 writes.
-bool launch_grp_norm(const EmuMv &base, const EmuSeg *segs, int n, int n_sm, const float *nw, float *normed, float eps) {
-  MvSeg sg[kMaxFusedMatVecs];
-  for (int i = 0; i < n; ++i) sg[i] = MvSeg{segs[i].w, segs[i].rb, segs[i].y, segs[i].add, segs[i].M, segs[i].type, segs[i].mode};
-  const NormPrologue np{nw, normed, eps, row_threads(base.K)};
-  return launch_group(to_args(base), sg, n, n_sm, true, LaunchStream{}, np);
-}
 // A final output in CUDA's own order (matvec_rows8_kernel<T, false>); false: not such a type.
 bool launch_own(DType t, unsigned gx, unsigned gy, const EmuMv &m) {
   const MvArgs a = to_args(m);
   return launch_own_order(t, dim3(gx, gy), smem_bytes(t, a.K, 1, false), LaunchStream{}, a);
 }
-// Out-proj + residual (launch_rows' choice of mode and blocks for n_sm) or down + combine
-// [+ residual] with a norm tail; false: the launch did not fit.
-bool launch_tail(DType t, bool down, int n_sm, const EmuMv &m, const EmuTail &et) {
+// A MatMul / MatMulId as cuda_matvec launches it (launch_rows' choice of mode and blocks for
+// n_sm); false: the launch did not fit.
+bool launch_unfused(DType t, int n_sm, const EmuMv &m) {
   MvArgs a = to_args(m);
-  const RowTail tail{et.sync, et.w, et.out, et.eps, row_threads(a.M)};
-  if (down) {  // (only the 16-warp down kernel takes a tail)
-    bool done = false;
-    return launch_expert(t, true, LaunchStream{}, a, tail, &done) && (done || !et.sync);
-  }
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
-  launch_rows(LaunchStream{}, n_sm, t, smem, a, false, tail);
+  launch_rows(LaunchStream{}, n_sm, t, smem, a);
   return true;
 }
 // Gate/up + SwiGLU-OAI (m.mode kModeGateUp) or down + combine [+ residual] (kModeDown) with
@@ -108,7 +75,7 @@ bool launch_tail(DType t, bool down, int n_sm, const EmuMv &m, const EmuTail &et
 bool launch_bias(DType t, bool down, int n_sm, const EmuMv &m, const EmuBias &eb) {
   const MvArgs a = to_args(m);
   const MvBias b{eb.b, eb.b2, eb.s, eb.s2, eb.alpha, eb.limit, unfused_halves(t, a, n_sm)};
-  return launch_expert(t, down, LaunchStream{}, a, RowTail{}, nullptr, &b);
+  return launch_expert(t, down, LaunchStream{}, a, &b);
 }
 '''
 s += '}  // namespace\nnamespace emu_' + tag + ' {\n' + api + '}  // namespace emu_' + tag + '\n}  // namespace moe\n'

@@ -30,13 +30,6 @@ struct EmuSeg {
   int mode;
   const float *add;  // a row added to the product (the q / k / v biases) or null
 };
-// A norm tail (matvec.cu's RowTail): RmsNorm -> Mul(w) of the output row into out.
-struct EmuTail {
-  unsigned *sync;
-  const float *w;
-  float *out;
-  float eps;
-};
 // gpt-oss's expert biases and SwiGLU-OAI (matvec.cu's MvBias).
 struct EmuBias {
   const float *b, *b2;
@@ -52,11 +45,8 @@ namespace moe {
   void launch_mv(DType t, bool down, unsigned gx, unsigned gy, int groups, int n_sm, const moe_emu_api::EmuMv &m); \
   bool launch_grp(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm);              \
   bool launch_own(DType t, unsigned gx, unsigned gy, const moe_emu_api::EmuMv &m);                                 \
-  bool launch_tail(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuTail &tail);    \
+  bool launch_unfused(DType t, int n_sm, const moe_emu_api::EmuMv &m);                                             \
   bool launch_bias(DType t, bool down, int n_sm, const moe_emu_api::EmuMv &m, const moe_emu_api::EmuBias &bias);    \
-  void norm_row(const float *x, const float *w, float *out, int K, float eps);                                      \
-  bool launch_grp_norm(const moe_emu_api::EmuMv &base, const moe_emu_api::EmuSeg *segs, int n, int n_sm, const float *nw, \
-                       float *normed, float eps);                                                                   \
   }
 MOE_EMU_API(old)
 MOE_EMU_API(new)

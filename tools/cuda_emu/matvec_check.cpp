@@ -470,142 +470,6 @@ void check_group(const std::vector<DType> &types, const std::vector<int> &rows, 
   }
 }
 
-// Norm prologues (norm_prologue.cuh): the MatVecs group on the norm's input x, normalising in
-// its rounding, against the same group on the row chains' RmsNorm -> Mul output of x
-// (norm_row: rms_mul_staged), bit for bit, for several SM counts (one or two logical blocks per
-// thread block, the lean kernel); the normalised row block 0 writes too. x with a large mean
-// (scale far from 1).
-void check_group_norm(const std::vector<DType> &types, const std::vector<int> &rows, int64_t K, int mode = kRows, bool bias = false) {
-  const size_t n = types.size();
-  std::vector<std::unique_ptr<Buf>> w;
-  std::vector<std::vector<float>> y_ref(n), y_new(n), adds(n);
-  auto xs = randn(static_cast<size_t>(K));
-  for (float &v : xs) v = 3.0f * v + 2.0f;
-  auto nw = randn(static_cast<size_t>(K), 0.3f);
-  for (float &v : nw) v += 1.0f;
-  const float eps = 1e-6f;
-  std::vector<float> xn(static_cast<size_t>(K), NAN), normed(static_cast<size_t>(K), NAN);
-  emu_new::norm_row(xs.data(), nw.data(), xn.data(), static_cast<int>(K), eps);
-  EmuMv base{};
-  base.K = static_cast<int>(K);
-  base.x_nb1 = K * 4;
-  base.X = 1;
-  base.E = 1;
-  base.n_used = 1;
-  base.mode = kRows;
-  std::string tag = std::string(bias ? "norm prologue + bias K " : "norm prologue K ") + std::to_string(K);
-  std::vector<EmuSeg> segs;
-  for (size_t i = 0; i < n; ++i) {
-    tag += std::string(" ") + dtype_name(types[i]) + "x" + std::to_string(rows[i]);
-    w.emplace_back(ref_type(types[i]) ? random_blocks(types[i], K, rows[i]) : weights(types[i], K, rows[i]));
-    if (bias) adds[i] = randn(static_cast<size_t>(rows[i]));
-  }
-  int64_t logical = 0;
-  for (size_t i = 0; i < n; ++i) logical += (rows[i] + (mode == kRows ? 15 : 7)) / (mode == kRows ? 16 : 8);
-  const int lean_sm = static_cast<int>((logical + 2) / 3);
-  for (int n_sm : {132, 2, lean_sm}) {
-    const std::string t2 = tag + " n_sm " + std::to_string(n_sm);
-    auto segs_of = [&](std::vector<std::vector<float>> &y) {
-      std::vector<EmuSeg> s;
-      for (size_t i = 0; i < n; ++i) {
-        y[i].assign(static_cast<size_t>(rows[i]), NAN);
-        s.push_back(EmuSeg{w[i]->p, static_cast<int64_t>(row_size(types[i], K)), y[i].data(), rows[i], types[i], mode,
-                           bias ? adds[i].data() : nullptr});
-      }
-      return s;
-    };
-    auto ref_segs = segs_of(y_ref), new_segs = segs_of(y_new);
-    EmuMv b = base;
-    b.x = reinterpret_cast<const uint8_t *>(xn.data());
-    ++checks;
-    if (!emu_new::launch_grp(b, ref_segs.data(), static_cast<int>(n), n_sm)) {
-      ++failures;
-      std::printf("FAIL %s: not launched\n", t2.c_str());
-      continue;
-    }
-    b.x = reinterpret_cast<const uint8_t *>(xs.data());
-    for (bool write : {false, true}) {
-      std::fill(normed.begin(), normed.end(), NAN);
-      ++checks;
-      if (!emu_new::launch_grp_norm(b, new_segs.data(), static_cast<int>(n), n_sm, nw.data(), write ? normed.data() : nullptr, eps)) {
-        ++failures;
-        std::printf("FAIL %s: not launched with the prologue\n", t2.c_str());
-        continue;
-      }
-      for (size_t i = 0; i < n; ++i) same(y_ref[i].data(), y_new[i].data(), y_ref[i].size(), t2 + " seg " + std::to_string(i));
-      if (write) same(xn.data(), normed.data(), xn.size(), t2 + " normalised row");
-    }
-  }
-}
-
-// Norm tails (matvec.cu: RowTail): out-proj + residual and down + combine + residual with the
-// RmsNorm -> Mul of the output row in the launch's last block. The output row must equal the
-// launch without a tail bit for bit; the normalised row the float64 RmsNorm within float
-// rounding; the counter must be back at zero. Rows of 37..2100 (past the 8 weights a thread
-// holds in registers), every launch shape (rows, K halves, two logical blocks per thread block,
-// split-K, the 16- and 8-warp down kernels).
-void check_tails() {
-  struct Case {
-    DType t;
-    int64_t K, M;
-    int down_set;  // -1: out-proj; else kDownSets[down_set]
-    int n_sm;
-  };
-  const Case cases[] = {{DType::Q4_K, 768, 37, -1, 132},  {DType::Q4_K, 1024, 301, -1, 132}, {DType::Q6_K, 768, 600, -1, 132},
-                        {DType::Q8_0, 64, 2100, -1, 132}, {DType::Q8_0, 96, 64, -1, 4},     {DType::BF16, 96, 77, -1, 132},
-                        {DType::F32, 100, 40, -1, 132},   {DType::Q6_K, 768, 301, 2, 132},  {DType::Q4_K, 768, 129, 1, 132},
-                        {DType::Q8_0, 96, 37, 0, 132},    {DType::BF16, 96, 40, 2, 132},    {DType::Q4_0, 64, 2100, 4, 132}};
-  for (const Case &cs : cases) {
-    const bool down = cs.down_set >= 0;
-    const int64_t K = cs.K, M = cs.M, E = 5;
-    const std::string tag = std::string("tail ") + dtype_name(cs.t) + " K " + std::to_string(K) + " M " + std::to_string(M) +
-                            (down ? " down set " + std::to_string(cs.down_set) : " out-proj");
-    std::unique_ptr<Buf> w(weights(cs.t, K, down ? M * E : M));
-    const size_t rb = row_size(cs.t, K);
-    const auto xs = randn(static_cast<size_t>(K * kMaxSlots)), res = randn(static_cast<size_t>(M)), cw = randn(kMaxSlots);
-    auto nw = randn(static_cast<size_t>(M), 0.1f);
-    for (float &v : nw) v += 1.0f;
-    EmuMv m = one_token_args(rb, K, M, xs);
-    m.w = w->p;
-    m.add = res.data();
-    if (down) {
-      m.eb = static_cast<int64_t>(rb * M);
-      m.E = static_cast<int>(E);
-      m = down_args(m, kDownSets[cs.down_set], cw, res.data());
-    }
-    std::vector<float> y0(static_cast<size_t>(M), NAN), y(static_cast<size_t>(M), NAN), out(static_cast<size_t>(M), NAN);
-    unsigned counter = 0;
-    m.y = y0.data();
-    if (!emu_new::launch_tail(cs.t, down, cs.n_sm, m, EmuTail{nullptr, nw.data(), out.data(), 1e-6f})) {
-      std::printf("FAIL %s: did not launch\n", tag.c_str());
-      ++failures;
-      continue;
-    }
-    m.y = y.data();
-    emu_new::launch_tail(cs.t, down, cs.n_sm, m, EmuTail{&counter, nw.data(), out.data(), 1e-6f});
-    same(y0.data(), y.data(), y.size(), tag + " output row");
-    ++checks;
-    if (counter != 0) {
-      ++failures;
-      std::printf("FAIL %s: counter left at %u\n", tag.c_str(), counter);
-    }
-    double ss = 0;
-    for (float v : y) ss += double(v) * v;
-    const double scale = 1.0 / std::sqrt(ss / double(M) + 1e-6);
-    double dmax = 0, vmax = 0;
-    for (int64_t i = 0; i < M; ++i) {
-      const double want = double(y[i]) * scale * nw[i];
-      vmax = std::max(vmax, std::fabs(want));
-      dmax = std::max(dmax, std::isfinite(out[i]) ? std::fabs(out[i] - want) : 1e30);
-    }
-    ++checks;
-    if (!(dmax <= 1e-6 * vmax)) {
-      ++failures;
-      std::printf("FAIL %s: normalised row off by %.3g of max %.3g\n", tag.c_str(), dmax, vmax);
-    }
-  }
-}
-
 // gpt-oss's experts with their biases (matvec.cu: MvBias): the fused gate/up + SwiGLU-OAI and
 // down + bias + combine + residual launches bit for bit against the unfused sequence: this
 // version's MatMulId as cuda_matvec launches it at the H200's 132 SMs (unfused_product: K halves
@@ -625,7 +489,7 @@ float oai_ref(float x, float y, float alpha, float limit) {  // swiglu_oai_value
 // mode rows_mode picks at 132 SMs, kModeHalves for few rows).
 constexpr int kH200Sms = 132;
 void unfused_product(DType t, const EmuMv &m, const std::string &tag) {
-  if (!emu_new::launch_tail(t, false, kH200Sms, m, EmuTail{})) {
+  if (!emu_new::launch_unfused(t, kH200Sms, m)) {
     ++failures;
     std::printf("FAIL %s: the unfused MatMulId did not launch\n", tag.c_str());
   }
@@ -727,8 +591,8 @@ void check_bias(DType t) {
 int main(int argc, char **argv) {
   const std::string only = argc > 1 ? argv[1] : "";
   for (DType t : kTypes) {
-    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "tail" && only != "bias" && only != "prologue") continue;
-    if (only != "group" && only != "tail" && only != "bias" && only != "prologue") {
+    if (!only.empty() && only != dtype_name(t) && only != "group" && only != "bias") continue;
+    if (only != "group" && only != "bias") {
       if (ref_type(t)) check_ref_type(t);
       else check_type(t);
       std::printf("%s: %d checks, %d failures so far\n", dtype_name(t), checks, failures);
@@ -740,10 +604,6 @@ int main(int argc, char **argv) {
       if (bias_only.empty() || bias_only == dtype_name(t)) check_bias(t);
     std::printf("bias: %d checks, %d failures\n", checks, failures);
   }
-  if (only.empty() || only == "tail") {
-    check_tails();
-    std::printf("tail: %d checks, %d failures\n", checks, failures);
-  }
   if (only.empty() || only == "group") {
     check_group({DType::Q4_K, DType::Q4_K, DType::Q6_K}, {37, 5, 20}, 768);
     check_group({DType::Q5_K, DType::Q2_K, DType::Q3_K, DType::Q4_K}, {3, 17, 1, 40}, 2304);
@@ -754,19 +614,6 @@ int main(int argc, char **argv) {
     check_group({DType::Q8_0, DType::MXFP4, DType::Q4_0}, {33, 16, 2}, 2080, kRows, true);
     check_group({DType::Q8_0, DType::Q8_0}, {17, 4}, 128, kHalves, true);
     std::printf("group: %d checks, %d failures\n", checks, failures);
-  }
-  if (only.empty() || only == "prologue") {
-    check_group_norm({DType::Q4_K, DType::Q4_K, DType::Q6_K}, {64, 8, 8}, 2048);   // Qwen3's q, k, v (fewer rows)
-    check_group_norm({DType::Q8_0, DType::Q8_0, DType::Q8_0}, {64, 8, 8}, 2880, kRows, true);  // gpt-oss's (+ biases)
-    check_group_norm({DType::Q5_K, DType::Q2_K, DType::Q3_K, DType::Q4_K}, {3, 17, 1, 40}, 4096);
-    check_group_norm({DType::Q8_0, DType::Q4_0, DType::MXFP4}, {33, 16, 2}, 96);   // K below the norm's block of 256
-    check_group_norm({DType::Q4_K, DType::Q6_K}, {9, 20}, 1024, kHalves);
-    // One MatMul (a group of one: deepseek2's q_b behind the q_a norm), K 768 / 2048 / odd
-    check_group_norm({DType::Q4_K}, {40}, 768);
-    check_group_norm({DType::Q6_K}, {24}, 2048);
-    check_group_norm({DType::Q8_0}, {37}, 1312);
-    check_group_norm({DType::Q4_K}, {9}, 2048, kHalves);
-    std::printf("prologue: %d checks, %d failures\n", checks, failures);
   }
   std::printf("%s: %d checks, %d failures\n", failures ? "FAILED" : "OK", checks, failures);
   return failures ? 1 : 0;

@@ -58,7 +58,7 @@ struct CachedFusion {
   FusionPlan plan;
 };
 
-uint64_t fusion_signature(const Graph &g) {  // (the norm tails mask is the executor's, fixed)
+uint64_t fusion_signature(const Graph &g) {  // (the plan flags are the executor's, fixed)
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (const Node &n : g.nodes()) {
@@ -120,7 +120,6 @@ public:
         // The pass diverged from the recording: run what was skipped, then go on eagerly.
         mode_ = Mode::Eager;
         st_->eligible = false;
-        carried_ = -1;
         for (const Seg &s : segs_) launch(g, s.begin, s.end);
         return;
       }
@@ -198,7 +197,6 @@ public:
         MOE_CUDA_CHECK(cudaGraphLaunch(st_->exec, s));
         ++replays_;
       } else {
-        carried_ = -1;
         for (const Seg &sg : segs_) launch(*pass_g_, sg.begin, sg.end);
         st_->eligible = false;
       }
@@ -215,7 +213,6 @@ public:
 private:
   void start_pass(const Graph &g, int begin, const ExecEnv &env) {
     fusion_ = nullptr;  // looked up at the first launch: a replayed pass never needs it
-    carried_ = -1;
     st_ = nullptr;      // set below, once the lookup (an allocation) succeeded
     mode_ = Mode::Eager;
     pass_open_ = true;
@@ -290,7 +287,7 @@ private:
     CachedFusion &cf = fusion_plans_[&g];
     const uint64_t sig = fusion_signature(g);
     if (cf.n_nodes != g.nodes().size() || cf.signature != sig) {
-      cf.plan = plan_fusion(g, tuning_.norm_tails | (tuning_.delta_norm ? 0u : kNoDeltaNorm) | (tuning_.norm_prologue ? 0u : kNoNormPrologue));
+      cf.plan = plan_fusion(g, tuning_.delta_norm ? 0u : kNoDeltaNorm);
       cf.n_nodes = g.nodes().size();
       cf.signature = sig;
     }
@@ -298,16 +295,12 @@ private:
   }
 
   // A group cut by the range (only when a caller splits a segment): the whole range runs
-  // unfused, so no fused group ever meets a member that already ran on its own. Not cut: a
-  // group that launches in the range (run_at) and whose norm tail starts the next range
-  // (cuda_fusion.h), and at the range's start the tail of such a group the previous range
-  // launched (carried); a tail run again unfused recomputes the same values.
-  static bool cuts_a_group(const FusionPlan &p, int begin, int end, int carried) {
+  // unfused, so no fused group ever meets a member that already ran on its own.
+  static bool cuts_a_group(const FusionPlan &p, int begin, int end) {
     if (begin >= end) return false;
     const int a = p.group_of[static_cast<size_t>(begin)], b = p.group_of[static_cast<size_t>(end - 1)];
-    const FusedGroup *ga = a >= 0 ? &p.groups[static_cast<size_t>(a)] : nullptr, *gb = b >= 0 ? &p.groups[static_cast<size_t>(b)] : nullptr;
-    const bool cut_front = ga && ga->first < begin && !(a == carried && ga->run_at < begin && ga->last < end);
-    const bool cut_back = gb && gb->last >= end && !(gb->first >= begin && gb->run_at < end);
+    const bool cut_front = a >= 0 && p.groups[static_cast<size_t>(a)].first < begin;
+    const bool cut_back = b >= 0 && p.groups[static_cast<size_t>(b)].last >= end;
     return cut_front || cut_back;
   }
 
@@ -315,19 +308,17 @@ private:
     const bool prof = be_.profile().enabled() && mode_ == Mode::Eager;
     const CudaLaunchCounting counting(be_.counters());
     if (tuning_.fusion && !fusion_) fusion_ = &fusion_plan(g);
-    const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end, carried_) ? fusion_ : nullptr;
-    carried_ = -1;
+    const FusionPlan *fp = fusion_ && !cuts_a_group(*fusion_, begin, end) ? fusion_ : nullptr;
     for (int i = begin; i < end; ++i) {
       const Node &n = g.node(i);
       const int gi = fp ? fp->group_of[static_cast<size_t>(i)] : -1;
       if (gi >= 0) {
         const FusedGroup &grp = fp->groups[static_cast<size_t>(gi)];
-        if (i != grp.run_at) continue;  // members run in the group's launch at its run_at node
+        if (i != grp.last) continue;  // members run in the group's launch at its last node
         if (skipped(grp.label)) continue;
         CudaOpCtx c{launch_stream(), g, n, ub_, kv_, be_.n_sm(), tuning_, blas_, be_.paths()};
         if (prof) timed(c.stream, grp.label, [&] { cuda_run_group(grp, c); });
         else cuda_run_group(grp, c);
-        if (grp.last >= end) carried_ = gi;  // its norm tail starts the next range: done
         continue;
       }
       if (n.op == Op::Leaf || n.op == Op::View) continue;
@@ -523,7 +514,6 @@ private:
   void *ub_dev_ = nullptr;
   void *blas_ = nullptr;  // cuBLAS handle on be_.stream(), or null
   unsigned *sync_dev_ = nullptr;
-  int carried_ = -1;  // the group whose norm tail starts the next range (launched by the previous launch() of the pass), or -1
   size_t ub_cap_ = 0;
   std::vector<uint8_t> host_;
   CudaRopeTables rope_;  // host index of the ubatch's RoPE tables (DevUbatch::rope)

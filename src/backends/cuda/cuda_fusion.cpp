@@ -11,12 +11,6 @@ namespace moe {
 
 namespace {
 
-// Norm tails are off by default (GpuTuning::norm_tails): measured on the H200 (2026-11-30, Qwen3-30B-A3B Q4_K_M, graphs
-// on), tg128 278.5 t/s without, 275.9 with the down tail, 268.2 with the out-proj tail, 266.4
-// with both: the last-block tail adds ~3 us (down) / ~5 us (out-proj) to its launch, more than
-// the row-chain launch it removes costs inside a PDL graph. Kept as an option (bench
-// --norm-tails) for the next attempt at a cheaper tail.
-
 // The fused mat-vec launchers (cuda_fused_matmul_add & co., ops/matvec.cu) exist: groups of
 // those kinds are planned (0: never, e.g. to measure without them).
 #ifndef MOE_CUDA_FUSED_MATVEC
@@ -33,9 +27,9 @@ struct Range {
 
 class Matcher {
 public:
-  Matcher(const Graph &g, unsigned norm_tails, bool delta_norm = true, bool norm_prologue = true)
-      : g_(g), norm_tails_(norm_tails), delta_norm_(delta_norm), norm_prologue_(norm_prologue), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
-                                     output_(static_cast<size_t>(n_), false) {
+  explicit Matcher(const Graph &g, bool delta_norm = true)
+      : g_(g), delta_norm_(delta_norm), n_(static_cast<int>(g.nodes().size())), uses_(static_cast<size_t>(n_), 0),
+        output_(static_cast<size_t>(n_), false) {
     for (const Node &nd : g.nodes())
       for (int s : nd.src)
         if (s >= 0) uses_[static_cast<size_t>(s)]++;
@@ -55,12 +49,9 @@ public:
         const Op op = nd(i).op;
         const bool seq = op == Op::Slice || op == Op::Concat || op == Op::Sigmoid;
         if (!(op == Op::RmsNorm ? match_row_chains(i, grp) : seq && match_sequence(i, grp)) || !safe(grp)) continue;
-      } else {
-        add_norm_tail(grp);
       }
       grp.first = grp.members.front();
       grp.last = grp.members.back();
-      grp.run_at = grp.members[grp.n_producer() - 1];  // (the last member without a norm tail)
       grp.label = "fused:";
       for (size_t k = 0; k < grp.members.size(); ++k)
         grp.label += std::string(k ? "+" : "") + op_name(g_.node(grp.members[k]).op);
@@ -134,7 +125,7 @@ private:
         return match_gate_up(i, grp) || match_topk_router(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) ||
                match_router_mm(i, grp) || match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
-      case Op::RmsNorm: return match_norm_router(i, grp) || match_norm_matvecs(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
+      case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
       case Op::TopK: return match_sequence(i, grp);
@@ -435,70 +426,6 @@ private:
     grp.members.insert(grp.members.begin(), {i, m});
     if (read_outside(m, readers)) grp.written.insert(grp.written.begin(), m);
     return true;
-  }
-
-  // A one-token MatMul that no other group takes, as a MatVecs group of one (GLM's q_b after the
-  // q_a norm): only behind a norm prologue, where the group saves the norm's launch. Never a
-  // final output (the output head keeps its own-order kernel, cuda_own_order_product).
-  bool single_matvec(int i, FusedGroup &grp) const {
-    if (matvec_key(i) == 0 || nd(i).final_output) return false;
-    grp.kind = FusedKind::MatVecs;
-    grp.members = {i};
-    grp.written = {i};
-    return true;
-  }
-
-  // RmsNorm(x) -> Mul(row weight) -> a MatVecs group (match_at's choice at the next node, or a
-  // lone MatMul: single_matvec) whose MatMuls all read the Mul output, one token, matvec.cu's
-  // weight types (the extra types' kernels have no prologue): the norm prologue
-  // (cuda_fusion.h). The Mul output is written where others read it too.
-  bool match_norm_matvecs(int i, FusedGroup &grp) const {
-    if (!MOE_CUDA_FUSED_MATVEC || !norm_prologue_) return false;
-    const int m = next(i);
-    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != i || !same_place(i, m) || !private_to_group(i)) return false;
-    if (!row_node_ok(i) || !row_node_ok(m) || nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] != 1 || !f32_rows(nd(nd(i).src[0]))) return false;
-    const int mm = next(m);
-    FusedGroup mv;
-    if (mm < 0 || nd(mm).op != Op::MatMul || !same_place(i, mm)) return false;
-    if (match_at(mm, mv) ? mv.kind != FusedKind::MatVecs : !single_matvec(mm, mv)) return false;
-    int readers = 0;
-    for (int k : mv.members) {
-      if (nd(k).op != Op::MatMul) continue;
-      if (nd(k).src[1] != m || cuda_extra_type(nd(nd(k).src[0]).type) || nd(nd(k).src[0]).ne[0] != nd(i).ne[0]) return false;
-      ++readers;
-    }
-    grp = std::move(mv);
-    grp.members.insert(grp.members.begin(), {i, m});
-    if (read_outside(m, readers)) grp.written.insert(grp.written.begin(), m);
-    grp.norm_prologue = true;
-    return true;
-  }
-
-  // A MatMulAdd / DownCombine group producing one complete row y takes the RmsNorm(y) -> Mul(row
-  // weight) that follows it as a norm tail (cuda_fusion.h), where that is safe (the Mul output
-  // overlaps nothing the launch reads). The RmsNorm may be in the next segment (the next
-  // layer's attention norm, the output norm), not on another device.
-  void add_norm_tail(FusedGroup &grp) const {
-    const unsigned kind = grp.kind == FusedKind::DownCombine ? kNormTailDown : grp.kind == FusedKind::MatMulAdd ? kNormTailMatMul : 0;
-    if (!MOE_CUDA_FUSED_MATVEC || (norm_tails_ & kind) == 0) return;
-    const int y = grp.last_member(), r = next(y);
-    if (r < 0 || nd(r).op != Op::RmsNorm || nd(r).src[0] != y || nd(r).device != nd(y).device || !private_to_group(r)) return;
-    const int m = next(r);
-    if (m < 0 || nd(m).op != Op::Mul || nd(m).src[0] != r || !same_place(r, m) || !row_node_ok(r) || !row_node_ok(m)) return;
-    const Node &yn = nd(y);
-    if (!f32_rows(yn) || yn.ne[1] * yn.ne[2] * yn.ne[3] != 1 || !same_shape(yn, nd(r)) || !same_shape(yn, nd(m))) return;
-    // The last block writes the Mul output after every block has counted itself, i.e. after
-    // every read of the producer's inputs: it may overlap those (the planner puts it over
-    // the residual or the activations, dead after the Add), and y too (the last residual
-    // before the output norm: the block stages all of y before it writes), not the Mul
-    // weight. safe() leaves it out for that reason.
-    Range rm, rw;
-    if (range_of(m, rm) && range_of(nd(m).src[1], rw) && rw.device == rm.device && rw.lo < rm.hi && rm.lo < rw.hi) return;
-    FusedGroup ext = grp;
-    ext.members.insert(ext.members.end(), {r, m});
-    ext.written.push_back(m);
-    ext.norm_tail = true;
-    if (safe(ext)) grp = std::move(ext);
   }
 
   // Can node j extend a chain whose tail is p (p -> j)?
@@ -818,7 +745,7 @@ private:
     std::vector<Access> wr, rd;
     Range r;
     for (int w : grp.written)
-      if (!(grp.norm_tail && w == grp.last_member()) && range_of(w, r)) wr.push_back({r, w});  // (a norm tail's output: add_norm_tail)
+      if (range_of(w, r)) wr.push_back({r, w});
     for (int m : grp.members) {
       const Node &n = nd(m);
       if (n.work_size) wr.push_back({{n.device, n.work_offset, n.work_offset + n.work_size}, -1});
@@ -833,11 +760,11 @@ private:
       own.push_back({grp.members[3], other_src(a, grp.members[1])});
       own.push_back({grp.members[3], other_src(y, grp.members[2])});
     }
-    const size_t n_prod = grp.n_producer();
-    const Node &last = nd(grp.members[n_prod - 1]);
+    const size_t n = grp.members.size();
+    const Node &last = nd(grp.members[n - 1]);
     if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
-      const int prev = grp.members[n_prod - 2];
-      own.push_back({grp.members[n_prod - 1], other_src(last, prev)});
+      const int prev = grp.members[n - 2];
+      own.push_back({grp.members[n - 1], other_src(last, prev)});
     }
     for (const Access &a : wr)
       for (const Access &b : rd) {
@@ -849,9 +776,7 @@ private:
   }
 
   const Graph &g_;
-  unsigned norm_tails_;  // kNormTail* mask
   bool delta_norm_;      // DeltaNorm groups planned (else the norm is a GatedNorm group)
-  bool norm_prologue_;   // norm prologues planned (match_norm_matvecs)
   int n_;
   std::vector<int> uses_;
   std::vector<bool> output_;
@@ -861,13 +786,11 @@ private:
 
 bool cuda_fused_matvec_available() { return MOE_CUDA_FUSED_MATVEC != 0; }
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails) {
-  return Matcher(g, norm_tails & kNormTailsAll, (norm_tails & kNoDeltaNorm) == 0, (norm_tails & kNoNormPrologue) == 0).run();
-}
+FusionPlan plan_fusion(const Graph &g, unsigned flags) { return Matcher(g, (flags & kNoDeltaNorm) == 0).run(); }
 
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until) {
   if (keep_until.size() < g.nodes().size()) keep_until.resize(g.nodes().size(), -1);
-  Matcher(g, 0).keep_live(device, keep_until);
+  Matcher(g).keep_live(device, keep_until);
 }
 
 std::vector<std::vector<int>> row_chains(const Graph &g, const std::vector<int> &members) {
@@ -895,13 +818,6 @@ void delta_gate_source(const Graph &g, int operand, int &src, int64_t &start, in
   }
 }
 
-namespace {
-// A norm tail's node: k = 2 its RmsNorm, 1 its Mul (null without a norm tail).
-const Node *tail_node(const CudaOpCtx &c, const FusedGroup &grp, size_t k) {
-  return grp.norm_tail ? &c.g.node(grp.members[grp.members.size() - k]) : nullptr;
-}
-}  // namespace
-
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
   switch (grp.kind) {
     case FusedKind::RowChains:
@@ -921,28 +837,21 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
       break;
 #if MOE_CUDA_FUSED_MATVEC
     case FusedKind::MatMulAdd:
-      return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]), tail_node(c, grp, 2), tail_node(c, grp, 1));
+      return cuda_fused_matmul_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]));
     case FusedKind::GateUpSwiGLU: {
       const Node &sw = c.g.node(grp.members.back());
       if (sw.op == Op::SwiGLUOai) return cuda_fused_gate_up_oai(c, c.g.node(sw.src[0]), c.g.node(sw.src[1]), sw);
       return cuda_fused_gate_up_swiglu(c, c.g.node(sw.src[1]), c.g.node(sw.src[0]), sw);
     }
     case FusedKind::DownCombine: {
-      const size_t n_prod = grp.n_producer();  // down, [bias,] combine [, add]
+      const size_t n = grp.members.size();  // down, [bias,] combine [, add]
       const Node &down = c.g.node(grp.members[0]), &second = c.g.node(grp.members[1]);
       if (second.op == Op::AddId)
-        return cuda_fused_down_bias_combine(c, down, second, c.g.node(grp.members[2]), n_prod > 3 ? &c.g.node(grp.members[3]) : nullptr,
-                                            tail_node(c, grp, 2), tail_node(c, grp, 1), grp.ids_settled);
-      return cuda_fused_down_combine(c, down, second, n_prod > 2 ? &c.g.node(grp.members[2]) : nullptr, tail_node(c, grp, 2),
-                                     tail_node(c, grp, 1), grp.ids_settled);
+        return cuda_fused_down_bias_combine(c, down, second, c.g.node(grp.members[2]), n > 3 ? &c.g.node(grp.members[3]) : nullptr,
+                                            grp.ids_settled);
+      return cuda_fused_down_combine(c, down, second, n > 2 ? &c.g.node(grp.members[2]) : nullptr, grp.ids_settled);
     }
-    case FusedKind::MatVecs: {
-      if (!grp.norm_prologue) return cuda_fused_matvecs(c, grp.members);
-      const std::vector<int> products(grp.members.begin() + 2, grp.members.end());
-      const Node &norm = c.g.node(grp.members[0]), &mul = c.g.node(grp.members[1]);
-      const bool written = std::find(grp.written.begin(), grp.written.end(), grp.members[1]) != grp.written.end();
-      return cuda_fused_matvecs(c, products, &norm, &mul, written);
-    }
+    case FusedKind::MatVecs: return cuda_fused_matvecs(c, grp.members);
 #endif
     default: break;
   }

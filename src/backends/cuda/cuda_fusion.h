@@ -2,7 +2,7 @@
 // (Leaf/View nodes between them do not run) that one fused launch computes. The IR and the
 // CPU backend are untouched: fusion is a CUDA-side decision made per compiled graph.
 //
-//   FusionPlan p = plan_fusion(g, tuning.norm_tails);  // once per graph (the executor caches it)
+//   FusionPlan p = plan_fusion(g, tuning.delta_norm ? 0 : kNoDeltaNorm);  // once per graph (the executor caches it)
 //   int k = p.group_of[i];                   // node i belongs to group k (or -1)
 //   if (i == p.groups[k].last) cuda_run_group(p.groups[k], ctx);  // members before it are skipped
 //
@@ -25,9 +25,9 @@ enum class FusedKind : uint8_t {
   Router,        // [[RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
                  // [RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
                  // (side: kMaxRouterSideRows)
-  MatMulAdd,     // MatMul + Add (T = 1) [+ norm tail]
+  MatMulAdd,     // MatMul + Add (T = 1)
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1), or gpt-oss's (MatMulId -> AddId bias) x2 + SwiGLUOai
-  DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1) [+ norm tail]
+  DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1)
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights), or as many MatMul -> Add pairs
   Sequence,      // 2..kMaxFusedSequence small row ops run in order, a block per row of each independent part (MLA glue, router tails)
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
@@ -40,26 +40,9 @@ enum class FusedKind : uint8_t {
                  // after them, in the product's launch (ops/matmul_heads.cu; few tokens, else unfused)
 };
 
-// Norm tail: a MatMulAdd or DownCombine group whose output is one complete row (T = 1) takes
-// the RmsNorm -> Mul that follows it (the next layer's attention norm, the ffn norm, the
-// output norm) as its last two members: the launch's last block normalises the finished row
-// (the row chains' device code) and writes the Mul output, one launch and one DRAM round
-// trip fewer. The RmsNorm may start the next segment (layer): such a group launches at
-// run_at, its producer's last node, and the executor skips its tail members when it runs the
-// next segment (cuda_executor.cpp); the tail reads nothing but the producer's output and a
-// weight, so computing it before that segment starts changes nothing.
-// Norm prologue: a MatVecs group whose MatMuls all read the output of the RmsNorm -> Mul right
-// before them (a layer's attention norm in front of q / k / v; behind a norm also a lone
-// MatMul, a group of one: deepseek2's q_b after the q_a norm) takes the two as its first
-// members: every block of the launch normalises the row where it rounds the activation
-// (ops/norm_prologue.cuh), one launch fewer per layer. The Mul output is written (by one
-// block) only where a node outside the group reads it.
 struct FusedGroup {
   FusedKind kind = FusedKind::RowChains;
-  int first = 0, last = 0;     // node index range [first, last]
-  int run_at = 0;              // the node at whose turn the group launches: last, or the producer's last node (norm tail)
-  bool norm_tail = false;      // members end with RmsNorm -> Mul of the producer's output row
-  bool norm_prologue = false;  // MatVecs: members start with the RmsNorm -> Mul whose output the MatMuls read
+  int first = 0, last = 0;     // node index range [first, last]; the group launches at last's turn
   std::vector<int> members;    // the compute nodes in it, in order
   std::vector<int> written;    // member outputs the fused kernel writes
   std::string label;           // "fused:rms_norm+mul" (per-op profiler)
@@ -74,9 +57,6 @@ struct FusedGroup {
   // member k). The group's inputs stay live until its last member (cuda_fusion_keep_live).
   bool mla_glue = false;
   unsigned live_mask = 0;
-  int last_member() const { return members.back(); }
-  // The producer's members (all of them but a norm tail's RmsNorm -> Mul).
-  size_t n_producer() const { return members.size() - (norm_tail ? 2 : 0); }
 };
 
 struct FusionPlan {
@@ -90,22 +70,14 @@ struct FusionPlan {
 constexpr int64_t kMaxRouterSideRows = 8;
 
 // Whether an executor fuses at all is GpuTuning::fusion (tests compare fused and unfused runs).
-// Norm tails (FusedGroup::norm_tail) are planned for the producer kinds in the mask
-// GpuTuning::norm_tails (default: none, measured slower on 2026-11-30: cuda_fusion.cpp); a kind
-// left out plans those norms as before (a row chain, or inside the router).
-constexpr unsigned kNormTailDown = 1;    // DownCombine: the next attention norm / the output norm
-constexpr unsigned kNormTailMatMul = 2;  // MatMulAdd: the ffn norm after out-proj + residual
-constexpr unsigned kNormTailsAll = kNormTailDown | kNormTailMatMul;
-// Also in plan_fusion's mask: no DeltaNorm groups (GpuTuning::delta_norm off; the output norm is
+// In plan_fusion's flags: no DeltaNorm groups (GpuTuning::delta_norm off; the output norm is
 // then a GatedNorm launch). cuda_fusion_keep_live extends their lifetimes either way.
-constexpr unsigned kNoDeltaNorm = 4;
-// Also in the mask: no norm prologues (GpuTuning::norm_prologue off; the norm is then a row chain).
-constexpr unsigned kNoNormPrologue = 8;
+constexpr unsigned kNoDeltaNorm = 1;
 // Whether the fused mat-vec groups (MatMulAdd, GateUpSwiGLU, DownCombine, MatVecs) are planned:
 // their launchers live in ops/matvec.cu (MOE_CUDA_FUSED_MATVEC=0 leaves them out).
 bool cuda_fused_matvec_available();
 
-FusionPlan plan_fusion(const Graph &g, unsigned norm_tails);  // norm_tails: a mask of kNormTail* [| kNoDeltaNorm] [| kNoNormPrologue]
+FusionPlan plan_fusion(const Graph &g, unsigned flags);  // flags: 0 or kNoDeltaNorm
 // The lifetimes the memory planner must extend for the groups of `device` (Backend::extend_lifetimes):
 // DeltaIn groups read their inputs after writing outputs placed after those inputs' last reader.
 void cuda_fusion_keep_live(const Graph &g, int device, std::vector<int> &keep_until);
@@ -166,7 +138,7 @@ constexpr int kDeltaNormRowsPerBlock = 4;
 constexpr int64_t kDeltaNormMaxD = 1024;
 bool cuda_delta_norm_fits(const Graph &g, const Node &dn);
 
-// Runs a group; c.n is the node at grp.run_at. Falls back to the members' own launchers
+// Runs a group; c.n is the node at grp.last. Falls back to the members' own launchers
 // where the fused kernel does not apply at run time (e.g. a KV cache type it lacks).
 void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c);
 

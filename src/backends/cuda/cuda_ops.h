@@ -119,25 +119,17 @@ void cuda_op_matmul_f16_halfsum(const CudaOpCtx &c);
 
 // Fused decode mat-vec launchers (ops/matvec.cu), one token only. c.n is the group's last node (its data is
 // the output). Activations are rounded inside the kernel; no extra launch.
-// norm, mul (both or neither): a norm tail RmsNorm(output row) -> Mul(row weight) that the
-// launch's last block computes (cuda_fusion.h: FusedGroup::norm_tail); where the launch cannot,
-// the two nodes run after it.
-void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, const Node *norm = nullptr,
-                           const Node *mul = nullptr);  // add = W x + the other src of add
+void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add);  // add = W x + the other src of add
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu); // MatMulId x2 + SwiGLU(gate, up)
-void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, const Node *norm = nullptr,
-                             const Node *mul = nullptr, bool ids_settled = false);  // MatMulId + MoeCombine (+ Add residual); ids_settled: FusedGroup's
+void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add,
+                             bool ids_settled = false);  // MatMulId + MoeCombine (+ Add residual); ids_settled: FusedGroup's
 // 2..kMaxFusedMatVecs MatMuls of one activation (a layer's q, k, v) in one launch; each
 // member's output is written. Quantized weights whose types have the same group key (the
 // same activation rounding); key 0: the type never joins a group. A MatMul may be followed
 // in members by Add(it, row) (gpt-oss's q / k / v biases): then the Add's output is written.
-// norm, mul (both or neither): the RmsNorm -> Mul whose output the MatMuls read, computed in
-// the launch (cuda_fusion.h: FusedGroup::norm_prologue); mul_written: the Mul output is read
-// outside the group (the launch writes it). Where the launch cannot, the two run before it.
 constexpr int kMaxFusedMatVecs = 4;
 int cuda_matvec_group_key(DType t);
-void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members, const Node *norm = nullptr, const Node *mul = nullptr,
-                        bool mul_written = false);
+void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
 
 constexpr int kCudaMaxExperts = 512;   // top-k warp kernel: 16 slots per lane
 constexpr int kCudaMaxHeadDim = 1024;  // attention accumulators: 8 per thread of 128

@@ -1,5 +1,5 @@
 // The last-block pattern of kernels whose final block merges or finishes what the others
-// wrote (router_mv_kernel, the mat-vec norm tails): each block counts itself on a counter of
+// wrote (router_mv_kernel, topk_router_kernel, the DeltaNet norm): each block counts itself on a counter of
 // DevUbatch::sync, which is zero at rest; the block that arrives last sets it back to zero, so
 // the next launch (or graph replay) starts from zero again.
 #pragma once

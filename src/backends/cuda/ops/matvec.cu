@@ -31,17 +31,14 @@
 #include "backends/cuda/ops/act_round_warp.cuh"
 #include "backends/cuda/ops/ew_value.cuh"
 #include "backends/cuda/ops/kernel_error.cuh"
-#include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/matvec.h"
 #include "backends/cuda/ops/matvec_common.cuh"
 #include "backends/cuda/ops/matmul_ref_order.h"
 #include "backends/cuda/ops/matvec_ref_order.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
-#include "backends/cuda/ops/norm_prologue.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant_extra.h"
 #include "backends/cuda/ops/ref_math.cuh"
-#include "backends/cuda/ops/row_ops.cuh"
 
 namespace moe {
 
@@ -151,11 +148,7 @@ __device__ __forceinline__ uint8_t *dyn_smem() {
 // Rounds activation slots [first, first + n) into shared memory, the same values as
 // act_round_kernel: a warp takes 256 elements (one Q8_K block, eight Q8_0 blocks), a lane 8.
 // Every thread of the block must call it (it ends with no barrier; the caller syncs).
-// np (launch-uniform; null: none): a norm prologue whose row scale is norm_scale: the values are
-// normalised before they are rounded (norm_prologue.cuh; one slot).
-template <DType V>
-__device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs, const NormPrologue *np = nullptr,
-                            float norm_scale = 0.0f) {
+template <DType V> __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float *xd, int *xs) {
   const int K = a.K, ng = (K + 255) / 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   for (int t = warp; t < n * ng; t += nw) {
@@ -164,7 +157,6 @@ __device__ void round_slots(const MvArgs &a, int first, int n, int8_t *xq, float
     const bool in = i0 < K;  // K % 32 == 0: a lane's 8 values are all in or all out
     float v[8];
     load8_floats(src, i0, in, v);
-    if (np && in) norm_prologue_apply(*np, norm_scale, i0, v);
     int q[8];
     float scale;
     if constexpr (V == DType::Q8_0) {
@@ -197,19 +189,6 @@ struct XSmem {
   int *s;
 };
 
-// The activation rounding of the mat-vec kernels (round_slots), behind the group's norm
-// prologue where np is set (launch-uniform; np->w null: none). Block-wide; no barrier at the
-// end. The prologue's reduction scratch is the start of dynamic shared memory: the first warp's
-// staging buffer, which the staging writes only after the barrier that follows the rounding.
-template <DType V> __device__ __forceinline__ void round_act(const MvArgs &a, int first, int n, const XSmem &xm, const NormPrologue *np) {
-  if (np && np->w) {
-    const float scale = norm_prologue_scale(*np, reinterpret_cast<const float *>(a.x), a.K, reinterpret_cast<double *>(dyn_smem()));
-    round_slots<V>(a, first, n, xm.q, xm.d, xm.s, np, scale);
-  } else {
-    round_slots<V>(a, first, n, xm.q, xm.d, xm.s);
-  }
-}
-
 // Q4_K rows in the repacked gemv order (ref_q4k_repacked) from 16-byte aligned tensors
 // without staging: each lane loads its block's 16-byte header and its 16 quant bytes
 // (q4k_repack_sums_regs' layout: blocks are 144 = 9 x 16 bytes, so aligned rows keep every
@@ -221,8 +200,7 @@ template <DType V> __device__ __forceinline__ void round_act(const MvArgs &a, in
 // their sectors to L1).
 template <int J, int CH, bool LateHeads = false>
 __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J], bool round_first,
-                                bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain,
-                                const NormPrologue *np = nullptr) {
+                                bool wait_late, int x_first, int x_n, const XSmem &xm, float (&acc)[J], bool chain) {
   static_assert(CH % 1024 == 0, "whole passes of 4 blocks");
   constexpr int NP = CH / 1024, BS = BlockInfo<DType::Q4_K>::bytes;  // passes per chunk
   const int lane = threadIdx.x & 31, g = lane >> 3, t = lane & 7, nblk = K / 256;
@@ -244,7 +222,7 @@ __device__ void q4k_direct_dots(const MvArgs &a, int K, const uint8_t *const (&w
       }
     if (round_first && c0 == 0) {
       if (wait_late) pdl_enter();
-      round_act<DType::Q8_K>(a, x_first, x_n, xm, np);
+      round_slots<DType::Q8_K>(a, x_first, x_n, xm.q, xm.d, xm.s);
       __syncthreads();
     }
     if constexpr (LateHeads) {
@@ -329,12 +307,12 @@ template <DType T> constexpr int q4k_staged_or_either() { return T == DType::Q4_
 template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xe)[J],
                            bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                           float (&acc)[J], float (&accm)[J], bool chain, const NormPrologue *np = nullptr) {
+                           float (&acc)[J], float (&accm)[J], bool chain) {
   constexpr int QK = qk<T>(), BS = BlockInfo<T>::bytes, NL = loads_per_lane<T, CH>();
   const int lane = threadIdx.x & 31;
   if constexpr (T == DType::Q4_K && Cpu && P == kQ4kEither) {  // (kQ4kDirect: row_dots calls q4k_direct_dots itself)
     if (q4k_direct(a)) {
-      q4k_direct_dots<J, CH, C == 1>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain, np);
+      q4k_direct_dots<J, CH, C == 1>(a, K, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, chain);
       return;
     }
   }
@@ -360,7 +338,7 @@ __device__ void quant_dots(const MvArgs &a, int K, const uint8_t *const (&wr)[J]
     }
     if (round_first && c0 == 0) {
       if (wait_late) pdl_enter();
-      round_act<act_type(T)>(a, x_first, x_n, xm, np);
+      round_slots<act_type(T)>(a, x_first, x_n, xm.q, xm.d, xm.s);
       __syncthreads();
     }
 #pragma unroll
@@ -491,11 +469,10 @@ __device__ void split_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const
 
 // kh > 0 (quantized only): job 1 is the second half of job 0's row (kModeHalves): both walk
 // kh elements, job 1 from activation kh on (its row pointer already points there).
-// np: the group's norm prologue (quantized only; round_act), or null.
 template <DType T, int J, int CH, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(J), int P = kQ4kEither>
 __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (&wr)[J], const bool (&ok)[J], const int (&xslot)[J],
                                          bool round_first, bool wait_late, int x_first, int x_n, uint8_t *stage, const XSmem &xm,
-                                         float (&acc)[J], float (&accm)[J], int kh = 0, const NormPrologue *np = nullptr) {
+                                         float (&acc)[J], float (&accm)[J], int kh = 0) {
 #pragma unroll
   for (int k = 0; k < J; ++k) acc[k] = accm[k] = 0.0f;
   if constexpr (is_plain(T)) {
@@ -513,8 +490,8 @@ __device__ __forceinline__ void row_dots(const MvArgs &a, const uint8_t *const (
 #pragma unroll
     for (int k = 0; k < J; ++k) xe[k] = (xslot[k] - x_first) * a.K + (kh > 0 && k == 1 ? kh : 0);
     const int kn = kh > 0 ? kh : a.K;
-    if constexpr (T == DType::Q4_K && Cpu && P == kQ4kDirect) q4k_direct_dots<J, CH>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, kh > 0, np);
-    else quant_dots<T, J, CH, Cpu, C, P>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0, np);
+    if constexpr (T == DType::Q4_K && Cpu && P == kQ4kDirect) q4k_direct_dots<J, CH>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, xm, acc, kh > 0);
+    else quant_dots<T, J, CH, Cpu, C, P>(a, kn, wr, ok, xe, round_first, wait_late, x_first, x_n, stage, xm, acc, accm, kh > 0);
   }
 }
 
@@ -559,23 +536,9 @@ __device__ __forceinline__ void finish_rows(const MvArgs &a, const float (&acc)[
   }
 }
 
-// Norm tail of a fused mat-vec group (cuda_fusion.h: FusedGroup::norm_tail): the RmsNorm ->
-// Mul of the launch's finished output row y [M], run once by the block that finishes last,
-// on the row still in L2, instead of a row-chain launch after it. A separate kernel
-// parameter: MvArgs stays within 128 bytes (see there).
-struct RowTail {
-  unsigned *sync;    // last-block counter (DevUbatch::sync); null: no tail
-  const float *w;    // the Mul's row weight [M]
-  float *out;        // the Mul's output [M]
-  float eps;         // the RmsNorm's
-  int rms_threads;   // the unfused RmsNorm kernel's block size (its reduction order)
-};
-constexpr int kTailRed = 32 * 8;  // bytes of dynamic shared memory before the staged row: 32 doubles
-int tail_smem(const RowTail &t, int M) { return t.sync ? kTailRed + M * 4 : 0; }
-
 // gpt-oss's expert biases (AddId after each expert MatMulId) and SwiGLU-OAI, for the
 // bias kernels only (matvec_expert_bias_kernel, matvec_down_bias_kernel): a second kernel
-// parameter like RowTail, because MvArgs is at its 128-byte limit and its fields that gate/up
+// parameter, because MvArgs is at its 128-byte limit and its fields that gate/up
 // leaves unused (cw, add) are too few for two biases plus alpha and limit; the other expert
 // kernels are instantiated without it (Bias = false) and keep their code.
 // Each product gets bias[e][row] added after its dot, then gate/up takes SwiGLU-OAI and down
@@ -588,27 +551,6 @@ struct MvBias {
   float alpha, limit;   // SwiGLU-OAI's (gate/up)
   bool halves;          // host only: launch the Halves kernels (unfused_halves); false: one pass over K
 };
-
-// Block-wide, after the block's writes of y (each writer fenced after them): the last block
-// stages y through L2 and runs the row chains' RmsNorm -> Mul (rms_mul_staged: the bits of the
-// unfused ops) into t.out. Dynamic shared memory: at least tail_smem bytes; every warp is
-// done with it (last_block_arrives' barrier). Inlined (ptxas: as a call, the 80-register
-// kernels spilled more); the 8-warp expert kernel has no tail (it spilled either way).
-__device__ __forceinline__ void row_norm_tail(const RowTail &t, const float *y, int M) {
-  if (!last_block_arrives(t.sync, gridDim.x * gridDim.y)) return;
-  double *s_red = reinterpret_cast<double *>(dyn_smem());
-  float *s_row = reinterpret_cast<float *>(dyn_smem() + kTailRed);
-  float wr[kWeightRegs];
-#pragma unroll
-  for (int j = 0; j < kWeightRegs; ++j) {  // in flight with the row's loads
-    const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
-    wr[j] = i < M ? __ldg(t.w + i) : 0.0f;
-  }
-  stage_row<kWeightRegs, true>(s_row, y, M, threadIdx.x, blockDim.x);
-  __syncthreads();
-  rms_mul_staged(s_row, M, t.eps, t.rms_threads, t.w, wr, s_red);
-  for (int i = threadIdx.x; i < M; i += blockDim.x) t.out[i] = s_row[i];
-}
 
 // Warps per output row of the down kernel: two where the expert slots take more than one
 // pass of J (each warp then folds every other pass: twice the warps, half the serial chain
@@ -624,7 +566,7 @@ __host__ __device__ constexpr int down_split(int n_used, int J) { return n_used 
 // Bias: each expert's product gets its bias row's value added first (MvBias; bias set).
 // Halves (with Bias): each product folds K in halves (halves_dots), as its unfused MatMulId.
 template <DType T, int J, int CH, int P, bool OneWarp = false, bool Bias = false, bool Halves = false>
-__device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail, const MvBias *bias = nullptr) {
+__device__ __forceinline__ void down_block(const MvArgs &a, const MvBias *bias = nullptr) {
   // Settled ids (kModeDownSettled, quantized, K > 0 and n_used > 0: the host checks) are read
   // before the wait, through L2 (__ldcg: this SM's L1 may hold an older layer's ids), and the
   // first pass waits after issuing its weight loads (row_dots' wait_late); otherwise wait first.
@@ -693,23 +635,18 @@ __device__ __forceinline__ void down_block(const MvArgs &a, const RowTail &tail,
       if (e >= 0 && e < a.E) out = j == 0 ? __fmul_rn(prod[j], a.cw[0]) : __fadd_rn(out, __fmul_rn(prod[j], a.cw[j]));
     }
     a.y[row] = a.add ? out + a.add[row] : out;
-    if (tail.sync) __threadfence();  // before the block is counted (row_norm_tail)
   }
-  if (tail.sync) row_norm_tail(tail, a.y, a.M);  // (launch-uniform)
 }
 
 // kModeRows / kModeGateUp / kModeSplit for thread block bx of the row range (blockIdx.y:
 // expert slot); stage_sz: the block's staging bytes per warp (>= stage_bytes<T, kChPair>()).
 // kModeSplit runs one logical block per thread block.
 // Cpu, C, P: the reference's order, chunks in flight and Q4_K path (quant_dots).
-// tail: a norm tail (tail->sync set) where the launch has one; null where it never does.
 // Bias (kModeGateUp only): gate and up get their bias values added, then SwiGLU-OAI (MvBias);
 // Halves (with Bias): both dots fold K in halves (halves_dots), as their unfused MatMulIds.
-// np: a norm prologue (np->w set; quantized types, one activation slot: the MatVecs group) or null.
 template <DType T, bool Cpu = cpu_order_type<T>, int C = chunks_in_flight<T>(kJPair), int P = kQ4kEither, bool Bias = false,
           bool Halves = false>
-__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const RowTail *tail = nullptr,
-                                           const MvBias *bias = nullptr, const NormPrologue *np = nullptr) {
+__device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int stage_sz, const MvBias *bias = nullptr) {
   constexpr int J = kJPair, CH = kChPair;
   uint8_t *smem = dyn_smem();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -785,12 +722,11 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
     if constexpr (Halves) {
       halves_dots<T, J, CH, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc);
     } else {
-      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh, np);
+      row_dots<T, J, CH, Cpu, C, P>(a, wr, ok, xslot, true, wait_late, xs0, 1, stage, xm, acc, accm, kh);
       if (halves && !(ref_order_type<T> && Cpu)) acc[0] += acc[1];  // (reference order: job 1 continued job 0's accumulators)
     }
     finish_rows<T, J, Cpu>(a, acc, accm, v);
   }
-  const bool with_tail = tail && tail->sync;  // launch-uniform
   if (writer) {
     float *yj = a.y + static_cast<int64_t>(j) * a.M;
     if (gu) {
@@ -808,22 +744,20 @@ __device__ __forceinline__ void rows_block(const MvArgs &a, unsigned bx, int sta
         if (row < a.M) yj[row] = !e_ok ? 0.0f : a.add ? v[k] + a.add[row] : v[k];
       }
     }
-    if (with_tail) __threadfence();  // before the block is counted (row_norm_tail)
   }
-  if (with_tail) row_norm_tail(*tail, a.y, a.M);  // (one output row: MatMul, not MatMulId)
 }
 
-template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThreads) matvec_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
+template <DType T, int J, int CH> __global__ void __launch_bounds__(kMvMaxThreads) matvec_kernel(MvArgs a) {
   static_assert(J == kJPair, "row pairs (the expert products take matvec_expert_kernel)");
-  rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>(), &tail);
+  rows_block<T>(a, blockIdx.x, stage_bytes<T, CH>());
 }
 
 // The same in 8-warp blocks, three per multiprocessor (<= 80 registers: one chunk in flight),
 // for grids of 2..3 logical blocks per SM (group_lean): matvec_kernel's 16-warp blocks take 126
 // registers, one block per SM, so such a grid runs in 1.4..1.5 waves (gpt-oss's o-proj: 360
 // logical blocks on 132 SMs). Same bits as matvec_kernel (chunks in flight change loads only).
-template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_lean_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
-  rows_block<T, cpu_order_type<T>, 1>(a, blockIdx.x, stage_bytes<T, kChPair>(), &tail);
+template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_lean_kernel(MvArgs a) {
+  rows_block<T, cpu_order_type<T>, 1>(a, blockIdx.x, stage_bytes<T, kChPair>());
 }
 
 // The expert products (gate/up + SwiGLU: J = kJPair, down + combine: J = kJDown) in 8-warp
@@ -836,7 +770,7 @@ template <DType T> __global__ void __launch_bounds__(kMvThreads, 3) matvec_lean_
 // Q4_K path (Q4kPath; the host picks it).
 template <DType T, int J, int CH, int P>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_kernel(MvArgs a) {
-  if constexpr (J == kJDown) down_block<T, J, CH, P>(a, RowTail{});
+  if constexpr (J == kJDown) down_block<T, J, CH, P>(a);
   else rows_block<T, cpu_order_type<T>, 1, P>(a, blockIdx.x, stage_bytes<T, CH>());  // one chunk in flight: see chunks_in_flight
 }
 
@@ -846,21 +780,20 @@ __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_ker
 // H: Halves (K folded in halves like the unfused kModeHalves launch; see unfused_halves).
 template <DType T, int J, int CH, int P, bool H>
 __global__ void __launch_bounds__(kMvThreads, kMvExpertBlocks) matvec_expert_bias_kernel(MvArgs a, const __grid_constant__ MvBias bias) {
-  if constexpr (J == kJDown) down_block<T, J, CH, P, false, true, H>(a, RowTail{}, &bias);
-  else rows_block<T, cpu_order_type<T>, 1, P, true, H>(a, blockIdx.x, stage_bytes<T, CH>(), nullptr, &bias);
+  if constexpr (J == kJDown) down_block<T, J, CH, P, false, true, H>(a, &bias);
+  else rows_block<T, cpu_order_type<T>, 1, P, true, H>(a, blockIdx.x, stage_bytes<T, CH>(), &bias);
 }
 template <DType T, int J, int CH, int P, bool H>
-__global__ void __launch_bounds__(kMvMaxThreads) matvec_down_bias_kernel(MvArgs a, const __grid_constant__ RowTail tail,
-                                                                         const __grid_constant__ MvBias bias) {
-  down_block<T, J, CH, P, true, true, H>(a, tail, &bias);
+__global__ void __launch_bounds__(kMvMaxThreads) matvec_down_bias_kernel(MvArgs a, const __grid_constant__ MvBias bias) {
+  down_block<T, J, CH, P, true, true, H>(a, &bias);
 }
 
 // Down + combine in 16-warp blocks at up to 128 registers, one warp per row: the geometry
 // of ff270d2 (2026-11-30), which the H200 ran faster for Qwen3-30B-A3B's 8 slots (ncu, 8-layer model: Q6_K
 // 14.3 us, Q4_K 11.6) than the 8-warp expert kernel with two warps per row (17.1 / 15.9).
 template <DType T, int J, int CH, int P>
-__global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
-  down_block<T, J, CH, P, true>(a, tail);
+__global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a) {
+  down_block<T, J, CH, P, true>(a);
 }
 
 // Q6_K rows in 8-warp thread blocks (the LM head: thousands of blocks): at most 85
@@ -868,8 +801,8 @@ __global__ void __launch_bounds__(kMvMaxThreads) matvec_down_kernel(MvArgs a, co
 // one block's loads overlap another's arithmetic. The same device code as matvec_kernel.
 // Cpu = false: a final output of a CPU-order type in CUDA's own order (launch_own_order).
 template <DType T, bool Cpu = cpu_order_type<T>>
-__global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a, const __grid_constant__ RowTail tail) {
-  rows_block<T, Cpu, 1>(a, blockIdx.x, stage_bytes<T, kChPair>(), Cpu ? &tail : nullptr);  // (own order: final outputs, never a tail)
+__global__ void __launch_bounds__(kMvThreads, 3) matvec_rows8_kernel(MvArgs a) {
+  rows_block<T, Cpu, 1>(a, blockIdx.x, stage_bytes<T, kChPair>());
 }
 
 int stage_size(DType t, bool down) {
@@ -952,7 +885,7 @@ bool launch_own_order(DType t, dim3 grid, int smem, const LaunchStream &s, const
   const dim3 block(kMvThreads);
   switch (t) {
 #define MOE_MV_OWN_CASE(TY) \
-  case TY: launch_pdl(matvec_rows8_kernel<TY, false>, grid, block, static_cast<size_t>(smem), s, a, RowTail{}); return true;
+  case TY: launch_pdl(matvec_rows8_kernel<TY, false>, grid, block, static_cast<size_t>(smem), s, a); return true;
     MOE_MV_OWN_CASE(DType::F32)
     MOE_MV_OWN_CASE(DType::Q8_0)
     MOE_MV_OWN_CASE(DType::Q4_K)
@@ -979,15 +912,15 @@ bool bias_type(DType t) {
 }
 
 // Row pairs / K halves / split K (not the expert products: launch_expert); grid.x counts
-// logical blocks. tail: a norm tail (sync set) or none.
-void launch(DType t, dim3 grid, MvShape sh, const LaunchStream &s, const MvArgs &a, const RowTail &tail = RowTail{}) {
+// logical blocks.
+void launch(DType t, dim3 grid, MvShape sh, const LaunchStream &s, const MvArgs &a) {
   const dim3 block(kMvThreads * sh.groups);
   grid.x = blocks(grid.x, sh.groups);
-  const int smem = std::max(sh.smem, tail_smem(tail, a.M));
+  const int smem = sh.smem;
   if (sh.lean) {
     switch (t) {
 #define MOE_MV_LEAN_CASE(TY) \
-  case TY: launch_pdl(matvec_lean_kernel<TY>, grid, block, static_cast<size_t>(smem), s, a, tail); return;
+  case TY: launch_pdl(matvec_lean_kernel<TY>, grid, block, static_cast<size_t>(smem), s, a); return;
       MOE_MV_LEAN_CASE(DType::Q4_0)
       MOE_MV_LEAN_CASE(DType::Q8_0)
       MOE_MV_LEAN_CASE(DType::MXFP4)
@@ -1000,11 +933,11 @@ void launch(DType t, dim3 grid, MvShape sh, const LaunchStream &s, const MvArgs 
     }
   }
   if (t == DType::Q6_K && sh.groups == 1) {
-    launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a, tail);
+    launch_pdl(matvec_rows8_kernel<DType::Q6_K>, grid, block, static_cast<size_t>(smem), s, a);
     return;
   }
 #define MOE_MV_CASE(TY) \
-  case TY: launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a, tail); break;
+  case TY: launch_pdl(matvec_kernel<TY, kJPair, kChPair>, grid, block, static_cast<size_t>(smem), s, a); break;
   switch (t) {
     MOE_MV_TYPES(MOE_MV_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
@@ -1013,10 +946,9 @@ void launch(DType t, dim3 grid, MvShape sh, const LaunchStream &s, const MvArgs 
 }
 
 // wide: down in matvec_down_kernel's 16-warp blocks.
-// tail: the 16-warp down kernel's norm tail (or none).
 template <DType T, int P>
-void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail) {
-  if (down && wide) launch_pdl(matvec_down_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvMaxThreads), smem, s, a, tail);
+void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a) {
+  if (down && wide) launch_pdl(matvec_down_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvMaxThreads), smem, s, a);
   else if (down) launch_pdl(matvec_expert_kernel<T, kJDown, kChDown, P>, grid, dim3(kMvThreads), smem, s, a);
   else launch_pdl(matvec_expert_kernel<T, kJPair, kChPair, P>, grid, dim3(kMvThreads), smem, s, a);
 }
@@ -1024,30 +956,26 @@ void launch_expert_as(bool down, bool wide, dim3 grid, size_t smem, const Launch
 // The same with gpt-oss's biases (the bias kernels; instantiated for bias_type's types only,
 // H: Halves, only for the types outside the reference order).
 template <DType T, bool H>
-void launch_expert_bias_in(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail,
-                           const MvBias &bias) {
-  if (down && wide) launch_pdl(matvec_down_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvMaxThreads), smem, s, a, tail, bias);
+void launch_expert_bias_in(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const MvBias &bias) {
+  if (down && wide) launch_pdl(matvec_down_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvMaxThreads), smem, s, a, bias);
   else if (down) launch_pdl(matvec_expert_bias_kernel<T, kJDown, kChDown, kQ4kEither, H>, grid, dim3(kMvThreads), smem, s, a, bias);
   else launch_pdl(matvec_expert_bias_kernel<T, kJPair, kChPair, kQ4kEither, H>, grid, dim3(kMvThreads), smem, s, a, bias);
 }
 template <DType T>
-void launch_expert_bias_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const RowTail &tail,
-                           const MvBias &bias) {
+void launch_expert_bias_as(bool down, bool wide, dim3 grid, size_t smem, const LaunchStream &s, const MvArgs &a, const MvBias &bias) {
   if constexpr (!ref_order_type<T>) {
-    if (bias.halves) return launch_expert_bias_in<T, true>(down, wide, grid, smem, s, a, tail, bias);
+    if (bias.halves) return launch_expert_bias_in<T, true>(down, wide, grid, smem, s, a, bias);
   }
-  launch_expert_bias_in<T, false>(down, wide, grid, smem, s, a, tail, bias);
+  launch_expert_bias_in<T, false>(down, wide, grid, smem, s, a, bias);
 }
 
 // Gate/up + SwiGLU (a.mode kModeGateUp; grid: blocks of kRowsOne rows x expert slots) or
 // down + combine (kModeDown; blocks of kMvWarps / down_split rows) in 8-warp blocks of
 // matvec_expert_kernel. Returns false, launching nothing, where the shared memory does not
-// fit (the caller runs the members unfused). tail: down's norm tail (sync set) or none; only
-// the 16-warp down kernel takes it (*tail_done: whether the launch computes it).
+// fit (the caller runs the members unfused).
 // bias: gpt-oss's expert biases (+ SwiGLU-OAI for gate/up): the bias kernels, for the types
 // of bias_type (false, launching nothing, for the others).
-bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, const RowTail &tail_in = RowTail{}, bool *tail_done = nullptr,
-                   const MvBias *bias = nullptr) {
+bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, const MvBias *bias = nullptr) {
   if (bias && !bias_type(t)) return false;
   int64_t smem = -1;
   dim3 grid;
@@ -1064,15 +992,12 @@ bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, c
     smem = smem_bytes(t, a.K, 1, false);
     grid = dim3(blocks(a.M, kRowsOne), static_cast<unsigned>(a.n_used));
   }
-  const RowTail tail = down && wide ? tail_in : RowTail{};
-  if (smem >= 0) smem = std::max<int64_t>(smem, tail_smem(tail, a.M));
   if (smem < 0 || smem > kMvSmemMax) return false;
   if (grid.x == 0 || grid.y == 0) return true;
-  if (tail_done) *tail_done = tail.sync != nullptr;
   const size_t sm = static_cast<size_t>(smem);
   if (bias) {
 #define MOE_MV_BIAS_CASE(TY) \
-  case TY: launch_expert_bias_as<TY>(down, wide, grid, sm, s, a, tail, *bias); break;
+  case TY: launch_expert_bias_as<TY>(down, wide, grid, sm, s, a, *bias); break;
     switch (t) {
       MOE_MV_BIAS_TYPES(MOE_MV_BIAS_CASE)
       default: break;  // (bias_type)
@@ -1081,11 +1006,11 @@ bool launch_expert(DType t, bool down, const LaunchStream &s, const MvArgs &a, c
     return true;
   }
   if (t == DType::Q4_K && q4k_direct(a)) {
-    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, wide, grid, sm, s, a, tail);
+    launch_expert_as<DType::Q4_K, kQ4kDirect>(down, wide, grid, sm, s, a);
     return true;
   }
 #define MOE_MV_EXPERT_CASE(TY) \
-  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, wide, grid, sm, s, a, tail); break;
+  case TY: launch_expert_as<TY, q4k_staged_or_either<TY>()>(down, wide, grid, sm, s, a); break;
   switch (t) {
     MOE_MV_TYPES(MOE_MV_EXPERT_CASE)
     default: fail(Status::Internal, "CUDA mat-vec: type %s not dispatched", dtype_name(t));
@@ -1119,12 +1044,8 @@ struct MvGroupArgs {
 // are skipped); the choice is block-uniform, the type switch does not diverge.
 // Lean: 8-warp blocks, three per multiprocessor (<= 80 registers: one chunk in flight per
 // job), for grids of 2..3 logical blocks per SM (group_lean).
-// Norm: np is the RmsNorm -> Mul in front of the group (np.w set; g.a.x is the norm's input).
-// A template flag: its registers (the weight loads stay live across the reduction) must not
-// cost the groups without one (ptxas: the lean K-quant kernel's spills grew with it).
-template <DType V, bool Lean, bool Norm>
-__global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 1)
-    matvec_group_kernel(MvGroupArgs g, const __grid_constant__ NormPrologue np) {
+template <DType V, bool Lean>
+__global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 1) matvec_group_kernel(MvGroupArgs g) {
   MvArgs a = g.a;
   DType t = g.seg[0].type;
   unsigned b0 = 0;
@@ -1143,7 +1064,7 @@ __global__ void __launch_bounds__(Lean ? kMvThreads : kMvMaxThreads, Lean ? 3 : 
   switch (t) {
 #define MOE_MV_GROUP_CASE(TY)                                                     \
   case TY:                                                                        \
-    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage, nullptr, nullptr, Norm ? &np : nullptr); \
+    if constexpr (act_type(TY) == V) rows_block<TY, cpu_order_type<TY>, Lean ? 1 : chunks_in_flight<TY>(kJPair)>(a, blockIdx.x - b0, g.stage); \
     else pdl_enter();                                                             \
     break;
     MOE_MV_GROUP_CASE(DType::Q4_0)
@@ -1168,10 +1089,8 @@ bool group_lean(int64_t logical, int n_sm, bool lean_groups) {
 }
 
 // Launches a MatVecs group: segs[0..n) of one activation rounding, base: the shared fields
-// (activation, K; with a norm prologue np.w set, base.x is the norm's input). Returns false,
-// launching nothing, where a segment's staging does not fit.
-bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool lean_groups, const LaunchStream &stream,
-                  const NormPrologue &np = NormPrologue{}) {
+// (activation, K). Returns false, launching nothing, where a segment's staging does not fit.
+bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool lean_groups, const LaunchStream &stream) {
   MvGroupArgs g{};
   g.a = base;
   g.n = n;
@@ -1194,17 +1113,15 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool l
     g.block0[s] = total;
     total += blocks(blocks(segs[s].M, rows_per_block(segs[s].mode)), sh.groups);
   }
-  if (total == 0) return np.w == nullptr;  // (a prologue's written row: the caller's fallback writes it)
+  if (total == 0) return true;
   const dim3 block(kMvThreads * sh.groups);
   const size_t smem = static_cast<size_t>(sh.smem);
   const bool q8_0 = act_type(segs[0].type) == DType::Q8_0;
-  // (one kernel per class of activation rounding, shape and prologue)
-  using Kernel = void (*)(MvGroupArgs, NormPrologue);
-  const Kernel kernels[2][2][2] = {{{matvec_group_kernel<DType::Q8_K, false, false>, matvec_group_kernel<DType::Q8_K, false, true>},
-                                    {matvec_group_kernel<DType::Q8_K, true, false>, matvec_group_kernel<DType::Q8_K, true, true>}},
-                                   {{matvec_group_kernel<DType::Q8_0, false, false>, matvec_group_kernel<DType::Q8_0, false, true>},
-                                    {matvec_group_kernel<DType::Q8_0, true, false>, matvec_group_kernel<DType::Q8_0, true, true>}}};
-  launch_pdl(kernels[q8_0][lean][np.w != nullptr], dim3(total), block, smem, stream, g, np);
+  // (one kernel per class of activation rounding and shape)
+  using Kernel = void (*)(MvGroupArgs);
+  const Kernel kernels[2][2] = {{matvec_group_kernel<DType::Q8_K, false>, matvec_group_kernel<DType::Q8_K, true>},
+                                {matvec_group_kernel<DType::Q8_0, false>, matvec_group_kernel<DType::Q8_0, true>}};
+  launch_pdl(kernels[q8_0][lean], dim3(total), block, smem, stream, g);
   return true;
 }
 
@@ -1212,17 +1129,15 @@ bool launch_group(const MvArgs &base, const MvSeg *segs, int n, int n_sm, bool l
 // multiprocessors idle, per block with K split over the warps (plain types) or one row per
 // warp in two K halves (quantized types whose K is an even number of blocks).
 // own: a final output (cuda_own_order_product), CUDA's own order for every type.
-// tail: a norm tail (never with own).
 // lean_rows: GpuTuning::lean_rows (quantized types, grids of 2..3 logical blocks per SM).
-void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, const RowTail &tail = RowTail{},
-                 bool lean_rows = false) {
+void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs &a, bool own = false, bool lean_rows = false) {
   const unsigned lx = blocks(a.M, kRowsPlain);
   own = own && cpu_order_dtype(t);  // (the other types have one order)
   // (F32 rows in the reference's order fold over the whole K: never split.)
   if (is_plain(t) && (t != DType::F32 || own) && static_cast<int64_t>(lx) * a.n_used < n_sm) {
     a.mode = kModeSplit;
     const dim3 grid(blocks(a.M, kJPair), static_cast<unsigned>(a.n_used));
-    if (!own || !launch_own_order(t, grid, smem, stream, a)) launch(t, grid, MvShape{1, smem}, stream, a, tail);
+    if (!own || !launch_own_order(t, grid, smem, stream, a)) launch(t, grid, MvShape{1, smem}, stream, a);
     return;
   }
   a.mode = rows_mode(t, a.K, a.M, a.n_used, n_sm, own);
@@ -1231,7 +1146,7 @@ void launch_rows(const LaunchStream &stream, int n_sm, DType t, int smem, MvArgs
   const int64_t logical = static_cast<int64_t>(rows_lx) * a.n_used;
   const MvShape sh = !is_plain(t) && group_lean(logical, n_sm, lean_rows) ? MvShape{1, smem, true}
                                                                          : block_groups(t, logical, n_sm, smem, smem_bytes(t, a.K, 1, false, 2));
-  launch(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, stream, a, tail);
+  launch(t, dim3(rows_lx, static_cast<unsigned>(a.n_used)), sh, stream, a);
 }
 
 // Fields common to every mode, from a MatMul / MatMulId node with one token.
@@ -1290,39 +1205,6 @@ void run_members(const CudaOpCtx &c, std::initializer_list<const Node *> members
 const float *f32_data(const Node &n) { return static_cast<const float *>(n.data); }
 int node_id(const Graph &g, const Node &n) { return static_cast<int>(&n - &g.node(0)); }
 
-// The norm tail RmsNorm (norm) -> Mul (mul) of a group's output row y (M values), or none
-// (sync null) where the launch cannot run it (no counters, a row the tail does not take):
-// then run_tail_apart runs the two nodes after the launch.
-RowTail tail_of(const CudaOpCtx &c, const Node *norm, const Node *mul, const Node &y) {
-  RowTail t{};
-  if (!norm || !mul || !c.ub.sync) return t;
-  const Node &w = c.g.node(mul->src[1]);
-  const int64_t M = y.ne[0];
-  const bool ok = y.type == DType::F32 && y.nb[0] == 4 && y.ne[1] * y.ne[2] * y.ne[3] == 1 && M >= 1 && M <= kMaxFusedRow &&
-                  &c.g.node(norm->src[0]) == &y && &c.g.node(mul->src[0]) == norm && norm->ne[0] == M && mul->ne[0] == M &&
-                  mul->type == DType::F32 && mul->nb[0] == 4 && w.type == DType::F32 && w.nb[0] == 4 && w.ne[0] == M;
-  if (!ok) return t;
-  t.sync = c.ub.sync;
-  t.w = f32_data(w);
-  t.out = static_cast<float *>(mul->data);
-  t.eps = norm->fp[0];
-  t.rms_threads = row_threads(M);
-  return t;
-}
-
-// The tail's nodes after the producer, where its launch did not compute them: the row-chain
-// launch the plan without norm tails has.
-void run_tail_apart(const CudaOpCtx &c, const Node *norm, const Node *mul) {
-  if (!norm || !mul) return;
-  FusedGroup rc;
-  rc.kind = FusedKind::RowChains;
-  rc.members = {node_id(c.g, *norm), node_id(c.g, *mul)};
-  rc.written = {rc.members[1]};
-  rc.first = rc.run_at = rc.members[0];
-  rc.last = rc.members[1];
-  cuda_fused_row_chains(c, rc);
-}
-
 // The bias rows of AddId node `add_id` over the expert product mm (its src0, the same ids):
 // rows and their expert stride in floats; false where the bias kernels cannot read them
 // (not F32 rows of mm's M values, or not one per expert of mm's weights: the kernels check
@@ -1336,10 +1218,9 @@ bool bias_rows(const Graph &g, const Node &add_id, const Node &mm, const float *
   return true;
 }
 
-// Down + combine [+ residual] [+ norm tail], with gpt-oss's bias (AddId between down and the
-// combine) or without (bias null).
-void down_combine(const CudaOpCtx &c, const Node &down, const Node *bias, const Node &combine, const Node *add, const Node *norm, const Node *mul,
-                  bool ids_settled) {
+// Down + combine [+ residual], with gpt-oss's bias (AddId between down and the combine) or
+// without (bias null).
+void down_combine(const CudaOpCtx &c, const Node &down, const Node *bias, const Node &combine, const Node *add, bool ids_settled) {
   const Node &cw = c.g.node(combine.src[1]);
   const Node *other = nullptr;
   if (add) other = &c.g.node(add->src[0]) == &combine ? &c.g.node(add->src[1]) : &c.g.node(add->src[0]);
@@ -1354,31 +1235,9 @@ void down_combine(const CudaOpCtx &c, const Node &down, const Node *bias, const 
     const DType wt = c.g.node(down.src[0]).type;
     a.mode = ids_settled && !is_plain(wt) && a.K > 0 && a.n_used > 0 ? kModeDownSettled : kModeDown;
     mb.halves = bias && unfused_halves(wt, a, c.n_sm);
-    const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add ? *add : combine) : RowTail{};
-    bool tail_done = false;
-    if (launch_expert(wt, true, c.stream, a, tail, &tail_done, bias ? &mb : nullptr)) {
-      if (!tail_done) run_tail_apart(c, norm, mul);
-      return;
-    }
+    if (launch_expert(wt, true, c.stream, a, bias ? &mb : nullptr)) return;
   }
-  run_members(c, {&down, bias, &combine, add, norm, mul});
-}
-
-// The norm prologue of a MatVecs group (norm -> mul -> the products of K values), or none (w
-// null) where the kernel does not take it: then the two nodes run before the launch.
-NormPrologue prologue_of(const CudaOpCtx &c, const Node *norm, const Node *mul, bool mul_written, int64_t K) {
-  NormPrologue np{};
-  if (!norm || !mul) return np;
-  const Node &x = c.g.node(norm->src[0]), &w = c.g.node(mul->src[1]);
-  const bool ok = &c.g.node(mul->src[0]) == norm && x.type == DType::F32 && x.nb[0] == 4 && x.ne[0] == K && x.ne[1] * x.ne[2] * x.ne[3] == 1 &&
-                  norm->ne[0] == K && mul->ne[0] == K && w.type == DType::F32 && w.nb[0] == 4 && w.ne[0] == K && mul->type == DType::F32 &&
-                  mul->nb[0] == 4 && K % 32 == 0;
-  if (!ok) return np;
-  np.w = f32_data(w);
-  np.normed = mul_written ? static_cast<float *>(mul->data) : nullptr;
-  np.eps = norm->fp[0];
-  np.rms_threads = row_threads(K);
-  return np;
+  run_members(c, {&down, bias, &combine, add});
 }
 
 
@@ -1395,7 +1254,7 @@ bool cuda_matvec(const CudaOpCtx &c) {
   const int smem = smem_bytes(t, a.K, 1, false);
   if (smem < 0) return false;
   if (a.M == 0 || a.n_used == 0) return true;
-  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n, c.tuning), RowTail{}, c.tuning.lean_rows);
+  launch_rows(c.stream, c.n_sm, t, smem, a, cuda_own_order_product(c.n, c.tuning), c.tuning.lean_rows);
   return true;
 }
 
@@ -1405,14 +1264,9 @@ int cuda_matvec_group_key(DType t) {
   return act_type(t) == DType::Q8_0 ? 1 : 2;
 }
 
-// norm, mul: the group's norm prologue (cuda_fusion.h: FusedGroup::norm_prologue) or null;
-// where the kernel cannot take it (an extra type, a row it does not take, a group that does
-// not launch) the two nodes run as the plan without it runs them (one row-chain launch).
-void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members, const Node *norm, const Node *mul, bool mul_written) {
+void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
-  const NormPrologue np = cuda_extra_type(c.g.node(first.src[0]).type) ? NormPrologue{} : prologue_of(c, norm, mul, mul_written, K);
-  if (norm && !np.w) run_tail_apart(c, norm, mul);
   if (cuda_extra_fused_matvecs(c, members)) return;
   const DType V = act_type(c.g.node(first.src[0]).type);
   bool ok = true;
@@ -1438,27 +1292,22 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members, con
     if (ok) segs[n++] = MvSeg{static_cast<const uint8_t *>(w.data), static_cast<int64_t>(w.nb[1]), static_cast<float *>(mm.data), nullptr,
                               static_cast<int>(w.ne[1]), w.type, rows_mode(w.type, static_cast<int>(K), w.ne[1], 1, c.n_sm)};
   }
-  MvArgs base = args_of(c.g, first, nullptr);
-  if (np.w) base.x = reinterpret_cast<const uint8_t *>(c.g.node(norm->src[0]).data);  // the prologue normalises the norm's input
-  if (ok && launch_group(base, segs, n, c.n_sm, c.tuning.lean_groups, c.stream, np)) return;
-  if (np.w) run_tail_apart(c, norm, mul);
+  if (ok && launch_group(args_of(c.g, first, nullptr), segs, n, c.n_sm, c.tuning.lean_groups, c.stream)) return;
   for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
 }
 
-void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add, const Node *norm, const Node *mul) {
-  if (cuda_extra_fused_matmul_add(c, mm, add)) return run_tail_apart(c, norm, mul);  // (quant_extra.h)
+void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
+  if (cuda_extra_fused_matmul_add(c, mm, add)) return;  // (quant_extra.h)
   const Node &w = c.g.node(mm.src[0]);
   const Node &other = &c.g.node(add.src[0]) == &mm ? c.g.node(add.src[1]) : c.g.node(add.src[0]);
   const int smem = smem_bytes(w.type, static_cast<int>(w.ne[0]), 1, false);
   if (mm.op != Op::MatMul || !one_token_ok(c.g, mm) || smem < 0 || other.type != DType::F32 || other.ne[0] != mm.ne[0]) {
-    run_members(c, {&mm, &add, norm, mul});
+    run_members(c, {&mm, &add});
     return;
   }
   MvArgs a = args_of(c.g, mm, static_cast<float *>(add.data));
   a.add = f32_data(other);
-  const RowTail tail = a.M > 0 ? tail_of(c, norm, mul, add) : RowTail{};
-  if (a.M > 0) launch_rows(c.stream, c.n_sm, w.type, smem, a, false, tail, c.tuning.lean_rows);
-  if (!tail.sync) run_tail_apart(c, norm, mul);
+  if (a.M > 0) launch_rows(c.stream, c.n_sm, w.type, smem, a, false, c.tuning.lean_rows);
 }
 
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
@@ -1484,15 +1333,13 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
   run_members(c, {&gate, &up, &swiglu});
 }
 
-void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, const Node *norm, const Node *mul,
-                             bool ids_settled) {
-  if (cuda_extra_fused_down(c, down, combine, add)) return run_tail_apart(c, norm, mul);  // (its ids: always after its wait)
-  down_combine(c, down, nullptr, combine, add, norm, mul, ids_settled);
+void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, bool ids_settled) {
+  if (cuda_extra_fused_down(c, down, combine, add)) return;  // (its ids: always after its wait)
+  down_combine(c, down, nullptr, combine, add, ids_settled);
 }
 
-void cuda_fused_down_bias_combine(const CudaOpCtx &c, const Node &down, const Node &bias, const Node &combine, const Node *add, const Node *norm,
-                                  const Node *mul, bool ids_settled) {
-  down_combine(c, down, &bias, combine, add, norm, mul, ids_settled);
+void cuda_fused_down_bias_combine(const CudaOpCtx &c, const Node &down, const Node &bias, const Node &combine, const Node *add, bool ids_settled) {
+  down_combine(c, down, &bias, combine, add, ids_settled);
 }
 
 void cuda_fused_gate_up_oai(const CudaOpCtx &c, const Node &gate_bias, const Node &up_bias, const Node &swiglu_oai) {
@@ -1512,7 +1359,7 @@ void cuda_fused_gate_up_oai(const CudaOpCtx &c, const Node &gate_bias, const Nod
     a.eb2 = static_cast<int64_t>(wu.nb[2]);
     a.mode = kModeGateUp;
     mb.halves = unfused_halves(wg.type, a, c.n_sm);  // (up's MatMulId has gate's shape)
-    if (launch_expert(wg.type, false, c.stream, a, RowTail{}, nullptr, &mb)) return;
+    if (launch_expert(wg.type, false, c.stream, a, &mb)) return;
   }
   // In graph order (see cuda_fused_gate_up_swiglu: a member's scratch may lie under a later member's output).
   if (node_id(c.g, up) < node_id(c.g, gate)) return run_members(c, {&up, &up_bias, &gate, &gate_bias, &swiglu_oai});

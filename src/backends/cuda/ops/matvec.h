@@ -15,14 +15,13 @@ bool cuda_weight_backed(const Graph &g, const Node &n);
 
 // gpt-oss's experts with their biases (AddId(MatMulId, bias rows [M, E], the same ids)), one
 // token, in the fused mat-vec kernels with MvBias (matvec.cu): SwiGLU-OAI(AddId(gate),
-// AddId(up)) in one launch; down's AddId + MoeCombine (+ Add residual, + norm tail as
-// cuda_fused_down_combine's in cuda_ops.h) in one. c.n: the group's last node. Weight types of
-// cuda_matvec_bias_type; other types and shapes the kernels do not take run the members
-// unfused in graph order. (Declared here, not beside the other fused launchers in cuda_ops.h,
+// AddId(up)) in one launch; down's AddId + MoeCombine (+ Add residual) in one. c.n: the
+// group's last node. Weight types of cuda_matvec_bias_type; other types and shapes the kernels
+// do not take run the members unfused in graph order. (Declared here, not beside the other fused launchers in cuda_ops.h,
 // which every CUDA source includes.)
 bool cuda_matvec_bias_type(DType t);
 void cuda_fused_gate_up_oai(const CudaOpCtx &c, const Node &gate_bias, const Node &up_bias, const Node &swiglu_oai);
 void cuda_fused_down_bias_combine(const CudaOpCtx &c, const Node &down, const Node &bias, const Node &combine, const Node *add,
-                                  const Node *norm = nullptr, const Node *mul = nullptr, bool ids_settled = false);
+                                  bool ids_settled = false);
 
 }  // namespace moe
