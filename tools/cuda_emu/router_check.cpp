@@ -15,21 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels/ref_math.h"
-
-// The CPU's Softmax of one row (backends/cpu/ops/elementwise.cpp, scalar form).
-static std::vector<float> cpu_softmax(const std::vector<float> &x) {
-  const size_t n = x.size(), n16 = n & ~size_t{15};
-  float mx = -INFINITY;
-  for (float v : x) mx = std::fmax(mx, v);
-  std::vector<float> d(n);
-  double sum = 0.0;
-  for (size_t i = 0; i < n16; ++i) d[i] = moe::refmath::expf_v(x[i] - mx);
-  for (size_t i = 0; i < n16; i += 16) sum += static_cast<double>(moe::refmath::hsum16(d.data() + i));
-  for (size_t i = n16; i < n; ++i) sum += d[i] = std::exp(x[i] - mx);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (float &v : d) v *= inv;
-  return d;
-}
+#include "router_data.h"
 
 namespace moe {  // router_emu.cpp (generated from fused.cu)
 void emu_router(const float *w, int64_t w_rs, const float *x, const float *nw, float *normed, float *logits, float *probs, unsigned *sync,
@@ -104,22 +90,13 @@ int main() {
   for (const Case &c : cases) {
     const int K = c.K, E = c.E, k = c.k;
     const int64_t rs = K + c.pad;
-    std::vector<float> w(static_cast<size_t>(rs) * E, NAN), x(K), nw(K);
-    for (int e = 0; e < E; ++e)
-      for (int i = 0; i < K; ++i) w[static_cast<size_t>(e) * rs + i] = 0.05f * nd(rng);
-    for (auto &v : x) v = nd(rng);
-    for (auto &v : nw) v = 1.0f + 0.1f * nd(rng);
+    RouterRows rows = router_rows(rng, nd, K, E, rs);
+    const std::vector<float> &w = rows.w, &x = rows.x, &nw = rows.nw;
     std::vector<float> side_w(static_cast<size_t>(K) * c.side);
     std::mt19937 side_rng(static_cast<unsigned>(K + E));  // (its own stream: the other cases' data as before)
     for (auto &v : side_w) v = 0.05f * nd(side_rng);
-    // reference input row
-    std::vector<double> a(K);
-    double ss = 0;
-    for (float v : x) ss += double(v) * v;
-    const double scale = 1.0 / std::sqrt(ss / K + 1e-6);
-    for (int i = 0; i < K; ++i) a[i] = c.norm ? x[i] * scale * nw[i] : x[i];
-    for (int i = 0; i < K; ++i)  // rows 3 and 7: a tie ~3 sigma above the rest
-      w[3 * rs + i] = w[7 * rs + i] = static_cast<float>(0.15 * a[i] / std::sqrt(static_cast<double>(K)));
+    const std::vector<double> a = router_input(rows, c.norm, 1e-6);  // reference input row
+    tie_rows_3_7(rows, rs, a);
     std::vector<double> lg(E), p(E);
     for (int e = 0; e < E; ++e) {
       double s = 0;

@@ -18,23 +18,9 @@
 #include <vector>
 
 #include "backends/cpu/kernels/ref_math.h"
+#include "router_data.h"
 
 namespace {
-
-// The CPU's Softmax of one row (backends/cpu/ops/elementwise.cpp, scalar form).
-std::vector<float> cpu_softmax(const std::vector<float> &x) {
-  const size_t n = x.size(), n16 = n & ~size_t{15};
-  float mx = -INFINITY;
-  for (float v : x) mx = std::fmax(mx, v);
-  std::vector<float> d(n);
-  double sum = 0.0;
-  for (size_t i = 0; i < n16; ++i) d[i] = moe::refmath::expf_v(x[i] - mx);
-  for (size_t i = 0; i < n16; i += 16) sum += static_cast<double>(moe::refmath::hsum16(d.data() + i));
-  for (size_t i = n16; i < n; ++i) sum += d[i] = std::exp(x[i] - mx);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (float &v : d) v *= inv;
-  return d;
-}
 
 // The unfused RmsNorm -> Mul of a row (elementwise.cu: rms_row_scale over row_threads(n)
 // threads, blk_sum's order), in float / double exactly as the kernels compute it.
@@ -117,19 +103,14 @@ int main() {
   for (const Case &c : cases) {
     const int K = c.K, E = c.E, k = c.k;
     const int64_t rs = K + c.pad;
-    std::vector<float> w(static_cast<size_t>(rs) * E, NAN), x(K), nw(K), bias(E);
-    for (int e = 0; e < E; ++e)
-      for (int i = 0; i < K; ++i) w[static_cast<size_t>(e) * rs + i] = 0.05f * nd(rng);
-    for (auto &v : x) v = nd(rng);
-    for (auto &v : nw) v = 1.0f + 0.1f * nd(rng);
+    RouterRows rows = router_rows(rng, nd, K, E, rs);
+    const std::vector<float> &w = rows.w, &x = rows.x, &nw = rows.nw;
+    std::vector<float> bias(E);
     for (auto &v : bias) v = 0.1f * nd(rng);
     // Rows 3 and 7 (and their biases) alike, ~3 sigma above the rest: a tie for the top two.
-    std::vector<double> a(K);
-    double ss = 0;
-    for (float v : x) ss += double(v) * v;
-    for (int i = 0; i < K; ++i) a[i] = c.norm ? x[i] / std::sqrt(ss / K + 1e-5) * nw[i] : x[i];
+    const std::vector<double> a = router_input(rows, c.norm, 1e-5);
     if (E > 7) {
-      for (int i = 0; i < K; ++i) w[3 * rs + i] = w[7 * rs + i] = static_cast<float>(0.15 * a[i] / std::sqrt(static_cast<double>(K)));
+      tie_rows_3_7(rows, rs, a);
       bias[7] = bias[3];
     }
     // float64 forward

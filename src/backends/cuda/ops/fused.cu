@@ -81,20 +81,13 @@ __global__ void row_chains_kernel(const __grid_constant__ ChainsArgs a) {
   const auto [i1, i2, i3] = split_row(r, static_cast<int>(d.in.ne[1]), static_cast<int>(d.in.ne[2]));
   // The Mul weight (a weight, so before pdl_wait): its load overlaps the previous kernel.
   float wr[kWeightRegs];
-#pragma unroll
-  for (int j = 0; j < kWeightRegs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    wr[j] = d.w && i < n ? __ldg(d.w + i) : 0.0f;
-  }
+  load_row_weights(d.w, n, blockDim.x, wr);
   // The angle table too when no kernel writes the positions (block-uniform condition).
   const bool table_early = d.pos && d.pos_early;
   if (table_early) rope_angle_table(d.pos, i2, d.ra, s_theta, s_cs);
   pdl_wait();
   pdl_trigger();
-  const float *src = row_in(d.in, i1, i2, i3);
-  stage_row<kWeightRegs>(s_row, src, n, threadIdx.x, blockDim.x);
-  __syncthreads();
-  if (d.rms) rms_mul_staged(s_row, n, d.eps, d.rms_threads, d.w, wr, s_red);
+  stage_normed_row(s_row, row_in(d.in, i1, i2, i3), n, blockDim.x, d.rms, d.eps, d.rms_threads, d.w, wr, s_red);
   if (d.pos) {  // rows are [head_dim, n_head, T]: i2 is the token
     if (!table_early) rope_angle_table(d.pos, i2, d.ra, s_theta, s_cs);
     for (int k = threadIdx.x; k < d.ra.n_rot / 2; k += blockDim.x) rope_rotate_pair(s_row, s_row, k, d.ra, s_cs);
@@ -356,21 +349,12 @@ __global__ void __launch_bounds__(kRmThreads) router_mv_kernel(RouterArgs a, Rou
     for (int64_t o = lane * 32; o < m.K; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
 #endif
   float nwr[kWeightRegs];
-#pragma unroll
-  for (int j = 0; j < kWeightRegs; ++j) {
-    const int i = threadIdx.x + j * kRmThreads;
-    nwr[j] = m.nw && i < m.K ? __ldg(m.nw + i) : 0.0f;
-  }
+  load_row_weights(m.nw, m.K, kRmThreads, nwr);
   pdl_wait();
   pdl_trigger();
-  // All of a thread's loads in flight before its stores (one L2 round trip, not K / 256).
-  stage_row<kWeightRegs>(s_x, m.x, m.K, threadIdx.x, kRmThreads);
-  __syncthreads();
-  if (m.nw) {  // RmsNorm -> Mul as the row chains compute them
-    rms_mul_staged(s_x, m.K, m.eps, m.rms_nthr, m.nw, nwr, s_red);
-    if (blockIdx.x == 0 && m.normed)
-      for (int i = threadIdx.x; i < m.K; i += kRmThreads) m.normed[i] = s_x[i];
-  }
+  // All of a thread's loads in flight before its stores (one L2 round trip, not K / 256), then
+  // RmsNorm -> Mul as the row chains compute them.
+  stage_normed_row(s_x, m.x, m.K, kRmThreads, m.nw != nullptr, m.eps, m.rms_nthr, m.nw, nwr, s_red, m.normed);
   if (has_row) {
     const float v = ref_dot_f32_row(wrow, s_x, m.K);
     if (lane == 0) {

@@ -101,21 +101,12 @@ __global__ void __launch_bounds__(kTrThreads, 1) topk_router_kernel(const __grid
   for (int o = kTrPre * kTrChunk + lane * 32; o < np; o += 32 * 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(wrow + o));
 #endif
   float nwr[kWeightRegs];
-#pragma unroll
-  for (int j = 0; j < kWeightRegs; ++j) {
-    const int i = threadIdx.x + j * kTrThreads;
-    nwr[j] = a.nw && i < a.K ? __ldg(a.nw + i) : 0.0f;
-  }
+  load_row_weights(a.nw, a.K, kTrThreads, nwr);
   pdl_wait();
   pdl_trigger();
   const float b = has_row ? a.bias[row] : 0.0f;  // (any Add operand: possibly written by an earlier kernel)
-  stage_row<kWeightRegs>(s_x, a.x, a.K, threadIdx.x, kTrThreads);
-  __syncthreads();
-  if (a.nw) {  // RmsNorm -> Mul as the row chains compute them
-    rms_mul_staged(s_x, a.K, a.eps, a.rms_nthr, a.nw, nwr, s_red);
-    if (blockIdx.x == 0 && a.normed)
-      for (int i = threadIdx.x; i < a.K; i += kTrThreads) a.normed[i] = s_x[i];
-  }
+  // RmsNorm -> Mul as the row chains compute them.
+  stage_normed_row(s_x, a.x, a.K, kTrThreads, a.nw != nullptr, a.eps, a.rms_nthr, a.nw, nwr, s_red, a.normed);
   if (has_row) {
     float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll

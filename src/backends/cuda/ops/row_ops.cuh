@@ -97,6 +97,36 @@ __device__ __forceinline__ void rms_mul_staged(float *s_row, int n, float eps, i
   __syncthreads();
 }
 
+// The row prologue of the kernels that normalise a row as the row chains do (row_chains_kernel,
+// router_mv_kernel, topk_router_kernel):
+//   float wr[kWeightRegs];
+//   load_row_weights(w, n, nthr, wr);     // a weight: before pdl_wait, in flight with what follows
+//   pdl_wait(); ...
+//   stage_normed_row(s, x, n, nthr, rms, eps, rms_threads, w, wr, s_red, normed);
+// Thread threadIdx.x of nthr (the block) takes w[threadIdx.x + j nthr], j < kWeightRegs (zero
+// past n or where w is null).
+__device__ __forceinline__ void load_row_weights(const float *w, int n, int nthr, float (&wr)[kWeightRegs]) {
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * nthr;
+    wr[j] = w && i < n ? __ldg(w + i) : 0.0f;
+  }
+}
+
+// Stages row x [n] in shared memory s (stage_row: threadIdx.x of nthr, kWeightRegs loads in
+// flight) and, where rms, normalises it in place (rms_mul_staged: eps, rms_threads, the Mul
+// weight w with wr from load_row_weights); then block 0 writes the normalised row to normed
+// where set. Block-wide: every thread calls it; s is complete for every thread afterwards.
+__device__ __forceinline__ void stage_normed_row(float *s, const float *x, int n, int nthr, bool rms, float eps, int rms_threads,
+                                                 const float *w, const float (&wr)[kWeightRegs], double *s_red, float *normed = nullptr) {
+  stage_row<kWeightRegs>(s, x, n, threadIdx.x, nthr);
+  __syncthreads();
+  if (!rms) return;
+  rms_mul_staged(s, n, eps, rms_threads, w, wr, s_red);
+  if (blockIdx.x == 0 && normed)
+    for (int i = threadIdx.x; i < n; i += nthr) normed[i] = s[i];
+}
+
 // Softmax of one row over threads [0, nthr) of the block (stride nthr; threads past nthr
 // add nothing) in the CPU's order, bit for bit: max; the reference's vector expf on the
 // 16-element chunks (libm's expf on the tail there, CUDA's here: within an ulp); the double
