@@ -27,6 +27,7 @@
 #include "model/synth/synth_model.h"
 #include "support/cuda_counts.h"
 #include "support/device_graph.h"
+#include "support/fusion_runs.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
 #include "support/temp_files.h"
@@ -44,38 +45,11 @@ using moe_test::run_on;
 using moe_test::WeightStore;
 
 #ifdef MOEINFER_WITH_CUDA
+using moe_test::FusedRun;
+using moe_test::plan_on;
+using moe_test::run_gpu;
+
 namespace {
-
-// The GPU's fusion plan of g under tuning (compiled like run_on compiles it).
-FusionPlan plan_on(Backend &gpu, Graph g, const GpuTuning &tuning = GpuTuning{}) {
-  CompileOptions o;
-  o.devices = {&gpu};
-  o.n_threads = 2;
-  o.allow_fallback = false;
-  o.gpu_tuning = tuning;
-  auto plan = compile_graph(std::move(g), o);
-  return plan_fusion(plan->graph, tuning.delta_norm ? 0u : kNoDeltaNorm);
-}
-
-struct FusedRun {
-  std::vector<std::vector<uint8_t>> out;
-  uint64_t launches = 0;
-  uint64_t mla_glue = 0;  // launches of the MLA glue kernel (ops/mla_glue.cu)
-};
-
-// base: the other options (the LM head's order, ...); fused sets GpuTuning::fusion.
-FusedRun run_gpu(Backend &gpu, Graph g, const std::vector<Input> &ins, const std::vector<int> &outs, const ExecEnv &env, bool fused,
-                 const GpuTuning &base = GpuTuning{}) {
-  GpuTuning t = base;
-  t.fusion = fused;
-  const CudaCounters &counted = static_cast<CudaBackend &>(gpu).counters();
-  const uint64_t before = counted.launches(), glue_before = counted.mla_glue_launches();
-  FusedRun r;
-  r.out = run_on(gpu, std::move(g), ins, outs, env, 1, t);
-  r.launches = counted.launches() - before;
-  r.mla_glue = counted.mla_glue_launches() - glue_before;
-  return r;
-}
 
 // The three KV caches a fusion case compares (CPU, GPU fused, GPU unfused), each holding T
 // tokens of sequence 0 at positions first, first + step, ..., and each one's ubatch.

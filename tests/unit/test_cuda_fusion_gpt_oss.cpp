@@ -13,14 +13,10 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "graph/compiler.h"
-#include "support/cuda_counts.h"
 #include "support/device_graph.h"
+#include "support/fusion_runs.h"
 #include "support/graph_runner.h"
 #include "support/random_data.h"
-#ifdef MOEINFER_WITH_CUDA
-#include "backends/cuda/cuda_fusion.h"
-#endif
 
 using namespace moe;
 using moe_test::gpu_or_skip;
@@ -103,27 +99,15 @@ TEST_CASE("cuda fusion: gpt-oss experts with biases and SwiGLU-OAI in two launch
       for (int64_t j = 0; j < sh.k; ++j) id.push_back(static_cast<int32_t>((j * 7 + 3) % sh.E));
       // The plan: the two groups, nothing else.
       std::vector<std::string> labels;
-      {
-        CompileOptions o;
-        o.devices = {gpu};
-        o.n_threads = 2;
-        o.allow_fallback = false;
-        auto plan = compile_graph(m.graph(), o);
-        for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups) labels.push_back(grp.label);
-      }
+      for (const FusedGroup &grp : moe_test::plan_on(*gpu, m.graph()).groups) labels.push_back(grp.label);
       CHECK(labels == std::vector<std::string>{"fused:matmul_id+add_id+matmul_id+add_id+swiglu_oai", "fused:matmul_id+add_id+moe_combine+add"});
       const std::vector<Input> ins = m.inputs(id, seed++);  // (after graph(): the input nodes' ids)
       const std::vector<int> outs = {m.act, m.out};
       const auto rc = run_on(*reg.cpu(), m.graph(), ins, outs);
-      GpuTuning unfused;
-      unfused.fusion = false;
-      const CudaCounters &counted = static_cast<CudaBackend &>(*gpu).counters();
-      const uint64_t l0 = counted.launches();
-      const auto rf = run_on(*gpu, m.graph(), ins, outs);
-      const uint64_t l1 = counted.launches();
-      const auto ru = run_on(*gpu, m.graph(), ins, outs, {}, 1, unfused);
-      const uint64_t l2 = counted.launches();
-      CHECK(l1 - l0 + 7 == l2 - l1);  // 2 launches for the 9 nodes
+      const moe_test::FusedRun fused = moe_test::run_gpu(*gpu, m.graph(), ins, outs, ExecEnv{}, true);
+      const moe_test::FusedRun unfused = moe_test::run_gpu(*gpu, m.graph(), ins, outs, ExecEnv{}, false);
+      const auto &rf = fused.out, &ru = unfused.out;
+      CHECK(fused.launches + 7 == unfused.launches);  // 2 launches for the 9 nodes
       for (size_t o = 0; o < outs.size(); ++o) {
         INFO("output " << (o ? "out" : "act"));
         const std::vector<float> f = moe_test::as_f32(rf[o]), u = moe_test::as_f32(ru[o]);
@@ -156,10 +140,8 @@ TEST_CASE("cuda fusion: a bad expert id in gpt-oss's fused expert groups is repo
       for (const float v : moe_test::as_f32(bg.read(node))) CHECK(std::isfinite(v));  // the bad slot: zeros / no contribution
     CHECK(moe_test::error_after_run(bg, m.inputs({4, 2, 5}, 4320), m.out).empty());  // the next pass, good ids: no report
     // The good slots' values equal the unfused run's with the same bad id.
-    GpuTuning unfused;
-    unfused.fusion = false;
-    const auto rf = run_on(*gpu, m.graph(), m.inputs({4, -1, 5}, 4330), {m.act, m.out});
-    const auto ru = run_on(*gpu, m.graph(), m.inputs({4, -1, 5}, 4330), {m.act, m.out}, {}, 1, unfused);
+    const auto rf = moe_test::run_gpu(*gpu, m.graph(), m.inputs({4, -1, 5}, 4330), {m.act, m.out}, ExecEnv{}, true).out;
+    const auto ru = moe_test::run_gpu(*gpu, m.graph(), m.inputs({4, -1, 5}, 4330), {m.act, m.out}, ExecEnv{}, false).out;
     const auto af = moe_test::as_f32(rf[0]), au = moe_test::as_f32(ru[0]);
     for (size_t i = 0; i < af.size(); ++i)
       if (i / 96 != 1) CHECK(af[i] == au[i]);

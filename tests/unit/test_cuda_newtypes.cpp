@@ -22,6 +22,7 @@
 #include "graph/compiler.h"
 #include "model/synth/synth_model.h"
 #include "support/device_graph.h"
+#include "support/fusion_runs.h"
 #include "support/graph_runner.h"
 #include "support/greedy_run.h"
 #include "support/random_data.h"
@@ -505,12 +506,7 @@ struct FusedCase {
 
 // The graph's fusion plan on gpu holds the shape's group.
 bool plans_group(Backend &gpu, Graph g, FusedShape shape) {
-  CompileOptions o;
-  o.devices = {&gpu};
-  o.n_threads = 2;
-  o.allow_fallback = false;
-  auto plan = compile_graph(std::move(g), o);
-  for (const FusedGroup &grp : plan_fusion(plan->graph, 0).groups)
+  for (const FusedGroup &grp : moe_test::plan_on(gpu, std::move(g)).groups)
     if (grp.label == fused_label(shape)) return true;
   return false;
 }
@@ -537,15 +533,10 @@ TEST_CASE("cuda new types: one-token decode groups in one launch equal the unfus
         outs.insert(outs.end(), fc.more.begin(), fc.more.end());
         const auto r_cpu = run_on(*reg.cpu(), fc.graph(), ins, outs);
         CHECK(plans_group(*gpu, fc.graph(), shape));
-        GpuTuning unfused;
-        unfused.fusion = false;
-        const CudaCounters &counted = static_cast<CudaBackend &>(*gpu).counters();
-        const uint64_t l0 = counted.launches();
-        const auto r_f = run_on(*gpu, fc.graph(), ins, outs);
-        const uint64_t l1 = counted.launches();
-        const auto r_u = run_on(*gpu, fc.graph(), ins, outs, {}, 1, unfused);
-        const uint64_t l2 = counted.launches();
-        CHECK(l1 - l0 < l2 - l1);  // one launch for the group (unfused: rounding, dots, SwiGLU / combine / Add)
+        const moe_test::FusedRun fused = moe_test::run_gpu(*gpu, fc.graph(), ins, outs, ExecEnv{}, true);
+        const moe_test::FusedRun unfused = moe_test::run_gpu(*gpu, fc.graph(), ins, outs, ExecEnv{}, false);
+        const auto &r_f = fused.out, &r_u = unfused.out;
+        CHECK(fused.launches < unfused.launches);  // one launch for the group (unfused: rounding, dots, SwiGLU / combine / Add)
         for (size_t o = 0; o < outs.size(); ++o) {
           INFO("output " << o);
           CHECK(r_f[o] == r_u[o]);  // bit for bit
