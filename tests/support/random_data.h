@@ -22,6 +22,18 @@ inline double max_abs_diff(const std::vector<float> &a, const std::vector<double
   return m;
 }
 
+// T tokens, each routed to k distinct experts of E (MatMulId's ids, [k, T]).
+inline std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(T * k)), e(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < E; ++i) e[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::shuffle(e.begin(), e.end(), rng);
+    for (int64_t j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = e[static_cast<size_t>(j)];
+  }
+  return ids;
+}
+
 // Rows of n values scaled to unit L2 norm (as the models feed DeltaNet's q and k).
 inline std::vector<float> unit_rows(std::vector<float> v, int64_t n) {
   const size_t w = static_cast<size_t>(n);

@@ -41,6 +41,7 @@ using moe_test::gpu_or_skip;
 using moe_test::in;
 using moe_test::Input;
 using moe_test::max_abs_diff;
+using moe_test::random_ids;
 using moe_test::randn;
 using moe_test::rel_err;
 using moe_test::run_on;
@@ -127,17 +128,6 @@ double dense_vs_f64(Backend &gpu, DType t, int64_t K, int64_t M, int64_t N, uint
   return std::sqrt(num / den);
 }
 
-// T tokens, each routed to k distinct experts of E.
-std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(static_cast<size_t>(T * k)), e(static_cast<size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t i = 0; i < E; ++i) e[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::shuffle(e.begin(), e.end(), rng);
-    for (int64_t j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = e[static_cast<size_t>(j)];
-  }
-  return ids;
-}
 
 const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q2_K,
                            DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4};
@@ -469,14 +459,17 @@ TEST_CASE("cuda op: multi-column mat-vec (2..15 columns, MatMulId under the MMQ 
     CHECK(moe_case(reg, *gpu, DType::Q4_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed), seed, 1e-4, tu));  // down
     ++seed;
   }
-  // Q6_K on the tensor cores (GpuTuning::mcol_tensor_cores_q6k, opt-in): odd rows (630-byte rows
-  // of K 768: 2-byte aligned words), the down and v shapes.
-  GpuTuning q6 = tn;
-  q6.mcol_tensor_cores_q6k = true;
-  for (int64_t N : {2, 4, 8, 15}) CHECK(dense_case(reg, *gpu, DType::Q6_K, 768, 77, N, seed++, 1e-4, q6));
-  CHECK(dense_case(reg, *gpu, DType::Q6_K, 2048, 512, 4, seed++, 1e-4, q6));
-  CHECK(moe_case(reg, *gpu, DType::Q6_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed), seed, 1e-4, q6));
-  ++seed;
+  // Q6_K on the tensor cores (GpuTuning::mcol_tensor_cores_q6k, default on) and on the dp4a
+  // kernel: odd rows (630-byte rows of K 768: 2-byte aligned words), the down and v shapes.
+  GpuTuning q6_dp4a = tn;
+  q6_dp4a.mcol_tensor_cores_q6k = false;
+  for (const GpuTuning &tu : {tn, q6_dp4a}) {
+    INFO("Q6_K, tensor cores " << tu.mcol_tensor_cores_q6k);
+    for (int64_t N : {2, 4, 8, 15}) CHECK(dense_case(reg, *gpu, DType::Q6_K, 768, 77, N, seed++, 1e-4, tu));
+    CHECK(dense_case(reg, *gpu, DType::Q6_K, 2048, 512, 4, seed++, 1e-4, tu));
+    CHECK(moe_case(reg, *gpu, DType::Q6_K, 768, 2048, 128, 8, 4, 8, random_ids(4, 128, 8, seed), seed, 1e-4, tu));
+    ++seed;
+  }
   // Repeated ids in a token's slots (no router writes them, but they are valid input): at
   // T <= 4 the 4-column kernel then meets a tile of 7 entries of expert 5 and runs it in passes.
   for (DType t : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::MXFP4}) {
@@ -529,8 +522,10 @@ TEST_CASE("cuda plan: few-column products take the multi-column mat-vec unless t
   CHECK(dense(DType::F32, 2048, 128, 16, false) == "sgemm");
   CHECK(moe(DType::Q4_K, 256, 64, 8, 4, false) == "mcol");  // 32 entries
   CHECK(moe(DType::Q4_K, 256, 64, 8, 7, false) == "mcol");  // 56
-  CHECK(moe(DType::Q6_K, 256, 64, 8, 8, false) == "mmq");   // 64: the GEMM's threshold
-  // Q4_K on the few-column tensor-core kernel up to 8 entries per expert (16 experts: 128).
+  CHECK(moe(DType::Q5_K, 256, 64, 8, 8, false) == "mmq");   // 64: the GEMM's threshold
+  // Q4_K and Q6_K on the few-column tensor-core kernel up to 8 entries per expert (16 experts: 128).
+  CHECK(moe(DType::Q6_K, 256, 64, 8, 15, false) == "mcol");  // 120
+  CHECK(moe(DType::Q6_K, 256, 64, 8, 16, false) == "mmq");   // 128
   CHECK(moe(DType::Q4_K, 256, 64, 8, 8, false) == "mcol");
   CHECK(moe(DType::Q4_K, 256, 64, 8, 15, false) == "mcol");  // 120
   CHECK(moe(DType::Q4_K, 256, 64, 8, 16, false) == "mmq");   // 128

@@ -45,8 +45,9 @@ GpuTuning all_off() {
   t.lean_groups = false;
   t.lean_rows = false;
   t.mcol_tensor_cores = false;
-  t.mcol_tensor_cores_q6k = true;
+  t.mcol_tensor_cores_q6k = false;
   t.mcol_max_entries = 100;
+  t.mcol_swiglu = false;
   t.decode_max_ranges = 4;
   t.decode_min_chunk = 16;
   t.prefill_attn_blocks = 8;
@@ -178,8 +179,9 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.lean_groups);
   CHECK(t.lean_rows);
   CHECK(t.mcol_tensor_cores);
-  CHECK(!t.mcol_tensor_cores_q6k);  // opt-in until measured
+  CHECK(t.mcol_tensor_cores_q6k);
   CHECK(t.mcol_max_entries == 0);  // 8 per expert
+  CHECK(t.mcol_swiglu);
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured

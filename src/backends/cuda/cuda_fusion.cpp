@@ -75,7 +75,9 @@ public:
   void keep_live(int device, std::vector<int> &keep_until) const {
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
-      const bool moe = nd(i).op == Op::MatMulId && MOE_CUDA_FUSED_MATVEC && (match_gate_up_oai(i, grp) || match_down(i, grp));
+      // (A gate/up group of 2+ tokens may run as one few-column launch: cuda_mcol_swiglu.)
+      const bool moe = nd(i).op == Op::MatMulId && MOE_CUDA_FUSED_MATVEC &&
+                       (match_gate_up_oai(i, grp) || match_down(i, grp) || (match_gate_up(i, grp) && nd(i).ne[2] > 1));
       const bool heads = nd(i).op == Op::MatMulHeads && match_heads_concat(i, grp);
       const bool glue = nd(i).op == Op::Slice && match_sequence(i, grp) && grp.mla_glue;
       if (nd(i).device != device || !is_compute(nd(i)) || !(moe || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
@@ -194,8 +196,9 @@ private:
     return true;
   }
 
-  // MatMulId(up|gate, x, ids), MatMulId(gate|up, x, ids), SwiGLU(gate, up); or the same with
-  // two MatMul (dense or shared-expert FFN); one token. Or gpt-oss's (match_gate_up_oai).
+  // MatMulId(up|gate, x, ids), MatMulId(gate|up, x, ids), SwiGLU(gate, up) of up to
+  // kMaxGateUpTokens tokens; or the same with two MatMul (dense or shared-expert FFN) of one
+  // token. Or gpt-oss's (match_gate_up_oai).
   bool match_gate_up(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC) return false;
     if (nd(i).op == Op::MatMulId && match_gate_up_oai(i, grp)) return true;
@@ -206,7 +209,7 @@ private:
     const Node &a = nd(i), &b = nd(j), &sw = nd(s);
     const bool moe = a.op == Op::MatMulId;
     if (a.src[1] != b.src[1] || (moe && a.src[2] != b.src[2]) || !same_shape(a, b)) return false;
-    if (moe ? a.ne[2] != 1 : a.ne[1] * a.ne[2] * a.ne[3] != 1) return false;
+    if (moe ? a.ne[2] < 1 || a.ne[2] > kMaxGateUpTokens : a.ne[1] * a.ne[2] * a.ne[3] != 1) return false;
     const bool ab = sw.src[0] == j && sw.src[1] == i, ba = sw.src[0] == i && sw.src[1] == j;
     if (!(ab || ba) || !private_to_group(i) || !private_to_group(j) || !f32_rows(sw)) return false;
     grp.kind = FusedKind::GateUpSwiGLU;

@@ -26,7 +26,7 @@ enum class FusedKind : uint8_t {
                  // [RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
                  // (side: kMaxRouterSideRows)
   MatMulAdd,     // MatMul + Add (T = 1)
-  GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T = 1), or gpt-oss's (MatMulId -> AddId bias) x2 + SwiGLUOai
+  GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T <= kMaxGateUpTokens; MatMul: T = 1), or gpt-oss's (MatMulId -> AddId bias) x2 + SwiGLUOai (T = 1)
   DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1)
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T = 1, quantized weights), or as many MatMul -> Add pairs
   Sequence,      // 2..kMaxFusedSequence small row ops run in order, a block per row of each independent part (MLA glue, router tails)
@@ -39,6 +39,10 @@ enum class FusedKind : uint8_t {
   HeadsConcat,   // MatMulHeads -> Concat(product, b): MLA's absorbed q written into the Concat's rows, b copied
                  // after them, in the product's launch (ops/matmul_heads.cu; few tokens, else unfused)
 };
+
+// A GateUpSwiGLU group of 2..kMaxGateUpTokens tokens runs as one launch where its products
+// take the few-column tensor-core kernel (cuda_mcol_swiglu), else its members in order.
+constexpr int64_t kMaxGateUpTokens = 256;
 
 struct FusedGroup {
   FusedKind kind = FusedKind::RowChains;

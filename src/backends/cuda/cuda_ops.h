@@ -106,6 +106,15 @@ bool cuda_delta_net_supported(const Graph &g, const Node &n);
 bool cuda_delta_net_chunked(const CudaOpCtx &c, float *base);
 bool cuda_grouped_top_k_supported(const Node &n);
 size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
+// A SwiGLU of two MatMulId (gate, up) of one activation and one set of ids at 2+ tokens whose
+// products take the few-column tensor-core kernel: its GateUpSwiGLU group runs as one launch of
+// that kernel (cuda_mcol_swiglu) with the SwiGLU node's scratch, sized as the gate product's
+// (cuda_swiglu_work_size; planned after the SwiGLU's output, while the group keeps x and the ids
+// live: cuda_fusion_keep_live). cuda_mcol_swiglu: false (nothing launched) where it does not
+// apply (c.n must be the SwiGLU).
+bool cuda_mcol_swiglu_applies(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths);
+size_t cuda_swiglu_work_size(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths);
+bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, const Node &sw);
 // The kernel family cuda_op_matmul runs n on (the choice cuda_matmul_work_size sizes for):
 // "f16_halfsum", "matvec" (one column), "mcol" (multi-column mat-vec), "ref", "ref_f32",
 // "blas" (cuBLAS where the executor has a handle, else the int8 MMQ), "mmq", "mma", "sgemm",

@@ -540,7 +540,8 @@ bool tensor_core_type(DType t) { return cuda_mma_type_supported(t) || cuda_mmq_t
 // MatMulId over E experts: routed entries from which the tensor-core GEMM takes over from the
 // few-column kernel (GpuTuning::mcol_max_entries where that kernel runs on the tensor cores too).
 static int64_t mcol_entries(DType t, int64_t E, const GpuTuning &tuning, const CudaPaths &paths) {
-  if (t != DType::Q4_K || !tuning.mcol_tensor_cores || !paths.tensor_cores) return kMmaMinEntries;
+  const bool tc = (t == DType::Q4_K && tuning.mcol_tensor_cores) || (t == DType::Q6_K && tuning.mcol_tensor_cores_q6k);
+  if (!tc || !paths.tensor_cores) return kMmaMinEntries;
   return std::max<int64_t>(kMmaMinEntries, tuning.mcol_max_entries > 0 ? tuning.mcol_max_entries : kMcolCols * E);
 }
 
@@ -738,6 +739,12 @@ static RouteTables launch_route_tables(const CudaOpCtx &c, const MatmulShape &s,
   return rt;
 }
 
+// The kMcolTc* mask of the tuning on this device.
+static unsigned mcol_tc_mask(const GpuTuning &tuning, const CudaPaths &paths) {
+  if (!paths.tensor_cores) return 0u;
+  return (tuning.mcol_tensor_cores ? kMcolTcQ4K : 0u) | (tuning.mcol_tensor_cores_q6k ? kMcolTcQ6K : 0u);
+}
+
 // The multi-column mat-vec (s.mcol): quantized activations rounded to int8 first (the
 // one-token kernels' values), MatMulId routed, then one launch over the column / route tiles.
 static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
@@ -756,7 +763,7 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
     launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
                      reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
   }
-  const unsigned tc = !c.paths.tensor_cores ? 0u : (c.tuning.mcol_tensor_cores ? kMcolTcQ4K : 0u) | (c.tuning.mcol_tensor_cores_q6k ? kMcolTcQ6K : 0u);
+  const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
   if (c.n.op == Op::MatMul) {
     a.ncols = static_cast<int>(s.rows);
     launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);
@@ -767,6 +774,53 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
   a.tiles = rt.tiles;
   a.entries = rt.entries;
   launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)), tc);
+}
+
+bool cuda_mcol_swiglu_applies(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths) {
+  if (!tuning.fusion || !tuning.mcol_swiglu || sw.op != Op::SwiGLU || sw.src[0] < 0 || sw.src[1] < 0) return false;
+  const Node &gate = g.node(sw.src[0]), &up = g.node(sw.src[1]);
+  if (gate.op != Op::MatMulId || up.op != Op::MatMulId || gate.src[1] != up.src[1] || gate.src[2] != up.src[2]) return false;
+  const Node &wg = g.node(gate.src[0]), &wu = g.node(up.src[0]);
+  if (wg.type != wu.type || wg.nb[1] != wu.nb[1] || wg.nb[2] != wu.nb[2]) return false;
+  for (int d = 0; d < 4; ++d)
+    if (wg.ne[d] != wu.ne[d] || gate.ne[d] != sw.ne[d] || up.ne[d] != sw.ne[d]) return false;
+  const unsigned tc = mcol_tc_mask(tuning, paths);
+  const bool tc_type = (wg.type == DType::Q4_K && (tc & kMcolTcQ4K)) || (wg.type == DType::Q6_K && (tc & kMcolTcQ6K));
+  if (!tc_type || sw.type != DType::F32 || !sw.is_contiguous()) return false;
+  const MatmulShape s = shape_of(g, gate, tuning, paths);
+  return s.mcol && s.T >= 2;
+}
+
+size_t cuda_swiglu_work_size(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths) {
+  return cuda_mcol_swiglu_applies(g, sw, tuning, paths) ? cuda_matmul_work_size(g, g.node(sw.src[0]), tuning, paths) : 0;
+}
+
+bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, const Node &sw) {
+  if (&c.n != &sw || !cuda_mcol_swiglu_applies(c.g, sw, c.tuning, c.paths)) return false;
+  const MatmulShape s = shape_of(c.g, gate, c.tuning, c.paths);
+  if (!c.n.work || c.n.work_size < cuda_matmul_work_size(c.g, gate, c.tuning, c.paths)) return false;
+  const Node &w = c.g.node(gate.src[0]), &x = c.g.node(gate.src[1]);
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  McolArgs a{};
+  a.w = static_cast<const uint8_t *>(w.data);
+  a.w2 = static_cast<const uint8_t *>(c.g.node(up.src[0]).data);
+  a.rb = static_cast<int64_t>(w.nb[1]);
+  a.eb = static_cast<int64_t>(w.nb[2]);
+  a.K = static_cast<int>(s.K);
+  a.M = static_cast<int>(s.M);
+  a.x = tview(x);
+  a.y = static_cast<float *>(sw.data);
+  const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
+  if (!cuda_mcol_swiglu_takes(w.type, a, tc)) return false;  // before anything launched: the members run
+  if (s.M == 0 || s.rows == 0) return true;
+  a.xq = reinterpret_cast<const int8_t *>(work);
+  a.xs = reinterpret_cast<const float2 *>(work + mmq_ints_bytes(s));
+  launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
+                   reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
+  const RouteTables rt = launch_route_tables(c.with_node(gate), s, work);
+  a.tiles = rt.tiles;
+  a.entries = rt.entries;
+  return launch_mcol_swiglu(w.type, c.stream, a, s.max_tiles, c.n_sm, tc);
 }
 
 void cuda_op_matmul(const CudaOpCtx &c) {

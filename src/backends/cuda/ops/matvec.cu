@@ -1312,6 +1312,7 @@ void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) 
 
 void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &gate, const Node &swiglu) {
   if (cuda_extra_fused_gate_up(c, gate, up, swiglu)) return;
+  if (cuda_mcol_swiglu(c, gate, up, swiglu)) return;  // 2+ tokens on the few-column tensor-core kernel
   const Node &wg = c.g.node(gate.src[0]), &wu = c.g.node(up.src[0]);
   const bool same = gate.op == up.op && wg.type == wu.type && wg.ne[0] == wu.ne[0] && wg.ne[1] == wu.ne[1] && wg.ne[2] == wu.ne[2] &&
                     gate.src[1] == up.src[1] && (gate.op == Op::MatMul || gate.src[2] == up.src[2]);

@@ -30,6 +30,7 @@
 #include "backends/cuda/ops/mma_common.cuh"
 #include "backends/cuda/ops/pdl.cuh"
 #include "backends/cuda/ops/quant.cuh"
+#include "backends/cuda/ops/ref_math.cuh"
 
 #include <algorithm>
 
@@ -368,12 +369,17 @@ struct Q6kMma {
   }
 };
 
-template <class B, int S>
-__global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_kernel(McolArgs a) {
+// P (pair): gate and up of a SwiGLU (a.w, a.w2: same shape and strides) in one launch, each
+// tile's gate and up rows in warps of one block (twice the warps), whose sums meet in shared
+// memory; the gate warp of K part 0 writes silu(gate) * up (ref_swiglu: the SwiGLU launch's
+// bits). Each matrix's sums are those of its own launch (same S, same order).
+template <class B, int S, bool P>
+__global__ void __launch_bounds__(kMmWarps * 32 * (P ? 2 : 1), P ? 2 : 4) mcol_mma_kernel(McolArgs a) {
 #if MOE_CUDA_TENSOR_CORE_CODE
-  __shared__ float s_part[kMmWarps][4][32];  // K parts' sums (S > 1)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, part = warp % S;
-  const int row0 = (static_cast<int>(blockIdx.x) * (kMmWarps / S) + warp / S) * 16;
+  constexpr int NM = P ? 2 : 1;  // matrices per block
+  __shared__ float s_part[S > 1 || P ? kMmWarps * NM : 1][4][32];  // K parts' (and up's) sums
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, part = warp % S, mat = (warp / S) % NM;
+  const int row0 = (static_cast<int>(blockIdx.x) * (kMmWarps / S) + warp / (S * NM)) * 16;
   const bool dense = a.tiles == nullptr;
   if (!dense) pdl_enter();
   const McTile t = tile_of(a);
@@ -383,7 +389,7 @@ __global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_kernel(McolArgs a) 
   }
   constexpr int BS = B::kBytes;
   const int nblk = a.K / 256, per = (nblk + S - 1) / S, b0 = min(nblk, part * per), b1 = min(nblk, b0 + per);
-  const uint8_t *wb = a.w + static_cast<int64_t>(t.expert) * a.eb;
+  const uint8_t *wb = (mat ? a.w2 : a.w) + static_cast<int64_t>(t.expert) * a.eb;
   // Rows past M load the last row (valid bytes) and write nothing.
   const uint8_t *w0 = wb + static_cast<int64_t>(min(row0 + g, a.M - 1)) * a.rb + static_cast<int64_t>(b0) * BS;
   const uint8_t *w1 = wb + static_cast<int64_t>(min(row0 + g + 8, a.M - 1)) * a.rb + static_cast<int64_t>(b0) * BS;
@@ -413,19 +419,28 @@ __global__ void __launch_bounds__(kMmWarps * 32, 4) mcol_mma_kernel(McolArgs a) 
     c0 = n0;
     c1 = n1;
   }
-  if constexpr (S > 1) {
+  float up[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (S > 1 || P) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) s_part[warp][i][lane] = acc[i];
     __syncthreads();
-    if (part != 0) return;
+    if (part != 0 || mat != 0) return;
     for (int p = 1; p < S; ++p)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[i] += s_part[warp + p][i][lane];
+    if constexpr (P) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) up[i] = s_part[warp + S][i][lane];
+      for (int p = 1; p < S; ++p)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) up[i] += s_part[warp + S + p][i][lane];
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int col = 2 * q + (i & 1), row = row0 + g + (i >= 2 ? 8 : 0);
-    if (col < t.cnt && row < a.M) a.y[static_cast<int64_t>(y_row_of(a, t, col)) * a.M + row] = acc[i];
+    if (col < t.cnt && row < a.M)
+      a.y[static_cast<int64_t>(y_row_of(a, t, col)) * a.M + row] = P ? ref_swiglu(acc[i], up[i], row, a.M) : acc[i];
   }
 #endif
 }
@@ -536,15 +551,15 @@ bool aligned16(const void *p, int64_t stride) { return ((reinterpret_cast<uintpt
 
 // The tensor-core kernel of block policy B: K parts per 16-row tile, doubled (up to 4, at most
 // one part per 256-block) while the grid holds fewer than 16 warps per multiprocessor.
-template <class B> void launch_mcol_mma(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
+template <class B, bool P = false> void launch_mcol_mma(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
   const int64_t units = (a.M + 15) / 16;
   const int nblk = a.K / 256;
   int S = 1;
   while (S < kMmWarps && 2 * S <= nblk && units * n_tiles * S < 16 * static_cast<int64_t>(n_sm)) S *= 2;
-  const dim3 grid(blocks_of(units, kMmWarps / S), static_cast<unsigned>(n_tiles)), block(kMmWarps * 32);
-  if (S == 1) launch_pdl(mcol_mma_kernel<B, 1>, grid, block, 0, s, a);
-  else if (S == 2) launch_pdl(mcol_mma_kernel<B, 2>, grid, block, 0, s, a);
-  else launch_pdl(mcol_mma_kernel<B, 4>, grid, block, 0, s, a);
+  const dim3 grid(blocks_of(units, kMmWarps / S), static_cast<unsigned>(n_tiles)), block(kMmWarps * 32 * (P ? 2 : 1));
+  if (S == 1) launch_pdl(mcol_mma_kernel<B, 1, P>, grid, block, 0, s, a);
+  else if (S == 2) launch_pdl(mcol_mma_kernel<B, 2, P>, grid, block, 0, s, a);
+  else launch_pdl(mcol_mma_kernel<B, 4, P>, grid, block, 0, s, a);
 }
 
 // Whether launch_mcol with this kMcolTc* mask takes the tensor-core kernel for these weights.
@@ -556,6 +571,20 @@ bool cuda_mcol_tensor_cores(DType t, const McolArgs &a, unsigned types) {
 }
 
 }  // namespace
+
+bool cuda_mcol_swiglu_takes(DType t, const McolArgs &a, unsigned tensor_cores) {
+  McolArgs up = a;
+  up.w = a.w2;
+  return a.w2 != nullptr && cuda_mcol_tensor_cores(t, a, tensor_cores) && cuda_mcol_tensor_cores(t, up, tensor_cores);
+}
+
+bool launch_mcol_swiglu(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores) {
+  if (!cuda_mcol_swiglu_takes(t, a, tensor_cores)) return false;
+  if (a.M == 0 || n_tiles == 0) return true;
+  if (t == DType::Q4_K) launch_mcol_mma<Q4kMma, true>(s, a, n_tiles, n_sm);
+  else launch_mcol_mma<Q6kMma, true>(s, a, n_tiles, n_sm);
+  return true;
+}
 
 bool cuda_mcol_type(DType t) {
   switch (t) {

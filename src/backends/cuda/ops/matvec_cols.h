@@ -37,6 +37,7 @@ struct McolArgs {
   int ncols;             // MatMul: activation columns (column c reads row c, writes row c)
   const int4 *tiles;     // MatMulId: route tiles (matmul_route.h) of <= kMcolCols entries; null for MatMul
   const int2 *entries;   // MatMulId: route entries (activation row, output row)
+  const uint8_t *w2;     // launch_mcol_swiglu: the up weights (a.w: gate; same shape and strides)
 };
 
 // Y = W X over n_tiles column tiles (MatMul: ceil(ncols / kMcolCols); MatMulId: the route's
@@ -49,5 +50,11 @@ struct McolArgs {
 constexpr unsigned kMcolTcQ4K = 1, kMcolTcQ6K = 2;
 void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, int max_cols = kMcolCols,
                  unsigned tensor_cores = 0);
+// y = SwiGLU(W X, W2 X) (silu of the gate product a.w times the up product a.w2, the SwiGLU
+// launch's bits) in one launch of the tensor-core kernel; each product's sums are launch_mcol's.
+// False (nothing launched) where that kernel does not take the weights (type, alignment:
+// cuda_mcol_swiglu_takes).
+bool cuda_mcol_swiglu_takes(DType t, const McolArgs &a, unsigned tensor_cores);
+bool launch_mcol_swiglu(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores);
 
 }  // namespace moe

@@ -1,0 +1,153 @@
+// MoE gate/up + SwiGLU of a few tokens (several sequences decoding together) in one launch of
+// the few-column tensor-core kernel (ops/matvec_cols.cu, launch_mcol_swiglu; cuda_mcol_swiglu in
+// ops/matmul.cu): the plan's GateUpSwiGLU group against the same graph unfused on CUDA (gate,
+// up and SwiGLU in their own launches: bit for bit, each product's sums are the unfused launch's
+// and the SwiGLU value is the SwiGLU kernel's) and against the CPU; and the planned scratch
+// (host code, no GPU needed). Without a CUDA build or device the GPU case WARNs and returns.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "support/device_graph.h"
+#include "support/fusion_runs.h"
+#include "support/graph_runner.h"
+#include "support/random_data.h"
+#ifdef MOEINFER_WITH_CUDA
+#include "backends/cuda/cuda_fusion.h"
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/cuda_paths.h"
+#endif
+
+using namespace moe;
+using moe_test::gpu_or_skip;
+using moe_test::in;
+using moe_test::Input;
+using moe_test::random_ids;
+using moe_test::randn;
+using moe_test::rel_err;
+using moe_test::run_on;
+using moe_test::WeightStore;
+
+namespace {
+
+// x [K, 1, T] through gate and up [K, M, E] (k of E experts per token), SwiGLU(gate, up); the
+// products built up first (qwen3moe's order) or gate first.
+struct GateUp {
+  const GgufTensorInfo *wg, *wu;
+  int64_t K, M, k, T;
+  bool up_first;
+  int x = -1, ids = -1, gate = -1, up = -1, sw = -1;  // node ids, set by graph()
+  Graph graph() {
+    Graph g;
+    x = g.input("x", DType::F32, {K, 1, T});
+    ids = g.input("ids", DType::I32, {k, T});
+    if (up_first) up = g.matmul_id(g.weight(wu), x, ids);
+    gate = g.matmul_id(g.weight(wg), x, ids);
+    if (!up_first) up = g.matmul_id(g.weight(wu), x, ids);
+    sw = g.swiglu(gate, up);
+    g.mark_output(sw, "y");
+    return g;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda fusion: MoE gate/up + SwiGLU at 2..15 tokens in one few-column launch equals unfused and the CPU",
+          "[ops][cuda][fusion][moe][mcol]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  GpuTuning tn;
+  tn.ref_order_max_tokens = 0;  // test graphs ask for the CPU's order; the decode graphs of a context do not
+  struct Shape {
+    int64_t K, M;
+  };
+  // K 768: 3 blocks (K parts over up to 2 warps); K 2048 (Qwen3's gate/up) and odd M (a tile's
+  // rows past M); 16 experts, 4 per token.
+  const Shape shapes[] = {{768, 77}, {2048, 300}};
+  const int64_t E = 16, k = 4;
+  uint32_t seed = 7100;
+  for (DType t : {DType::Q4_K, DType::Q6_K})
+    for (const Shape &sh : shapes)
+      for (int64_t T : {2, 3, 4, 8, 15}) {
+        WeightStore ws;
+        GateUp m{ws.add("gate", t, {sh.K, sh.M, E}, randn(static_cast<size_t>(sh.K * sh.M * E), seed, 0.3f)),
+                 ws.add("up", t, {sh.K, sh.M, E}, randn(static_cast<size_t>(sh.K * sh.M * E), seed + 1, 0.3f)),
+                 sh.K,
+                 sh.M,
+                 k,
+                 T,
+                 T % 2 == 1};
+        seed += 2;
+        INFO("type " << dtype_name(t) << " K " << sh.K << " M " << sh.M << " T " << T << (m.up_first ? " up first" : " gate first"));
+        std::vector<std::string> labels;
+        for (const FusedGroup &grp : moe_test::plan_on(*gpu, m.graph(), tn).groups) labels.push_back(grp.label);
+        CHECK(labels == std::vector<std::string>{"fused:matmul_id+matmul_id+swiglu"});
+        const std::vector<Input> ins = {in(m.x, randn(static_cast<size_t>(sh.K * T), seed++)), in(m.ids, random_ids(T, E, k, seed++))};
+        const auto rc = run_on(*reg.cpu(), m.graph(), ins, {m.sw});
+        const moe_test::FusedRun f = moe_test::run_gpu(*gpu, m.graph(), ins, {m.sw}, ExecEnv{}, true, tn);
+        const moe_test::FusedRun u = moe_test::run_gpu(*gpu, m.graph(), ins, {m.sw}, ExecEnv{}, false, tn);
+        // Fused: activation rounding, route tables, the pair launch; unfused: those three per
+        // product and the SwiGLU.
+        CHECK(f.launches + 4 == u.launches);
+        CHECK(f.out[0] == u.out[0]);  // bit for bit
+        const double e = rel_err(f.out[0], rc[0]);
+        INFO("relative error vs the CPU " << e);
+        CHECK(e < 1e-4);
+        // Off: the dp4a kernel takes the products (no pair kernel), the members run in order.
+        GpuTuning dp4a = tn;
+        dp4a.mcol_tensor_cores = dp4a.mcol_tensor_cores_q6k = false;
+        const moe_test::FusedRun d = moe_test::run_gpu(*gpu, m.graph(), ins, {m.sw}, ExecEnv{}, true, dp4a);
+        CHECK(d.launches == u.launches);
+        CHECK(rel_err(d.out[0], rc[0]) < 1e-4);
+      }
+#endif
+}
+
+#ifdef MOEINFER_WITH_CUDA
+// The SwiGLU node carries the pair launch's scratch (the gate product's: int8 activations,
+// scales, route tables) exactly where that launch applies: 2+ tokens, Q4_K / Q6_K on the
+// tensor-core kernel, under the GEMM's threshold, fusion on.
+TEST_CASE("cuda plan: a few-token gate/up + SwiGLU carries the fused launch's scratch", "[cuda][mcol][fusion]") {
+  const CudaPaths h200 = cuda_select_paths(90, 90, 232448);
+  WeightStore ws;
+  auto works = [&](DType t, int64_t T, const GpuTuning &tu, const CudaPaths &paths) {
+    const int64_t K = 256, M = 64, E = 16;
+    GateUp m{ws.add("g" + std::to_string(ws.infos.size()), t, {K, M, E}, randn(static_cast<size_t>(K * M * E), 1, 0.5f)),
+             ws.add("u" + std::to_string(ws.infos.size()), t, {K, M, E}, randn(static_cast<size_t>(K * M * E), 2, 0.5f)),
+             K,
+             M,
+             8,
+             T,
+             false};
+    Graph g = m.graph();
+    g.cpu_float_order = false;
+    return std::make_pair(cuda_work_size(g, m.sw, tu, paths), cuda_work_size(g, m.gate, tu, paths));
+  };
+  const GpuTuning tn;
+  for (DType t : {DType::Q4_K, DType::Q6_K})
+    for (int64_t T : {2, 4, 15}) {  // up to 120 entries: under 8 per expert
+      INFO("type " << dtype_name(t) << " T " << T);
+      const auto w = works(t, T, tn, h200);
+      CHECK(w.first > 0);
+      CHECK(w.first == w.second);
+    }
+  CHECK(works(DType::Q4_K, 1, tn, h200).first == 0);   // one token: the one-token group kernel
+  CHECK(works(DType::Q4_K, 16, tn, h200).first == 0);  // 128 entries: the GEMM
+  CHECK(works(DType::Q5_K, 4, tn, h200).first == 0);   // the dp4a few-column kernel: members in order
+  GpuTuning off = tn;
+  off.fusion = false;
+  CHECK(works(DType::Q4_K, 4, off, h200).first == 0);
+  off = tn;
+  off.mcol_swiglu = false;
+  CHECK(works(DType::Q4_K, 4, off, h200).first == 0);
+  off = tn;
+  off.mcol_tensor_cores = false;
+  CHECK(works(DType::Q4_K, 4, off, h200).first == 0);
+  CHECK(works(DType::Q6_K, 4, off, h200).first > 0);
+  CHECK(works(DType::Q4_K, 4, tn, cuda_select_paths(75, 75, 65536)).first == 0);  // no tensor-core code
+}
+#endif
