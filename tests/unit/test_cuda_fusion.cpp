@@ -159,10 +159,15 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
       const Model::Impl &m = model->impl();
       std::map<int, int> launches;
       auto by_layer = plan_by_layer(reg, m, 1, preset, &launches);
-      const auto prefill = plan_by_layer(reg, m, 8, preset);  // row chains and router at any T; the mat-vec groups only at one token
+      // Row chains and router at any T; the mat-vec groups only at one token, but the MoE gate/up
+      // + SwiGLU up to kMaxGateUpTokens (one few-column launch where its products take that
+      // kernel, cuda_mcol_swiglu; else its members in order).
+      const auto prefill = plan_by_layer(reg, m, 8, preset);
       if (std::string(preset) == "tiny") {
-        CHECK(prefill.at(1) == std::vector<std::string>{"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
-                                                         "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"});  // layer 0 (segment 1): the full qwen3moe pattern
+        std::vector<std::string> want8 = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
+                                          "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"};
+        if (cuda_fused_matvec_available()) want8.push_back("fused:matmul_id+matmul_id+swiglu");
+        CHECK(prefill.at(1) == want8);  // layer 0 (segment 1): the full qwen3moe pattern
         // One token: the router also takes its mat-vec and the ffn norm in front of it.
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                          "fused:rms_norm+mul+matmul+softmax+top_k+gather_cols+norm_sum"};
