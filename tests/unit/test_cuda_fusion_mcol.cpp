@@ -107,6 +107,59 @@ TEST_CASE("cuda fusion: MoE gate/up + SwiGLU at 2..15 tokens in one few-column l
 #endif
 }
 
+// q / k / v of a few columns (several sequences decoding) with one activation rounding
+// (cuda_mcol_matvecs, GpuTuning::mcol_shared_rounding): the MatVecs group against the same graph
+// unfused (bit for bit: the same rounding, the same few-column launches) and the CPU; Q4_K_M's
+// types (q, k Q4_K, v Q6_K: one activation format), odd rows, 2..15 columns.
+TEST_CASE("cuda fusion: q / k / v at 2..15 columns with one activation rounding equal unfused and the CPU", "[ops][cuda][fusion][mcol]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+#ifdef MOEINFER_WITH_CUDA
+  GpuTuning tn;
+  tn.ref_order_max_tokens = 0;
+  tn.mcol_shared_rounding = true;
+  const int64_t K = 2048;
+  const std::vector<std::pair<DType, int64_t>> ws_of = {{DType::Q4_K, 301}, {DType::Q4_K, 64}, {DType::Q6_K, 77}};
+  uint32_t seed = 7300;
+  WeightStore ws;
+  std::vector<const GgufTensorInfo *> w;
+  for (size_t i = 0; i < ws_of.size(); ++i)
+    w.push_back(ws.add("w" + std::to_string(i), ws_of[i].first, {K, ws_of[i].second},
+                       randn(static_cast<size_t>(K * ws_of[i].second), seed++, 0.5f)));
+  for (int64_t N : {2, 4, 8, 15}) {
+    INFO("columns " << N);
+    int x = -1;
+    std::vector<int> outs;
+    auto build = [&]() {
+      Graph g;
+      x = g.input("x", DType::F32, {K, N});
+      outs.clear();
+      for (size_t i = 0; i < w.size(); ++i) outs.push_back(g.matmul(g.weight(w[i]), x));
+      for (size_t i = 0; i < w.size(); ++i) g.mark_output(outs[i], "y" + std::to_string(i));
+      return g;
+    };
+    std::vector<std::string> labels;
+    for (const FusedGroup &grp : moe_test::plan_on(*gpu, build(), tn).groups) labels.push_back(grp.label);
+    CHECK(labels == std::vector<std::string>{"fused:matmul+matmul+matmul"});
+    const std::vector<Input> ins = {in(x, randn(static_cast<size_t>(K * N), seed++))};
+    const auto rc = run_on(*reg.cpu(), build(), ins, outs);
+    const GpuTuning own = moe_test::cpu_order_final_outputs(tn);
+    const moe_test::FusedRun f = moe_test::run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, own);
+    const moe_test::FusedRun u = moe_test::run_gpu(*gpu, build(), ins, outs, ExecEnv{}, false, own);
+    CHECK(f.launches + 2 == u.launches);  // two rounding launches fewer
+    for (size_t i = 0; i < outs.size(); ++i) {
+      INFO("output " << i);
+      CHECK(f.out[i] == u.out[i]);
+      CHECK(rel_err(f.out[i], rc[i]) < 1e-4);
+    }
+    GpuTuning off = own;
+    off.mcol_shared_rounding = false;
+    CHECK(moe_test::run_gpu(*gpu, build(), ins, outs, ExecEnv{}, true, off).launches == u.launches);
+  }
+#endif
+}
+
 #ifdef MOEINFER_WITH_CUDA
 // The SwiGLU node carries the pair launch's scratch (the gate product's: int8 activations,
 // scales, route tables) exactly where that launch applies: 2+ tokens, Q4_K / Q6_K on the

@@ -239,10 +239,13 @@ private:
     return true;
   }
 
-  // The MatVecs group key of a one-token MatMul with f32 activation and output (0: none).
-  int matvec_key(int i) const {
+  // The MatVecs group key of a one-token MatMul with f32 activation and output (0: none); with
+  // few_cols also of 2..kMaxMatVecsCols columns (one activation rounding for the group:
+  // cuda_mcol_matvecs).
+  int matvec_key(int i, bool few_cols = false) const {
     const Node &mm = nd(i);
-    if (mm.op != Op::MatMul || mm.ne[1] * mm.ne[2] * mm.ne[3] != 1 || !f32_rows(mm) || !f32_rows(nd(mm.src[1]))) return 0;
+    const int64_t cols = mm.ne[1] * mm.ne[2] * mm.ne[3];
+    if (mm.op != Op::MatMul || cols < 1 || cols > (few_cols ? kMaxMatVecsCols : 1) || !f32_rows(mm) || !f32_rows(nd(mm.src[1]))) return 0;
     return cuda_matvec_group_key(nd(mm.src[0]).type);
   }
 
@@ -250,12 +253,12 @@ private:
   // weight types of one group key: one launch writes every output. A MatMul that starts a
   // MatMul + Add or gate/up group is left to that group.
   bool match_matvecs(int i, FusedGroup &grp) const {
-    const int key = matvec_key(i);
+    const int key = matvec_key(i, true);
     if (!MOE_CUDA_FUSED_MATVEC || key == 0) return false;
     std::vector<int> members = {i};
     for (int j = next(i); j >= 0 && static_cast<int>(members.size()) < kMaxFusedMatVecs; j = next(j)) {
       FusedGroup other;
-      if (matvec_key(j) != key || nd(j).src[1] != nd(i).src[1] || !same_place(i, j) || match_gate_up(j, other) ||
+      if (matvec_key(j, true) != key || nd(j).src[1] != nd(i).src[1] || !same_place(i, j) || match_gate_up(j, other) ||
           match_matmul_add(j, other))
         break;
       members.push_back(j);

@@ -115,6 +115,14 @@ size_t cuda_matmul_work_size(const Graph &g, const Node &n, const GpuTuning &tun
 bool cuda_mcol_swiglu_applies(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths);
 size_t cuda_swiglu_work_size(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths);
 bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, const Node &sw);
+// A MatVecs group's MatMuls of one activation at 2..15 columns (a layer's q, k, v while a few
+// sequences decode) on the few-column kernel with one activation rounding, into the last
+// member's scratch (c.n: the group launches at its turn, when the other members' outputs and the
+// activation are live, so nothing lies under it; each MatMul's scratch is the same size). The
+// products are the unfused launches' bits. False (nothing launched) where it does not apply:
+// GpuTuning::mcol_shared_rounding off, a member off the few-column quantized path, another
+// activation format.
+bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
 // The kernel family cuda_op_matmul runs n on (the choice cuda_matmul_work_size sizes for):
 // "f16_halfsum", "matvec" (one column), "mcol" (multi-column mat-vec), "ref", "ref_f32",
 // "blas" (cuBLAS where the executor has a handle, else the int8 MMQ), "mmq", "mma", "sgemm",

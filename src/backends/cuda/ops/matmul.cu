@@ -823,6 +823,41 @@ bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, cons
   return launch_mcol_swiglu(w.type, c.stream, a, s.max_tiles, c.n_sm, tc);
 }
 
+bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
+  if (!c.tuning.mcol_shared_rounding || members.size() < 2 || &c.n != &c.g.node(members.back())) return false;
+  const Node &first = c.g.node(members.front());
+  const MatmulShape s0 = shape_of(c.g, first, c.tuning, c.paths);
+  const DType vdt = type_traits(c.g.node(first.src[0]).type).vec_dot_type;
+  for (int id : members) {
+    const Node &mm = c.g.node(id);
+    const MatmulShape s = shape_of(c.g, mm, c.tuning, c.paths);
+    if (mm.op != Op::MatMul || mm.src[1] != first.src[1] || !s.mcol || s.plain || s.K != s0.K || s.rows != s0.rows ||
+        type_traits(c.g.node(mm.src[0]).type).vec_dot_type != vdt || mm.type != DType::F32 || !mm.is_contiguous())
+      return false;
+  }
+  if (!c.n.work || c.n.work_size < act_scratch_bytes(s0)) return false;
+  if (s0.rows == 0) return true;
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  const Node &x = c.g.node(first.src[1]);
+  launch_act_round(c.stream, tview(x), s0.rows, s0.K, vdt, nullptr, work, true, reinterpret_cast<float2 *>(work + mmq_ints_bytes(s0)));
+  const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
+  for (int id : members) {
+    const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
+    McolArgs a{};
+    a.w = static_cast<const uint8_t *>(w.data);
+    a.rb = static_cast<int64_t>(w.nb[1]);
+    a.K = static_cast<int>(s0.K);
+    a.M = static_cast<int>(w.ne[1]);
+    a.x = tview(x);
+    a.y = static_cast<float *>(mm.data);
+    a.xq = reinterpret_cast<const int8_t *>(work);
+    a.xs = reinterpret_cast<const float2 *>(work + mmq_ints_bytes(s0));
+    a.ncols = static_cast<int>(s0.rows);
+    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);
+  }
+  return true;
+}
+
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const MatmulShape s = shape_of(c.g, c.n, c.tuning, c.paths);

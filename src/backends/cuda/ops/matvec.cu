@@ -1267,6 +1267,11 @@ int cuda_matvec_group_key(DType t) {
 void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   const Node &first = c.g.node(members.front());
   const int64_t K = c.g.node(first.src[0]).ne[0];
+  if (first.ne[1] * first.ne[2] * first.ne[3] > 1) {  // a few columns: one rounding, else the members in order
+    if (!cuda_mcol_matvecs(c, members))
+      for (int id : members) cuda_run_node(c.with_node(c.g.node(id)));
+    return;
+  }
   if (cuda_extra_fused_matvecs(c, members)) return;
   const DType V = act_type(c.g.node(first.src[0]).type);
   bool ok = true;
