@@ -745,24 +745,36 @@ static unsigned mcol_tc_mask(const GpuTuning &tuning, const CudaPaths &paths) {
   return (tuning.mcol_tensor_cores ? kMcolTcQ4K : 0u) | (tuning.mcol_tensor_cores_q6k ? kMcolTcQ6K : 0u);
 }
 
+// The few-column kernel's arguments for weights w (s.K long rows) against x into y; expert stride
+// where s has experts.
+static McolArgs mcol_args(const Node &w, const Node &x, float *y, const MatmulShape &s) {
+  McolArgs a{};
+  a.w = static_cast<const uint8_t *>(w.data);
+  a.rb = static_cast<int64_t>(w.nb[1]);
+  a.eb = s.E > 1 ? static_cast<int64_t>(w.nb[2]) : 0;
+  a.K = static_cast<int>(s.K);
+  a.M = static_cast<int>(w.ne[1]);
+  a.x = tview(x);
+  a.y = y;
+  return a;
+}
+
+// x's s.rows columns rounded to vdt's int8 form into work (integers, then the per-16 (scale,
+// sum) pairs at mmq_ints_bytes), and a pointed at them.
+static void round_acts(const CudaOpCtx &c, const Node &x, const MatmulShape &s, DType vdt, uint8_t *work, McolArgs &a) {
+  float2 *xs = reinterpret_cast<float2 *>(work + mmq_ints_bytes(s));
+  launch_act_round(c.stream, tview(x), s.rows, s.K, vdt, nullptr, work, true, xs);
+  a.xq = reinterpret_cast<const int8_t *>(work);
+  a.xs = xs;
+}
+
 // The multi-column mat-vec (s.mcol): quantized activations rounded to int8 first (the
 // one-token kernels' values), MatMulId routed, then one launch over the column / route tiles.
 static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
   const Node &w = c.src(0), &x = c.src(1);
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
-  McolArgs a{};
-  a.w = static_cast<const uint8_t *>(w.data);
-  a.rb = static_cast<int64_t>(w.nb[1]);
-  a.K = static_cast<int>(s.K);
-  a.M = static_cast<int>(s.M);
-  a.x = tview(x);
-  a.y = static_cast<float *>(c.n.data);
-  if (!s.plain) {
-    a.xq = reinterpret_cast<const int8_t *>(work);
-    a.xs = reinterpret_cast<const float2 *>(work + mmq_ints_bytes(s));
-    launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
-                     reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
-  }
+  McolArgs a = mcol_args(w, x, static_cast<float *>(c.n.data), s);
+  if (!s.plain) round_acts(c, x, s, type_traits(w.type).vec_dot_type, work, a);
   const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
   if (c.n.op == Op::MatMul) {
     a.ncols = static_cast<int>(s.rows);
@@ -770,13 +782,13 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
     return;
   }
   const RouteTables rt = launch_route_tables(c, s, work);
-  a.eb = static_cast<int64_t>(w.nb[2]);
   a.tiles = rt.tiles;
   a.entries = rt.entries;
   launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)), tc);
 }
 
-bool cuda_mcol_swiglu_applies(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths) {
+// cuda_mcol_swiglu_applies, with the gate product's shape.
+static bool mcol_swiglu_shape(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths, MatmulShape &s) {
   if (!tuning.fusion || !tuning.mcol_swiglu || sw.op != Op::SwiGLU || sw.src[0] < 0 || sw.src[1] < 0) return false;
   const Node &gate = g.node(sw.src[0]), &up = g.node(sw.src[1]);
   if (gate.op != Op::MatMulId || up.op != Op::MatMulId || gate.src[1] != up.src[1] || gate.src[2] != up.src[2]) return false;
@@ -787,8 +799,13 @@ bool cuda_mcol_swiglu_applies(const Graph &g, const Node &sw, const GpuTuning &t
   const unsigned tc = mcol_tc_mask(tuning, paths);
   const bool tc_type = (wg.type == DType::Q4_K && (tc & kMcolTcQ4K)) || (wg.type == DType::Q6_K && (tc & kMcolTcQ6K));
   if (!tc_type || sw.type != DType::F32 || !sw.is_contiguous()) return false;
-  const MatmulShape s = shape_of(g, gate, tuning, paths);
+  s = shape_of(g, gate, tuning, paths);
   return s.mcol && s.T >= 2;
+}
+
+bool cuda_mcol_swiglu_applies(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths) {
+  MatmulShape s;
+  return mcol_swiglu_shape(g, sw, tuning, paths, s);
 }
 
 size_t cuda_swiglu_work_size(const Graph &g, const Node &sw, const GpuTuning &tuning, const CudaPaths &paths) {
@@ -796,27 +813,17 @@ size_t cuda_swiglu_work_size(const Graph &g, const Node &sw, const GpuTuning &tu
 }
 
 bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, const Node &sw) {
-  if (&c.n != &sw || !cuda_mcol_swiglu_applies(c.g, sw, c.tuning, c.paths)) return false;
-  const MatmulShape s = shape_of(c.g, gate, c.tuning, c.paths);
+  MatmulShape s;
+  if (&c.n != &sw || !mcol_swiglu_shape(c.g, sw, c.tuning, c.paths, s)) return false;
   if (!c.n.work || c.n.work_size < cuda_matmul_work_size(c.g, gate, c.tuning, c.paths)) return false;
   const Node &w = c.g.node(gate.src[0]), &x = c.g.node(gate.src[1]);
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
-  McolArgs a{};
-  a.w = static_cast<const uint8_t *>(w.data);
+  McolArgs a = mcol_args(w, x, static_cast<float *>(sw.data), s);
   a.w2 = static_cast<const uint8_t *>(c.g.node(up.src[0]).data);
-  a.rb = static_cast<int64_t>(w.nb[1]);
-  a.eb = static_cast<int64_t>(w.nb[2]);
-  a.K = static_cast<int>(s.K);
-  a.M = static_cast<int>(s.M);
-  a.x = tview(x);
-  a.y = static_cast<float *>(sw.data);
   const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
   if (!cuda_mcol_swiglu_takes(w.type, a, tc)) return false;  // before anything launched: the members run
   if (s.M == 0 || s.rows == 0) return true;
-  a.xq = reinterpret_cast<const int8_t *>(work);
-  a.xs = reinterpret_cast<const float2 *>(work + mmq_ints_bytes(s));
-  launch_act_round(c.stream, tview(x), s.rows, s.K, type_traits(w.type).vec_dot_type, nullptr, work, true,
-                   reinterpret_cast<float2 *>(work + mmq_ints_bytes(s)));
+  round_acts(c, x, s, type_traits(w.type).vec_dot_type, work, a);
   const RouteTables rt = launch_route_tables(c.with_node(gate), s, work);
   a.tiles = rt.tiles;
   a.entries = rt.entries;
@@ -839,19 +846,14 @@ bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   if (s0.rows == 0) return true;
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   const Node &x = c.g.node(first.src[1]);
-  launch_act_round(c.stream, tview(x), s0.rows, s0.K, vdt, nullptr, work, true, reinterpret_cast<float2 *>(work + mmq_ints_bytes(s0)));
+  McolArgs acts{};
+  round_acts(c, x, s0, vdt, work, acts);  // once for every member
   const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
   for (int id : members) {
     const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
-    McolArgs a{};
-    a.w = static_cast<const uint8_t *>(w.data);
-    a.rb = static_cast<int64_t>(w.nb[1]);
-    a.K = static_cast<int>(s0.K);
-    a.M = static_cast<int>(w.ne[1]);
-    a.x = tview(x);
-    a.y = static_cast<float *>(mm.data);
-    a.xq = reinterpret_cast<const int8_t *>(work);
-    a.xs = reinterpret_cast<const float2 *>(work + mmq_ints_bytes(s0));
+    McolArgs a = mcol_args(w, x, static_cast<float *>(mm.data), s0);
+    a.xq = acts.xq;
+    a.xs = acts.xs;
     a.ncols = static_cast<int>(s0.rows);
     launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);
   }
