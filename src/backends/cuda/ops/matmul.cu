@@ -830,6 +830,78 @@ bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, cons
   return launch_mcol_swiglu(w.type, c.stream, a, s.max_tiles, c.n_sm, tc);
 }
 
+// The nodes of a down + combine [+ add] launch ending at `last` (the MoeCombine, or an Add of it
+// and a residual row set), with the down product's shape, where cuda_mcol_down_combine applies.
+struct DownCombineNodes {
+  const Node *down = nullptr, *combine = nullptr, *add = nullptr, *res = nullptr;
+};
+static bool f32_rows(const Node &n) { return n.type == DType::F32 && n.nb[0] == 4 && n.nb[1] % 4 == 0; }
+static bool mcol_combine_shape(const Graph &g, const Node &last, const GpuTuning &tuning, const CudaPaths &paths, MatmulShape &s,
+                               DownCombineNodes &d) {
+  if (!tuning.fusion || !tuning.mcol_combine) return false;
+  d = DownCombineNodes{};
+  if (last.op == Op::Add) {
+    if (last.src[0] < 0 || last.src[1] < 0) return false;
+    const bool first = g.node(last.src[0]).op == Op::MoeCombine;
+    d.combine = &g.node(last.src[first ? 0 : 1]);
+    d.res = &g.node(last.src[first ? 1 : 0]);
+    d.add = &last;
+    if (d.combine->op != Op::MoeCombine || d.res == d.combine || !f32_rows(*d.res) || !f32_rows(last)) return false;
+    for (int k = 0; k < 4; ++k)
+      if (d.res->ne[k] != last.ne[k] || d.combine->ne[k] != last.ne[k]) return false;
+  } else if (last.op == Op::MoeCombine) {
+    d.combine = &last;
+  } else {
+    return false;
+  }
+  const Node &cmb = *d.combine;
+  if (cmb.src[0] < 0 || cmb.src[1] < 0 || !f32_rows(cmb) || !f32_rows(g.node(cmb.src[1]))) return false;
+  d.down = &g.node(cmb.src[0]);
+  const Node &down = *d.down;
+  if (down.op != Op::MatMulId || down.type != DType::F32 || !down.is_contiguous() || cmb.ne[2] != 1 || cmb.ne[3] != 1) return false;
+  const DType wt = g.node(down.src[0]).type;
+  const unsigned tc = mcol_tc_mask(tuning, paths);
+  if (!((wt == DType::Q4_K && (tc & kMcolTcQ4K)) || (wt == DType::Q6_K && (tc & kMcolTcQ6K)))) return false;
+  s = shape_of(g, down, tuning, paths);
+  return s.mcol && s.T >= 2 && down.ne[1] == s.n_used && cmb.ne[0] == down.ne[0] && cmb.ne[1] == s.T;
+}
+
+size_t cuda_combine_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths) {
+  MatmulShape s;
+  DownCombineNodes d;
+  return mcol_combine_shape(g, n, tuning, paths, s, d) ? cuda_matmul_work_size(g, *d.down, tuning, paths) : 0;
+}
+
+bool cuda_mcol_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add) {
+  MatmulShape s;
+  DownCombineNodes d;
+  if (&c.n != (add ? add : &combine) || !mcol_combine_shape(c.g, c.n, c.tuning, c.paths, s, d)) return false;
+  if (d.down != &down || d.combine != &combine || !c.ub.sync) return false;
+  if (!c.n.work || c.n.work_size < cuda_matmul_work_size(c.g, down, c.tuning, c.paths)) return false;
+  const Node &w = c.g.node(down.src[0]), &x = c.g.node(down.src[1]), &cw = c.g.node(combine.src[1]);
+  McolArgs a = mcol_args(w, x, static_cast<float *>(down.data), s);
+  McolCombine &m = a.cmb;
+  m.w = static_cast<const float *>(cw.data);
+  m.w_ld = static_cast<int64_t>(cw.nb[1] / 4);
+  m.r = d.res ? static_cast<const float *>(d.res->data) : nullptr;
+  m.r_ld = d.res ? static_cast<int64_t>(d.res->nb[1] / 4) : 0;
+  m.out = static_cast<float *>(c.n.data);
+  m.out_ld = static_cast<int64_t>(c.n.nb[1] / 4);
+  m.k = s.n_used;
+  m.T = s.T;
+  m.sync = c.ub.sync;
+  m.sync_slots = kCudaSyncSlots;
+  const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
+  if (!cuda_mcol_combine_takes(w.type, a, s.max_tiles, c.n_sm, tc)) return false;  // before anything launched: the members run
+  if (s.M == 0 || s.rows == 0) return true;
+  uint8_t *work = static_cast<uint8_t *>(c.n.work);
+  round_acts(c, x, s, type_traits(w.type).vec_dot_type, work, a);
+  const RouteTables rt = launch_route_tables(c.with_node(down), s, work);
+  a.tiles = rt.tiles;
+  a.entries = rt.entries;
+  return launch_mcol_combine(w.type, c.stream, a, s.max_tiles, c.n_sm, tc);
+}
+
 bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   if (!c.tuning.mcol_shared_rounding || members.size() < 2 || &c.n != &c.g.node(members.back())) return false;
   const Node &first = c.g.node(members.front());
