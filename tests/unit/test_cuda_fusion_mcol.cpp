@@ -1,5 +1,3 @@
-// MoE down + combine [+ residual add] of a few tokens in one launch of the same kernel
-// (launch_mcol_combine, cuda_mcol_down_combine): against unfused bit for bit and the CPU.
 // MoE gate/up + SwiGLU of a few tokens (several sequences decoding together) in one launch of
 // the few-column tensor-core kernel (ops/matvec_cols.cu, launch_mcol_swiglu; cuda_mcol_swiglu in
 // ops/matmul.cu): the plan's GateUpSwiGLU group against the same graph unfused on CUDA (gate,
@@ -54,84 +52,7 @@ struct GateUp {
   }
 };
 
-// act [K, k, T] (the SwiGLU rows) through down [K, M, E] (k of E experts per token), MoeCombine
-// with weights cw [k, T], then (residual 1) Add(combine, r), (2) Add(r, combine), or (0) none.
-struct Down {
-  const GgufTensorInfo *w;
-  int64_t K, M, k, T;
-  int residual;
-  int x = -1, ids = -1, cw = -1, r = -1, down = -1, comb = -1, out = -1;  // node ids, set by graph()
-  Graph graph() {
-    Graph g;
-    x = g.input("act", DType::F32, {K, k, T});
-    ids = g.input("ids", DType::I32, {k, T});
-    cw = g.input("cw", DType::F32, {k, T});
-    if (residual) r = g.input("r", DType::F32, {M, T});  // inputs before the compute nodes (uploaded first)
-    down = g.matmul_id(g.weight(w), x, ids);
-    comb = g.moe_combine(down, cw);
-    out = residual == 0 ? comb : residual == 1 ? g.add(comb, r) : g.add(r, comb);
-    g.mark_output(out, "y");
-    return g;
-  }
-};
-
 }  // namespace
-
-TEST_CASE("cuda fusion: MoE down + combine + residual add at 2+ tokens in one few-column launch equals unfused and the CPU",
-          "[ops][cuda][fusion][moe][mcol]") {
-  BackendRegistry reg;
-  Backend *gpu = gpu_or_skip(reg);
-  if (!gpu) return;
-#ifdef MOEINFER_WITH_CUDA
-  GpuTuning tn;
-  tn.ref_order_max_tokens = 0;
-  struct Shape {
-    int64_t K, M, E, k;
-  };
-  // K 768 (Qwen3's down: 3 blocks, K parts over up to 2 warps) and 512; odd M (a row block past
-  // M); 8 of 64 experts (several row blocks' counters, idle route tiles) and 4 of 16.
-  const Shape shapes[] = {{768, 2048, 64, 8}, {512, 77, 16, 4}, {768, 300, 16, 4}};
-  uint32_t seed = 7500;
-  for (DType t : {DType::Q4_K, DType::Q6_K})
-    for (const Shape &sh : shapes)
-      for (int64_t T : {2, 3, 4, 8, 15, 24})
-        for (int residual : {0, 1, 2}) {
-          if (sh.k * T >= 8 * sh.E) continue;  // the GEMM's threshold
-          WeightStore ws;
-          Down m{ws.add("down", t, {sh.K, sh.M, sh.E}, randn(static_cast<size_t>(sh.K * sh.M * sh.E), seed++, 0.3f)), sh.K, sh.M, sh.k, T,
-                 residual};
-          INFO("type " << dtype_name(t) << " K " << sh.K << " M " << sh.M << " E " << sh.E << " k " << sh.k << " T " << T << " residual "
-                       << residual);
-          std::vector<std::string> labels;
-          for (const FusedGroup &grp : moe_test::plan_on(*gpu, m.graph(), tn).groups) labels.push_back(grp.label);
-          CHECK(labels == std::vector<std::string>{residual ? "fused:matmul_id+moe_combine+add" : "fused:matmul_id+moe_combine"});
-          std::vector<Input> ins = {in(m.x, randn(static_cast<size_t>(sh.K * sh.k * T), seed++)), in(m.ids, random_ids(T, sh.E, sh.k, seed++)),
-                                    in(m.cw, randn(static_cast<size_t>(sh.k * T), seed++, 0.5f))};
-          if (residual) ins.push_back(in(m.r, randn(static_cast<size_t>(sh.M * T), seed++)));
-          const auto rc = run_on(*reg.cpu(), m.graph(), ins, {m.out});
-          const moe_test::FusedRun f = moe_test::run_gpu(*gpu, m.graph(), ins, {m.out}, ExecEnv{}, true, tn);
-          const moe_test::FusedRun u = moe_test::run_gpu(*gpu, m.graph(), ins, {m.out}, ExecEnv{}, false, tn);
-          // Fused: activation rounding, route tables, the product with its combine; unfused: those
-          // three, the combine and the add.
-          CHECK(f.launches + (residual ? 2 : 1) == u.launches);
-          CHECK(f.out[0] == u.out[0]);  // bit for bit
-          const double e = rel_err(f.out[0], rc[0]);
-          INFO("relative error vs the CPU " << e);
-          CHECK(e < 1e-4);
-          // Off (the switch, or the dp4a kernel taking the product): the members in order.
-          GpuTuning off = tn;
-          off.mcol_combine = false;
-          const moe_test::FusedRun o = moe_test::run_gpu(*gpu, m.graph(), ins, {m.out}, ExecEnv{}, true, off);
-          CHECK(o.launches == u.launches);
-          CHECK(o.out[0] == u.out[0]);
-          GpuTuning dp4a = tn;
-          dp4a.mcol_tensor_cores = dp4a.mcol_tensor_cores_q6k = false;
-          const moe_test::FusedRun d = moe_test::run_gpu(*gpu, m.graph(), ins, {m.out}, ExecEnv{}, true, dp4a);
-          CHECK(d.launches == u.launches);
-          CHECK(rel_err(d.out[0], rc[0]) < 1e-4);
-        }
-#endif
-}
 
 TEST_CASE("cuda fusion: MoE gate/up + SwiGLU at 2..15 tokens in one few-column launch equals unfused and the CPU",
           "[ops][cuda][fusion][moe][mcol]") {
@@ -281,48 +202,5 @@ TEST_CASE("cuda plan: a few-token gate/up + SwiGLU carries the fused launch's sc
   CHECK(works(DType::Q4_K, 4, off, h200).first == 0);
   CHECK(works(DType::Q6_K, 4, off, h200).first > 0);
   CHECK(works(DType::Q4_K, 4, tn, cuda_select_paths(75, 75, 65536)).first == 0);  // no tensor-core code
-}
-#endif
-
-#ifdef MOEINFER_WITH_CUDA
-// The combine (or the add after it) carries the few-token down launch's scratch (the down
-// product's) exactly where that launch applies; the planner keeps the product live until then.
-TEST_CASE("cuda plan: a few-token down + combine + add carries the fused launch's scratch", "[cuda][mcol][fusion]") {
-  const CudaPaths h200 = cuda_select_paths(90, 90, 232448);
-  WeightStore ws;
-  auto works = [&](DType t, int64_t T, int residual, const GpuTuning &tu, const CudaPaths &paths) {
-    const int64_t K = 256, M = 64, E = 16;
-    Down m{ws.add("d" + std::to_string(ws.infos.size()), t, {K, M, E}, randn(static_cast<size_t>(K * M * E), 3, 0.5f)), K, M, 8, T, residual};
-    Graph g = m.graph();
-    g.cpu_float_order = false;
-    return std::make_pair(cuda_work_size(g, m.out, tu, paths), cuda_work_size(g, m.down, tu, paths));
-  };
-  const GpuTuning tn;
-  for (DType t : {DType::Q4_K, DType::Q6_K})
-    for (int64_t T : {2, 4, 15})
-      for (int residual : {0, 1, 2}) {
-        INFO("type " << dtype_name(t) << " T " << T << " residual " << residual);
-        const auto w = works(t, T, residual, tn, h200);
-        CHECK(w.first > 0);
-        CHECK(w.first == w.second);
-      }
-  CHECK(works(DType::Q4_K, 1, 1, tn, h200).first == 0);   // one token: the one-token group kernel
-  CHECK(works(DType::Q4_K, 16, 1, tn, h200).first == 0);  // 128 entries: the GEMM
-  CHECK(works(DType::Q5_K, 4, 1, tn, h200).first == 0);   // the dp4a few-column kernel: members in order
-  GpuTuning off = tn;
-  off.fusion = false;
-  CHECK(works(DType::Q4_K, 4, 1, off, h200).first == 0);
-  off = tn;
-  off.mcol_combine = false;
-  CHECK(works(DType::Q4_K, 4, 1, off, h200).first == 0);
-  CHECK(works(DType::Q4_K, 4, 1, tn, cuda_select_paths(75, 75, 65536)).first == 0);  // no tensor-core code
-
-  // The plan keeps the product live until the add: no other node's bytes over it in between.
-  Down m{ws.add("dl", DType::Q4_K, {256, 64, 16}, randn(static_cast<size_t>(256 * 64 * 16), 4, 0.5f)), 256, 64, 8, 4, 1};
-  std::vector<int> keep;
-  const Graph g = m.graph();
-  cuda_fusion_keep_live(g, g.node(m.down).device, keep);
-  CHECK(keep[static_cast<size_t>(m.down)] == m.out);
-  CHECK(keep[static_cast<size_t>(m.x)] == m.out);
 }
 #endif

@@ -49,7 +49,6 @@ GpuTuning all_off() {
   t.mcol_max_entries = 100;
   t.mcol_swiglu = false;
   t.mcol_shared_rounding = false;
-  t.mcol_combine = false;
   t.decode_max_ranges = 4;
   t.decode_min_chunk = 16;
   t.prefill_attn_blocks = 8;
@@ -185,7 +184,6 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.mcol_max_entries == 0);  // 8 per expert
   CHECK(t.mcol_swiglu);
   CHECK(t.mcol_shared_rounding);
-  CHECK(t.mcol_combine);
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured

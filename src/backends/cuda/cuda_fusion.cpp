@@ -68,8 +68,7 @@ public:
   // v / gates outputs, which the planner would otherwise put over them (they die inside).
   // The same for a DownCombine group (its combine output would otherwise take the bytes of the
   // expert ids or the activations, dead after the unfused down: safe() then refuses the group,
-  // seen in most layers of the tiny hybrids, whose combine is not followed by an Add; at 2+
-  // tokens its product too, which the last blocks read back), and for a
+  // seen in most layers of the tiny hybrids, whose combine is not followed by an Add), and for a
   // DeltaNorm group, its DeltaNet output too (the scratch its last blocks normalise). And for
   // gpt-oss's gate/up group (its SwiGLU-OAI output would otherwise take the activations' bytes,
   // dead after the unfused gate product).
@@ -83,9 +82,7 @@ public:
       const bool glue = nd(i).op == Op::Slice && match_sequence(i, grp) && grp.mla_glue;
       if (nd(i).device != device || !is_compute(nd(i)) || !(moe || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
         continue;
-      // (DeltaNorm: the DeltaNet output; a few-token DownCombine: the down product, read back by its last blocks.)
-      if (grp.kind == FusedKind::DeltaNorm || (grp.kind == FusedKind::DownCombine && nd(i).ne[2] > 1))
-        keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
+      if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
         for (int s : nd(m).src)
           if (s >= 0 && std::find(grp.members.begin(), grp.members.end(), s) == grp.members.end())
@@ -222,15 +219,13 @@ private:
   }
 
   // MatMulId(down, act, ids) [, AddId(down, bias, ids): gpt-oss], MoeCombine(down, weights)
-  // [, Add(combine, r) / Add(r, combine)]; one token, or 2..kMaxGateUpTokens without a bias
-  // (cuda_mcol_down_combine: the product is then written too, the last blocks read it back).
+  // [, Add(combine, r) / Add(r, combine)]; one token.
   bool match_down(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC || !fusable_weight(i)) return false;
     const int b = bias_after(i), p = b >= 0 ? b : i;  // the combine's product: the bias sum or the MatMulId
     const int c = next(p);
     if (c < 0 || nd(c).op != Op::MoeCombine || nd(c).src[0] != p || !same_place(i, c) || !private_to_group(p)) return false;
-    const int64_t T = nd(i).ne[2];
-    if (T < 1 || T > (b >= 0 ? 1 : kMaxGateUpTokens) || !f32_rows(nd(c))) return false;
+    if (nd(i).ne[2] != 1 || !f32_rows(nd(c))) return false;
     grp.kind = FusedKind::DownCombine;
     grp.members = {i};
     if (b >= 0) grp.members.push_back(b);
@@ -241,7 +236,6 @@ private:
       if (f32_rows(nd(a)) && f32_rows(r) && same_shape(r, nd(a)) && same_shape(nd(c), nd(a))) grp.members.push_back(a);
     }
     grp.written = {grp.members.back()};
-    if (T > 1) grp.written.insert(grp.written.begin(), i);
     return true;
   }
 

@@ -27,7 +27,7 @@ enum class FusedKind : uint8_t {
                  // (side: kMaxRouterSideRows)
   MatMulAdd,     // MatMul + Add (T = 1)
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T <= kMaxGateUpTokens; MatMul: T = 1), or gpt-oss's (MatMulId -> AddId bias) x2 + SwiGLUOai (T = 1)
-  DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1), or without a bias T <= kMaxGateUpTokens
+  DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1)
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T <= kMaxMatVecsCols, quantized weights), or as many MatMul -> Add pairs (T = 1)
   Sequence,      // 2..kMaxFusedSequence small row ops run in order, a block per row of each independent part (MLA glue, router tails)
   DeltaIn,       // gated DeltaNet input: gate chain + SsmConv + q/k/v slices + q/k L2Norms (ops/delta_net_fused.cu)
@@ -41,8 +41,7 @@ enum class FusedKind : uint8_t {
 };
 
 // A GateUpSwiGLU group of 2..kMaxGateUpTokens tokens runs as one launch where its products
-// take the few-column tensor-core kernel (cuda_mcol_swiglu), else its members in order; so does
-// a DownCombine group (cuda_mcol_down_combine).
+// take the few-column tensor-core kernel (cuda_mcol_swiglu), else its members in order.
 constexpr int64_t kMaxGateUpTokens = 256;
 // A MatVecs group of 2..kMaxMatVecsCols columns rounds its activation once for every member's
 // few-column launch (cuda_mcol_matvecs, GpuTuning::mcol_shared_rounding), else its members run

@@ -123,15 +123,6 @@ bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, cons
 // GpuTuning::mcol_shared_rounding off, a member off the few-column quantized path, another
 // activation format.
 bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
-// A MatMulId at 2+ tokens on the few-column tensor-core kernel (Q4_K / Q6_K) with its MoeCombine
-// [+ Add of a residual]: the DownCombine group runs as one launch of that kernel whose last
-// block per row block combines (cuda_mcol_down_combine; the unfused launches' bits), with the
-// scratch of the group's last node (the combine or the add), sized as the down product's
-// (cuda_combine_work_size; the planner keeps the product, its inputs and the ids live until
-// that node: cuda_fusion_keep_live). False (nothing launched) where it does not apply
-// (GpuTuning::mcol_combine off, no counters, c.n not the group's last node).
-size_t cuda_combine_work_size(const Graph &g, const Node &n, const GpuTuning &tuning, const CudaPaths &paths);
-bool cuda_mcol_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add);
 // The kernel family cuda_op_matmul runs n on (the choice cuda_matmul_work_size sizes for):
 // "f16_halfsum", "matvec" (one column), "mcol" (multi-column mat-vec), "ref", "ref_f32",
 // "blas" (cuBLAS where the executor has a handle, else the int8 MMQ), "mmq", "mma", "sgemm",

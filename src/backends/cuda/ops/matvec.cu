@@ -1340,10 +1340,6 @@ void cuda_fused_gate_up_swiglu(const CudaOpCtx &c, const Node &up, const Node &g
 }
 
 void cuda_fused_down_combine(const CudaOpCtx &c, const Node &down, const Node &combine, const Node *add, bool ids_settled) {
-  if (down.ne[2] > 1) {  // 2+ tokens (the plan's few-token group): one few-column launch, else the members in order
-    if (cuda_mcol_down_combine(c, down, combine, add)) return;
-    return run_members(c, {&down, &combine, add});
-  }
   if (cuda_extra_fused_down(c, down, combine, add)) return;  // (its ids: always after its wait)
   down_combine(c, down, nullptr, combine, add, ids_settled);
 }

@@ -25,7 +25,6 @@
 #include "backends/cuda/ops/matvec_cols.h"
 
 #include "backends/cuda/ops/arch_guard.cuh"
-#include "backends/cuda/ops/last_block.cuh"
 #include "backends/cuda/ops/matvec_common.cuh"
 #include "backends/cuda/ops/matvec_units.cuh"
 #include "backends/cuda/ops/mma_common.cuh"
@@ -374,10 +373,9 @@ struct Q6kMma {
 // tile's gate and up rows in warps of one block (twice the warps), whose sums meet in shared
 // memory; the gate warp of K part 0 writes silu(gate) * up (ref_swiglu: the SwiGLU launch's
 // bits). Each matrix's sums are those of its own launch (same S, same order).
-// One block's products (the kernel below; a device function so that its block-uniform early
-// returns leave the combine epilogue reachable by every thread).
 template <class B, int S, bool P>
-__device__ __forceinline__ void mcol_mma_block(const McolArgs &a) {
+__global__ void __launch_bounds__(kMmWarps * 32 * (P ? 2 : 1), P ? 2 : 4) mcol_mma_kernel(McolArgs a) {
+#if MOE_CUDA_TENSOR_CORE_CODE
   constexpr int NM = P ? 2 : 1;  // matrices per block
   __shared__ float s_part[S > 1 || P ? kMmWarps * NM : 1][4][32];  // K parts' (and up's) sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, part = warp % S, mat = (warp / S) % NM;
@@ -443,33 +441,6 @@ __device__ __forceinline__ void mcol_mma_block(const McolArgs &a) {
     const int col = 2 * q + (i & 1), row = row0 + g + (i >= 2 ? 8 : 0);
     if (col < t.cnt && row < a.M)
       a.y[static_cast<int64_t>(y_row_of(a, t, col)) * a.M + row] = P ? ref_swiglu(acc[i], up[i], row, a.M) : acc[i];
-  }
-}
-
-// C (combine, MatMulId only): after its products every block counts itself on the counter of
-// its rows (a.cmb.sync + blockIdx.x, last_block.cuh); the last of the row block's tiles reads
-// the rows back (every (token, slot) row of them is then written) and writes MoeCombine [+ Add]
-// for them: the moe_combine kernel's order (a rounded product, then rounded sums in slot order)
-// and the Add kernel's rounded sum, so the output is the unfused launches' bits.
-template <class B, int S, bool P, bool C>
-__global__ void __launch_bounds__(kMmWarps * 32 * (P ? 2 : 1), P ? 2 : 4) mcol_mma_kernel(McolArgs a) {
-#if MOE_CUDA_TENSOR_CORE_CODE
-  mcol_mma_block<B, S, P>(a);
-  if constexpr (C) {
-    __threadfence();  // this thread's product rows, before its block is counted
-    if (!last_block_arrives(a.cmb.sync + blockIdx.x, gridDim.y)) return;
-    constexpr int kRows = kMmWarps / S * 16;  // rows of a block
-    const int r0 = static_cast<int>(blockIdx.x) * kRows, nr = min(kRows, a.M - r0);
-    const McolCombine &m = a.cmb;
-    for (int i = threadIdx.x; i < nr * m.T; i += blockDim.x) {
-      const int t = i / nr, row = r0 + i % nr;
-      const float *ex = a.y + static_cast<int64_t>(t) * m.k * a.M + row;
-      const float *w = m.w + static_cast<int64_t>(t) * m.w_ld;
-      float acc = __fmul_rn(__ldcg(ex), w[0]);
-      for (int j = 1; j < m.k; ++j) acc = __fadd_rn(acc, __fmul_rn(__ldcg(ex + static_cast<int64_t>(j) * a.M), w[j]));
-      if (m.r) acc = __fadd_rn(acc, m.r[static_cast<int64_t>(t) * m.r_ld + row]);
-      m.out[static_cast<int64_t>(t) * m.out_ld + row] = acc;
-    }
   }
 #endif
 }
@@ -580,22 +551,15 @@ bool aligned16(const void *p, int64_t stride) { return ((reinterpret_cast<uintpt
 
 // The tensor-core kernel of block policy B: K parts per 16-row tile, doubled (up to 4, at most
 // one part per 256-block) while the grid holds fewer than 16 warps per multiprocessor.
-int mcol_mma_splits(const McolArgs &a, int n_tiles, int n_sm) {
+template <class B, bool P = false> void launch_mcol_mma(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
   const int64_t units = (a.M + 15) / 16;
   const int nblk = a.K / 256;
   int S = 1;
   while (S < kMmWarps && 2 * S <= nblk && units * n_tiles * S < 16 * static_cast<int64_t>(n_sm)) S *= 2;
-  return S;
-}
-// Row blocks of the tensor-core kernel's grid (its x extent) at S K parts.
-unsigned mcol_mma_row_blocks(const McolArgs &a, int S) { return blocks_of((a.M + 15) / 16, kMmWarps / S); }
-
-template <class B, bool P = false, bool C = false> void launch_mcol_mma(const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm) {
-  const int S = mcol_mma_splits(a, n_tiles, n_sm);
-  const dim3 grid(mcol_mma_row_blocks(a, S), static_cast<unsigned>(n_tiles)), block(kMmWarps * 32 * (P ? 2 : 1));
-  if (S == 1) launch_pdl(mcol_mma_kernel<B, 1, P, C>, grid, block, 0, s, a);
-  else if (S == 2) launch_pdl(mcol_mma_kernel<B, 2, P, C>, grid, block, 0, s, a);
-  else launch_pdl(mcol_mma_kernel<B, 4, P, C>, grid, block, 0, s, a);
+  const dim3 grid(blocks_of(units, kMmWarps / S), static_cast<unsigned>(n_tiles)), block(kMmWarps * 32 * (P ? 2 : 1));
+  if (S == 1) launch_pdl(mcol_mma_kernel<B, 1, P>, grid, block, 0, s, a);
+  else if (S == 2) launch_pdl(mcol_mma_kernel<B, 2, P>, grid, block, 0, s, a);
+  else launch_pdl(mcol_mma_kernel<B, 4, P>, grid, block, 0, s, a);
 }
 
 // Whether launch_mcol with this kMcolTc* mask takes the tensor-core kernel for these weights.
@@ -619,19 +583,6 @@ bool launch_mcol_swiglu(DType t, const LaunchStream &s, const McolArgs &a, int n
   if (a.M == 0 || n_tiles == 0) return true;
   if (t == DType::Q4_K) launch_mcol_mma<Q4kMma, true>(s, a, n_tiles, n_sm);
   else launch_mcol_mma<Q6kMma, true>(s, a, n_tiles, n_sm);
-  return true;
-}
-
-bool cuda_mcol_combine_takes(DType t, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores) {
-  if (!a.cmb.sync || !a.cmb.out || !a.cmb.w || a.cmb.k < 1 || !cuda_mcol_tensor_cores(t, a, tensor_cores)) return false;
-  return mcol_mma_row_blocks(a, mcol_mma_splits(a, n_tiles, n_sm)) <= static_cast<unsigned>(a.cmb.sync_slots);
-}
-
-bool launch_mcol_combine(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores) {
-  if (!a.tiles || !cuda_mcol_combine_takes(t, a, n_tiles, n_sm, tensor_cores)) return false;
-  if (a.M == 0 || n_tiles == 0) return true;
-  if (t == DType::Q4_K) launch_mcol_mma<Q4kMma, false, true>(s, a, n_tiles, n_sm);
-  else launch_mcol_mma<Q6kMma, false, true>(s, a, n_tiles, n_sm);
   return true;
 }
 

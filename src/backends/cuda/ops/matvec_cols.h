@@ -21,20 +21,6 @@ constexpr int kMcolCols = 8;  // columns per tile (matmul.cu's kTile: MatMulId's
 // Weight types launch_mcol takes: those of the one-token mat-vec (matvec.cu).
 bool cuda_mcol_type(DType t);
 
-// launch_mcol_combine's epilogue: out[t] = sum over slots j of y[t k + j] w[t][j] [+ r[t]] (rows of
-// M floats; MoeCombine's order, then Add's rounded sum).
-struct McolCombine {
-  const float *w;          // combine weights: token t's slot j at w[t * w_ld + j]
-  int64_t w_ld;
-  const float *r;          // residual rows (token t at r + t * r_ld), or null: no Add
-  int64_t r_ld;
-  float *out;              // output rows (token t at out + t * out_ld)
-  int64_t out_ld;
-  int k, T;                // slots per token, tokens
-  unsigned *sync;          // counters at rest zero (DevUbatch::sync), one per row block
-  int sync_slots;          // how many there are
-};
-
 struct McolArgs {
   const uint8_t *w;      // weights; expert e at w + e * eb
   int64_t rb, eb;        // row and expert strides (bytes; eb 0 for MatMul)
@@ -52,7 +38,6 @@ struct McolArgs {
   const int4 *tiles;     // MatMulId: route tiles (matmul_route.h) of <= kMcolCols entries; null for MatMul
   const int2 *entries;   // MatMulId: route entries (activation row, output row)
   const uint8_t *w2;     // launch_mcol_swiglu: the up weights (a.w: gate; same shape and strides)
-  McolCombine cmb;       // launch_mcol_combine: the combine epilogue (y: the (token, slot) rows, contiguous)
 };
 
 // Y = W X over n_tiles column tiles (MatMul: ceil(ncols / kMcolCols); MatMulId: the route's
@@ -71,12 +56,5 @@ void launch_mcol(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles,
 // cuda_mcol_swiglu_takes).
 bool cuda_mcol_swiglu_takes(DType t, const McolArgs &a, unsigned tensor_cores);
 bool launch_mcol_swiglu(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores);
-
-// MatMulId y (a.y: every (token, slot) row, contiguous, as launch_mcol writes it) and its
-// MoeCombine [+ Add] (a.cmb) in one launch of the tensor-core kernel: the last block of each row
-// block's tiles combines those rows, the unfused launches' bits. False (nothing launched) where
-// that kernel does not take the weights or the grid's row blocks outnumber a.cmb.sync_slots.
-bool cuda_mcol_combine_takes(DType t, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores);
-bool launch_mcol_combine(DType t, const LaunchStream &s, const McolArgs &a, int n_tiles, int n_sm, unsigned tensor_cores);
 
 }  // namespace moe
