@@ -73,6 +73,11 @@ struct GpuTuning {
   // Qwen3-30B-A3B Q4_K_M, aggregate decode, two A/B pairs): 4 sequences 645 / 645 -> 679 / 659
   // t/s, 16 within noise. Default on; off: bench --no-mcol-shared-rounding.
   bool mcol_shared_rounding = true;
+  // A few columns' MatMul + residual Add (2..15 columns on the few-column kernel: the attention
+  // output projection of several sequences) as one launch that adds the residual in its store
+  // (cuda_mcol_matmul_add) instead of a product and an Add launch. Default on; off: bench
+  // --no-mcol-add. Sizes the planned scratch (the Add's).
+  bool mcol_add = true;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
   // of at least decode_min_chunk cells (>= 1, default 64) per launch. 32-cell ranges measured
   // within noise at depth 512 / 4096 and slower below 64 cells (two ranges and a merge instead
@@ -110,7 +115,7 @@ struct GpuTuning {
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && delta_norm == o.delta_norm &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores && mcol_tensor_cores_q6k == o.mcol_tensor_cores_q6k &&
-           mcol_max_entries == o.mcol_max_entries && mcol_swiglu == o.mcol_swiglu && mcol_shared_rounding == o.mcol_shared_rounding && decode_max_ranges == o.decode_max_ranges &&
+           mcol_max_entries == o.mcol_max_entries && mcol_swiglu == o.mcol_swiglu && mcol_shared_rounding == o.mcol_shared_rounding && mcol_add == o.mcol_add && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;

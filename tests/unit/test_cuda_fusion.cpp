@@ -166,8 +166,9 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
       if (std::string(preset) == "tiny") {
         std::vector<std::string> want8 = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",
                                           "fused:rms_norm+mul", "fused:softmax+top_k+gather_cols+norm_sum"};
-        if (cuda_fused_matvec_available()) {  // q / k / v (one rounding at a few columns) and gate/up + SwiGLU
+        if (cuda_fused_matvec_available()) {  // q / k / v (one rounding at a few columns), out-proj + residual, gate/up + SwiGLU
           want8.insert(want8.begin() + 1, "fused:matmul+matmul+matmul");
+          want8.insert(want8.begin() + 3, "fused:matmul+add");
           want8.push_back("fused:matmul_id+matmul_id+swiglu");
         }
         CHECK(prefill.at(1) == want8);  // layer 0 (segment 1): the full qwen3moe pattern

@@ -160,7 +160,97 @@ TEST_CASE("cuda fusion: q / k / v at 2..15 columns with one activation rounding 
 #endif
 }
 
+// A MatMul of a few columns + a residual Add (several sequences' attention output projection) in
+// one few-column launch that adds the residual as it stores (cuda_mcol_matmul_add,
+// GpuTuning::mcol_add): against the same graph unfused (bit for bit: the same rounding and
+// product kernel, then the Add's one float addition) and the CPU. The tensor-core types (Q4_K,
+// Q6_K), the dp4a kernel's (Q5_K, Q8_0) and a plain one (F16: no rounding launch); odd rows (a
+// tile's rows past M), the residual as either operand.
+TEST_CASE("cuda fusion: a MatMul + residual Add at 2..15 columns in one few-column launch equals unfused and the CPU",
+          "[ops][cuda][fusion][mcol]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
 #ifdef MOEINFER_WITH_CUDA
+  GpuTuning tn;
+  tn.ref_order_max_tokens = 0;
+  const int64_t K = 2048, M = 301;
+  uint32_t seed = 7500;
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q8_0, DType::F16}) {
+    WeightStore ws;
+    const GgufTensorInfo *wi = ws.add("w", t, {K, M}, randn(static_cast<size_t>(K * M), seed++, 0.5f));
+    for (int64_t N : {2, 5, 8, 15}) {
+      const bool res_first = N % 2 == 1;
+      INFO("type " << dtype_name(t) << " columns " << N << (res_first ? " Add(r, product)" : " Add(product, r)"));
+      int x = -1, r = -1, y = -1;
+      auto build = [&]() {
+        Graph g;
+        x = g.input("x", DType::F32, {K, N});
+        r = g.input("r", DType::F32, {M, N});
+        const int p = g.matmul(g.weight(wi), x);
+        y = res_first ? g.add(r, p) : g.add(p, r);
+        g.mark_output(y, "y");
+        return g;
+      };
+      std::vector<std::string> labels;
+      for (const FusedGroup &grp : moe_test::plan_on(*gpu, build(), tn).groups) labels.push_back(grp.label);
+      CHECK(labels == std::vector<std::string>{"fused:matmul+add"});
+      const std::vector<Input> ins = {in(x, randn(static_cast<size_t>(K * N), seed++)), in(r, randn(static_cast<size_t>(M * N), seed++))};
+      const auto rc = run_on(*reg.cpu(), build(), ins, {y});
+      const GpuTuning own = moe_test::cpu_order_final_outputs(tn);
+      const moe_test::FusedRun f = moe_test::run_gpu(*gpu, build(), ins, {y}, ExecEnv{}, true, own);
+      const moe_test::FusedRun u = moe_test::run_gpu(*gpu, build(), ins, {y}, ExecEnv{}, false, own);
+      CHECK(f.launches + 1 == u.launches);  // the Add launch fewer
+      CHECK(f.out[0] == u.out[0]);          // bit for bit
+      const double e = rel_err(f.out[0], rc[0]);
+      INFO("relative error vs the CPU " << e);
+      CHECK(e < 1e-4);
+      GpuTuning off = own;
+      off.mcol_add = false;  // the members in order
+      const moe_test::FusedRun o = moe_test::run_gpu(*gpu, build(), ins, {y}, ExecEnv{}, true, off);
+      CHECK(o.launches == u.launches);
+      CHECK(o.out[0] == u.out[0]);
+    }
+  }
+#endif
+}
+
+#ifdef MOEINFER_WITH_CUDA
+// The Add node carries the fused MatMul + Add launch's scratch (the product's rounded
+// activations) exactly where that launch applies: 2..15 columns of a quantized type on the
+// few-column kernel, fusion and GpuTuning::mcol_add on.
+TEST_CASE("cuda plan: a few-column MatMul + Add carries the fused launch's scratch", "[cuda][mcol][fusion]") {
+  const CudaPaths h200 = cuda_select_paths(90, 90, 232448);
+  WeightStore ws;
+  auto works = [&](DType t, int64_t N, const GpuTuning &tu) {
+    const int64_t K = 512, M = 96;
+    const GgufTensorInfo *wi = ws.add("w" + std::to_string(ws.infos.size()), t, {K, M}, randn(static_cast<size_t>(K * M), 3, 0.5f));
+    Graph g;
+    const int x = g.input("x", DType::F32, {K, N}), r = g.input("r", DType::F32, {M, N});
+    const int p = g.matmul(g.weight(wi), x), y = g.add(p, r);
+    g.mark_output(y, "y");
+    g.cpu_float_order = false;
+    return std::make_pair(cuda_work_size(g, y, tu, h200), cuda_work_size(g, p, tu, h200));
+  };
+  const GpuTuning tn;
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0})
+    for (int64_t N : {2, 8, 15}) {
+      INFO("type " << dtype_name(t) << " columns " << N);
+      const auto w = works(t, N, tn);
+      CHECK(w.first > 0);
+      CHECK(w.first == w.second);
+    }
+  CHECK(works(DType::Q4_K, 1, tn).first == 0);   // one column: the one-token mat-vec rounds inside
+  CHECK(works(DType::Q4_K, 16, tn).first == 0);  // the tensor-core GEMM
+  CHECK(works(DType::F16, 4, tn).first == 0);    // plain weights: read in place, nothing rounded
+  GpuTuning off = tn;
+  off.fusion = false;
+  CHECK(works(DType::Q4_K, 4, off).first == 0);
+  off = tn;
+  off.mcol_add = false;
+  CHECK(works(DType::Q4_K, 4, off).first == 0);
+}
+
 // The SwiGLU node carries the pair launch's scratch (the gate product's: int8 activations,
 // scales, route tables) exactly where that launch applies: 2+ tokens, Q4_K / Q6_K on the
 // tensor-core kernel, under the GEMM's threshold, fusion on.

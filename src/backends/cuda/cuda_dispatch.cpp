@@ -44,6 +44,7 @@ size_t cuda_work_size(const Graph &g, int id, const GpuTuning &tuning, const Cud
   if (n.op == Op::Attention) return cuda_attention_work_size(g, n, tuning);
   if (n.op == Op::MatMulHeads) return cuda_matmul_heads_work_size(g, n, paths);
   if (n.op == Op::SwiGLU) return cuda_swiglu_work_size(g, n, tuning, paths);
+  if (n.op == Op::Add) return cuda_add_work_size(g, n, tuning, paths);
   return 0;
 }
 

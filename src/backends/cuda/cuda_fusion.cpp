@@ -75,12 +75,15 @@ public:
   void keep_live(int device, std::vector<int> &keep_until) const {
     for (int i = 0; i < n_; ++i) {
       FusedGroup grp;
-      // (A gate/up group of 2+ tokens may run as one few-column launch: cuda_mcol_swiglu.)
+      // (A gate/up group of 2+ tokens may run as one few-column launch: cuda_mcol_swiglu; a
+      // MatMul + Add of 2+ columns too: cuda_mcol_matmul_add.)
       const bool moe = nd(i).op == Op::MatMulId && MOE_CUDA_FUSED_MATVEC &&
                        (match_gate_up_oai(i, grp) || match_down(i, grp) || (match_gate_up(i, grp) && nd(i).ne[2] > 1));
+      const bool cols = nd(i).op == Op::MatMul && MOE_CUDA_FUSED_MATVEC && nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] > 1 &&
+                        match_matmul_add(i, grp);
       const bool heads = nd(i).op == Op::MatMulHeads && match_heads_concat(i, grp);
       const bool glue = nd(i).op == Op::Slice && match_sequence(i, grp) && grp.mla_glue;
-      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
+      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || cols || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
         continue;
       if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
@@ -148,13 +151,16 @@ private:
     return cuda_matmul_type_supported(t) || cuda_extra_type(t);
   }
 
-  // Add(mm, r) or Add(r, mm) right after a one-token MatMul.
+  // Add(mm, r) or Add(r, mm) right after a MatMul of one column, or of 2..kMaxMatVecsCols
+  // (several sequences' attention output: one few-column launch where its product takes that
+  // kernel, cuda_mcol_matmul_add; else its members in order).
   bool match_matmul_add(int i, FusedGroup &grp) const {
     if (!MOE_CUDA_FUSED_MATVEC || !fusable_weight(i)) return false;
     const Node &mm = nd(i);
     const int a = next(i);
     if (a < 0 || nd(a).op != Op::Add || !same_place(i, a) || !private_to_group(i)) return false;
-    if (mm.ne[1] * mm.ne[2] * mm.ne[3] != 1) return false;
+    const int64_t cols = mm.ne[1] * mm.ne[2] * mm.ne[3];
+    if (mm.op != Op::MatMul || cols < 1 || cols > kMaxMatVecsCols) return false;
     const Node &add = nd(a);
     if ((add.src[0] == i) == (add.src[1] == i)) return false;
     FusedGroup delta;  // a DeltaNet's alpha + dt_bias: its Add starts the DeltaIn group (one launch more saved)

@@ -25,7 +25,7 @@ enum class FusedKind : uint8_t {
   Router,        // [[RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) ->] Softmax -> TopK -> GatherCols [-> NormSum] (softmax gating), or
                  // [RmsNorm -> Mul ->] [side MatMul ->] MatMul (F32, T = 1) -> Sigmoid [-> Add bias] -> TopK -> GatherCols [-> NormSum] [-> Scale]
                  // (side: kMaxRouterSideRows)
-  MatMulAdd,     // MatMul + Add (T = 1)
+  MatMulAdd,     // MatMul + Add (1..kMaxMatVecsCols columns)
   GateUpSwiGLU,  // MatMulId x2 + SwiGLU (T <= kMaxGateUpTokens; MatMul: T = 1), or gpt-oss's (MatMulId -> AddId bias) x2 + SwiGLUOai (T = 1)
   DownCombine,   // MatMulId [+ AddId bias (gpt-oss)] + MoeCombine [+ Add] (T = 1)
   MatVecs,       // 2..kMaxFusedMatVecs MatMuls of one activation, e.g. q, k, v (T <= kMaxMatVecsCols, quantized weights), or as many MatMul -> Add pairs (T = 1)

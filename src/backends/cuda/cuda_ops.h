@@ -123,6 +123,15 @@ bool cuda_mcol_swiglu(const CudaOpCtx &c, const Node &gate, const Node &up, cons
 // GpuTuning::mcol_shared_rounding off, a member off the few-column quantized path, another
 // activation format.
 bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members);
+// A MatMul of 2..15 columns on the few-column kernel and the residual Add after it (several
+// sequences' attention output projection): its MatMulAdd group as one launch that adds the
+// residual as it stores (cuda_mcol_matmul_add; the product's and the Add's bits) with the Add
+// node's scratch, sized as the product's (cuda_add_work_size; planned after the Add's output,
+// while the group keeps the activation live: cuda_fusion_keep_live). False (nothing launched)
+// where it does not apply: GpuTuning::mcol_add or fusion off, another kernel, non-contiguous
+// operands (c.n must be the Add).
+size_t cuda_add_work_size(const Graph &g, const Node &add, const GpuTuning &tuning, const CudaPaths &paths);
+bool cuda_mcol_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add);
 // The kernel family cuda_op_matmul runs n on (the choice cuda_matmul_work_size sizes for):
 // "f16_halfsum", "matvec" (one column), "mcol" (multi-column mat-vec), "ref", "ref_f32",
 // "blas" (cuBLAS where the executor has a handle, else the int8 MMQ), "mmq", "mma", "sgemm",

@@ -860,6 +860,49 @@ bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   return true;
 }
 
+// cuda_mcol_matmul_add's conditions for product mm of add, with mm's shape and the residual.
+static bool mcol_add_shape(const Graph &g, const Node &mm, const Node &add, const GpuTuning &tuning, const CudaPaths &paths, MatmulShape &s,
+                           const Node *&res) {
+  if (!tuning.fusion || !tuning.mcol_add || add.op != Op::Add || mm.op != Op::MatMul || add.src[0] < 0 || add.src[1] < 0) return false;
+  const bool first = &g.node(add.src[0]) == &mm;
+  if (!first && &g.node(add.src[1]) != &mm) return false;
+  res = &g.node(add.src[first ? 1 : 0]);
+  for (const Node *n : {&mm, &add, res})
+    if (n->type != DType::F32 || !n->is_contiguous()) return false;
+  for (int d = 0; d < 4; ++d)
+    if (mm.ne[d] != add.ne[d] || res->ne[d] != add.ne[d]) return false;
+  if (cuda_f16_halfsum_applies(g, mm)) return false;  // (cuda_op_matmul's first choice)
+  s = shape_of(g, mm, tuning, paths);
+  return s.mcol && s.rows >= 2 && s.M == add.ne[0];
+}
+
+size_t cuda_add_work_size(const Graph &g, const Node &add, const GpuTuning &tuning, const CudaPaths &paths) {
+  size_t bytes = 0;
+  for (int k = 0; k < 2; ++k) {
+    MatmulShape s;
+    const Node *res = nullptr;
+    if (add.op == Op::Add && add.src[k] >= 0 && mcol_add_shape(g, g.node(add.src[k]), add, tuning, paths, s, res))
+      bytes = std::max(bytes, act_scratch_bytes(s));
+  }
+  return bytes;
+}
+
+bool cuda_mcol_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
+  MatmulShape s;
+  const Node *res = nullptr;
+  if (&c.n != &add || !mcol_add_shape(c.g, mm, add, c.tuning, c.paths, s, res)) return false;
+  const size_t need = act_scratch_bytes(s);
+  if (need > 0 && (!c.n.work || c.n.work_size < need)) return false;
+  if (s.M == 0) return true;
+  const Node &w = c.g.node(mm.src[0]), &x = c.g.node(mm.src[1]);
+  McolArgs a = mcol_args(w, x, static_cast<float *>(add.data), s);
+  a.add = static_cast<const float *>(res->data);
+  if (!s.plain) round_acts(c, x, s, type_traits(w.type).vec_dot_type, static_cast<uint8_t *>(c.n.work), a);
+  a.ncols = static_cast<int>(s.rows);  // (run_mcol's dense launch)
+  launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, mcol_tc_mask(c.tuning, c.paths));
+  return true;
+}
+
 void cuda_op_matmul(const CudaOpCtx &c) {
   const Node &w = c.src(0), &x = c.src(1);
   const MatmulShape s = shape_of(c.g, c.n, c.tuning, c.paths);

@@ -1302,6 +1302,10 @@ void cuda_fused_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
 }
 
 void cuda_fused_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
+  if (mm.ne[1] * mm.ne[2] * mm.ne[3] > 1) {  // a few columns: one few-column launch, else the members in order
+    if (!cuda_mcol_matmul_add(c, mm, add)) run_members(c, {&mm, &add});
+    return;
+  }
   if (cuda_extra_fused_matmul_add(c, mm, add)) return;  // (quant_extra.h)
   const Node &w = c.g.node(mm.src[0]);
   const Node &other = &c.g.node(add.src[0]) == &mm ? c.g.node(add.src[1]) : c.g.node(add.src[0]);

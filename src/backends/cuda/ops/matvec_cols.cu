@@ -72,6 +72,9 @@ __device__ __forceinline__ int x_row_of(const McolArgs &a, const McTile &t, int 
 __device__ __forceinline__ int y_row_of(const McolArgs &a, const McTile &t, int k) {
   return a.entries ? a.entries[t.first + k].y : t.first + k;
 }
+// y[o] = v [+ the residual's o]: the product launch's value, or the Add launch's (v + r: one
+// float addition, the same bits in either operand order).
+__device__ __forceinline__ void store_y(const McolArgs &a, int64_t o, float v) { a.y[o] = a.add ? v + a.add[o] : v; }
 
 // ---- quantized weights ---------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ __global__ void __launch_bounds__(kMcWarps * 32) mcol_quant_kernel(McolArgs a, i
       for (int k = 0; k < NC; ++k) {
         if (k >= t.cnt) break;
         const float v = group_sum(acc[k], lpr);
-        if (part == 0 && mine) a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row] = v;
+        if (part == 0 && mine) store_y(a, static_cast<int64_t>(y_row_of(a, t, k)) * a.M + row, v);
         acc[k] = 0.0f;
       }
     }
@@ -440,7 +443,7 @@ __global__ void __launch_bounds__(kMmWarps * 32 * (P ? 2 : 1), P ? 2 : 4) mcol_m
   for (int i = 0; i < 4; ++i) {
     const int col = 2 * q + (i & 1), row = row0 + g + (i >= 2 ? 8 : 0);
     if (col < t.cnt && row < a.M)
-      a.y[static_cast<int64_t>(y_row_of(a, t, col)) * a.M + row] = P ? ref_swiglu(acc[i], up[i], row, a.M) : acc[i];
+      store_y(a, static_cast<int64_t>(y_row_of(a, t, col)) * a.M + row, P ? ref_swiglu(acc[i], up[i], row, a.M) : acc[i]);
   }
 #endif
 }
@@ -511,7 +514,7 @@ __global__ void __launch_bounds__(kMcPlainWarps * 32) mcol_plain_kernel(McolArgs
   if (r < rows_per_block && k < t.cnt && orow < a.M) {
     float v = 0.0f;
     for (int p = 0; p < split; ++p) v += s_part[r * split + p][k];
-    a.y[static_cast<int64_t>(y_row_of(a, t, k)) * a.M + orow] = v;
+    store_y(a, static_cast<int64_t>(y_row_of(a, t, k)) * a.M + orow, v);
   }
 }
 

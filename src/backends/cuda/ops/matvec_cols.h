@@ -38,6 +38,10 @@ struct McolArgs {
   const int4 *tiles;     // MatMulId: route tiles (matmul_route.h) of <= kMcolCols entries; null for MatMul
   const int2 *entries;   // MatMulId: route entries (activation row, output row)
   const uint8_t *w2;     // launch_mcol_swiglu: the up weights (a.w: gate; same shape and strides)
+  // MatMul: a residual added to each product as it is stored (row o at add + o M, y's layout;
+  // may be y itself: each value is read by the thread that writes it), the Add launch's bits;
+  // null: none.
+  const float *add;
 };
 
 // Y = W X over n_tiles column tiles (MatMul: ceil(ncols / kMcolCols); MatMulId: the route's
