@@ -171,6 +171,7 @@ TEST_CASE("cuda fusion plan: groups in the tiny models' decode graphs", "[fusion
           want8.insert(want8.begin() + 3, "fused:matmul+add");
           want8.push_back("fused:matmul_id+matmul_id+swiglu");
         }
+        want8.push_back("fused:moe_combine+add");  // the residual in the combine's launch (CombineAdd)
         CHECK(prefill.at(1) == want8);  // layer 0 (segment 1): the full qwen3moe pattern
         // One token: the router also takes its mat-vec and the ffn norm in front of it.
         std::vector<std::string> want = {"fused:rms_norm+mul", "fused:rms_norm+mul+rms_norm+mul+rope+rope+kv_store+kv_store",

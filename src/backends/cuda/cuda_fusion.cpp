@@ -81,9 +81,12 @@ public:
                        (match_gate_up_oai(i, grp) || match_down(i, grp) || (match_gate_up(i, grp) && nd(i).ne[2] > 1));
       const bool cols = nd(i).op == Op::MatMul && MOE_CUDA_FUSED_MATVEC && nd(i).ne[1] * nd(i).ne[2] * nd(i).ne[3] > 1 &&
                         match_matmul_add(i, grp);
+      // (A CombineAdd group's output would otherwise take the bytes of the down's products,
+      // dead after the unfused combine, which its threads still read.)
+      const bool comb = nd(i).op == Op::MoeCombine && match_combine_add(i, grp);
       const bool heads = nd(i).op == Op::MatMulHeads && match_heads_concat(i, grp);
       const bool glue = nd(i).op == Op::Slice && match_sequence(i, grp) && grp.mla_glue;
-      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || cols || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
+      if (nd(i).device != device || !is_compute(nd(i)) || !(moe || cols || comb || heads || glue || match_delta_in(i, grp) || match_delta_norm(i, grp)))
         continue;
       if (grp.kind == FusedKind::DeltaNorm) keep_until[static_cast<size_t>(i)] = std::max(keep_until[static_cast<size_t>(i)], grp.members.back());
       for (int m : grp.members)
@@ -130,6 +133,7 @@ private:
         return match_gate_up(i, grp) || match_topk_router(i, grp) || match_matvecs_add(i, grp) || match_matmul_add(i, grp) ||
                match_router_mm(i, grp) || match_router_side_mm(i, grp) || match_matvecs(i, grp);
       case Op::Softmax: return match_router(i, grp);
+      case Op::MoeCombine: return match_combine_add(i, grp);
       case Op::RmsNorm: return match_norm_router(i, grp) || match_gated_norm(i, grp) || match_row_chains(i, grp);
       case Op::Rope: case Op::KvStore: return match_row_chains(i, grp);
       case Op::Slice: case Op::Concat: case Op::Sigmoid: return match_delta_in(i, grp) || match_shared_gate(i, grp) || match_sequence(i, grp);
@@ -242,6 +246,21 @@ private:
       if (f32_rows(nd(a)) && f32_rows(r) && same_shape(r, nd(a)) && same_shape(nd(c), nd(a))) grp.members.push_back(a);
     }
     grp.written = {grp.members.back()};
+    return true;
+  }
+
+  // MoeCombine(down, weights) -> Add(combine, r) / Add(r, combine) where no DownCombine group
+  // took the combine (2+ tokens): the combine's launch adds the residual (cuda_fused_combine_add).
+  bool match_combine_add(int i, FusedGroup &grp) const {
+    const int a = next(i);
+    if (a < 0 || nd(a).op != Op::Add || !same_place(i, a) || !private_to_group(i)) return false;
+    const Node &add = nd(a);
+    if ((add.src[0] == i) == (add.src[1] == i)) return false;
+    const Node &r = nd(other_src(add, i));
+    if (!f32_rows(add) || !f32_rows(r) || !f32_rows(nd(i)) || !same_shape(r, add) || !same_shape(nd(i), add)) return false;
+    grp.kind = FusedKind::CombineAdd;
+    grp.members = {i, a};
+    grp.written = {a};
     return true;
   }
 
@@ -774,7 +793,7 @@ private:
     }
     const size_t n = grp.members.size();
     const Node &last = nd(grp.members[n - 1]);
-    if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine) && last.op == Op::Add) {
+    if ((grp.kind == FusedKind::MatMulAdd || grp.kind == FusedKind::DownCombine || grp.kind == FusedKind::CombineAdd) && last.op == Op::Add) {
       const int prev = grp.members[n - 2];
       own.push_back({grp.members[n - 1], other_src(last, prev)});
     }
@@ -844,6 +863,9 @@ void cuda_run_group(const FusedGroup &grp, const CudaOpCtx &c) {
     case FusedKind::SharedGate: return cuda_fused_shared_gate(c, grp);
     case FusedKind::DeltaNorm: return cuda_fused_delta_norm(c, grp);
     case FusedKind::TopKRouter: return cuda_fused_topk_router(c, grp);
+    case FusedKind::CombineAdd:
+      if (c.tuning.combine_add) return cuda_fused_combine_add(c, c.g.node(grp.members[0]), c.g.node(grp.members[1]));
+      break;
     case FusedKind::HeadsConcat:
       if (cuda_fused_heads_concat(c.with_node(c.g.node(grp.members[0])), c.g.node(grp.members[1]))) return;
       break;

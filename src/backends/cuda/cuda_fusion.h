@@ -36,6 +36,7 @@ enum class FusedKind : uint8_t {
   DeltaNorm,     // DeltaNet -> GatedNorm's RmsNorm -> Mul -> SwiGLU in the DeltaNet kernel (ops/delta_net.cu)
   TopKRouter,    // [RmsNorm -> Mul ->] MatMul (F32, T = 1) -> Add bias -> TopK -> GatherCols -> Softmax [-> Scale]
                  // (gpt-oss: top-k of the biased logits, softmax over the chosen ones; ops/router_topk.cu)
+  CombineAdd,    // MoeCombine -> Add(combine, r) of 2+ tokens: the residual added in the combine's launch (ops/moe_route.cu)
   HeadsConcat,   // MatMulHeads -> Concat(product, b): MLA's absorbed q written into the Concat's rows, b copied
                  // after them, in the product's launch (ops/matmul_heads.cu; few tokens, else unfused)
 };

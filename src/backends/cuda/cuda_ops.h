@@ -92,6 +92,7 @@ void cuda_op_rope(const CudaOpCtx &c);
 void cuda_op_top_k(const CudaOpCtx &c);
 void cuda_op_gather_cols(const CudaOpCtx &c);
 void cuda_op_moe_combine(const CudaOpCtx &c);
+void cuda_fused_combine_add(const CudaOpCtx &c, const Node &comb, const Node &add);  // add = combine + the other src (CombineAdd)
 void cuda_op_kv_store(const CudaOpCtx &c);
 void cuda_op_attention(const CudaOpCtx &c);
 void cuda_op_matmul(const CudaOpCtx &c);       // MatMul and MatMulId

@@ -34,7 +34,10 @@ __global__ void gather_cols_kernel(TView x, TView ids, TView d, int64_t k, int64
   reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[j] = ok ? src[e] : 0.0f;
 }
 
-__global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_t k) {
+// r (data null: none): a residual added to the sum (CombineAdd groups: the Add launch's one
+// float addition), row t at r + t r.nb[1]; d may lie over it (each value is read by the thread
+// that writes it).
+__global__ void moe_combine_kernel(TView ex, TView w, TView d, TView r, int64_t M, int64_t k) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.y;
@@ -45,6 +48,7 @@ __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_
   float acc = reinterpret_cast<const float *>(eb)[i] * wt[0];
   // A rounded product, then a rounded sum (no fma), as the CPU op and the reference.
   for (int64_t j = 1; j < k; ++j) acc = __fadd_rn(acc, __fmul_rn(reinterpret_cast<const float *>(eb + j * ex.nb[1])[i], wt[j]));
+  if (r.data) acc = __fadd_rn(acc, reinterpret_cast<const float *>(static_cast<const uint8_t *>(r.data) + t * r.nb[1])[i]);
   reinterpret_cast<float *>(static_cast<uint8_t *>(d.data) + t * d.nb[1])[i] = acc;
 }
 
@@ -52,7 +56,7 @@ __global__ void moe_combine_kernel(TView ex, TView w, TView d, int64_t M, int64_
 // rows): every expert's float4 is loaded before the first sum, so a thread has k loads in
 // flight instead of one (the generic kernel's loop waits for each in turn).
 constexpr int kCombineMaxK = 8;
-__global__ void moe_combine4_kernel(TView ex, TView w, TView d, int64_t M, int k) {
+__global__ void moe_combine4_kernel(TView ex, TView w, TView d, TView r, int64_t M, int k) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.y;
@@ -73,6 +77,10 @@ __global__ void moe_combine4_kernel(TView ex, TView w, TView d, int64_t M, int k
       acc.z = __fadd_rn(acc.z, __fmul_rn(v[j].z, wt[j]));
       acc.w = __fadd_rn(acc.w, __fmul_rn(v[j].w, wt[j]));
     }
+  if (r.data) {
+    const float4 rv = *reinterpret_cast<const float4 *>(static_cast<const uint8_t *>(r.data) + t * r.nb[1] + i * 4);
+    acc = make_float4(__fadd_rn(acc.x, rv.x), __fadd_rn(acc.y, rv.y), __fadd_rn(acc.z, rv.z), __fadd_rn(acc.w, rv.w));
+  }
   *reinterpret_cast<float4 *>(static_cast<uint8_t *>(d.data) + t * d.nb[1] + i * 4) = acc;
 }
 
@@ -194,18 +202,29 @@ void cuda_op_gather_cols(const CudaOpCtx &c) {
              tview(c.n), k, T, c.ub.err);
 }
 
-void cuda_op_moe_combine(const CudaOpCtx &c) {
-  const int64_t M = c.n.ne[0], T = c.n.ne[1], k = c.src(0).ne[1];
+// MoeCombine(ex, w) into out [+ the residual res].
+static void launch_combine(const CudaOpCtx &c, const Node &ex_n, const Node &w, const Node &out, const Node *res) {
+  const int64_t M = out.ne[0], T = out.ne[1], k = ex_n.ne[1];
   if (M * T == 0) return;
-  const TView ex = tview(c.src(0)), d = tview(c.n);
-  const uintptr_t align = reinterpret_cast<uintptr_t>(ex.data) | reinterpret_cast<uintptr_t>(d.data) | ex.nb[1] | ex.nb[2] | d.nb[1];
+  const TView ex = tview(ex_n), d = tview(out);
+  TView r{};
+  if (res) r = tview(*res);
+  const uintptr_t align = reinterpret_cast<uintptr_t>(ex.data) | reinterpret_cast<uintptr_t>(d.data) | ex.nb[1] | ex.nb[2] | d.nb[1] |
+                          reinterpret_cast<uintptr_t>(r.data) | static_cast<uintptr_t>(r.nb[1]);
   if (k >= 1 && k <= kCombineMaxK && M % 4 == 0 && align % 16 == 0) {
     launch_pdl(moe_combine4_kernel, dim3(static_cast<unsigned>((M / 4 + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0, c.stream, ex,
-               tview(c.src(1)), d, M, static_cast<int>(k));
+               tview(w), d, r, M, static_cast<int>(k));
     return;
   }
-  launch_pdl(moe_combine_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0, c.stream,
-             tview(c.src(0)), tview(c.src(1)), tview(c.n), M, k);
+  launch_pdl(moe_combine_kernel, dim3(static_cast<unsigned>((M + 255) / 256), static_cast<unsigned>(T)), dim3(256), 0, c.stream, ex, tview(w),
+             d, r, M, k);
+}
+
+void cuda_op_moe_combine(const CudaOpCtx &c) { launch_combine(c, c.src(0), c.src(1), c.n, nullptr); }
+
+void cuda_fused_combine_add(const CudaOpCtx &c, const Node &comb, const Node &add) {
+  const Node &res = &c.g.node(add.src[0]) == &comb ? c.g.node(add.src[1]) : c.g.node(add.src[0]);
+  launch_combine(c, c.g.node(comb.src[0]), c.g.node(comb.src[1]), add, &res);
 }
 
 void cuda_op_add_id(const CudaOpCtx &c) {
