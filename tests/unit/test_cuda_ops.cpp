@@ -1596,7 +1596,7 @@ TEST_CASE("cuda op: the paths of older GPUs (sm_75, 99 KB sm_86) emulated on thi
 }
 
 // Hidden ([.]): per-op kernel time of decode steps of B sequences together (bench --parallel),
-// B = 4 and 16, each sequence after its own 128-token prompt.
+// B = 4, 16 and 64, each sequence after its own 128-token prompt.
 TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf (or MOE_PROFILE_MODEL)", "[.cuda-profile-par]") {
   BackendRegistry reg;
   Backend *gpu = gpu_or_skip(reg);
@@ -1606,9 +1606,9 @@ TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf 
   const std::string path = env && *env ? env : "/tmp/q3.gguf";
   if (!std::filesystem::exists(path)) { WARN(path << " missing: skipped"); return; }
   auto model = Model::load(path, ModelLoadParams{});
-  for (int32_t B : {4, 16}) {
+  for (int32_t B : {4, 16, 64}) {
     ContextParams cp;
-    cp.n_ctx = 4096;
+    cp.n_ctx = std::max<uint32_t>(4096, static_cast<uint32_t>(B) * 160);  // each sequence: 128 prompt + 17 steps
     cp.n_seq_max = static_cast<uint32_t>(B);
     cp.device = "cuda";
     cp.gpu_graphs = false;
