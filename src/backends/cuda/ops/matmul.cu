@@ -768,6 +768,13 @@ static void round_acts(const CudaOpCtx &c, const Node &x, const MatmulShape &s, 
   a.xs = xs;
 }
 
+// A dense few-column product of w over s.rows columns (a's activations, output and residual
+// set): one launch over the column tiles.
+static void launch_mcol_dense(const CudaOpCtx &c, const Node &w, McolArgs a, const MatmulShape &s) {
+  a.ncols = static_cast<int>(s.rows);
+  launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, mcol_tc_mask(c.tuning, c.paths));
+}
+
 // The multi-column mat-vec (s.mcol): quantized activations rounded to int8 first (the
 // one-token kernels' values), MatMulId routed, then one launch over the column / route tiles.
 static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
@@ -775,16 +782,11 @@ static void run_mcol(const CudaOpCtx &c, const MatmulShape &s) {
   uint8_t *work = static_cast<uint8_t *>(c.n.work);
   McolArgs a = mcol_args(w, x, static_cast<float *>(c.n.data), s);
   if (!s.plain) round_acts(c, x, s, type_traits(w.type).vec_dot_type, work, a);
-  const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
-  if (c.n.op == Op::MatMul) {
-    a.ncols = static_cast<int>(s.rows);
-    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);
-    return;
-  }
+  if (c.n.op == Op::MatMul) return launch_mcol_dense(c, w, a, s);
   const RouteTables rt = launch_route_tables(c, s, work);
   a.tiles = rt.tiles;
   a.entries = rt.entries;
-  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)), tc);
+  launch_mcol(w.type, c.stream, a, s.max_tiles, c.n_sm, static_cast<int>(std::min<int64_t>(s.T, kMcolCols)), mcol_tc_mask(c.tuning, c.paths));
 }
 
 // cuda_mcol_swiglu_applies, with the gate product's shape.
@@ -848,14 +850,12 @@ bool cuda_mcol_matvecs(const CudaOpCtx &c, const std::vector<int> &members) {
   const Node &x = c.g.node(first.src[1]);
   McolArgs acts{};
   round_acts(c, x, s0, vdt, work, acts);  // once for every member
-  const unsigned tc = mcol_tc_mask(c.tuning, c.paths);
   for (int id : members) {
     const Node &mm = c.g.node(id), &w = c.g.node(mm.src[0]);
     McolArgs a = mcol_args(w, x, static_cast<float *>(mm.data), s0);
     a.xq = acts.xq;
     a.xs = acts.xs;
-    a.ncols = static_cast<int>(s0.rows);
-    launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, tc);
+    launch_mcol_dense(c, w, a, s0);
   }
   return true;
 }
@@ -898,8 +898,7 @@ bool cuda_mcol_matmul_add(const CudaOpCtx &c, const Node &mm, const Node &add) {
   McolArgs a = mcol_args(w, x, static_cast<float *>(add.data), s);
   a.add = static_cast<const float *>(res->data);
   if (!s.plain) round_acts(c, x, s, type_traits(w.type).vec_dot_type, static_cast<uint8_t *>(c.n.work), a);
-  a.ncols = static_cast<int>(s.rows);  // (run_mcol's dense launch)
-  launch_mcol(w.type, c.stream, a, (a.ncols + kMcolCols - 1) / kMcolCols, c.n_sm, a.ncols, mcol_tc_mask(c.tuning, c.paths));
+  launch_mcol_dense(c, w, a, s);  // (run_mcol's dense launch, the residual added as it stores)
   return true;
 }
 
