@@ -76,6 +76,7 @@ void usage_dev(FILE *out) {
                "  --no-mcol-shared-rounding  a few columns' q / k / v with an activation rounding launch each\n"
                "  --no-mcol-add        a few columns' product + residual add (attention output) in two launches, not one\n"
                "  --no-combine-add     the MoE combine of 2+ tokens and the residual add in two launches, not one\n"
+               "  --no-seqs-decode-attn  several sequences' one-token steps: attention without per-sequence cell lists\n"
                "  --mcol-max-entries N Q4_K MoE products of < N routed entries on the few-column tensor-core kernel\n"
                "                       instead of the GEMM (default 0: 8 per expert)\n"
                "  --no-delta-norm      the gated DeltaNet's output norm in its own launch, not in the DeltaNet kernel\n"
@@ -276,6 +277,7 @@ int cmd_bench(int argc, char **argv) {
     else if (a == "--no-mcol-shared-rounding") tuning.mcol_shared_rounding = false;
     else if (a == "--no-mcol-add") tuning.mcol_add = false;
     else if (a == "--no-combine-add") tuning.combine_add = false;
+    else if (a == "--no-seqs-decode-attn") tuning.seqs_decode_attention = false;
     else if (a == "--mcol-max-entries") tuning.mcol_max_entries = static_cast<int>(cli::to_int(val(), "--mcol-max-entries", 0, 1 << 20));
     else if (a == "--skip-launches") tuning.skip_launches = val();
     else if (a == "--tc-decode-attn") tuning.tc_decode_attention = true;

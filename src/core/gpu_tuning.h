@@ -81,6 +81,13 @@ struct GpuTuning {
   // The MoE combine of 2+ tokens and the residual Add after it in one launch (CombineAdd
   // groups, cuda_fused_combine_add) instead of two. Default on; off: bench --no-combine-add.
   bool combine_add = true;
+  // Several sequences decoding one token each (2..64 tokens, no two of one sequence): the ubatch
+  // carries each token's cell list (DevUbatch::seq_cells) and attention runs on the grouped
+  // decode kernel over that list, instead of scanning every cell (up to 4 tokens) or the tiled
+  // prompt kernels (5..64), whose 64-cell tiles all hold some sequence's cell, the sequences'
+  // cells lying interleaved in the cache (attn_decode_seqs_launch). Default on; off: bench
+  // --no-seqs-decode-attn.
+  bool seqs_decode_attention = true;
   // Decode attention: at most decode_max_ranges cell ranges (clamped to 1..64, default 32)
   // of at least decode_min_chunk cells (>= 1, default 64) per launch. 32-cell ranges measured
   // within noise at depth 512 / 4096 and slower below 64 cells (two ranges and a merge instead
@@ -118,7 +125,7 @@ struct GpuTuning {
   bool operator==(const GpuTuning &o) const {
     return dependent_launch == o.dependent_launch && fusion == o.fusion && delta_norm == o.delta_norm &&
            own_order_head == o.own_order_head && lean_groups == o.lean_groups && lean_rows == o.lean_rows && mcol_tensor_cores == o.mcol_tensor_cores && mcol_tensor_cores_q6k == o.mcol_tensor_cores_q6k &&
-           mcol_max_entries == o.mcol_max_entries && mcol_swiglu == o.mcol_swiglu && mcol_shared_rounding == o.mcol_shared_rounding && mcol_add == o.mcol_add && combine_add == o.combine_add && decode_max_ranges == o.decode_max_ranges &&
+           mcol_max_entries == o.mcol_max_entries && mcol_swiglu == o.mcol_swiglu && mcol_shared_rounding == o.mcol_shared_rounding && mcol_add == o.mcol_add && combine_add == o.combine_add && seqs_decode_attention == o.seqs_decode_attention && decode_max_ranges == o.decode_max_ranges &&
            decode_min_chunk == o.decode_min_chunk && mla_split_cells == o.mla_split_cells && tc_decode_attention == o.tc_decode_attention && prefill_attn_blocks == o.prefill_attn_blocks &&
            blas_min_tokens == o.blas_min_tokens && ref_order_max_tokens == o.ref_order_max_tokens &&
            skip_launches == o.skip_launches;

@@ -852,11 +852,13 @@ struct AttnSetup {
   uint32_t n_cells = 300;
   int32_t window = 0;
   bool sinks = false, mla = false;
-  std::vector<int64_t> batches;  // tokens per batch, sequences 0 and 1 interleaved
+  std::vector<int64_t> batches;  // tokens per batch, sequences 0 .. n_seqs - 1 interleaved
+  int32_t n_seqs = 2;            // (a batch of n_seqs tokens: one token of each sequence)
   bool one_seq = false;          // every token in sequence 0 (cells in position order until a freed cell is refilled)
   int32_t pos0 = 0;              // the first position of each sequence
   int32_t rm0 = 10, rm1 = 20;    // sequence 0 loses these positions after batch 1 is claimed
   bool exact = false;            // batches of <= 16 tokens must equal the CPU bit for bit (F32 cache)
+  bool share_seq0 = false;       // after batch 0 every sequence also sees sequence 0's cells (seq_cp)
   GpuTuning tuning;              // the GPU's options
 };
 
@@ -890,10 +892,10 @@ double worst_row_err(const std::vector<uint8_t> &a, const std::vector<uint8_t> &
 void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, const std::string &what) {
   const int64_t hd = s.hd, nh = s.n_head, nkv = s.n_head_kv, hd_v = s.hd_v;
   const std::vector<KvLayerDims> dims = {{hd * nkv, s.mla ? 0 : hd * nkv}};
-  KvCache kv_c(s.n_cells, 2, s.kt, dims, *reg.cpu());
-  KvCache kv_g(s.n_cells, 2, s.kt, dims, gpu);
+  KvCache kv_c(s.n_cells, static_cast<uint32_t>(s.n_seqs), s.kt, dims, *reg.cpu());
+  KvCache kv_g(s.n_cells, static_cast<uint32_t>(s.n_seqs), s.kt, dims, gpu);
   std::mt19937 rng(3);
-  int32_t next_pos[2] = {s.pos0, s.pos0};
+  std::vector<int32_t> next_pos(static_cast<size_t>(s.n_seqs), s.pos0);
   std::vector<float> sinks(static_cast<size_t>(nh));
   for (int64_t h = 0; h < nh; ++h) sinks[static_cast<size_t>(h)] = std::vector<float>{0.5f, -1.0f, 3.0f, 20.0f}[static_cast<size_t>(h % 4)];
   const double tol = s.kt == KvType::F16 ? 2e-3 : 1e-4;
@@ -918,9 +920,9 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     };
     std::vector<int32_t> cells(static_cast<size_t>(nt)), pos(static_cast<size_t>(nt)), seq(static_cast<size_t>(nt));
     for (int64_t i = 0; i < nt; ++i) {
-      const int32_t sq = s.one_seq ? 0 : static_cast<int32_t>(i % 2);
+      const int32_t sq = s.one_seq ? 0 : static_cast<int32_t>(i % s.n_seqs);
       seq[static_cast<size_t>(i)] = sq;
-      pos[static_cast<size_t>(i)] = next_pos[sq]++;
+      pos[static_cast<size_t>(i)] = next_pos[static_cast<size_t>(sq)]++;
     }
     REQUIRE(kv_c.find_slots(static_cast<uint32_t>(nt), cells.data()));
     kv_c.claim(cells.data(), pos.data(), seq.data(), static_cast<uint32_t>(nt));
@@ -929,6 +931,11 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
       kv_c.seq_rm(0, s.rm0, s.rm1);
       kv_g.seq_rm(0, s.rm0, s.rm1);
     }
+    if (step == 0 && s.share_seq0)
+      for (int32_t q = 1; q < s.n_seqs; ++q) {
+        kv_c.seq_cp(0, q, -1, -1);
+        kv_g.seq_cp(0, q, -1, -1);
+      }
     auto qv = randn(static_cast<size_t>(hd * nh * nt), static_cast<uint32_t>(rng())), kvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng())),
          vvv = randn(static_cast<size_t>(hd * nkv * nt), static_cast<uint32_t>(rng()));
     UbatchInfo ub;
@@ -949,7 +956,8 @@ void attention_case(BackendRegistry &reg, Backend &gpu, const AttnSetup &s, cons
     ExecEnv eg{&ubg, &kv_g};
     auto rg = run_on(gpu, std::move(g2), ins, {oo}, eg, 1, s.tuning);
     INFO(what << " kv " << kv_type_name(s.kt) << " hd " << hd << " heads " << nh << "/" << nkv << " window " << s.window << " sinks "
-              << s.sinks << " mla " << s.mla << " one sequence " << s.one_seq << " batch " << step << " (" << nt << " tokens, n_kv "
+              << s.sinks << " mla " << s.mla << " one sequence " << s.one_seq << " sequences " << s.n_seqs << " batch " << step << " (" << nt
+              << " tokens, n_kv "
               << ub.n_kv << ")");
     if (s.exact && nt <= 16) {
       CHECK(rg[0] == rc[0]);
@@ -1213,6 +1221,41 @@ TEST_CASE("cuda op: grouped decode attention at its cell-range boundaries", "[op
       s.batches.push_back(T);  // the decode batch fills the cache up to n_kv cells
       attention_case(reg, *gpu, s, "grouped decode, range boundary");
     }
+}
+
+// Several sequences decoding one token each (3, 5, 16, 64 tokens of as many sequences): the
+// grouped decode kernel walks each token's cell list (DevUbatch::seq_cells,
+// attn_decode_seqs_launch), the cells of each sequence interleaved with the others' (prompts of
+// all sequences in one batch, then one cell per sequence per step). Head dims 64/128/256, GQA
+// 1/8/12, every cache type, windows and sinks; with at most 2 cell ranges (bench
+// --decode-split 2,64): longer ranges, merged; and with sequence 0's cells shared by all
+// (seq_cp: a cell in every token's list).
+TEST_CASE("cuda op: decode attention of several sequences, one token each (5 / 16 / 64 sequences)", "[ops][cuda][attention][seqdec]") {
+  BackendRegistry reg;
+  Backend *gpu = gpu_or_skip(reg);
+  if (!gpu) return;
+  int i = 0;
+  for (int32_t n_seqs : {3, 5, 16, 64})
+    for (KvType kt : {KvType::F16, KvType::Q8_0, KvType::F32})
+      for (int64_t hd : {64, 128, 256}) {
+        const int64_t group = std::vector<int64_t>{1, 8, 12}[static_cast<size_t>(i % 3)];
+        AttnSetup s;
+        s.kt = kt;
+        s.hd = s.hd_v = hd;
+        s.n_head_kv = 2;
+        s.n_head = 2 * group;
+        s.n_seqs = n_seqs;
+        s.window = i % 4 == 1 ? 9 : 0;
+        s.sinks = i % 4 == 2 || kt == KvType::F32;  // (F32 without sinks: the reference order up to 16 tokens)
+        s.rm0 = 1;
+        s.rm1 = 3;
+        s.n_cells = static_cast<uint32_t>(n_seqs * 16);
+        s.batches = {n_seqs * 12, n_seqs, n_seqs, n_seqs};
+        if (i % 5 == 3) s.tuning.decode_max_ranges = 2;
+        s.share_seq0 = i % 7 == 4;
+        ++i;
+        attention_case(reg, *gpu, s, "several sequences, one token each");
+      }
 }
 
 // Short cell ranges, the default (>= 32 cells, at most 32) and bench --decode-split 64,16, for
@@ -1612,6 +1655,9 @@ TEST_CASE("cuda profile: per-op time of B-sequence decode steps on /tmp/q3.gguf 
     cp.n_seq_max = static_cast<uint32_t>(B);
     cp.device = "cuda";
     cp.gpu_graphs = false;
+    // MOE_PROFILE_NO_SEQS_ATTN set: attention of these steps on the tiled kernels (the A/B of
+    // GpuTuning::seqs_decode_attention).
+    if (const char *o = std::getenv("MOE_PROFILE_NO_SEQS_ATTN"); o && *o) cp.gpu_tuning.seqs_decode_attention = false;
     auto ctx = Context::create(*model, cp);
     for (int32_t s = 0; s < B; ++s) {
       std::vector<BatchToken> prompt;

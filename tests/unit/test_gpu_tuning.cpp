@@ -51,6 +51,7 @@ GpuTuning all_off() {
   t.mcol_shared_rounding = false;
   t.mcol_add = false;
   t.combine_add = false;
+  t.seqs_decode_attention = false;
   t.decode_max_ranges = 4;
   t.decode_min_chunk = 16;
   t.prefill_attn_blocks = 8;
@@ -188,6 +189,7 @@ TEST_CASE("gpu tuning: defaults are the documented ones", "[tuning]") {
   CHECK(t.mcol_shared_rounding);
   CHECK(t.mcol_add);
   CHECK(t.combine_add);
+  CHECK(t.seqs_decode_attention);
   CHECK(t.decode_max_ranges == 32);
   CHECK(t.decode_min_chunk == 64);
   CHECK(!t.tc_decode_attention);  // opt-in until measured

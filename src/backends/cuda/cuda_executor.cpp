@@ -49,6 +49,19 @@ struct GraphState {
 
 enum class Mode { Eager, Capture, Replay };
 
+// 2+ tokens, no two of one sequence (DevUbatch::seq_cells; ids outside the cache's 64
+// sequence bits: false, the general kernels).
+bool one_token_per_seq(const UbatchInfo &u) {
+  if (u.n_tokens < 2 || !u.seq) return false;
+  uint64_t seen = 0;
+  for (int32_t t = 0; t < u.n_tokens; ++t) {
+    const int32_t q = u.seq[t];
+    if (q < 0 || q >= 64 || (seen >> q & 1)) return false;
+    seen |= 1ull << q;
+  }
+  return true;
+}
+
 // A fusion plan is valid for the graph it was made from: the key is the graph's address,
 // checked against its node count and a hash of what the plan depends on (ops, sources,
 // placement in the arenas), since a later graph may reuse a freed graph's address.
@@ -274,6 +287,7 @@ private:
     mix(reinterpret_cast<uintptr_t>(ub_dev_));
     mix(reinterpret_cast<uintptr_t>(sync_dev_));
     mix(reinterpret_cast<uintptr_t>(kv_));
+    mix(ub_.seq_cells ? 1 : 0);  // (picks the attention kernel: attn_decode_seqs_launch)
     for (const Seg &s : segs)
       for (int i = s.begin; i < s.end; ++i) {
         const Node &n = g.node(i);
@@ -407,6 +421,7 @@ private:
   void upload_ubatch(const ExecEnv &env, const Graph &g) {
     ub_.rope = nullptr;
     ub_.rs = nullptr;
+    ub_.seq_cells = ub_.seq_cells_at = nullptr;
     if (!env.ub) return;
     const UbatchInfo &u = *env.ub;
     const size_t T = static_cast<size_t>(u.n_tokens);
@@ -418,14 +433,18 @@ private:
     for (const RopeParams &p : ropes) rope_bytes += align(T * static_cast<size_t>(cuda_rope_table_stride(p)) * 4);
     const bool recurrent = env.kv && env.kv->has_recurrent() && u.seq && T;
     const size_t rs_bytes = recurrent ? align((1 + 3 * std::min<size_t>(T, 64)) * 4) : 0;
-    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv, cell_pos_base | RoPE tables | recurrent table
-    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes + rs_bytes;
+    seq_cell_lists(u, T);  // (host vectors: DevUbatch::seq_cells)
+    const size_t lists_bytes = seq_at_.empty() ? 0 : align((seq_at_.size() + seq_list_.size()) * 4);
+    // Layout: seq bits [cap_cells] u64 | cells[T] | pos[T] | seq[T] | cell_pos[cap_cells] | n_kv, cell_pos_base | RoPE tables |
+    // recurrent table | sequence cell lists (last: their length changes from step to step, the rest keeps its place)
+    const size_t need = align(cap_cells * 8) + 3 * align(T * 4) + align(cap_cells * 4) + 16 + rope_bytes + rs_bytes + lists_bytes;
     if (need > ub_cap_) {
-      host_.resize(need);  // first: a throw leaves the old buffer and capacity in use
-      void *grown = cuda_malloc_checked(need, "the ubatch tables");
+      const size_t cap = need + lists_bytes / 2;  // room for the lists to grow a while (each new buffer: a new capture)
+      host_.resize(cap);  // first: a throw leaves the old buffer and capacity in use
+      void *grown = cuda_malloc_checked(cap, "the ubatch tables");
       if (ub_dev_) (void)cudaFree(ub_dev_);
       ub_dev_ = grown;
-      ub_cap_ = need;
+      ub_cap_ = cap;
     }
     uint8_t *h = host_.data();
     size_t o_seqbits = 0, o_cells = align(cap_cells * 8), o_pos = o_cells + align(T * 4), o_seq = o_pos + align(T * 4),
@@ -480,12 +499,20 @@ private:
       rs[0] = n_seq;
       ub_.rs = reinterpret_cast<const int32_t *>(d + o_rs);
     }
+    const size_t o_lists = o_rs + rs_bytes;
+    if (lists_bytes) {
+      std::memcpy(h + o_lists, seq_at_.data(), seq_at_.size() * 4);
+      std::memcpy(h + o_lists + seq_at_.size() * 4, seq_list_.data(), seq_list_.size() * 4);
+      ub_.seq_cells_at = reinterpret_cast<const int32_t *>(d + o_lists);
+      ub_.seq_cells = ub_.seq_cells_at + seq_at_.size();
+    }
     // Copies: the bit sets and cell positions for the cells in use, the per-token part, the tables.
     be_.upload_async(d, h, C * 8);
     be_.upload_async(d + o_cells, h + o_cells, o_cpos - o_cells + C * 4);
     be_.upload_async(d + o_nkv, h + o_nkv, 8);
     if (rope_bytes) be_.upload_async(d + o_rope, h + o_rope, rope_bytes);
     if (rs_bytes) be_.upload_async(d + o_rs, h + o_rs, rs_bytes);
+    if (lists_bytes) be_.upload_async(d + o_lists, h + o_lists, (seq_at_.size() + seq_list_.size()) * 4);
     ub_.seq = nullptr;
     ub_.cell_seq = reinterpret_cast<const unsigned long long *>(d + o_seqbits);
     ub_.cells = reinterpret_cast<const int32_t *>(d + o_cells);
@@ -495,6 +522,35 @@ private:
     ub_.n_kv = reinterpret_cast<const int32_t *>(d + o_nkv);
     ub_.cell_pos_base = reinterpret_cast<const int32_t *>(d + o_nkv + 4);
     ub_.rope = ropes.empty() ? nullptr : &rope_;
+  }
+
+  // DevUbatch::seq_cells of u (T tokens) into seq_at_ / seq_list_; both empty where it has none.
+  void seq_cell_lists(const UbatchInfo &u, size_t T) {
+    seq_at_.clear();
+    seq_list_.clear();
+    if (!tuning_.seqs_decode_attention || !u.cell_state || u.n_kv <= 0 || !one_token_per_seq(u)) return;
+    int32_t tok_of[64];
+    uint64_t mask = 0;
+    for (size_t t = 0; t < T; ++t) {
+      tok_of[u.seq[t]] = static_cast<int32_t>(t);
+      mask |= 1ull << u.seq[t];
+    }
+    const size_t C = static_cast<size_t>(u.n_kv);
+    seq_at_.assign(T + 1, 0);
+    for (size_t c = 0; c < C; ++c)  // counts per token, then offsets
+      for (uint64_t b = u.cell_state[c].pos >= 0 ? u.cell_state[c].seq & mask : 0; b; b &= b - 1)
+        ++seq_at_[static_cast<size_t>(tok_of[__builtin_ctzll(b)]) + 1];
+    for (size_t t = 0; t < T; ++t) seq_at_[t + 1] += seq_at_[t];
+    if (static_cast<size_t>(seq_at_[T]) > 8 * C) {  // many shared cells: the general kernels
+      seq_at_.clear();
+      return;
+    }
+    seq_list_.resize(static_cast<size_t>(seq_at_[T]));
+    std::vector<int32_t> &next = seq_fill_;
+    next.assign(seq_at_.begin(), seq_at_.end() - 1);
+    for (size_t c = 0; c < C; ++c)
+      for (uint64_t b = u.cell_state[c].pos >= 0 ? u.cell_state[c].seq & mask : 0; b; b &= b - 1)
+        seq_list_[static_cast<size_t>(next[static_cast<size_t>(tok_of[__builtin_ctzll(b)])]++)] = static_cast<int32_t>(c);
   }
 
   CudaBackend &be_;
@@ -517,6 +573,7 @@ private:
   size_t ub_cap_ = 0;
   std::vector<uint8_t> host_;
   CudaRopeTables rope_;  // host index of the ubatch's RoPE tables (DevUbatch::rope)
+  std::vector<int32_t> seq_at_, seq_list_, seq_fill_;  // DevUbatch::seq_cells_at / seq_cells (host copies), fill cursors
   DevUbatch ub_;
   uint64_t replays_ = 0;
   cudaEvent_t mark_ev_ = nullptr;  // host_wait_mark: the work submitted before an overlapped stretch

@@ -45,6 +45,15 @@ struct DevUbatch {
   const int32_t *rs = nullptr;
   // Host side (never read by kernels): the ubatch's RoPE tables, see cuda_rope_table.
   const CudaRopeTables *rope = nullptr;
+  // Several sequences decoding one token each (2+ tokens, no two of one sequence): per token
+  // the cells < n_kv its sequence holds, in cell order (its visible cells and the hidden ones of
+  // a later position or outside a window: kernels still apply the mask), so attention reads
+  // them without scanning the other sequences' cells, which lie interleaved with them in the
+  // cache. Token t's cells are seq_cells[seq_cells_at[t] .. seq_cells_at[t + 1]). Null for other
+  // ubatches, where the lists would exceed 8 x n_kv entries (sequences sharing cells), or with
+  // GpuTuning::seqs_decode_attention off.
+  const int32_t *seq_cells = nullptr;
+  const int32_t *seq_cells_at = nullptr;  // [n_tokens + 1]
 };
 constexpr int kCudaSyncSlots = 1024;
 constexpr int32_t kNoCellPosBase = INT32_MIN;

@@ -1,7 +1,8 @@
 // KV cache writes (F32 / F16 / Q8_0 rows at the batch's cells) and causal GQA attention
 // over the cache. An F32 cache without sinks (T <= kRefOrderMaxTokens) takes the CPU's reference order
 // (attention_ref_order.cu, bit-exact); otherwise three paths by the number of query tokens T:
-//  * T <= 4 (decode): head dims 64/128/256 take the grouped kernel of attention_decode.cu;
+//  * T <= 4 (decode), and up to 64 tokens of as many sequences (several sequences decoding):
+//    head dims 64/128/256 take the grouped kernel of attention_decode.cu;
 //    others split the cells over 16 blocks per (head, token), partials merged by the last
 //    block of each (attn_combine_row); one launch either way;
 //  * T >= 8 with head dims 64 / 128 (prefill): the tiled kernels (attention_mma.cu on f16
@@ -280,9 +281,11 @@ size_t fast_attention_work_size(const Graph &g, const Node &n, const GpuTuning &
   const int64_t hd_k = g.node(n.src[0]).ne[0];
   const int64_t n_head_kv = g.node(n.src[1]).ip[0] / hd_k;  // K rows as KvStore writes them
   if ((n.ip[2] & 1) != 0) return attn_mla_work_size(T, n_head, n_head_kv, hd_k, hd_v);
-  if (T < kMinTiledTokens || !tiled_shape(hd_k, hd_v, (n.ip[2] & 1) != 0) || n_head_kv <= 0 || n_head % n_head_kv) return 0;
+  // Several sequences' one-token steps may take the grouped decode kernel (attn_decode_seqs_launch).
+  const size_t seqs = attn_decode_seqs_work_size(T, n_head, hd_k, hd_v);
+  if (T < kMinTiledTokens || !tiled_shape(hd_k, hd_v, (n.ip[2] & 1) != 0) || n_head_kv <= 0 || n_head % n_head_kv) return seqs;
   // The tensor-core kernel's larger row tiles give fewer blocks, so at least as many splits.
-  return tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, tiled_blocks_per_sm(tuning) * kPlannedSms));
+  return std::max(seqs, tiled_work(T, n_head, hd_v, tiled_splits(T, n_head, n_head_kv, kAttnTiledRowsMma, tiled_blocks_per_sm(tuning) * kPlannedSms)));
 }
 
 }  // namespace
@@ -348,6 +351,11 @@ void cuda_op_attention(const CudaOpCtx &c) {
     attn_decode_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<float *>(c.n.work), c.tuning);
     return;
   }
+  // Several sequences, one token each: the grouped kernel skips the other sequences' cells
+  // (interleaved in the cache, so no tile of the tiled kernels could be skipped).
+  if (!v_from_k && c.tuning.seqs_decode_attention &&
+      attn_decode_seqs_launch(c.stream, tview(q), tview(c.n), a, c.ub, static_cast<float *>(c.n.work), c.n.work_size, c.tuning))
+    return;
   if (T <= kMaxSplitTokens && c.n.work) {
     float *part = static_cast<float *>(c.n.work);
     const int merge = c.ub.sync && T * n_head <= kCudaSyncSlots ? 1 : 0;  // a counter per (head, token)

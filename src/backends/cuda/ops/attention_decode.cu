@@ -130,12 +130,14 @@ __device__ __forceinline__ float reduce_8_heads(const float (&d)[kHeads], int la
 // The lane that owns head g's softmax state (any of its 4 lanes would do).
 __device__ __forceinline__ int owner_lane(int g) { return 4 * g; }
 
-// Visibility of the cells base + lane (< end) as a warp ballot; only host-uploaded ubatch data
-// is read, so it may run before pdl_wait (ops/pdl.cuh).
+// Visibility of the cells base + lane (< end) as a warp ballot, or with a cell list (the
+// token's DevUbatch::seq_cells) of the cells list[base + lane]; cell: this lane's cell. Only
+// host-uploaded ubatch data is read, so it may run before pdl_wait (ops/pdl.cuh).
 __device__ __forceinline__ unsigned visible_ballot(const DevUbatch &ub, const AttnArgs &a, unsigned long long bit, int pos, int base,
-                                                   int end, int lane) {
-  const int c = base + lane;
-  const bool vis = c < end && attn_visible(ub.cell_pos[c], ub.cell_seq[c], bit, pos, a.window);
+                                                   int end, int lane, const int32_t *list, int &cell) {
+  const int i = base + lane;
+  cell = i < end ? (list ? list[i] : i) : 0;
+  const bool vis = i < end && attn_visible(ub.cell_pos[cell], ub.cell_seq[cell], bit, pos, a.window);
   return __ballot_sync(0xffffffffu, vis);
 }
 
@@ -143,16 +145,17 @@ __device__ __forceinline__ unsigned visible_ballot(const DevUbatch &ub, const At
 // (8 layers, tg64): 64 ranges 1,106 t/s, 32: 1,147, 16: 1,090, 8 x 256: 930; no difference at n_kv <= 128.
 
 // What a block works on: KV head hk, query heads h0 .. h0 + ng - 1, token t, range z of
-// cells [c_begin, c_end); n_used ranges in use.
+// cells [c_begin, c_end) (with list: of the token's cell list); n_used ranges in use.
 struct DecodeJob {
   int hk, h0, ng, t, z, c_begin, c_end, n_used;
+  const int32_t *list;
 };
 
 // The block's cells: per warp an online softmax over its share (see the file comment), then
 // the warps merged in shared memory into the output (direct) or range z's partials.
 template <int HD, int KT>
 __device__ __forceinline__ void attn_decode_range(const TView &q, const TView &out, const AttnArgs &a, const DevUbatch &ub, float *part,
-                                                  int n_head, const DecodeJob &j, bool direct, unsigned first_ballot,
+                                                  int n_head, const DecodeJob &j, bool direct, unsigned first_ballot, int first_cell,
                                                   float (&s_acc)[kWarps][kHeads][HD], float (&s_m)[kWarps][kHeads],
                                                   float (&s_s)[kWarps][kHeads]) {
   constexpr int DPL = HD / 32, kB = decode_batch<HD>();
@@ -183,7 +186,8 @@ __device__ __forceinline__ void attn_decode_range(const TView &q, const TView &o
   const int per_warp = (j.c_end - j.c_begin + kWarps - 1) / kWarps;
   const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
   for (int base = w_begin; base < w_end; base += 32) {
-    unsigned todo = base == w_begin ? first_ballot : visible_ballot(ub, a, bit, pos, base, w_end, lane);
+    int my_cell = first_cell;
+    unsigned todo = base == w_begin ? first_ballot : visible_ballot(ub, a, bit, pos, base, w_end, lane, j.list, my_cell);
     while (todo) {  // warp-uniform
       int cs[kB];
       uint32_t kr[kB][raw_words<KT, DPL>()], vr[kB][raw_words<KT, DPL>()];
@@ -191,7 +195,7 @@ __device__ __forceinline__ void attn_decode_range(const TView &q, const TView &o
       for (int u = 0; u < kB; ++u) {
         cs[u] = -1;
         if (todo) {
-          cs[u] = base + __ffs(todo) - 1;
+          cs[u] = __shfl_sync(0xffffffffu, my_cell, __ffs(todo) - 1);
           todo &= todo - 1;
           load_raw<KT, DPL>(a.kbase + cs[u] * a.krb + j.hk * a.khb, lane, kr[u]);
           load_raw<KT, DPL>(a.vbase + cs[u] * a.vrb + j.hk * a.vhb, lane, vr[u]);
@@ -278,7 +282,7 @@ __device__ __forceinline__ void attn_decode_range(const TView &q, const TView &o
       dst = attn_out_row(out, j.t, j.h0 + g);
       f = attn_final_scale(Mb, Sb, a.sinks, j.h0 + g);
     } else {
-      dst = attn_partial(part, j.t, j.h0 + g, j.z, n_head, kSplit, HD) + 2;
+      dst = attn_partial(part, j.t, j.h0 + g, j.z, n_head, gridDim.z, HD) + 2;
       if (threadIdx.x == 0) {
         dst[-2] = Mb;
         dst[-1] = Sb;
@@ -302,7 +306,7 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
   __shared__ float s_f[kHeads];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int g = warp; g < j.ng; g += kWarps) {  // a warp per head: lanes over the ranges
-    const float f = decode_range_weights<HD>(const_cast<float *>(part), j.t, j.h0 + g, j.n_used, n_head, a.sinks, s_w[g], lane);
+    const float f = decode_range_weights<HD>(const_cast<float *>(part), j.t, j.h0 + g, j.n_used, n_head, gridDim.z, a.sinks, s_w[g], lane);
     if (lane == 0) s_f[g] = f;
   }
   __syncthreads();
@@ -322,7 +326,7 @@ __device__ void decode_merge(const TView &out, const AttnArgs &a, const float *p
       for (int k = 0; k < kPairs; ++k) {
         const int idx = threadIdx.x + k * kThreads, g = idx / (HD / 2), d = 2 * (idx % (HD / 2)), z = z0 + u;
         const bool use = z < j.n_used && g < j.ng && s_w[g][z] != 0.0f;
-        p[u][k] = use ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), j.t, j.h0 + g, z, n_head, kSplit, HD) + 2 + d))
+        p[u][k] = use ? __ldcg(reinterpret_cast<const float2 *>(attn_partial(const_cast<float *>(part), j.t, j.h0 + g, z, n_head, gridDim.z, HD) + 2 + d))
                       : make_float2(0.0f, 0.0f);
       }
 #pragma unroll
@@ -362,31 +366,34 @@ __global__ void __launch_bounds__(kThreads) attn_decode_kernel(TView q, TView ou
   j.t = blockIdx.y;
   j.z = blockIdx.z;
   // The ranges cut the token's visible span (a window's cells where the cells are in position
-  // order, else all n_kv), so a windowed layer runs w / 64 ranges instead of n_kv / 64.
-  const CellSpan sp = attn_visible_span(ub, *ub.n_kv, ub.pos[j.t], a.window);
+  // order, else all n_kv), so a windowed layer runs w / 64 ranges instead of n_kv / 64; or,
+  // with cell lists (several sequences, one token each), the token's list.
+  j.list = ub.seq_cells ? ub.seq_cells + ub.seq_cells_at[j.t] : nullptr;
+  const CellSpan sp = j.list ? CellSpan{0, ub.seq_cells_at[j.t + 1] - ub.seq_cells_at[j.t]} : attn_visible_span(ub, *ub.n_kv, ub.pos[j.t], a.window);
   const DecodeRanges r = decode_ranges(sp.hi - sp.lo, max_ranges, min_chunk);
   j.n_used = r.n_used;
   j.c_begin = min(sp.hi, sp.lo + j.z * r.chunk);
   j.c_end = min(sp.hi, j.c_begin + r.chunk);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   unsigned first_ballot = 0;
+  int first_cell = 0;
   if (j.z < j.n_used) {  // block-uniform
     const int per_warp = (j.c_end - j.c_begin + kWarps - 1) / kWarps;
     const int w_begin = j.c_begin + warp * per_warp, w_end = min(j.c_end, w_begin + per_warp);
-    first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane);
+    first_ballot = visible_ballot(ub, a, 1ull << ub.seq[j.t], ub.pos[j.t], w_begin, w_end, lane, j.list, first_cell);
   }
   pdl_wait();
   pdl_trigger();
   if (j.z >= j.n_used) {  // past the last range: nothing to do (merge = 0: an empty header per head)
     if (!merge && threadIdx.x < j.ng) {
-      float *dst = attn_partial(part, j.t, j.h0 + threadIdx.x, j.z, n_head, kSplit, HD);
+      float *dst = attn_partial(part, j.t, j.h0 + threadIdx.x, j.z, n_head, gridDim.z, HD);
       dst[0] = -INFINITY;
       dst[1] = 0.0f;
     }
     return;
   }
   const bool direct = merge && j.n_used == 1;
-  attn_decode_range<HD, KT>(q, out, a, ub, part, n_head, j, direct, first_ballot, s_acc, s_m, s_s);
+  attn_decode_range<HD, KT>(q, out, a, ub, part, n_head, j, direct, first_ballot, first_cell, s_acc, s_m, s_s);
   if (!merge || direct) return;
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
@@ -410,16 +417,21 @@ size_t attn_decode_work_size(int64_t T, int64_t n_head, int64_t hd_v) {
   return T > kMaxTokens ? 0 : static_cast<size_t>(T * n_head * kSplit * (hd_v + 2)) * 4;
 }
 
-void attn_decode_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning) {
+namespace {
+
+// The grouped kernel over T tokens with at most `ranges` cell ranges per (KV head block, token)
+// (grid.z = ranges: also the partials' range stride).
+void decode_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning,
+                   int ranges) {
   const int n_head = static_cast<int>(q.ne[1]), T = static_cast<int>(q.ne[2]);
   const int n_head_kv = n_head / a.group;
   const int head_blocks = (a.group + kHeads - 1) / kHeads;
-  const dim3 grid(static_cast<unsigned>(n_head_kv * head_blocks), static_cast<unsigned>(T), kSplit);
+  const dim3 grid(static_cast<unsigned>(n_head_kv * head_blocks), static_cast<unsigned>(T), static_cast<unsigned>(ranges));
   // One counter per (KV head block, token); without room for them, a separate combine launch.
   const int merge = ub.sync && static_cast<int64_t>(grid.x) * T <= kCudaSyncSlots ? 1 : 0;
   // Instances: head size x cache type (F16, Q8_0, F32).
   // GpuTuning::decode_max_ranges / decode_min_chunk, clamped to what the kernel handles.
-  const int max_ranges = std::min(std::max(tuning.decode_max_ranges, 1), kSplit), min_chunk = std::max(tuning.decode_min_chunk, 1);
+  const int max_ranges = std::min(std::max(tuning.decode_max_ranges, 1), ranges), min_chunk = std::max(tuning.decode_min_chunk, 1);
   auto go = [&](auto kernel) {
     launch_pdl(kernel, grid, dim3(kThreads), 0, s, q, out, a, ub, work, n_head, head_blocks, merge, max_ranges, min_chunk);
   };
@@ -432,7 +444,35 @@ void attn_decode_launch(const LaunchStream &s, TView q, TView out, const AttnArg
     case 256: kt == F16 ? go(attn_decode_kernel<256, F16>) : kt == Q8 ? go(attn_decode_kernel<256, Q8>) : go(attn_decode_kernel<256, F32>); break;
     default: fail(Status::Internal, "CUDA decode attention: head size %d not dispatched", a.hd_k);
   }
-  if (!merge) attn_combine_launch(out, a, work, T, n_head, kSplit, s);
+  if (!merge) attn_combine_launch(out, a, work, T, n_head, ranges, s);
+}
+
+}  // namespace
+
+void attn_decode_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, const GpuTuning &tuning) {
+  decode_launch(s, q, out, a, ub, work, tuning, kSplit);
+}
+
+// Ranges the planned scratch holds at least for several sequences' steps: 8 (64 sequences
+// at 190 cells each: 1,520 cells per range, 380 per warp).
+constexpr int kSeqsRanges = 8;
+
+size_t attn_decode_seqs_work_size(int64_t T, int64_t n_head, int64_t hd_k, int64_t hd_v) {
+  if (T <= kMaxTokens || T > kAttnDecodeSeqsMaxTokens || !attn_decode_applies(1, hd_k, hd_v, false)) return 0;
+  return static_cast<size_t>(T * n_head * kSeqsRanges * (hd_v + 2)) * 4;
+}
+
+bool attn_decode_seqs_launch(const LaunchStream &s, TView q, TView out, const AttnArgs &a, const DevUbatch &ub, float *work, size_t work_size,
+                             const GpuTuning &tuning) {
+  const int64_t T = q.ne[2], n_head = q.ne[1];
+  if (!ub.seq_cells || T <= kMaxTokens || T > kAttnDecodeSeqsMaxTokens || !work || !attn_decode_applies(1, a.hd_k, a.hd_v, false))
+    return false;
+  const size_t per_range = static_cast<size_t>(T * n_head * (a.hd_v + 2)) * 4;
+  const int fit = static_cast<int>(std::min<size_t>(work_size / per_range, kSplit));
+  const int ranges = std::min(std::max(tuning.decode_max_ranges, 1), fit);
+  if (ranges < 1) return false;
+  decode_launch(s, q, out, a, ub, work, tuning, ranges);
+  return true;
 }
 
 }  // namespace moe

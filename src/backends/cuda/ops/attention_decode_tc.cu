@@ -108,7 +108,7 @@ __device__ void tc_merge(const TView &out, const AttnArgs &a, const float *part,
     const int gr = j.r0 + r;
     if (gr >= j.rows) break;  // warp-uniform
     const int t = gr / a.group, h = j.hk * a.group + gr % a.group;
-    const float f = decode_range_weights<HD>(p, t, h, j.n_used, n_head, a.sinks, s_w[r], lane);
+    const float f = decode_range_weights<HD>(p, t, h, j.n_used, n_head, kAttnDecodeMaxRanges, a.sinks, s_w[r], lane);
     if (lane == 0) s_f[r] = f;
   }
   __syncthreads();
