@@ -49,19 +49,6 @@ struct GraphState {
 
 enum class Mode { Eager, Capture, Replay };
 
-// 2+ tokens, no two of one sequence (DevUbatch::seq_cells; ids outside the cache's 64
-// sequence bits: false, the general kernels).
-bool one_token_per_seq(const UbatchInfo &u) {
-  if (u.n_tokens < 2 || !u.seq) return false;
-  uint64_t seen = 0;
-  for (int32_t t = 0; t < u.n_tokens; ++t) {
-    const int32_t q = u.seq[t];
-    if (q < 0 || q >= 64 || (seen >> q & 1)) return false;
-    seen |= 1ull << q;
-  }
-  return true;
-}
-
 // A fusion plan is valid for the graph it was made from: the key is the graph's address,
 // checked against its node count and a hash of what the plan depends on (ops, sources,
 // placement in the arenas), since a later graph may reuse a freed graph's address.
@@ -528,29 +515,32 @@ private:
   void seq_cell_lists(const UbatchInfo &u, size_t T) {
     seq_at_.clear();
     seq_list_.clear();
-    if (!tuning_.seqs_decode_attention || !u.cell_state || u.n_kv <= 0 || !one_token_per_seq(u)) return;
+    // Only 2+ tokens, no two of one sequence (ids outside the cache's 64 sequence bits: the general kernels).
+    if (!tuning_.seqs_decode_attention || !u.cell_state || u.n_kv <= 0 || T < 2 || !u.seq) return;
     int32_t tok_of[64];
     uint64_t mask = 0;
     for (size_t t = 0; t < T; ++t) {
-      tok_of[u.seq[t]] = static_cast<int32_t>(t);
-      mask |= 1ull << u.seq[t];
+      const int32_t q = u.seq[t];
+      if (q < 0 || q >= 64 || (mask >> q & 1)) return;
+      tok_of[q] = static_cast<int32_t>(t);
+      mask |= 1ull << q;
     }
     const size_t C = static_cast<size_t>(u.n_kv);
+    auto each_member = [&](auto &&f) {  // f(token, cell) for every used cell of a batch sequence
+      for (size_t c = 0; c < C; ++c)
+        for (uint64_t b = u.cell_state[c].pos >= 0 ? u.cell_state[c].seq & mask : 0; b; b &= b - 1)
+          f(static_cast<size_t>(tok_of[__builtin_ctzll(b)]), static_cast<int32_t>(c));
+    };
     seq_at_.assign(T + 1, 0);
-    for (size_t c = 0; c < C; ++c)  // counts per token, then offsets
-      for (uint64_t b = u.cell_state[c].pos >= 0 ? u.cell_state[c].seq & mask : 0; b; b &= b - 1)
-        ++seq_at_[static_cast<size_t>(tok_of[__builtin_ctzll(b)]) + 1];
+    each_member([&](size_t t, int32_t) { ++seq_at_[t + 1]; });  // counts per token, then offsets
     for (size_t t = 0; t < T; ++t) seq_at_[t + 1] += seq_at_[t];
     if (static_cast<size_t>(seq_at_[T]) > 8 * C) {  // many shared cells: the general kernels
       seq_at_.clear();
       return;
     }
     seq_list_.resize(static_cast<size_t>(seq_at_[T]));
-    std::vector<int32_t> &next = seq_fill_;
-    next.assign(seq_at_.begin(), seq_at_.end() - 1);
-    for (size_t c = 0; c < C; ++c)
-      for (uint64_t b = u.cell_state[c].pos >= 0 ? u.cell_state[c].seq & mask : 0; b; b &= b - 1)
-        seq_list_[static_cast<size_t>(next[static_cast<size_t>(tok_of[__builtin_ctzll(b)])]++)] = static_cast<int32_t>(c);
+    seq_fill_.assign(seq_at_.begin(), seq_at_.end() - 1);
+    each_member([&](size_t t, int32_t c) { seq_list_[static_cast<size_t>(seq_fill_[t]++)] = c; });
   }
 
   CudaBackend &be_;
